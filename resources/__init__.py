@@ -1,0 +1,1 @@
+"""snapstate.resources: closing handles before a snapshot and reopening them after restore."""

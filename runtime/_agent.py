@@ -1,0 +1,146 @@
+"""The agent's own code: how its entry point is loaded, which modules are its own,
+and their global variables, which are frozen with the job.
+
+A script is imported under its own module name (not __main__, so an
+`if __name__ == "__main__": main()` guard lets the same file run under plain Python)
+with its directory first on sys.path. The agent's own modules are the script and the
+modules imported from its directory, or, for `package.module:function`, the modules
+of that top-level package; never the standard library, site-packages or snapstate.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import sysconfig
+import types
+from dataclasses import dataclass
+
+from ._codeid import module_digest
+from ._errors import RestoreError
+
+__all__ = ["EntryPoint", "agent_modules", "capture_globals", "restore_globals"]
+
+_LIBRARY_DIRS = tuple({os.path.realpath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                       if (p := sysconfig.get_paths().get(key))})
+_OWN_PACKAGE = __name__.split(".")[0]
+
+
+class EntryPointError(RestoreError):
+    """The agent's entry point cannot be loaded (missing file, no such function)."""
+
+
+@dataclass(frozen=True)
+class EntryPoint:
+    """`path/to/agent.py` (function main) or `package.module:function`."""
+
+    module: str
+    function: str
+    path: str | None = None       # the script file, for scripts
+
+    @classmethod
+    def parse(cls, spec: str) -> "EntryPoint":
+        if spec.endswith(".py") or os.sep in spec or (os.path.exists(spec) and ":" not in spec):
+            path = os.path.abspath(spec)
+            if not os.path.isfile(path):
+                raise EntryPointError(f"no agent script at {spec}")
+            return cls(os.path.splitext(os.path.basename(path))[0], "main", path)
+        module, sep, function = spec.partition(":")
+        if not sep or not module or not function:
+            raise EntryPointError(
+                f"{spec!r} is neither a .py file nor module:function (e.g. myagent.main:run)")
+        return cls(module, function)
+
+    def as_dict(self) -> dict:
+        return {"module": self.module, "function": self.function, "path": self.path}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "EntryPoint":
+        return cls(data["module"], data["function"], data.get("path"))
+
+    @property
+    def root(self) -> str | None:
+        return os.path.dirname(self.path) if self.path else None
+
+    def import_module(self) -> types.ModuleType:
+        if self.path is None:
+            try:
+                return importlib.import_module(self.module)
+            except ImportError as exc:
+                raise EntryPointError(f"cannot import {self.module}: {exc}") from None
+        if not os.path.isfile(self.path):
+            raise EntryPointError(f"the agent script {self.path} no longer exists")
+        if self.root not in sys.path:
+            sys.path.insert(0, self.root)
+        existing = sys.modules.get(self.module)
+        if existing is not None and os.path.realpath(getattr(existing, "__file__", "") or "") \
+                == os.path.realpath(self.path):
+            return existing
+        spec = importlib.util.spec_from_file_location(self.module, self.path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[self.module] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[self.module]
+            raise
+        return module
+
+    def load(self):
+        module = self.import_module()
+        fn = getattr(module, self.function, None)
+        if not callable(fn):
+            where = self.path or self.module
+            raise EntryPointError(f"{where} defines no function {self.function}()")
+        return fn
+
+    def owns(self, module: types.ModuleType) -> bool:
+        name = module.__name__
+        if name.split(".")[0] == _OWN_PACKAGE:
+            return False
+        if self.path is None:
+            return name.split(".")[0] == self.module.split(".")[0]
+        if name == self.module:
+            return True
+        path = getattr(module, "__file__", None)
+        if not path:
+            return False
+        real = os.path.realpath(path)
+        if any(real.startswith(d + os.sep) for d in _LIBRARY_DIRS):
+            return False
+        return real.startswith(os.path.realpath(self.root) + os.sep)
+
+
+def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
+    return [m for m in list(sys.modules.values())
+            if isinstance(m, types.ModuleType) and entry.owns(m)]
+
+
+def _rebound_on_import(module: types.ModuleType, name: str, value) -> bool:
+    """Names that importing the module binds again by itself: its functions and
+    classes, imported modules, module dunders."""
+    if name.startswith("__") and name.endswith("__"):
+        return True
+    if isinstance(value, types.ModuleType):
+        return True
+    if isinstance(value, (types.FunctionType, type)):
+        return (getattr(value, "__module__", None) == module.__name__
+                and getattr(value, "__qualname__", None) == name)
+    return False
+
+
+def capture_globals(modules) -> dict[str, dict]:
+    return {m.__name__: {k: v for k, v in vars(m).items() if not _rebound_on_import(m, k, v)}
+            for m in modules}
+
+
+def module_digests(modules) -> dict[str, str | None]:
+    return {m.__name__: module_digest(m) for m in modules}
+
+
+def restore_globals(saved: dict[str, dict]) -> None:
+    for name, values in saved.items():
+        module = sys.modules.get(name) or importlib.import_module(name)
+        vars(module).update(values)

@@ -1,0 +1,191 @@
+"""Raw access to CPython's interpreter frames, driven by one table per minor version.
+
+The table modules (_cpython311, _cpython312, _cpython313) hold every version-specific
+fact; this module turns them into a ctypes view and checks, at import, that the view
+matches the running interpreter on a probe frame. An unknown version or a mismatch
+raises ImportError naming the version, instead of reading garbage later.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import sys
+import types
+
+import greenlet
+
+__all__ = ["LAYOUT", "NULL", "IFrame", "nlocalsplus", "iframe_of", "read_pointers",
+           "true_previous", "generator_handled_exception", "object_at"]
+
+_SUPPORTED = {(3, 11): "_cpython311", (3, 12): "_cpython312", (3, 13): "_cpython313"}
+_VERSION = sys.version_info[:2]
+
+if sys.implementation.name != "cpython" or _VERSION not in _SUPPORTED:
+    raise ImportError(
+        f"snapstate's freeze engine supports CPython 3.11, 3.12 and 3.13; this is "
+        f"{sys.implementation.name} {sys.version.split()[0]}. Run the agent under one of those.")
+
+LAYOUT = importlib.import_module(f"{__package__}.{_SUPPORTED[_VERSION]}")
+
+_P = ctypes.c_void_p
+
+
+class IFrame(ctypes.Structure):
+    _fields_ = LAYOUT.IFRAME_FIELDS
+
+
+_LOCALSPLUS_OFFSET = ctypes.sizeof(IFrame)
+# PyFrameObject: PyObject_HEAD, f_back, then f_frame (the _PyInterpreterFrame pointer).
+_F_FRAME_OFFSET = object.__basicsize__ + ctypes.sizeof(_P)
+
+
+class _Null:
+    """Marker for a NULL pointer in a local slot or on the value stack."""
+
+    __slots__ = ()
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = object.__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "<NULL>"
+
+    def __reduce__(self):
+        return "NULL"
+
+
+NULL = _Null()
+
+
+def nlocalsplus(code: types.CodeType) -> int:
+    """Number of local slots (locals, cells, free variables) of `code`."""
+    return (code.co_nlocals + len([c for c in code.co_cellvars if c not in code.co_varnames])
+            + len(code.co_freevars))
+
+
+def object_at(address: int):
+    """The Python object at `address` (a borrowed reference)."""
+    return ctypes.cast(address, ctypes.py_object).value
+
+
+def iframe_of(frame: types.FrameType) -> tuple[int, IFrame]:
+    """Address and ctypes view of the interpreter frame behind a frame object."""
+    address = _P.from_address(id(frame) + _F_FRAME_OFFSET).value
+    view = IFrame.from_address(address)
+    if getattr(view, LAYOUT.CODE_FIELD) != id(frame.f_code) or view.frame_obj != id(frame):
+        raise RuntimeError(
+            f"interpreter frame of {frame.f_code.co_qualname} does not match the CPython "
+            f"{_VERSION[0]}.{_VERSION[1]} layout table; this interpreter build is not supported")
+    return address, view
+
+
+def iframe_at(address: int) -> IFrame:
+    return IFrame.from_address(address)
+
+
+def code_of(view: IFrame):
+    return object_at(getattr(view, LAYOUT.CODE_FIELD))
+
+
+def read_pointers(address: int, start: int, stop: int) -> list:
+    """localsplus[start:stop] of the interpreter frame at `address`; NULL kept as NULL."""
+    if stop <= start:
+        return []
+    array = (_P * stop).from_address(address + _LOCALSPLUS_OFFSET)
+    return [object_at(array[i]) if array[i] else NULL for i in range(start, stop)]
+
+
+def true_previous(frame: types.FrameType, view: IFrame) -> int:
+    """Address of the frame that really called `frame` (greenlet rewrites `previous`
+    of a suspended greenlet's frames on 3.12+ and keeps the original aside)."""
+    if LAYOUT.FRAME_DATA_OFFSET is None:
+        return view.previous or 0
+    return _P.from_address(id(frame) + LAYOUT.FRAME_DATA_OFFSET).value or 0
+
+
+def is_entered_from_c(view: IFrame) -> bool:
+    """3.11: the frame was entered from C (its caller is a C function)."""
+    return bool(LAYOUT.ENTRY_FLAG_FIELD and getattr(view, LAYOUT.ENTRY_FLAG_FIELD))
+
+
+def is_cstack_frame(view: IFrame) -> bool:
+    """3.12+: an entry frame living on the C stack (a C function called Python)."""
+    return LAYOUT.OWNED_BY_CSTACK is not None and ord(view.owner) == LAYOUT.OWNED_BY_CSTACK
+
+
+def is_init_shim(view: IFrame) -> bool:
+    """3.13: the hidden frame CALL_ALLOC_AND_ENTER_INIT runs after __init__."""
+    if LAYOUT.INIT_SHIM_NAME is None or is_cstack_frame(view):
+        return False
+    code = code_of(view)
+    return (isinstance(code, types.CodeType) and code.co_name == LAYOUT.INIT_SHIM_NAME
+            and code.co_filename == LAYOUT.INIT_SHIM_NAME)
+
+
+def generator_handled_exception(gen) -> BaseException | None:
+    """The exception a suspended generator is handling (its gi_exc_state), or None."""
+    address = _P.from_address(id(gen) + LAYOUT.GEN_EXC_VALUE_OFFSET).value
+    if not address:
+        return None
+    value = object_at(address)
+    return value if isinstance(value, BaseException) else None
+
+
+# --------------------------------------------------------------------------- self-check
+def _self_check() -> None:
+    marker_a, marker_b = object(), object()
+    seen = {}
+
+    def callee(x):
+        seen["frame"] = sys._getframe()
+        return greenlet.getcurrent().parent.switch()
+
+    def caller(a, b):
+        c = [a, b]
+        return (c, callee(a))
+
+    g = greenlet.greenlet(caller)
+    g.switch(marker_a, marker_b)
+    try:
+        callee_frame = g.gr_frame.f_back if g.gr_frame.f_code is not callee.__code__ else g.gr_frame
+        caller_frame = callee_frame.f_back
+        caller_addr, caller_view = iframe_of(caller_frame)
+        callee_addr, callee_view = iframe_of(callee_frame)
+        n = nlocalsplus(caller.__code__)
+        slots = read_pointers(caller_addr, 0, n)
+        if slots[0] is not marker_a or slots[1] is not marker_b:
+            raise RuntimeError("local slots are not where the table says")
+        if caller_view.stacktop < n:
+            raise RuntimeError("the caller's stack pointer was not saved")
+        stack = read_pointers(caller_addr, n, caller_view.stacktop)
+        if not stack or stack[0] is not slots[2]:
+            raise RuntimeError("the value stack is not where the table says")
+        if true_previous(callee_frame, callee_view) != caller_addr:
+            raise RuntimeError("the callee's original `previous` pointer is not where the table says")
+    finally:
+        g.throw(greenlet.GreenletExit)
+
+    def gen():
+        try:
+            raise KeyError("probe")
+        except KeyError as exc:
+            seen["exc"] = exc
+            yield 1
+
+    it = gen()
+    next(it)
+    if generator_handled_exception(it) is not seen["exc"]:
+        raise RuntimeError("a generator's handled exception is not where the table says")
+    it.close()
+
+
+try:
+    _self_check()
+except (RuntimeError, ValueError) as _exc:  # pragma: no cover - only on an unknown build
+    raise ImportError(
+        f"snapstate's CPython {_VERSION[0]}.{_VERSION[1]} frame layout table does not match "
+        f"this interpreter ({sys.version.split()[0]}): {_exc}") from None

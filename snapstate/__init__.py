@@ -1,0 +1,46 @@
+"""snapstate: durable long-running Python agents.
+
+Agent code runs as a greenlet task; at each snapshot() the runtime freezes the whole
+call stack into a self-contained snapshot file, and `snaprun resume` continues it in
+a new process right after that snapshot().
+
+Layout: this facade holds only the public API. The engine lives in
+snapstate.runtime (jobs, snapshot(), frame capture and restore, the CLI),
+snapstate.serializers (the pickler and the snapshot file format) and
+snapstate.resources (handles closed before a snapshot and reopened after).
+"""
+
+from snapstate.runtime._errors import CorruptSnapshot as CorruptSnapshot
+from snapstate.runtime._errors import IncompatibleSnapshot as IncompatibleSnapshot
+from snapstate.runtime._errors import RestoreError as RestoreError
+from snapstate.runtime._errors import SnapshotError as SnapshotError
+from snapstate.runtime._errors import SnapstateError as SnapstateError
+from snapstate.runtime._job import SnapshotInfo as SnapshotInfo
+from snapstate.runtime._job import snapshot as snapshot
+
+__all__ = [
+    "CorruptSnapshot",
+    "IncompatibleSnapshot",
+    "RestoreError",
+    "SnapshotError",
+    "SnapshotInfo",
+    "SnapstateError",
+    "snapshot",
+]
+
+__version__ = "0.1.0"
+
+
+def _fixup_module_metadata() -> None:
+    # Snapshots store class paths: the public path is the promise (cf. trio).
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, type) or callable(obj):
+            try:
+                obj.__module__ = __name__
+            except (AttributeError, TypeError):
+                pass
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata
