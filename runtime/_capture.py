@@ -58,22 +58,26 @@ def _module_of(frame: types.FrameType) -> str:
     return name
 
 
-def _link(caller: types.FrameType, caller_addr: int, callee: types.FrameType):
+def _link(caller: types.FrameType, caller_addr: int, caller_paused_in_call: bool,
+          callee: types.FrameType):
     """How `callee` was called by `caller`: directly, through C code, or (3.13)
-    through the hidden frame that finishes an inlined __init__."""
-    callee_addr, callee_view = _layout.iframe_of(callee)
-    previous = _layout.true_previous(callee, callee_view)
-    if _layout.is_entered_from_c(callee_view):
+    through the hidden frame that finishes an inlined __init__.
+
+    A frame's saved stack pointer is valid only while it is paused in a call the
+    interpreter inlined; a frame that called C code is still "executing" (its stack
+    pointer lives in a C local), so C code sits between it and its callee. The C
+    entry frame itself must not be read: it lived on the greenlet's C stack, which
+    greenlet has copied away while the greenlet is suspended."""
+    if not caller_paused_in_call:
         return _C_CODE, None
+    _, callee_view = _layout.iframe_of(callee)
+    previous = _layout.true_previous(callee, callee_view)
     if previous == caller_addr:
         return _DIRECT, None
-    if previous:
+    if previous:   # a frame in the interpreter's own frame stack: safe to read
         middle = _layout.iframe_at(previous)
-        if middle.previous == caller_addr:
-            if _layout.is_cstack_frame(middle):
-                return _C_CODE, None
-            if _layout.is_init_shim(middle):
-                return _INIT_SHIM, previous
+        if middle.previous == caller_addr and _layout.is_init_shim(middle):
+            return _INIT_SHIM, previous
     raise SnapshotError(
         f"an interpreter frame the engine does not know sits between {describe(callee)} and "
         f"its caller {describe(caller)}. Move the snapshot() out of {callee.f_code.co_qualname}() "
@@ -212,12 +216,14 @@ def _capture_call_frame(frame, callee, callee_record) -> FrameRecord:
     except ValueError as exc:
         raise SnapshotError(f"cannot compute the value stack of {describe(frame)}: {exc}") from None
 
-    link, _shim = _link(frame, addr, callee)
+    link, _shim = _link(frame, addr, view.stacktop >= n, callee)
     callee_code = _original_code(callee)
     result, instance = VALUE, None
     if prologue_rec is not None:
         result, instance = prologue_rec.result, prologue_rec.instance
     elif link == _C_CODE:
+        if LAYOUT.PRECALL_POPS_ARGS and ins.opname == "CALL":
+            depth_before += ins.arg
         stack_before = _layout.read_pointers(addr, n, n + depth_before)
         result, instance = _pass_through(frame, callee, callee_code, callee_record, ins,
                                          stack_before, original)

@@ -17,12 +17,8 @@ IFRAME_FIELDS = [
     ("stacktop", ctypes.c_int), ("is_entry", ctypes.c_bool), ("owner", ctypes.c_char),
 ]
 CODE_FIELD = "f_code"
-# A frame entered from C (a C function sits between it and its caller) is flagged.
-ENTRY_FLAG_FIELD = "is_entry"
 # greenlet does not rewrite `previous` on 3.11: the pointer is the original one.
 FRAME_DATA_OFFSET = None
-# Owner value of a frame that lives on the C stack (3.12+ entry frames); none on 3.11.
-OWNED_BY_CSTACK = None
 # PyGenObject.gi_exc_state.exc_value: HEAD(16) gi_code gi_weakreflist gi_name gi_qualname
 GEN_EXC_VALUE_OFFSET = 48
 
@@ -34,6 +30,9 @@ CALL_SEQUENCE = (("PUSH_NULL", 0), ("LOAD_CONST", "fn"), ("PRECALL", 0), ("CALL"
 # CALL's stack: [NULL | method, callable | self, *args]
 CALLABLE_FIRST = False
 # Instructions whose callee is a Python frame, by the role of the callee.
+# The compiler's stack effect of PRECALL pops the arguments (-oparg), but at run time
+# they stay on the stack until CALL: add oparg back to get CALL's real depth.
+PRECALL_POPS_ARGS = True
 CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 ATTR_OPS = frozenset({"LOAD_ATTR"})
 METHOD_ATTR_OPS = frozenset({"LOAD_METHOD"})

@@ -16,11 +16,9 @@ IFRAME_FIELDS = [
     ("stacktop", ctypes.c_int), ("return_offset", ctypes.c_uint16), ("owner", ctypes.c_char),
 ]
 CODE_FIELD = "f_code"
-ENTRY_FLAG_FIELD = None
 # greenlet (>= 3.0) rewrites a suspended greenlet's `previous` pointers to skip frames
 # that live on the C stack and keeps the original in PyFrameObject._f_frame_data[0].
 FRAME_DATA_OFFSET = 48
-OWNED_BY_CSTACK = 3
 # PyGenObject: HEAD(16) gi_weakreflist gi_name gi_qualname, then gi_exc_state
 GEN_EXC_VALUE_OFFSET = 40
 
@@ -28,6 +26,7 @@ GEN_RESUME_DELTA = 1
 
 CALL_SEQUENCE = (("PUSH_NULL", 0), ("LOAD_CONST", "fn"), ("CALL", 0))
 CALLABLE_FIRST = False
+PRECALL_POPS_ARGS = False
 CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 ATTR_OPS = frozenset({"LOAD_ATTR"})
 METHOD_ATTR_OPS = frozenset()

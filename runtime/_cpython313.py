@@ -17,9 +17,7 @@ IFRAME_FIELDS = [
     ("stacktop", ctypes.c_int), ("return_offset", ctypes.c_uint16), ("owner", ctypes.c_char),
 ]
 CODE_FIELD = "f_executable"
-ENTRY_FLAG_FIELD = None
 FRAME_DATA_OFFSET = 64
-OWNED_BY_CSTACK = 3
 GEN_EXC_VALUE_OFFSET = 40
 
 # instr_ptr of a suspended generator already points past its YIELD_VALUE.
@@ -28,6 +26,7 @@ GEN_RESUME_DELTA = 0
 # 3.13: the callable sits below self_or_null.
 CALL_SEQUENCE = (("LOAD_CONST", "fn"), ("PUSH_NULL", 0), ("CALL", 0))
 CALLABLE_FIRST = True
+PRECALL_POPS_ARGS = False
 CALL_OPS = frozenset({"CALL", "CALL_KW", "CALL_FUNCTION_EX"})
 ATTR_OPS = frozenset({"LOAD_ATTR"})
 METHOD_ATTR_OPS = frozenset()

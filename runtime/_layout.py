@@ -107,19 +107,9 @@ def true_previous(frame: types.FrameType, view: IFrame) -> int:
     return _P.from_address(id(frame) + LAYOUT.FRAME_DATA_OFFSET).value or 0
 
 
-def is_entered_from_c(view: IFrame) -> bool:
-    """3.11: the frame was entered from C (its caller is a C function)."""
-    return bool(LAYOUT.ENTRY_FLAG_FIELD and getattr(view, LAYOUT.ENTRY_FLAG_FIELD))
-
-
-def is_cstack_frame(view: IFrame) -> bool:
-    """3.12+: an entry frame living on the C stack (a C function called Python)."""
-    return LAYOUT.OWNED_BY_CSTACK is not None and ord(view.owner) == LAYOUT.OWNED_BY_CSTACK
-
-
 def is_init_shim(view: IFrame) -> bool:
     """3.13: the hidden frame CALL_ALLOC_AND_ENTER_INIT runs after __init__."""
-    if LAYOUT.INIT_SHIM_NAME is None or is_cstack_frame(view):
+    if LAYOUT.INIT_SHIM_NAME is None:
         return False
     code = code_of(view)
     return (isinstance(code, types.CodeType) and code.co_name == LAYOUT.INIT_SHIM_NAME

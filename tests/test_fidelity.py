@@ -1,0 +1,61 @@
+"""Fidelity: every agent program, killed with SIGKILL right after each of its
+snapshots and resumed in a fresh process, prints exactly what an uninterrupted run
+prints and returns the same result; so does a chain killed at every point in turn."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import AGENTS, snaprun, snapshot_files
+
+PROGRAMS = ["nested", "loops", "contexts", "closures", "comprehensions", "generators",
+            "exceptions", "recursion", "passthrough", "globals_state"]
+
+
+def _baseline(program, tmp_path):
+    store = tmp_path / "baseline"
+    run = snaprun("run", "--store", store, "--job", "job", AGENTS / f"{program}.py", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "SnapshotError" not in run.stdout + run.stderr
+    count = len(snapshot_files(store, "job"))
+    assert count >= 2, f"{program} must take several snapshots"
+    return run, count
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_kill_after_each_snapshot_then_resume(program, tmp_path):
+    """Crash window: SIGKILL right after snapshot k is durably written, for every k."""
+    base, count = _baseline(program, tmp_path)
+    for k in range(1, count + 1):
+        store = tmp_path / f"kill{k}"
+        killed = snaprun("run", "--store", store, "--job", "job", AGENTS / f"{program}.py",
+                         cwd=tmp_path, fault=f"after-snapshot:{k}")
+        assert killed.returncode == -9, killed.stderr
+        files = snapshot_files(store, "job")
+        assert len(files) == k
+        resumed = snaprun("resume", files[-1], cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"resumed from snapshot {k}" in resumed.stderr
+        assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
+        assert resumed.result == base.result
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_chain_killed_at_every_point(program, tmp_path):
+    """Crash window: a job killed after snapshot 1, resumed and killed after 2, ...
+    each restore continuing from the previous restore's snapshot."""
+    base, count = _baseline(program, tmp_path)
+    store = tmp_path / "chain"
+    run = snaprun("run", "--store", store, "--job", "job", AGENTS / f"{program}.py",
+                  cwd=tmp_path, fault="after-snapshot:1")
+    assert run.returncode == -9
+    output = run.stdout
+    for k in range(1, count + 1):
+        last = snapshot_files(store, "job")[-1]
+        assert last.name == f"{k:06d}.snap"
+        run = snaprun("resume", last, cwd=tmp_path, fault=f"after-snapshot:{k + 1}")
+        output += run.stdout
+        expected = -9 if k < count else 0
+        assert run.returncode == expected, run.stderr
+    assert output == base.stdout
+    assert run.result == base.result
