@@ -69,6 +69,14 @@ def _exhausted_generator():
     return gen
 
 
+def _finished_coroutine():
+    async def finished():
+        return None
+    coro = finished()
+    coro.close()
+    return coro
+
+
 def _set_exception_state(exc, state):
     attrs, cause, context, suppress = state
     exc.__dict__.update(attrs)
@@ -103,10 +111,13 @@ class FreezePickler(cloudpickle.Pickler):
             return self._reduce_function(obj)
         if t is types.GeneratorType:
             return self._reduce_generator(obj)
-        if t in (types.CoroutineType, types.AsyncGeneratorType):
+        if t is types.CoroutineType or t is types.AsyncGeneratorType:
+            frame = obj.cr_frame if t is types.CoroutineType else obj.ag_frame
+            if frame is None:
+                return (_finished_coroutine, ())
             raise pickle.PicklingError(
-                f"{t.__name__} {obj.__qualname__}() cannot be frozen; await it to completion "
-                "before the snapshot")
+                f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
+                "it to completion before the snapshot")
         if t in _DILL_TYPES:
             return (_from_dill, (dill.dumps(obj, protocol=5),))
         if isinstance(obj, BaseException):

@@ -1,0 +1,103 @@
+"""Every refusal of the freeze engine: the agent gets a SnapshotError at the
+snapshot() call naming the frame, its file:line, the construct and the fix; it can
+catch it and carry on, and earlier snapshots stay valid."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import AGENTS, snaprun, snapshot_files
+
+AGENT = AGENTS / "refusals.py"
+FILE = str(AGENT)
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("refusals")
+    run = snaprun("run", "--store", workdir / "store", "--job", "job", AGENT, cwd=workdir)
+    messages = {}
+    for line in run.stdout.splitlines():
+        match = re.match(r"REFUSED ([\w-]+): (.*)", line)
+        if match:
+            messages[match.group(1)] = match.group(2)
+    return run, messages, workdir
+
+
+def _line_of(text: str) -> int:
+    for number, line in enumerate(AGENT.read_text().splitlines(), 1):
+        if text in line:
+            return number
+    raise AssertionError(text)
+
+
+def test_agent_catches_every_refusal_and_finishes(refusals):
+    """The job survives every refusal and completes; only good snapshots were written."""
+    run, messages, workdir = refusals
+    assert run.returncode == 0, run.stderr
+    assert run.result == "'survived'"
+    assert "carried on" in run.stdout
+    assert sorted(messages) == sorted(
+        ["sorted-key", "map", "partial", "next", "generator-body", "coroutine-body",
+         "lock-local", "nested-socket", "global-lock", "exec-code"])
+    files = snapshot_files(workdir / "store", "job")
+    assert [f.name for f in files] == ["000001.snap", "000002.snap"]
+
+
+def test_earlier_snapshot_still_resumes(refusals):
+    """The snapshot taken before the refusals resumes and replays them identically."""
+    run, _, workdir = refusals
+    first = snapshot_files(workdir / "store", "job")[0]
+    resumed = snaprun("resume", first, cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == run.stdout
+
+
+@pytest.mark.parametrize("case, callee, c_code, caller_line", [
+    ("sorted-key", "main.<locals>.<lambda>()", "sorted(...)", "sorted([1], key="),
+    ("map", "main.<locals>.<lambda>()", "list(...)", "list(map("),
+    ("partial", "attempt()", "functools.partial(...)", "functools.partial(attempt"),
+    ("next", "Counter.__next__()", "the for loop's call to __next__", "for x in Counter()"),
+])
+def test_c_function_between_frames(refusals, case, callee, c_code, caller_line):
+    """A C function holding state between two frames is named with both frames and the fix."""
+    message = refusals[1][case]
+    assert f"snapshot {2} ({case}) failed" in message
+    assert f"snapshot() inside {callee} at {FILE}:" in message
+    assert f"called by C code ({c_code}) from main() at {FILE}:{_line_of(caller_line)}" in message
+    assert f"Move the snapshot() out of {callee}" in message
+
+
+@pytest.mark.parametrize("case, kind, function, line", [
+    ("generator-body", "generator", "produce()", 'attempt("generator-body")'),
+    ("coroutine-body", "coroutine", "coroutine_body()", 'attempt("coroutine-body")'),
+])
+def test_snapshot_inside_generator_or_coroutine_body(refusals, case, kind, function, line):
+    """snapshot() inside a running generator or coroutine body is refused with the fix."""
+    message = refusals[1][case]
+    assert f"inside the body of {kind} {function} at {FILE}:{_line_of(line)}" in message
+    assert f"Move the snapshot() out of {function.rstrip('()')}()" in message
+
+
+@pytest.mark.parametrize("case, path, type_name", [
+    ("lock-local", "local 'lock'", "_thread.lock"),
+    ("nested-socket", "local 'holder'['client'].conn", "socket.socket"),
+    ("global-lock", "module refusals, global 'LOCK_AT_MODULE_LEVEL'", "_thread.RLock"),
+])
+def test_unpicklable_value_named_by_path(refusals, case, path, type_name):
+    """An unpicklable local or global is named by task, frame, local, attribute chain, type."""
+    message = refusals[1][case]
+    if case != "global-lock":
+        line = _line_of(f'attempt("{case}")')
+        assert f"task main, frame main() at {FILE}:{line}" in message
+    assert f"{path} -> {type_name}" in message
+    assert "snapstate.resource()" in message
+
+
+def test_code_from_exec_is_refused(refusals):
+    """A frame whose globals are no module (exec'd code) is refused, naming it."""
+    message = refusals[1]["exec-code"]
+    assert "from_exec() at <string>:2 runs in globals that belong to no importable module" in message
+    assert "Move that code into a module of the agent" in message
