@@ -55,7 +55,10 @@ def main():
     print("sorted", sorted([1], key=lambda v: attempt("sorted-key") and v), flush=True)
     print("map", list(map(lambda v: attempt("map") and v, [1])), flush=True)
     print("partial", functools.partial(attempt, "partial")(), flush=True)
-    print("next", [x for x in Counter()], flush=True)
+    seen = []
+    for x in Counter():
+        seen.append(x)
+    print("next", seen, flush=True)
     print("generator", list(produce()), flush=True)
     coro = coroutine_body()
     try:
