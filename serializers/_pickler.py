@@ -15,6 +15,7 @@ frames (self, cells, lists, module globals) keep their identity, and that
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import socket
 import subprocess
@@ -39,6 +40,8 @@ HANDLE_TYPES: tuple[type, ...] = (
 )
 
 _DILL_TYPES: set[type] = set()
+_FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom,
+               io.TextIOWrapper)
 
 
 def _make_cell():
@@ -67,6 +70,18 @@ def _exhausted_generator():
     for _ in gen:
         pass
     return gen
+
+
+def _closed_file(kind, name, mode):
+    """A closed file object of the same type, name and mode ("a closed file object
+    restores as a closed file")."""
+    f = open(os.devnull, mode.replace("x", "w"), buffering=0 if kind is io.FileIO else -1)
+    raw = f if kind is io.FileIO else (f.buffer.raw if hasattr(f, "buffer") else f.raw)
+    raw.name = name
+    if isinstance(f, io.TextIOWrapper):
+        f.mode = mode
+    f.close()
+    return f
 
 
 def _finished_coroutine():
@@ -118,6 +133,8 @@ class FreezePickler(cloudpickle.Pickler):
             raise pickle.PicklingError(
                 f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
                 "it to completion before the snapshot")
+        if t in _FILE_TYPES:
+            return self._reduce_file(obj)
         if t in _DILL_TYPES:
             return (_from_dill, (dill.dumps(obj, protocol=5),))
         if isinstance(obj, BaseException):
@@ -145,6 +162,15 @@ class FreezePickler(cloudpickle.Pickler):
                 (fn.__defaults__, fn.__kwdefaults__, dict(fn.__dict__), fn.__doc__,
                  fn.__module__),
                 None, None, _set_function_state)
+
+    @staticmethod
+    def _reduce_file(f):
+        if not f.closed:
+            # cloudpickle would copy a readable file's contents into the snapshot and
+            # hand back a different object: refuse instead (the message suggests resource()).
+            raise pickle.PicklingError(f"open file {getattr(f, 'name', '?')!r} cannot be "
+                                       "pickled; close it before the snapshot")
+        return (_closed_file, (type(f), getattr(f, "name", None), getattr(f, "mode", "r")))
 
     def _reduce_generator(self, gen):
         if gen.gi_running:

@@ -9,7 +9,7 @@ import pytest
 from conftest import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = ["nested", "loops", "contexts", "closures", "comprehensions", "generators",
-            "exceptions", "recursion", "passthrough", "globals_state"]
+            "exceptions", "recursion", "passthrough", "globals_state", "fallback"]
 
 
 def _baseline(program, tmp_path):

@@ -75,6 +75,9 @@ def main():
     holder["client"].conn.close()
     del holder
 
+    with open(__file__) as source:
+        attempt("open-file")
+
     namespace = {"attempt": attempt}
     exec("def from_exec():\n    return attempt('exec-code')\n", namespace)
     print("exec", namespace["from_exec"](), flush=True)
