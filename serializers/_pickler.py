@@ -7,7 +7,7 @@ frames (self, cells, lists, module globals) keep their identity, and that
     value, and rebuilds nested functions and closures with their module's real
     globals and the same cells;
   - rebuilds suspended generators held as values, paused at the same yield;
-  - keeps an exception's cause, context and notes;
+  - keeps an exception's cause, context, notes and traceback;
   - falls back to dill only for an object type cloudpickle refuses (dill is ~30x
     slower, so it is never on the common path), and never for live handles.
 """
@@ -29,6 +29,7 @@ import dill
 from ..runtime._capture import capture_generator
 from ..runtime._codeid import code_ref, find_code, CodeRef
 from ..runtime._morph import morph_record, rebuild_generator
+from ._tracebacks import rebuild_traceback, save_traceback
 
 __all__ = ["dumps", "loads", "find_unpicklable", "HANDLE_TYPES"]
 
@@ -93,9 +94,11 @@ def _finished_coroutine():
 
 
 def _set_exception_state(exc, state):
-    attrs, cause, context, suppress = state
+    attrs, cause, context, suppress, traceback = state
     exc.__dict__.update(attrs)
     exc.__cause__, exc.__context__, exc.__suppress_context__ = cause, context, suppress
+    if traceback:
+        exc.__traceback__ = rebuild_traceback(traceback)
 
 
 def _from_dill(data: bytes):
@@ -139,8 +142,10 @@ class FreezePickler(cloudpickle.Pickler):
             return (_from_dill, (dill.dumps(obj, protocol=5),))
         if isinstance(obj, BaseException):
             reduced = obj.__reduce__()
+            traceback = save_traceback(obj.__traceback__) if obj.__traceback__ else None
             return (reduced[0], reduced[1], (dict(obj.__dict__), obj.__cause__,
-                                             obj.__context__, obj.__suppress_context__),
+                                             obj.__context__, obj.__suppress_context__,
+                                             traceback),
                     None, None, _set_exception_state)
         if issubclass(t, type):
             return super().reducer_override(obj)

@@ -59,3 +59,26 @@ def test_chain_killed_at_every_point(program, tmp_path):
         assert run.returncode == expected, run.stderr
     assert output == base.stdout
     assert run.result == base.result
+
+
+def _agent_stderr(run) -> str:
+    return "".join(line + "\n" for line in run.stderr.splitlines()
+                   if not line.startswith("snaprun:"))
+
+
+def test_tracebacks_survive_a_restore(tmp_path):
+    """Crash window: SIGKILL after each snapshot of an agent holding an exception and
+    re-raising one from an except body; printed and uncaught tracebacks are identical."""
+    store = tmp_path / "base"
+    base = snaprun("run", "--store", store, "--job", "job", AGENTS / "uncaught.py", cwd=tmp_path)
+    assert base.returncode == 1
+    assert "KeyError: 'missing'" in base.stderr and "KeyError: 'other'" in base.stdout
+    for k in (1, 2):
+        store = tmp_path / f"kill{k}"
+        killed = snaprun("run", "--store", store, "--job", "job", AGENTS / "uncaught.py",
+                         cwd=tmp_path, fault=f"after-snapshot:{k}")
+        assert killed.returncode == -9
+        resumed = snaprun("resume", snapshot_files(store, "job")[-1], cwd=tmp_path)
+        assert resumed.returncode == 1
+        assert killed.stdout + resumed.stdout == base.stdout
+        assert _agent_stderr(resumed) == _agent_stderr(base)

@@ -1,0 +1,156 @@
+"""snapstate's exceptions: their documented hierarchy, and that each one survives
+pickle and cloudpickle (exceptions are stored inside snapshots) with its type, its
+message, its args and any extra attributes."""
+
+from __future__ import annotations
+
+import pickle
+import pickletools
+import subprocess
+import sys
+
+import cloudpickle
+import pytest
+
+import snapstate
+import snapstate.runtime._cli  # noqa: F401  (imports every engine module defining errors)
+from snapstate import (CorruptSnapshot, IncompatibleSnapshot, RestoreError, SnapshotError,
+                       SnapstateError)
+
+PUBLIC_ERRORS = [getattr(snapstate, name) for name in snapstate.__all__
+                 if isinstance(getattr(snapstate, name), type)
+                 and issubclass(getattr(snapstate, name), BaseException)]
+
+
+def _all_subclasses(cls):
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+ALL_ERRORS = list(dict.fromkeys([SnapstateError, *_all_subclasses(SnapstateError)]))
+
+DUMPERS = [pytest.param(lambda e, p: pickle.dumps(e, protocol=p), id="pickle"),
+           pytest.param(lambda e, p: cloudpickle.dumps(e, protocol=p), id="cloudpickle")]
+
+
+def test_public_errors_are_the_documented_five():
+    """The exceptions in __all__ are exactly the five documented classes."""
+    assert set(PUBLIC_ERRORS) == {SnapstateError, SnapshotError, RestoreError,
+                                  IncompatibleSnapshot, CorruptSnapshot}
+
+
+def test_hierarchy():
+    """IncompatibleSnapshot < RestoreError < SnapstateError < Exception; SnapshotError and
+    CorruptSnapshot derive directly from SnapstateError, and from nothing else."""
+    assert IncompatibleSnapshot.__mro__ == (IncompatibleSnapshot, RestoreError, SnapstateError,
+                                            Exception, BaseException, object)
+    assert RestoreError.__mro__ == (RestoreError, SnapstateError, Exception, BaseException,
+                                    object)
+    assert SnapshotError.__mro__ == (SnapshotError, SnapstateError, Exception, BaseException,
+                                     object)
+    assert CorruptSnapshot.__mro__ == (CorruptSnapshot, SnapstateError, Exception,
+                                       BaseException, object)
+    assert SnapstateError.__mro__ == (SnapstateError, Exception, BaseException, object)
+    assert not issubclass(CorruptSnapshot, RestoreError)
+    assert not issubclass(SnapshotError, RestoreError)
+
+
+@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
+def test_every_error_is_an_exception(cls):
+    """Every snapstate error (public or internal) is caught by `except Exception` and by
+    `except SnapstateError`."""
+    assert issubclass(cls, Exception)
+    with pytest.raises(Exception) as info:
+        raise cls("boom")
+    assert isinstance(info.value, SnapstateError)
+
+
+def _roundtrip_checks(original, restored):
+    assert type(restored) is type(original)
+    assert str(restored) == str(original)
+    assert restored.args == original.args
+    assert restored.__dict__ == original.__dict__
+
+
+@pytest.mark.parametrize("dump", DUMPERS)
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
+def test_roundtrip_message(cls, protocol, dump):
+    """An error pickled at any protocol comes back with its type, message and args."""
+    exc = cls("/store/jobs/j/000003.snap is damaged: its checksum does not match")
+    _roundtrip_checks(exc, pickle.loads(dump(exc, protocol)))
+
+
+@pytest.mark.parametrize("dump", DUMPERS)
+@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
+def test_roundtrip_extra_attributes(cls, dump):
+    """Extra attributes set on an error (in its __dict__), including notes, survive."""
+    exc = cls("frame main() at agent.py:12: cannot freeze")
+    exc.path = "/store/jobs/j/000001.snap"
+    exc.frames = [("main", 12), ("step", 30)]
+    exc.details = {"python": ("3.11", "3.12")}
+    exc.add_note("resume with the original interpreter")
+    restored = pickle.loads(dump(exc, pickle.HIGHEST_PROTOCOL))
+    _roundtrip_checks(exc, restored)
+    assert restored.path == "/store/jobs/j/000001.snap"
+    assert restored.frames == [("main", 12), ("step", 30)]
+    assert restored.__notes__ == ["resume with the original interpreter"]
+
+
+@pytest.mark.parametrize("dump", DUMPERS)
+@pytest.mark.parametrize("args", [(), ("one",), ("two", 2), ("three", None, {"k": [1]})],
+                         ids=["no-args", "one-arg", "two-args", "three-args"])
+@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
+def test_roundtrip_any_args(cls, args, dump):
+    """Errors built with zero, one or several arguments keep all of them."""
+    exc = cls(*args)
+    _roundtrip_checks(exc, pickle.loads(dump(exc, pickle.HIGHEST_PROTOCOL)))
+
+
+@pytest.mark.parametrize("cls", PUBLIC_ERRORS, ids=lambda c: c.__name__)
+def test_pickled_by_public_path(cls):
+    """A public error pickles by reference to `snapstate.<Name>`, not to the engine
+    module it is defined in, so stored errors survive engine refactors."""
+    data = pickle.dumps(cls("msg"), protocol=pickle.HIGHEST_PROTOCOL)
+    assert b"snapstate.runtime" not in data
+    strings, globals_ = [], []
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in ("SHORT_BINUNICODE", "BINUNICODE"):
+            strings.append(arg)
+        elif op.name == "STACK_GLOBAL":
+            globals_.append(tuple(strings[-2:]))
+    assert globals_ == [("snapstate", cls.__name__)]
+
+
+def test_roundtrip_in_a_fresh_process():
+    """Errors pickled here unpickle in a new interpreter (which has imported nothing
+    but pickle) with their type, message and attributes."""
+    excs = []
+    for cls in PUBLIC_ERRORS:
+        exc = cls(f"{cls.__name__} message")
+        exc.where = cls.__name__.lower()
+        excs.append(exc)
+    script = ("import pickle, sys\n"
+              "for e in pickle.loads(sys.stdin.buffer.read()):\n"
+              "    print(type(e).__module__, type(e).__name__, e, e.where,"
+              " isinstance(e, Exception))\n")
+    proc = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(excs),
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout.decode().splitlines() == [
+        f"snapstate {cls.__name__} {cls.__name__} message {cls.__name__.lower()} True"
+        for cls in PUBLIC_ERRORS]
+
+
+def test_chained_error_pickles_inside_a_container():
+    """An error stored in agent state (a list holding the same error twice) comes back
+    as one object, still the same type with the same message."""
+    exc = IncompatibleSnapshot("Python 3.11.7 -> 3.12.1")
+    state = {"errors": [exc, exc]}
+    restored = pickle.loads(cloudpickle.dumps(state))
+    first, second = restored["errors"]
+    assert first is second
+    _roundtrip_checks(exc, first)
