@@ -13,20 +13,28 @@ import importlib
 import sys
 import types
 
-import greenlet
-
 __all__ = ["LAYOUT", "NULL", "IFrame", "nlocalsplus", "iframe_of", "read_pointers",
            "true_previous", "generator_handled_exception", "object_at"]
 
 _SUPPORTED = {(3, 11): "_cpython311", (3, 12): "_cpython312", (3, 13): "_cpython313"}
 _VERSION = sys.version_info[:2]
 
-if sys.implementation.name != "cpython" or _VERSION not in _SUPPORTED:
-    raise ImportError(
-        f"snapstate's freeze engine supports CPython 3.11, 3.12 and 3.13; this is "
-        f"{sys.implementation.name} {sys.version.split()[0]}. Run the agent under one of those.")
 
-LAYOUT = importlib.import_module(f"{__package__}.{_SUPPORTED[_VERSION]}")
+
+def check_supported(implementation: str, version: tuple[int, int], full: str) -> str:
+    """The name of the layout table for this interpreter, or ImportError naming it."""
+    if implementation != "cpython" or version not in _SUPPORTED:
+        raise ImportError(
+            f"snapstate's freeze engine supports CPython 3.11, 3.12 and 3.13; this is "
+            f"{implementation} {full}. Run the agent under one of those.")
+    return _SUPPORTED[version]
+
+
+_TABLE = check_supported(sys.implementation.name, _VERSION, sys.version.split()[0])
+
+import greenlet  # noqa: E402  (after the version check: its message comes first)
+
+LAYOUT = importlib.import_module(f"{__package__}.{_TABLE}")
 
 _P = ctypes.c_void_p
 
@@ -173,9 +181,14 @@ def _self_check() -> None:
     it.close()
 
 
-try:
-    _self_check()
-except (RuntimeError, ValueError) as _exc:  # pragma: no cover - only on an unknown build
-    raise ImportError(
-        f"snapstate's CPython {_VERSION[0]}.{_VERSION[1]} frame layout table does not match "
-        f"this interpreter ({sys.version.split()[0]}): {_exc}") from None
+def verify_layout() -> None:
+    """ImportError naming the version when the table does not match this interpreter."""
+    try:
+        _self_check()
+    except (RuntimeError, ValueError) as exc:
+        raise ImportError(
+            f"snapstate's CPython {_VERSION[0]}.{_VERSION[1]} frame layout table does not "
+            f"match this interpreter ({sys.version.split()[0]}): {exc}") from None
+
+
+verify_layout()

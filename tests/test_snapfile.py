@@ -287,7 +287,7 @@ def _cli_refuses(path, tmp_path):
     return run
 
 
-def _damaged_copy(real, tmp_path, name: str, data: bytes):
+def _damaged_copy(tmp_path, name: str, data: bytes):
     directory = tmp_path / "store" / "jobs" / "job"
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
@@ -309,7 +309,7 @@ def _cut_points(data: bytes) -> dict[str, int]:
 def test_cli_resume_truncated(real, real_bytes, tmp_path, where):
     """`snaprun resume` of a truncated real snapshot exits 2 with a clean error."""
     size = _cut_points(real_bytes)[where]
-    path = _damaged_copy(real, tmp_path, "000002.snap", real_bytes[:size])
+    path = _damaged_copy(tmp_path, "000002.snap", real_bytes[:size])
     _cli_refuses(path, tmp_path)
 
 
@@ -323,27 +323,27 @@ def test_cli_resume_flipped_byte(real, real_bytes, tmp_path, where):
            "checksum": len(real_bytes) - 1}[where]
     data = bytearray(real_bytes)
     data[pos] ^= 0x01
-    path = _damaged_copy(real, tmp_path, "000002.snap", bytes(data))
+    path = _damaged_copy(tmp_path, "000002.snap", bytes(data))
     _cli_refuses(path, tmp_path)
 
 
 def test_cli_resume_trailing_bytes(real, real_bytes, tmp_path):
     """`snaprun resume` of a snapshot with bytes appended exits 2 cleanly."""
-    path = _damaged_copy(real, tmp_path, "000002.snap", real_bytes + b"\n")
+    path = _damaged_copy(tmp_path, "000002.snap", real_bytes + b"\n")
     _cli_refuses(path, tmp_path)
 
 
 def test_cli_resume_not_a_snapshot(real, tmp_path):
     """`snaprun resume` of an empty file and of a text file exits 2 cleanly."""
-    _cli_refuses(_damaged_copy(real, tmp_path, "000001.snap", b""), tmp_path)
-    _cli_refuses(_damaged_copy(real, tmp_path, "000002.snap", b"not a snapshot\n"), tmp_path)
+    _cli_refuses(_damaged_copy(tmp_path, "000001.snap", b""), tmp_path)
+    _cli_refuses(_damaged_copy(tmp_path, "000002.snap", b"not a snapshot\n"), tmp_path)
 
 
 def test_cli_resume_foreign_format(real, real_bytes, tmp_path):
     """`snaprun resume` of a well-formed snapshot of format 2 exits 2, naming formats."""
     data = bytearray(real_bytes[:-16])
     struct.pack_into("<H", data, _MAGIC_LEN, 2)
-    path = _damaged_copy(real, tmp_path, "000002.snap", _reseal(bytes(data)))
+    path = _damaged_copy(tmp_path, "000002.snap", _reseal(bytes(data)))
     run = _cli_refuses(path, tmp_path)
     assert "format 2" in run.stderr
 
@@ -360,9 +360,8 @@ def test_cli_resume_missing_file(tmp_path):
 
 def _resealed_with(real_bytes: bytes, header=None, body=None) -> bytes:
     """The real snapshot with its header and/or body replaced, checksum valid."""
-    real_header = json.loads(real_bytes[_layout(real_bytes)["head_start"]:
-                                        _layout(real_bytes)["head_end"]])
     parts = _layout(real_bytes)
+    real_header = json.loads(real_bytes[parts["head_start"]:parts["head_end"]])
     real_body = real_bytes[parts["body_start"]:parts["body_end"]]
     return _snapfile.encode(real_header if header is None else header,
                             real_body if body is None else body)
@@ -371,7 +370,7 @@ def _resealed_with(real_bytes: bytes, header=None, body=None) -> bytes:
 def test_cli_resume_body_not_zstd(real, real_bytes, tmp_path):
     """A checksum-valid snapshot whose body is not zstd data is refused with exit 2 and
     an error naming the file."""
-    path = _damaged_copy(real, tmp_path, "000002.snap",
+    path = _damaged_copy(tmp_path, "000002.snap",
                          _resealed_with(real_bytes, body=b"definitely not zstd"))
     _cli_refuses(path, tmp_path)
 
@@ -379,7 +378,7 @@ def test_cli_resume_body_not_zstd(real, real_bytes, tmp_path):
 def test_cli_resume_body_not_a_pickle(real, real_bytes, tmp_path):
     """A checksum-valid snapshot whose body decompresses to something that is not a
     snapstate pickle is refused with exit 2 and a clean error, not a traceback."""
-    path = _damaged_copy(real, tmp_path, "000002.snap",
+    path = _damaged_copy(tmp_path, "000002.snap",
                          _resealed_with(real_bytes, body=_snapfile.compress(b"garbage")))
     _cli_refuses(path, tmp_path)
 
@@ -397,15 +396,15 @@ def test_cli_resume_header_not_a_snapshot_header(real, real_bytes, tmp_path, hea
         body = real_bytes[parts["body_start"]:parts["body_end"]]
         data = _reseal(_snapfile.MAGIC + _FIXED.pack(_snapfile.FORMAT_VERSION, len(head))
                        + head + struct.pack("<Q", len(body)) + body)
-    path = _damaged_copy(real, tmp_path, "000002.snap", data)
+    path = _damaged_copy(tmp_path, "000002.snap", data)
     _cli_refuses(path, tmp_path)
 
 
 def test_cli_refusal_leaves_other_snapshots_resumable(real, real_bytes, tmp_path):
     """After a damaged snapshot is refused, an intact earlier snapshot of the same job
     still resumes and the job finishes."""
-    good = _damaged_copy(real, tmp_path, "000001.snap", real[0].read_bytes())
-    bad = _damaged_copy(real, tmp_path, "000002.snap", real_bytes[: len(real_bytes) // 2])
+    good = _damaged_copy(tmp_path, "000001.snap", real[0].read_bytes())
+    bad = _damaged_copy(tmp_path, "000002.snap", real_bytes[: len(real_bytes) // 2])
     _cli_refuses(bad, tmp_path)
     run = snaprun("resume", good, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
