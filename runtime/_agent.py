@@ -113,9 +113,22 @@ class EntryPoint:
         return real.startswith(os.path.realpath(self.root) + os.sep)
 
 
+_OWNED: dict[tuple[EntryPoint, int], tuple[types.ModuleType, bool]] = {}
+
+
 def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
-    return [m for m in list(sys.modules.values())
-            if isinstance(m, types.ModuleType) and entry.owns(m)]
+    """The agent's own modules among those loaded (decided once per module: resolving
+    paths of every loaded module at each snapshot would dominate its cost)."""
+    out = []
+    for module in list(sys.modules.values()):
+        if not isinstance(module, types.ModuleType):
+            continue
+        hit = _OWNED.get((entry, id(module)))
+        if hit is None or hit[0] is not module:
+            hit = _OWNED[(entry, id(module))] = (module, entry.owns(module))
+        if hit[1]:
+            out.append(module)
+    return out
 
 
 def _rebound_on_import(module: types.ModuleType, name: str, value) -> bool:

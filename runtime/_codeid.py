@@ -139,10 +139,11 @@ def find_code(ref: CodeRef) -> types.CodeType:
     """The live code object with identity `ref`, or IncompatibleSnapshot saying why not."""
     try:
         index = _module_index(ref.module)
-    except ImportError as exc:
-        raise IncompatibleSnapshot(
-            f"module {ref.module!r} (holding {ref.qualname}()) cannot be imported: {exc}. "
-            "Resume from the directory the job was started in, with the same sys.path.") from None
+    except Exception as exc:
+        change = (f"module {ref.module!r} (holding {ref.qualname}()) cannot be imported "
+                  f"({type(exc).__name__}: {exc})")
+        raise _code_changed(change, "Resume from the directory the job was started in, with "
+                            "the same sys.path, and the original source.") from None
     code = index.get((ref.qualname, ref.firstlineno, ref.digest))
     if code is not None:
         return code
@@ -155,9 +156,14 @@ def find_code(ref: CodeRef) -> types.CodeType:
     else:
         change = (f"{ref.qualname}() moved from line {ref.firstlineno} to line "
                   f"{', '.join(str(k[1]) for k in same_name)} of {ref.filename or ref.module}")
-    raise IncompatibleSnapshot(
-        f"the agent's code changed since the snapshot: {change}. Restore the original source "
-        "(e.g. check out the commit the job started from) to resume this job, or start a new job.")
+    raise _code_changed(change, "Restore the original source (e.g. check out the commit the "
+                        "job started from) to resume this job, or start a new job.")
+
+
+def _code_changed(change: str, fix: str) -> IncompatibleSnapshot:
+    exc = IncompatibleSnapshot(f"the agent's code changed since the snapshot: {change}. {fix}")
+    exc.change = change
+    return exc
 
 
 def module_digest(module: types.ModuleType) -> str | None:

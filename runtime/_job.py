@@ -26,7 +26,8 @@ from ..serializers import _pickler, _snapfile
 from . import _agent
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
-from ._errors import IncompatibleSnapshot, SnapshotError
+from ._errors import (CorruptSnapshot, IncompatibleSnapshot, RestoreError, SnapshotError,
+                      SnapstateError)
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
@@ -114,6 +115,10 @@ def check_versions(header: dict, where: str) -> None:
             f"(Python {then.get('python_full')}).")
 
 
+_HEADER_FIELDS = frozenset({"job_id", "seq", "label", "created_at", "versions", "entry", "argv",
+                            "frames", "modules"})
+
+
 def _local_names(code) -> list[str]:
     names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
     names += list(code.co_freevars)
@@ -185,7 +190,7 @@ class Job:
         state = {"frames": frames, "globals": _agent.capture_globals(modules),
                  "handled": request.handled, "label": request.label}
         try:
-            body = _pickler.dumps(state, roots=self._roots(state))
+            body = _pickler.dumps(state, roots=lambda: self._roots(state))
         except _pickler.UnpicklableError as exc:
             raise SnapshotError(
                 f"{label} failed: {exc}. Keep only picklable values in the agent's locals and "
@@ -231,7 +236,14 @@ class Job:
         """The job a snapshot file belongs to, its header and compressed body. Checks
         the file's integrity; unpickles nothing."""
         header, body = _snapfile.read(path)
-        entry = _agent.EntryPoint.from_dict(header["entry"])
+        missing = _HEADER_FIELDS - set(header)
+        if missing:
+            raise CorruptSnapshot(f"{path} has no snapshot header (missing "
+                                  f"{', '.join(sorted(missing))})")
+        try:
+            entry = _agent.EntryPoint.from_dict(header["entry"])
+        except (KeyError, TypeError):
+            raise CorruptSnapshot(f"{path} has a damaged header (entry point)") from None
         job = cls(entry, os.path.dirname(os.path.abspath(path)), header["job_id"], header["argv"])
         job.seq = header["seq"]
         return job, header, body
@@ -247,9 +259,28 @@ class Job:
         """Check and unpickle a snapshot; returns the function that continues it."""
         check_versions(header, where)
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
-        self.entry.import_module()
+        try:
+            self.entry.import_module()
+        except SnapstateError:
+            raise
+        except Exception as exc:
+            raise IncompatibleSnapshot(
+                f"{where} cannot be resumed: the agent's code no longer imports "
+                f"({type(exc).__name__}: {exc}). Restore the original source to resume this "
+                "job.") from None
         self._check_code(header, where)
-        state = _pickler.loads(_snapfile.decompress(body))
+        data = _snapfile.decompress(body, where)
+        try:
+            state = _pickler.loads(data)
+        except SnapstateError:
+            raise
+        except (ImportError, AttributeError) as exc:
+            raise IncompatibleSnapshot(
+                f"{where} refers to code that no longer exists ({type(exc).__name__}: {exc}). "
+                "Restore the original source to resume this job.") from None
+        except Exception as exc:
+            raise RestoreError(f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
+                               "resume from an earlier snapshot of the job.") from None
         _agent.restore_globals(state["globals"])
         frames: list[FrameRecord] = state["frames"]
         self._resumed = header
@@ -262,7 +293,7 @@ class Job:
             try:
                 find_code(ref)
             except IncompatibleSnapshot as exc:
-                problems.append(str(exc).split(": ", 1)[-1].split(". Restore")[0])
+                problems.append(getattr(exc, "change", str(exc)))
         if not problems:
             return
         changed = [name for name, digest in header.get("modules", {}).items()

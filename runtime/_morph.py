@@ -17,14 +17,16 @@ from __future__ import annotations
 import inspect
 import sys
 import types
+import weakref
 from dataclasses import dataclass
 
 from . import _bytecode as bc
 from ._codeid import find_code
-from ._frames import CALL, GENERATOR, INSTANCE, FrameRecord
+from ._frames import CALL, GENERATOR, GENERATOR_CREATED, INSTANCE, FrameRecord
 from ._layout import LAYOUT, NULL
 
-__all__ = ["build_resume_chain", "rebuild_generator", "unmorph", "morph_record"]
+__all__ = ["build_resume_chain", "rebuild_generator", "unmorph", "morph_record", "is_morph"]
+
 
 @dataclass(frozen=True)
 class _MorphInfo:
@@ -32,43 +34,64 @@ class _MorphInfo:
     prologue: int          # units before the original body
     call_start: int
     call_end: int
-    record: FrameRecord
+    pending: FrameRecord   # the record without its values: where the frame is paused
+    created: FrameRecord | None   # whole record of a generator not started yet
 
 
-_MORPHS: dict[int, tuple[types.CodeType, _MorphInfo]] = {}
+# id(morph code) -> (weak reference to it, info). Entries go away with their code, so
+# a restored job's saved values are not kept alive by the registry.
+_MORPHS: dict[int, tuple[weakref.ref, _MorphInfo]] = {}
+
+
+def _register(morph: types.CodeType, info: _MorphInfo) -> None:
+    key = id(morph)
+    _MORPHS[key] = (weakref.ref(morph, lambda _ref, key=key: _MORPHS.pop(key, None)), info)
+
+
+def _info(code: types.CodeType) -> _MorphInfo | None:
+    hit = _MORPHS.get(id(code))
+    return hit[1] if hit is not None and hit[0]() is code else None
 
 
 def morph_record(code: types.CodeType) -> FrameRecord | None:
-    """The record a morph code object was built from (None for ordinary code)."""
-    hit = _MORPHS.get(id(code))
-    return hit[1].record if hit is not None and hit[0] is code else None
+    """The record of a restored generator that has not started yet (its values are
+    still in its prologue), or None."""
+    info = _info(code)
+    return info.created if info is not None else None
+
+
+def is_morph(code: types.CodeType) -> bool:
+    return _info(code) is not None
 
 
 def unmorph(code: types.CodeType, unit: int) -> tuple[types.CodeType, int, FrameRecord | None]:
     """Map (code, unit) of a possibly restored frame to the original code and unit.
 
-    The third item is the record the morph was built from when the frame is still
-    paused in its prologue's call (its inner frame has not returned yet)."""
-    hit = _MORPHS.get(id(code))
-    if hit is None or hit[0] is not code:
+    The third item says where the frame is paused (pending instruction, resume
+    offset, result kind) when it is still in its prologue's call, i.e. its inner frame
+    has not returned yet."""
+    info = _info(code)
+    if info is None:
         return code, unit, None
-    info = hit[1]
     if unit >= info.prologue:
         return info.original, unit - info.prologue, None
     if info.call_start <= unit < info.call_end:
-        return info.original, info.record.pending, info.record
+        return info.original, info.pending.pending, info.pending
     raise RuntimeError(f"{code.co_qualname} was captured inside its restore prologue (unit {unit})")
 
 
-class _ConstBox(tuple):
-    """Holds a morph's unhashable constants (lists, dicts). A code object hashes its
-    constants, so they are fetched from this identity-hashed tuple by index instead."""
+class _Values(list):
+    """The values a morph prologue loads (locals, stack items). Code objects hash
+    their constants, so this list hashes by identity; the prologue empties it once
+    everything is loaded, so the restored frames own their values alone."""
 
-    def __hash__(self):
-        return id(self)
+    __hash__ = object.__hash__
 
     def __eq__(self, other):
         return self is other
+
+
+_INLINE = (type(None), bool, int, float, str, bytes)
 
 
 class _Prologue:
@@ -77,8 +100,8 @@ class _Prologue:
     def __init__(self, code: types.CodeType):
         self.out = bytearray()
         self.consts = list(code.co_consts)
-        self._boxed: list = []
-        self._box_index: int | None = None
+        self.values = _Values()
+        self._values_index = self.const(self.values)
 
     def const(self, value) -> int:
         self.consts.append(value)
@@ -88,31 +111,27 @@ class _Prologue:
         bc.emit(self.out, opname, arg)
 
     def push(self, value) -> None:
-        try:
-            hash(value)
-        except TypeError:
-            if self._box_index is None:
-                self._box_index = self.const(None)
-            self._boxed.append(value)
-            self.emit("LOAD_CONST", self._box_index)
-            self.emit("LOAD_CONST", self.const(len(self._boxed) - 1))
-            self.emit("BINARY_SUBSCR")
-        else:
+        if type(value) in _INLINE:
             self.emit("LOAD_CONST", self.const(value))
+            return
+        self.values.append(value)
+        self.emit("LOAD_CONST", self._values_index)
+        self.emit("LOAD_CONST", self.const(len(self.values) - 1))
+        self.emit("BINARY_SUBSCR")
 
     def call(self, fn) -> None:
         index = self.const(fn)
         for name, arg in LAYOUT.CALL_SEQUENCE:
             self.emit(name, index if arg == "fn" else arg)
 
+    def release_values(self) -> None:
+        if self.values:
+            self.call(self.values.clear)
+            self.emit("POP_TOP")
+
     @property
     def units(self) -> int:
         return len(self.out) // 2
-
-    def final_consts(self) -> tuple:
-        if self._box_index is not None:
-            self.consts[self._box_index] = _ConstBox(self._boxed)
-        return tuple(self.consts)
 
 
 def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
@@ -144,12 +163,15 @@ def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
             pro.emit("PUSH_NULL")
         else:
             pro.push(value)
+    pro.release_values()
     call_start = pro.units
     if rec.kind == CALL:
         pro.call(inner if inner is not None else value_fn)
         if rec.result == INSTANCE:   # Class() evaluates to the instance, not __init__'s None
             pro.emit("POP_TOP")
-            pro.push(rec.instance)
+            pro.emit("LOAD_CONST", pro.const(_Values([rec.instance])))
+            pro.emit("LOAD_CONST", pro.const(0))
+            pro.emit("BINARY_SUBSCR")
     elif rec.kind == GENERATOR:
         pro.push(None)               # the re-executed YIELD_VALUE yields this
     call_end = pro.units
@@ -177,10 +199,14 @@ def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
     table += code.co_linetable
 
     morph = code.replace(
-        co_code=bytes(pro.out) + code.co_code, co_consts=pro.final_consts(),
+        co_code=bytes(pro.out) + code.co_code, co_consts=tuple(pro.consts),
         co_exceptiontable=bc.encode_exception_table(entries), co_linetable=bytes(table),
         co_stacksize=max(code.co_stacksize, len(rec.stack) + 6) + 2)
-    _MORPHS[id(morph)] = (morph, _MorphInfo(code, prologue, call_start, call_end, rec))
+    pending = FrameRecord(code=rec.code, slots=[], stack=[], resume=rec.resume,
+                          pending=rec.pending, kind=rec.kind, result=rec.result,
+                          instance=rec.instance, lineno=rec.lineno)
+    _register(morph, _MorphInfo(code, prologue, call_start, call_end, pending,
+                                rec if rec.kind == GENERATOR_CREATED else None))
     return morph
 
 

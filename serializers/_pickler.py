@@ -28,7 +28,7 @@ import dill
 
 from ..runtime._capture import capture_generator
 from ..runtime._codeid import code_ref, find_code, CodeRef
-from ..runtime._morph import morph_record, rebuild_generator
+from ..runtime._morph import is_morph, rebuild_generator
 from ._tracebacks import rebuild_traceback, save_traceback
 
 __all__ = ["dumps", "loads", "find_unpicklable", "HANDLE_TYPES"]
@@ -152,7 +152,7 @@ class FreezePickler(cloudpickle.Pickler):
         return NotImplemented
 
     def _reduce_function(self, fn):
-        if morph_record(fn.__code__) is not None:
+        if is_morph(fn.__code__):
             raise pickle.PicklingError(f"function {fn.__qualname__} is a restore stub")
         module = fn.__globals__.get("__name__")
         if (not isinstance(module, str) or module == "__main__" or module not in sys.modules
@@ -197,13 +197,14 @@ _PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError)
 def dumps(obj, *, roots=None) -> bytes:
     """Pickle `obj` in one pass. On failure, find the first object cloudpickle refuses;
     if it is no live handle and dill can pickle it, use dill for that type and retry;
-    otherwise raise UnpicklableError naming the path to it (taken from `roots`, a list
-    of (path, object) pairs describing where obj's parts come from)."""
+    otherwise raise UnpicklableError naming the path to it (taken from `roots`, a
+    function returning (path, object) pairs that say where obj's parts come from;
+    called only on failure)."""
     for _ in range(20):
         try:
             return _dump(obj)
         except _PICKLE_ERRORS as exc:
-            path, culprit, error = find_unpicklable(roots or [("value", obj)], exc)
+            path, culprit, error = find_unpicklable(roots() if roots else [("value", obj)], exc)
             if culprit is None or isinstance(culprit, HANDLE_TYPES) or type(culprit) in _DILL_TYPES:
                 raise UnpicklableError(path, culprit, error) from None
             try:

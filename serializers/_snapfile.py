@@ -35,15 +35,16 @@ _DIGEST = 16
 CODEC = "zstd"
 
 
-def compress(data: bytes, level: int = 3) -> bytes:
+def compress(data: bytes, level: int = 1) -> bytes:
     return zstandard.ZstdCompressor(level=level).compress(data)
 
 
-def decompress(data: bytes) -> bytes:
+def decompress(data: bytes, where: str = "the snapshot") -> bytes:
     try:
         return zstandard.ZstdDecompressor().decompress(data)
     except zstandard.ZstdError as exc:
-        raise CorruptSnapshot(f"the snapshot body does not decompress ({exc})") from None
+        raise CorruptSnapshot(f"the body of {where} does not decompress ({exc}); resume from "
+                              "an earlier snapshot of the job") from None
 
 
 def encode(header: dict, body: bytes) -> bytes:
@@ -72,7 +73,9 @@ def _parse(data: bytes, name: str) -> tuple[dict, int, int]:
     try:
         header = json.loads(data[pos:pos + head_len])
     except ValueError:
-        raise CorruptSnapshot(f"{name} has a damaged header") from None
+        header = None
+    if not isinstance(header, dict):
+        raise CorruptSnapshot(f"{name} has a damaged header")
     pos += head_len
     (body_len,) = _BODY_LEN.unpack_from(data, pos)
     pos += _BODY_LEN.size
@@ -114,12 +117,15 @@ def write_atomic(path: str, data: bytes) -> None:
             written = os.write(fd, view)
             view = view[written:]
         os.fsync(fd)
-    except BaseException:
         os.close(fd)
-        os.unlink(tmp)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         raise
-    os.close(fd)
-    os.replace(tmp, path)
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

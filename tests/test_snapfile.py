@@ -306,7 +306,7 @@ def _cut_points(data: bytes) -> dict[str, int]:
 
 @pytest.mark.parametrize("where", ["in-magic", "in-fixed-fields", "in-header",
                                    "in-body-length", "in-body", "in-checksum", "last-byte"])
-def test_cli_resume_truncated(real, real_bytes, tmp_path, where):
+def test_cli_resume_truncated(real_bytes, tmp_path, where):
     """`snaprun resume` of a truncated real snapshot exits 2 with a clean error."""
     size = _cut_points(real_bytes)[where]
     path = _damaged_copy(tmp_path, "000002.snap", real_bytes[:size])
@@ -314,7 +314,7 @@ def test_cli_resume_truncated(real, real_bytes, tmp_path, where):
 
 
 @pytest.mark.parametrize("where", ["magic", "version", "header", "body", "checksum"])
-def test_cli_resume_flipped_byte(real, real_bytes, tmp_path, where):
+def test_cli_resume_flipped_byte(real_bytes, tmp_path, where):
     """`snaprun resume` of a real snapshot with one damaged byte exits 2 cleanly."""
     parts = _layout(real_bytes)
     pos = {"magic": 0, "version": _MAGIC_LEN,
@@ -327,19 +327,19 @@ def test_cli_resume_flipped_byte(real, real_bytes, tmp_path, where):
     _cli_refuses(path, tmp_path)
 
 
-def test_cli_resume_trailing_bytes(real, real_bytes, tmp_path):
+def test_cli_resume_trailing_bytes(real_bytes, tmp_path):
     """`snaprun resume` of a snapshot with bytes appended exits 2 cleanly."""
     path = _damaged_copy(tmp_path, "000002.snap", real_bytes + b"\n")
     _cli_refuses(path, tmp_path)
 
 
-def test_cli_resume_not_a_snapshot(real, tmp_path):
+def test_cli_resume_not_a_snapshot(tmp_path):
     """`snaprun resume` of an empty file and of a text file exits 2 cleanly."""
     _cli_refuses(_damaged_copy(tmp_path, "000001.snap", b""), tmp_path)
     _cli_refuses(_damaged_copy(tmp_path, "000002.snap", b"not a snapshot\n"), tmp_path)
 
 
-def test_cli_resume_foreign_format(real, real_bytes, tmp_path):
+def test_cli_resume_foreign_format(real_bytes, tmp_path):
     """`snaprun resume` of a well-formed snapshot of format 2 exits 2, naming formats."""
     data = bytearray(real_bytes[:-16])
     struct.pack_into("<H", data, _MAGIC_LEN, 2)
@@ -367,7 +367,7 @@ def _resealed_with(real_bytes: bytes, header=None, body=None) -> bytes:
                             real_body if body is None else body)
 
 
-def test_cli_resume_body_not_zstd(real, real_bytes, tmp_path):
+def test_cli_resume_body_not_zstd(real_bytes, tmp_path):
     """A checksum-valid snapshot whose body is not zstd data is refused with exit 2 and
     an error naming the file."""
     path = _damaged_copy(tmp_path, "000002.snap",
@@ -375,7 +375,7 @@ def test_cli_resume_body_not_zstd(real, real_bytes, tmp_path):
     _cli_refuses(path, tmp_path)
 
 
-def test_cli_resume_body_not_a_pickle(real, real_bytes, tmp_path):
+def test_cli_resume_body_not_a_pickle(real_bytes, tmp_path):
     """A checksum-valid snapshot whose body decompresses to something that is not a
     snapstate pickle is refused with exit 2 and a clean error, not a traceback."""
     path = _damaged_copy(tmp_path, "000002.snap",
@@ -385,7 +385,7 @@ def test_cli_resume_body_not_a_pickle(real, real_bytes, tmp_path):
 
 @pytest.mark.parametrize("header", [{"job_id": "job"}, [1, 2, 3], "text"],
                          ids=["missing-keys", "list", "string"])
-def test_cli_resume_header_not_a_snapshot_header(real, real_bytes, tmp_path, header):
+def test_cli_resume_header_not_a_snapshot_header(real_bytes, tmp_path, header):
     """A checksum-valid file whose JSON header is not a snapshot header (missing keys,
     not an object) is refused with exit 2 and a clean error, not a traceback."""
     if isinstance(header, dict):

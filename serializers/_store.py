@@ -1,0 +1,200 @@
+"""The store interface: a catalog of jobs, snapshots, leases and the job timeline.
+
+The embedded default is SQLite (serializers._sqlite); a PostgreSQL implementation
+will satisfy the same interface and pass the same conformance suite
+(tests/test_store_conformance.py). Snapshot bodies are files; the catalog says
+which of them exist.
+
+Fencing: every runner holds a lease with an epoch that grows with each acquisition.
+A snapshot row for sequence N+1 is committed only if N is still the job's latest and
+the writer's epoch is still the lease's: a stale writer changes nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import socket
+from dataclasses import dataclass
+
+__all__ = ["Store", "JobRow", "SnapshotRow", "LeaseRow", "EventRow", "Owner", "STATUSES",
+           "pid_alive"]
+
+STATUSES = ("running", "waiting", "done", "failed", "parked", "interrupted")
+
+
+@dataclass(frozen=True)
+class Owner:
+    host: str
+    pid: int
+
+    @classmethod
+    def me(cls) -> "Owner":
+        return cls(socket.gethostname(), os.getpid())
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host}"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: str
+    entry: dict
+    argv: list
+    status: str
+    created: float
+    updated: float
+    resume_count: int
+    parent: str | None = None
+    fork_seq: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotRow:
+    job_id: str
+    seq: int
+    label: str | None
+    file: str          # path relative to the store directory
+    size: int
+    created: float
+    epoch: int
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    job_id: str
+    owner: Owner
+    epoch: int
+    expires: float
+    heartbeat: float
+
+    def is_live(self, now: float) -> bool:
+        """A lease is live while it has not expired and, when held on this host, its
+        process still exists: a runner killed here is seen dead at once."""
+        if self.expires <= now:
+            return False
+        if self.owner.host == socket.gethostname():
+            return pid_alive(self.owner.pid)
+        return True
+
+
+@dataclass(frozen=True)
+class EventRow:
+    job_id: str
+    at: float
+    kind: str
+    detail: str
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (killed, not yet reaped by its parent) is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
+
+
+class Store(abc.ABC):
+    """What the runtime needs from a store. Every method is atomic."""
+
+    directory: str
+
+    # ---------------------------------------------------------------- jobs
+    @abc.abstractmethod
+    def create_job(self, job_id: str, entry: dict, argv: list, *, parent: str | None = None,
+                   fork_seq: int | None = None) -> JobRow:
+        """Insert a new job (status running); JobExists if the id is taken."""
+
+    @abc.abstractmethod
+    def get_job(self, job_id: str) -> JobRow:
+        """The job, or JobNotFound."""
+
+    @abc.abstractmethod
+    def list_jobs(self) -> list[JobRow]:
+        """All jobs, oldest first."""
+
+    @abc.abstractmethod
+    def set_status(self, job_id: str, status: str, *, epoch: int | None = None,
+                   error: str | None = None) -> None:
+        """Set a job's status; with `epoch`, only while that epoch holds the lease
+        (StaleWriter otherwise)."""
+
+    @abc.abstractmethod
+    def delete_job(self, job_id: str) -> None:
+        """Remove a job and all its rows."""
+
+    # ---------------------------------------------------------------- leases
+    @abc.abstractmethod
+    def acquire_lease(self, job_id: str, owner: Owner, ttl: float, *, force: bool = False,
+                      resuming: bool = False) -> int:
+        """Take the job's lease and return the new epoch. LeaseHeld while another
+        owner's lease is live; `force` takes over only a stale lease. `resuming`
+        counts a resume."""
+
+    @abc.abstractmethod
+    def heartbeat(self, job_id: str, epoch: int, ttl: float) -> None:
+        """Extend the lease; LeaseLost (a StaleWriter) if the epoch no longer holds it."""
+
+    @abc.abstractmethod
+    def release_lease(self, job_id: str, epoch: int) -> None:
+        """Give the lease up (no error if it is already gone)."""
+
+    @abc.abstractmethod
+    def get_lease(self, job_id: str) -> LeaseRow | None:
+        """The job's current lease row, live or not."""
+
+    # ---------------------------------------------------------------- snapshots
+    @abc.abstractmethod
+    def commit_snapshot(self, row: SnapshotRow) -> None:
+        """Record snapshot row.seq, compare-and-swap: only if row.seq - 1 is the job's
+        latest sequence and row.epoch still holds the lease. StaleWriter otherwise,
+        with nothing changed."""
+
+    @abc.abstractmethod
+    def snapshots(self, job_id: str) -> list[SnapshotRow]:
+        """The job's snapshots, by sequence."""
+
+    @abc.abstractmethod
+    def delete_snapshot(self, job_id: str, seq: int) -> None:
+        """Forget one snapshot row (its file is the caller's)."""
+
+    # ---------------------------------------------------------------- timeline
+    @abc.abstractmethod
+    def log_event(self, job_id: str, kind: str, detail: str = "") -> None:
+        """Append to the job's timeline."""
+
+    @abc.abstractmethod
+    def events(self, job_id: str) -> list[EventRow]:
+        """The job's timeline, oldest first."""
+
+    # ---------------------------------------------------------------- derived
+    def latest(self, job_id: str) -> SnapshotRow | None:
+        rows = self.snapshots(job_id)
+        return rows[-1] if rows else None
+
+    def snapshot(self, job_id: str, seq: int) -> SnapshotRow:
+        from ..runtime._errors import SnapshotNotFound
+        for row in self.snapshots(job_id):
+            if row.seq == seq:
+                return row
+        raise SnapshotNotFound(f"job {job_id} has no snapshot {seq}; `snaprun log {job_id}` "
+                               "lists its snapshots")
+
+    def effective_status(self, job: JobRow, now: float) -> str:
+        """A running job whose runner is gone is shown as interrupted (resumable)."""
+        if job.status != "running":
+            return job.status
+        lease = self.get_lease(job.job_id)
+        return "running" if lease is not None and lease.is_live(now) else "interrupted"
+
+    def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,383 @@
+"""Incompatible snapshots: a snapshot taken under another Python minor version or
+another greenlet/cloudpickle major.minor version, or whose agent code has changed
+(a body edited, a function moved or removed, a file gone), is refused by
+`snaprun resume` with exit 2 and a message naming every difference, before anything
+is unpickled; the snapshot is left intact, so it resumes once the original
+environment or source is back."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import cloudpickle
+import greenlet
+import pytest
+
+from conftest import AGENTS, Run, snaprun, snapshot_files
+from snapstate.serializers import _snapfile
+
+NO_PYC = {"PYTHONDONTWRITEBYTECODE": "1"}   # edits must never be hidden by a stale .pyc
+
+# What the compat agent prints after a resume from its snapshot 2, and returns.
+CONTINUATION = ("step 1 seq 2 resumed True label step-1 frozen float True\n"
+                "step 2 seq 3 resumed False label step-2 frozen float True\n"
+                "results [0, 10, 20]\n")
+RESULT = "30"
+
+
+def _refused(run: Run, *needles: str) -> None:
+    """exit 2, a single snaprun error on stderr containing every needle, no traceback,
+    and nothing from the agent on stdout."""
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.startswith("snaprun: error:"), run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stdout == "", run.stdout
+    for needle in needles:
+        assert needle in run.stderr, f"{needle!r} not in {run.stderr!r}"
+
+
+def _state(path: Path) -> tuple[bytes, list[str]]:
+    """A snapshot's bytes and its job directory's listing."""
+    return path.read_bytes(), sorted(os.listdir(path.parent))
+
+
+# ------------------------------------------------------------------ runtime versions
+@pytest.fixture
+def loops_snapshot(tmp_path) -> Path:
+    """Snapshot 2 of tests/agents/loops.py, run to completion by snaprun."""
+    run = snaprun("run", "--store", tmp_path / "store", "--job", "job", AGENTS / "loops.py",
+                  cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    return snapshot_files(tmp_path / "store", "job")[1]
+
+
+def _rewrite_versions(path: Path, **versions: str) -> dict:
+    """Rewrite the snapshot's header versions in place (valid checksum); returns the
+    original versions."""
+    header, body = _snapfile.read(str(path))
+    original = dict(header["versions"])
+    header["versions"] = dict(original, **versions)
+    _snapfile.write_atomic(str(path), _snapfile.encode(header, body))
+    return original
+
+
+def _bump(version: str, part: int) -> str:
+    """`version` with its major (part 0) or minor (part 1) number increased."""
+    numbers = [int(x) for x in version.split(".")[:2]]
+    numbers[part] += 1
+    if part == 0:
+        numbers[1] = 0
+    return f"{numbers[0]}.{numbers[1]}.0"
+
+
+def test_control_unmodified_snapshot_resumes(loops_snapshot, tmp_path):
+    """Control: the unmodified snapshot, and one whose header was re-encoded without
+    changes, both resume (so the refusals below come from the version fields)."""
+    _rewrite_versions(loops_snapshot)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.result == "13"
+
+
+def test_other_python_minor_refused(loops_snapshot, tmp_path):
+    """A snapshot whose header says CPython 3.99 is refused; the message names both
+    Python versions, and the file is left intact."""
+    _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
+    before = _state(loops_snapshot)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    _refused(run, "3.99.0", platform.python_version(), "Python", str(loops_snapshot))
+    assert _state(loops_snapshot) == before
+
+
+def test_other_python_implementation_refused(loops_snapshot, tmp_path):
+    """Same version numbers but another implementation (pypy) is refused too."""
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    _rewrite_versions(loops_snapshot, python=f"pypy-{minor}", python_full="pypy-" + minor)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    _refused(run, "Python", f"pypy-{minor}", platform.python_version())
+
+
+def test_other_python_patch_accepted(loops_snapshot, tmp_path):
+    """Only the minor version matters: a snapshot from another patch release of the
+    same CPython minor resumes."""
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    patch = sys.version_info[2]
+    _rewrite_versions(loops_snapshot, python_full=f"{minor}.{patch + 1 if patch < 50 else 0}")
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.result == "13"
+
+
+@pytest.mark.parametrize("lib,module", [("cloudpickle", cloudpickle), ("greenlet", greenlet)])
+@pytest.mark.parametrize("part", [0, 1], ids=["major", "minor"])
+def test_other_library_version_refused(loops_snapshot, tmp_path, lib, module, part):
+    """A snapshot taken with another cloudpickle/greenlet major or minor version is
+    refused; the message names the library and both versions."""
+    fake = _bump(module.__version__, part)
+    _rewrite_versions(loops_snapshot, **{lib: fake})
+    before = _state(loops_snapshot)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    _refused(run, lib, fake, module.__version__)
+    assert _state(loops_snapshot) == before
+
+
+def test_every_difference_listed(loops_snapshot, tmp_path):
+    """With Python, greenlet and cloudpickle all different, the one message lists all
+    three differences."""
+    fake_cp, fake_gl = _bump(cloudpickle.__version__, 0), _bump(greenlet.__version__, 0)
+    _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0",
+                      cloudpickle=fake_cp, greenlet=fake_gl)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    _refused(run, "3.99.0", platform.python_version(), f"greenlet {fake_gl}",
+             f"cloudpickle {fake_cp}", greenlet.__version__, cloudpickle.__version__)
+
+
+def test_refused_snapshot_resumes_with_original_versions(loops_snapshot, tmp_path):
+    """After a refusal, putting the original header back makes the same snapshot resume:
+    the refusal changed nothing."""
+    original = _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
+    _refused(snaprun("resume", loops_snapshot, cwd=tmp_path), "3.99.0")
+    _rewrite_versions(loops_snapshot, **original)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "resumed from snapshot 2" in run.stderr
+    assert run.result == "13"
+
+
+# ------------------------------------------------------------------ changed code
+@dataclass
+class CompatJob:
+    root: Path
+    agent: Path
+    helper: Path
+    agent_source: str
+    helper_source: str
+    snap: Path          # snapshot 2 (stack: main -> Worker.step -> checkpoint)
+
+    def resume(self) -> Run:
+        return snaprun("resume", self.snap, cwd=self.root, env=NO_PYC)
+
+    def restore_sources(self) -> None:
+        self.agent.write_text(self.agent_source)
+        self.helper.write_text(self.helper_source)
+
+
+@pytest.fixture
+def compat(tmp_path) -> CompatJob:
+    """Copies of compat_agent.py and compat_helper.py run to completion by snaprun."""
+    src = tmp_path / "agent"
+    src.mkdir()
+    for name in ("compat_agent.py", "compat_helper.py"):
+        shutil.copy(AGENTS / name, src / name)
+    run = snaprun("run", "--store", tmp_path / "store", "--job", "job", src / "compat_agent.py",
+                  cwd=tmp_path, env=NO_PYC)
+    assert run.returncode == 0, run.stderr
+    assert run.result == RESULT
+    files = snapshot_files(tmp_path / "store", "job")
+    assert [f.name for f in files] == ["000001.snap", "000002.snap", "000003.snap"]
+    agent, helper = src / "compat_agent.py", src / "compat_helper.py"
+    return CompatJob(tmp_path, agent, helper, agent.read_text(), helper.read_text(), files[1])
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    source = path.read_text()
+    assert source.count(old) == 1, f"{old!r} must occur once in {path}"
+    path.write_text(source.replace(old, new))
+
+
+def _def_line(source: str, definition: str) -> int:
+    """1-based line number of the line starting (after indentation) with `definition`."""
+    lines = [i for i, line in enumerate(source.splitlines(), 1)
+             if line.lstrip().startswith(definition)]
+    assert len(lines) == 1
+    return lines[0]
+
+
+def _resumes_unchanged(job: CompatJob) -> None:
+    run = job.resume()
+    assert run.returncode == 0, run.stderr
+    assert "resumed from snapshot 2" in run.stderr
+    assert run.stdout == CONTINUATION
+    assert run.result == RESULT
+
+
+def test_control_unchanged_code_resumes(compat):
+    """Control: with the source untouched, snapshot 2 of the compat agent resumes."""
+    _resumes_unchanged(compat)
+
+
+def test_method_body_changed(compat):
+    """An edited body of a method on the stack (Worker.step) is refused, naming its
+    qualname, its file and module and saying to restore the source; the snapshot is
+    left intact and resumes once the original source is back."""
+    _edit(compat.agent, "return i * self.scale", "return i * self.scale + 1")
+    before = _state(compat.snap)
+    run = compat.resume()
+    _refused(run, "Worker.step()", str(compat.agent), "compat_agent", "changed",
+             "Restore the original source", str(compat.snap))
+    assert "main()" not in run.stderr and "checkpoint()" not in run.stderr
+    assert "compat_helper" not in run.stderr
+    assert _state(compat.snap) == before
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_helper_module_body_changed(compat):
+    """An edited function of another agent module on the stack is reported against that
+    module and file only; restoring it makes the snapshot resume."""
+    _edit(compat.helper, "    return info\n", "    print('edited', flush=True)\n    return info\n")
+    before = _state(compat.snap)
+    run = compat.resume()
+    _refused(run, "checkpoint()", str(compat.helper), "compat_helper",
+             "Restore the original source")
+    assert "Worker.step()" not in run.stderr and "main()" not in run.stderr
+    assert "compat_agent" not in run.stderr
+    assert _state(compat.snap) == before
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_constant_changed_in_entry_function(compat):
+    """Changing only a constant in main()'s body (range(3) -> range(4)) is refused."""
+    _edit(compat.agent, "range(3)", "range(4)")
+    run = compat.resume()
+    _refused(run, "main()", str(compat.agent), "Restore the original source")
+    assert "Worker.step()" not in run.stderr
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_several_frames_changed(compat):
+    """Every changed frame on the stack is listed in the one message."""
+    _edit(compat.agent, "return i * self.scale", "return i * self.scale + 1")
+    _edit(compat.agent, "    worker = Worker(10)\n", "    worker = Worker(10)\n    worker.x = 1\n")
+    _edit(compat.helper, "    return info\n", "    return info or None\n")
+    run = compat.resume()
+    _refused(run, "Worker.step()", "main()", "checkpoint()", "compat_agent", "compat_helper")
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_functions_moved(compat):
+    """A comment inserted at the top of the file moves every function on the stack one
+    line down: refused, reporting each as moved from its old line to its new one."""
+    step_line = _def_line(compat.agent_source, "def step(")
+    main_line = _def_line(compat.agent_source, "def main(")
+    compat.agent.write_text("# a new first line\n" + compat.agent_source)
+    before = _state(compat.snap)
+    run = compat.resume()
+    _refused(run, "moved", str(compat.agent), "Restore the original source",
+             f"Worker.step() moved from line {step_line} to line {step_line + 1}",
+             f"main() moved from line {main_line} to line {main_line + 1}")
+    assert "checkpoint()" not in run.stderr
+    assert _state(compat.snap) == before
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_function_removed(compat):
+    """A method on the stack that no longer exists (renamed) is reported as gone."""
+    source = compat.agent_source.replace("def step(", "def advance(").replace(
+        "worker.step(", "worker.advance(")
+    compat.agent.write_text(source)
+    run = compat.resume()
+    _refused(run, "Worker.step() no longer exists", "compat_agent")
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_entry_script_deleted(compat):
+    """A job whose script file is gone is refused, naming the missing script; once the
+    file is back the snapshot resumes."""
+    compat.agent.unlink()
+    run = compat.resume()
+    _refused(run, str(compat.agent))
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_helper_module_deleted(compat):
+    """A job whose agent module on the stack (compat_helper.py) was deleted is refused
+    as changed code (exit 2, a snaprun error naming the module), not crashed."""
+    compat.helper.unlink()
+    run = compat.resume()
+    assert run.returncode == 2, run.stderr
+    assert run.stdout == ""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
+    assert errors and "compat_helper" in errors[0], run.stderr
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+def test_agent_source_no_longer_compiles(compat):
+    """An agent file edited into a syntax error is refused as changed code (exit 2, a
+    snaprun error naming the file), not crashed."""
+    compat.agent.write_text(compat.agent_source + "\nbroken = (\n")
+    run = compat.resume()
+    assert run.returncode == 2, run.stderr
+    assert run.stdout == ""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
+    assert errors and "compat_agent" in errors[0], run.stderr
+    compat.restore_sources()
+    _resumes_unchanged(compat)
+
+
+# ------------------------------------------------------------------ another interpreter
+def _minor_of(python: str) -> tuple[str, str] | None:
+    """(major.minor, full version) of an interpreter, or None if it does not run."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import platform, sys; "
+             "print('%d.%d' % sys.version_info[:2], platform.python_version())"],
+            capture_output=True, text=True, timeout=60)
+    except OSError:
+        return None
+    if proc.returncode != 0:
+        return None
+    minor, full = proc.stdout.split()
+    return minor, full
+
+
+def _other_interpreters() -> list[tuple[str, str, str]]:
+    """(python, minor, full) for every known interpreter of another minor version than
+    this one: from SNAPSTATE_TEST_PYTHONS (set by CI), else /work/venvs/py3.1x."""
+    listed = os.environ.get("SNAPSTATE_TEST_PYTHONS")
+    if listed:
+        candidates = [p for p in listed.split(os.pathsep) if p]
+    else:
+        candidates = [f"/work/venvs/py3.{m}/bin/python" for m in (11, 12, 13)]
+        candidates = [p for p in candidates if os.path.exists(p)]
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    others, seen = [], set()
+    for python in candidates:
+        found = _minor_of(python)
+        if found is None:
+            assert not listed, f"SNAPSTATE_TEST_PYTHONS lists {python}, which does not run"
+            continue
+        minor, full = found
+        if minor != here and minor not in seen:
+            seen.add(minor)
+            others.append((python, minor, full))
+    return others
+
+
+def test_resume_under_another_python(loops_snapshot, tmp_path):
+    """A real snapshot taken here and resumed by an interpreter of another minor version
+    (a real CPython, no header rewriting) is refused with exit 2, naming both versions."""
+    others = _other_interpreters()
+    if not others:
+        pytest.skip("no interpreter of another Python minor version available")
+    before = _state(loops_snapshot)
+    for python, _minor, full in others:
+        run = snaprun("resume", loops_snapshot, cwd=tmp_path, python=python)
+        _refused(run, "Python", platform.python_version(), full, str(loops_snapshot))
+        assert _state(loops_snapshot) == before
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.result == "13"

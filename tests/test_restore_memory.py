@@ -1,0 +1,34 @@
+"""Restoring keeps no hidden references: a restored job's values are freed when the
+agent drops them, and the morph registry empties when the restored frames finish."""
+
+from __future__ import annotations
+
+import gc
+
+from conftest import AGENTS, snaprun, snapshot_files
+
+from snapstate.runtime import _morph
+from snapstate.runtime._agent import EntryPoint
+from snapstate.runtime._job import Job
+
+
+def test_dropped_local_is_freed_after_restore_in_a_new_process(tmp_path):
+    """Crash window: SIGKILL after the snapshot; the resumed agent frees what it drops."""
+    killed = snaprun("run", "--store", tmp_path, "--job", "job", AGENTS / "memory_agent.py",
+                     cwd=tmp_path, fault="after-snapshot:1")
+    assert killed.returncode == -9
+    resumed = snaprun("resume", snapshot_files(tmp_path, "job")[0], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == "freed True\n"
+
+
+def test_registry_empties_after_a_restored_job_finishes(tmp_path):
+    """In one process: after the restored job returns, no morph entry remains."""
+    job = Job(EntryPoint("memory_agent", "main", str(AGENTS / "memory_agent.py")), str(tmp_path),
+              "job")
+    assert job.run() is True
+    before = len(_morph._MORPHS)
+    restored, header, body = Job.from_snapshot(job.last_snapshot)
+    assert restored.resume(header, body, job.last_snapshot) is True
+    gc.collect()
+    assert len(_morph._MORPHS) == before
