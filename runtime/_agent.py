@@ -39,6 +39,7 @@ class EntryPoint:
     module: str
     function: str
     path: str | None = None       # the script file, for scripts
+    search_path: str | None = None   # for module:function, the directory it is found from
 
     @classmethod
     def parse(cls, spec: str) -> "EntryPoint":
@@ -51,14 +52,16 @@ class EntryPoint:
         if not sep or not module or not function:
             raise EntryPointError(
                 f"{spec!r} is neither a .py file nor module:function (e.g. myagent.main:run)")
-        return cls(module, function)
+        # Like `python -m`: a module is found from the current directory first.
+        return cls(module, function, None, os.getcwd())
 
     def as_dict(self) -> dict:
-        return {"module": self.module, "function": self.function, "path": self.path}
+        return {"module": self.module, "function": self.function, "path": self.path,
+                "search_path": self.search_path}
 
     @classmethod
     def from_dict(cls, data: dict) -> "EntryPoint":
-        return cls(data["module"], data["function"], data.get("path"))
+        return cls(data["module"], data["function"], data.get("path"), data.get("search_path"))
 
     @property
     def root(self) -> str | None:
@@ -66,6 +69,8 @@ class EntryPoint:
 
     def import_module(self) -> types.ModuleType:
         if self.path is None:
+            if self.search_path and self.search_path not in sys.path:
+                sys.path.insert(0, self.search_path)
             try:
                 return importlib.import_module(self.module)
             except ImportError as exc:

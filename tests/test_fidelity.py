@@ -82,3 +82,17 @@ def test_tracebacks_survive_a_restore(tmp_path):
         assert resumed.returncode == 1
         assert killed.stdout + resumed.stdout == base.stdout
         assert _agent_stderr(resumed) == _agent_stderr(base)
+
+
+def test_module_function_entry_point(tmp_path):
+    """Crash window: SIGKILL after snapshot 2 of a `module:function` job started from
+    the module's directory; resumed from another directory, it finishes identically."""
+    base = snaprun("run", "--store", tmp_path / "base", "--job", "job", "loops:main", cwd=AGENTS)
+    assert base.returncode == 0, base.stderr
+    killed = snaprun("run", "--store", tmp_path / "kill", "--job", "job", "loops:main",
+                     cwd=AGENTS, fault="after-snapshot:2")
+    assert killed.returncode == -9
+    resumed = snaprun("resume", snapshot_files(tmp_path / "kill", "job")[-1], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert killed.stdout + resumed.stdout == base.stdout
+    assert resumed.result == base.result == "13"
