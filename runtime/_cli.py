@@ -1,40 +1,70 @@
-"""snaprun: run and resume agents.
+"""snaprun: run, resume, list, inspect and manage durable agent jobs.
 
-stdin, stdout and stderr belong to the agent: snaprun's own messages go to stderr,
-never to stdout. Exit codes: 0 done, 1 the agent raised, 2 usage or invalid input
-(unknown file, tampered, truncated or foreign snapshot), 3 waiting, 4 parked,
-5 conflict.
+stdin, stdout and stderr belong to the agent while it runs: snaprun's own messages go
+to stderr, never to stdout. Listing commands (ls, log, inspect, keys list) print to
+stdout; with --json, as JSON.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
+import time
 import traceback
 
 import click
 
+from ..serializers._home import Home, default_home
+from . import _inspect
 from ._agent import EntryPoint, EntryPointError
-from ._errors import SnapstateError
+from ._errors import (JobExists, LeaseHeld, SnapshotNotFound, SnapshotWriteError,
+                      SnapstateError, StaleWriter, StoreError)
 from ._job import Job
 
-EXIT_DONE, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 
 _EXIT_HELP = """\b
 Exit codes:
   0  done
-  1  the agent raised an exception
-  2  usage error or invalid input (bad snapshot, unknown file)
-  3  waiting (approval, timer)       4  parked (needs reconcile)
-  5  conflict (another runner holds the job)"""
-
-
-def _home(store: str | None) -> str:
-    return os.path.abspath(store or os.environ.get("SNAPSTATE_HOME") or ".snapstate")
+  1  the agent raised an exception (or a snapshot could not be written)
+  2  usage error or invalid input (unknown job, tampered, truncated or foreign snapshot)
+  3  waiting (approval, timer)
+  4  parked (an ambiguous effect needs `snaprun reconcile`)
+  5  conflict (another live runner holds the job, or won the race to resume it)"""
 
 
 def _say(message: str) -> None:
     click.echo(f"snaprun: {message}", err=True)
+
+
+def _fail(exc: SnapstateError) -> None:
+    code = EXIT_CONFLICT if isinstance(exc, (LeaseHeld, StaleWriter)) else (
+        EXIT_FAILED if isinstance(exc, SnapshotWriteError) else EXIT_USAGE)
+    _say(f"error: {exc}")
+    sys.exit(code)
+
+
+def _store_of(path: str) -> str | None:
+    """The store directory a snapshot file lies in (<store>/snapshots/<job>/<file>)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
+    return root if os.path.isfile(os.path.join(root, "catalog.db")) else None
+
+
+def _home(store: str | None, file: str | None = None) -> Home:
+    if store is None and file is not None and os.path.isfile(file):
+        store = _store_of(file)
+    try:
+        return Home(default_home(store))
+    except (StoreError, OSError) as exc:
+        _say(f"error: cannot open the store at {default_home(store)}: {exc}")
+        sys.exit(EXIT_USAGE)
+
+
+def store_option(fn):
+    return click.option("--store", type=click.Path(file_okay=False), default=None,
+                        help="Store directory (default: $SNAPSTATE_HOME or ./.snapstate).")(fn)
 
 
 def _agent_traceback(exc: BaseException) -> str:
@@ -46,21 +76,83 @@ def _agent_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _finish(job: Job, run) -> None:
+def _run_job(job: Job, action) -> None:
+    """Run or resume a job and exit with the contract's code."""
+    job.say = _say
     try:
-        result = run()
-    except Exception as exc:  # the agent raised
+        result = action()
+    except KeyboardInterrupt:
         sys.stdout.flush()
-        sys.stderr.write(_agent_traceback(exc))
-        _say(f"job {job.job_id} failed: {type(exc).__name__}: {exc}")
-        if job.last_snapshot:
-            _say(f"resume from the last snapshot with: snaprun resume {job.last_snapshot}")
-        sys.exit(EXIT_FAILED)
+        _say(f"job {job.job_id} interrupted; continue it with: snaprun resume {job.job_id}")
+        sys.exit(130)
+    except (SnapshotWriteError, StaleWriter, LeaseHeld) as exc:
+        sys.stdout.flush()
+        _fail(exc)
+    except SnapstateError as exc:
+        if job._agent is None:        # never started: the snapshot or the job is invalid
+            _fail(exc)
+        _agent_failed(job, exc)
+    except Exception as exc:
+        _agent_failed(job, exc)
     sys.stdout.flush()
     _say(f"job {job.job_id} done; main() returned {result!r}")
     sys.exit(EXIT_DONE)
 
 
+def _agent_failed(job: Job, exc: BaseException) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(_agent_traceback(exc))
+    _say(f"job {job.job_id} failed: {type(exc).__name__}: {exc}")
+    if job.seq:
+        _say(f"its last snapshot is {job.seq}; after fixing the cause: snaprun resume "
+             f"{job.job_id}")
+    sys.exit(EXIT_FAILED)
+
+
+def _parse_ref(ref: str) -> tuple[str, int | None]:
+    match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref)
+    return match.group(1), int(match.group(2)) if match.group(2) else None
+
+
+def _resolve(home: Home, ref: str, *, need_seq: bool = False) -> tuple[str, str, int]:
+    """(path, job id, seq) of JOB, JOB@SEQ or a snapshot FILE."""
+    if os.path.isfile(ref):
+        header = home.verify(ref)
+        return ref, header["job_id"], header["seq"]
+    job_id, seq = _parse_ref(ref)
+    if need_seq and seq is None:
+        raise click.UsageError(f"name a snapshot: {job_id}@SEQ (see `snaprun log {job_id}`)")
+    home.catalog.get_job(job_id)
+    rows = home.catalog.snapshots(job_id)
+    if seq is None:
+        if not rows:
+            raise SnapshotNotFound(f"job {job_id} has no snapshot yet")
+        row = rows[-1]
+    else:
+        row = home.catalog.snapshot(job_id, seq)
+    return home.absolute(row.file), job_id, row.seq
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _parse_duration(text: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r}: use a number and a unit, e.g. 30m, 12h, 7d, 2w")
+    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[
+        match.group(2)]
+
+
+# ------------------------------------------------------------------------ commands
 @click.group(epilog=_EXIT_HELP)
 @click.version_option(package_name="snapstate")
 def cli() -> None:
@@ -69,42 +161,316 @@ def cli() -> None:
 
 @cli.command(context_settings={"ignore_unknown_options": True,
                                "allow_interspersed_args": False}, epilog=_EXIT_HELP)
-@click.option("--store", type=click.Path(file_okay=False), default=None,
-              help="Store directory (default: $SNAPSTATE_HOME or ./.snapstate).")
+@store_option
 @click.option("--job", "job_id", default=None, help="Job id (default: generated).")
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(store, job_id, script, args) -> None:
-    """Run SCRIPT's main() (a .py file or module:function) as a job.
+    """Run SCRIPT's main() (a .py file or module:function) as a new job.
 
-    ARGS become the agent's sys.argv[1:]. Snapshots are written under the store."""
+    ARGS become the agent's sys.argv[1:]. The job id is printed on stderr."""
     try:
         entry = EntryPoint.parse(script)
     except EntryPointError as exc:
         raise click.UsageError(str(exc)) from None
-    job = Job(entry, "", job_id, list(args))
-    job.directory = os.path.join(_home(store), "jobs", job.job_id)
-    _say(f"job {job.job_id} started; snapshots in {job.directory}")
+    home = _home(store)
     try:
-        fn = job.prepare()
-    except SnapstateError as exc:
-        _say(f"error: {exc}")
-        sys.exit(EXIT_USAGE)
-    _finish(job, lambda: job.run_restored(fn))
+        job = Job.create(home, entry, list(args), job_id)
+    except (JobExists, StoreError) as exc:
+        _fail(exc)
+    _say(f"job {job.job_id} started")
+    _run_job(job, job.run)
 
 
 @cli.command(epilog=_EXIT_HELP)
-@click.argument("snapshot_file", type=click.Path(dir_okay=False))
-def resume(snapshot_file) -> None:
-    """Continue a job right after the snapshot() that wrote SNAPSHOT_FILE."""
+@store_option
+@click.option("--at", "at", type=int, default=None,
+              help="Resume from this snapshot; later snapshots of the job are dropped.")
+@click.option("--as", "as_id", default=None, help="With FILE: import it as this job id.")
+@click.option("--force", is_flag=True,
+              help="Take over a lease whose runner stopped heartbeating (never a live one).")
+@click.argument("target")
+def resume(store, at, as_id, force, target) -> None:
+    """Continue job TARGET after its latest snapshot, or the snapshot FILE TARGET.
+
+    A job whose runner was killed resumes without --force. A FILE from another store
+    (exported, or copied) is imported as its job (or --as NEW_ID) first."""
+    home = _home(store, target)
     try:
-        job, header, body = Job.from_snapshot(snapshot_file)
-        outer = job.restore(header, body, snapshot_file)
+        if os.path.isfile(target):
+            job, at = _import_file(home, target, as_id)
+        else:
+            job = Job.open(home, target)
+            status = home.catalog.get_job(target).status
+            if status == "done":
+                raise StoreError(f"job {target} is done; nothing to resume (`snaprun fork "
+                                 f"{target}@SEQ` starts a copy from one of its snapshots)")
     except SnapstateError as exc:
-        _say(f"error: {exc}")
-        sys.exit(EXIT_USAGE)
-    _say(f"job {job.job_id} resumed from snapshot {header['seq']}")
-    _finish(job, lambda: job.run_restored(outer))
+        _fail(exc)
+    _run_job(job, lambda: job.resume(at, force=force))
+
+
+def _import_file(home: Home, path: str, as_id: str | None) -> tuple[Job, int]:
+    header = home.verify(path)
+    catalog = home.catalog
+    own = [r for r in (catalog.snapshots(header["job_id"]) if _exists(home, header["job_id"])
+                       else []) if os.path.samefile(home.absolute(r.file), path)]
+    if own and as_id is None:
+        return Job.open(home, header["job_id"]), own[0].seq
+    job_id = as_id or header["job_id"]
+    if _exists(home, job_id):
+        raise JobExists(f"this store already has a job {job_id!r}; import the file under "
+                        "another id with --as NEW_ID")
+    entry = EntryPoint.from_dict(header["entry"])
+    catalog.create_job(job_id, entry.as_dict(), header["argv"], parent=header["job_id"],
+                       fork_seq=header["seq"])
+    from ..serializers._store import SnapshotRow
+    target = home.copy_snapshot(path, job_id, header["seq"])
+    catalog.add_snapshot_unfenced(SnapshotRow(job_id, header["seq"], header["label"],
+                                              home.relative(target), os.path.getsize(target),
+                                              header["created_at"], 0))
+    catalog.log_event(job_id, "imported", f"from {os.path.abspath(path)}")
+    return Job(home, job_id, entry, header["argv"]), header["seq"]
+
+
+def _exists(home: Home, job_id: str) -> bool:
+    try:
+        home.catalog.get_job(job_id)
+        return True
+    except SnapstateError:
+        return False
+
+
+@cli.command("ls", epilog=_EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+def list_jobs(store, as_json) -> None:
+    """List the store's jobs with their status and latest snapshot."""
+    home = _home(store)
+    now = time.time()
+    rows = []
+    for job in home.catalog.list_jobs():
+        snaps = home.catalog.snapshots(job.job_id)
+        rows.append({"job": job.job_id, "status": home.catalog.effective_status(job, now),
+                     "snapshots": len(snaps), "latest": snaps[-1].seq if snaps else None,
+                     "label": snaps[-1].label if snaps else None,
+                     "updated": job.updated, "resumes": job.resume_count,
+                     "entry": job.entry.get("path") or
+                     f"{job.entry['module']}:{job.entry['function']}",
+                     "parent": job.parent, "error": job.error})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    _inspect.table(["JOB", "STATUS", "SNAPSHOTS", "LATEST", "UPDATED", "RESUMES", "ENTRY"],
+                   [[r["job"], r["status"], str(r["snapshots"]),
+                     "-" if r["latest"] is None else f"{r['latest']}"
+                     + (f" ({r['label']})" if r["label"] else ""),
+                     _ago(now - r["updated"]), str(r["resumes"]), r["entry"]] for r in rows])
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("ref")
+def inspect(store, as_json, ref) -> None:
+    """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE."""
+    home = _home(store, ref)
+    try:
+        path, job_id, seq = _resolve(home, ref)
+        header, payload = home.read(path)
+    except SnapstateError as exc:
+        _fail(exc)
+    report = _inspect.describe(header, payload)
+    if as_json:
+        click.echo(json.dumps(report, indent=1, default=str))
+    else:
+        _inspect.render(report)
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("job_id")
+def log(store, as_json, job_id) -> None:
+    """Show a job's timeline: creation, leases, snapshots, resumes, outcome."""
+    home = _home(store)
+    try:
+        home.catalog.get_job(job_id)
+    except SnapstateError as exc:
+        _fail(exc)
+    events = home.catalog.events(job_id)
+    if as_json:
+        click.echo(json.dumps([{"at": e.at, "kind": e.kind, "detail": e.detail}
+                               for e in events], indent=1))
+        return
+    _inspect.table(["WHEN", "EVENT", "DETAIL"], [[_when(e.at), e.kind, e.detail] for e in events])
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Where to write the self-contained snapshot file.")
+@click.argument("ref")
+def export(store, output, ref) -> None:
+    """Write snapshot JOB@SEQ to a self-contained file that resume and inspect accept.
+
+    The file is signed with this store's key: another store resumes it when it shares
+    the key (SNAPSTATE_KEY)."""
+    home = _home(store)
+    try:
+        path, job_id, seq = _resolve(home, ref, need_seq=True)
+        home.verify(path)
+    except SnapstateError as exc:
+        _fail(exc)
+    from ..serializers._fs import write_atomic
+    from ..serializers._home import _read_chunks
+    write_atomic(output, _read_chunks(path))
+    _say(f"exported {job_id}@{seq} to {output}")
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.argument("path", type=click.Path(dir_okay=False))
+def verify(store, path) -> None:
+    """Check a snapshot file's integrity and signature without loading it."""
+    home = _home(store, path)
+    try:
+        header = home.verify(path)
+    except SnapstateError as exc:
+        _fail(exc)
+    label = f" ({header['label']})" if header.get("label") else ""
+    click.echo(f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "
+               f"{header['key_id']}, {'+'.join(header['codecs'])}, taken {_when(header['created_at'])}"
+               f" under Python {header['versions']['python_full']}")
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--as", "as_id", default=None, help="Id of the new job (default: generated).")
+@click.argument("ref")
+def fork(store, as_id, ref) -> None:
+    """Start a new job from snapshot JOB@SEQ; the original job is untouched.
+
+    Resume the new job with `snaprun resume NEW`."""
+    home = _home(store)
+    try:
+        path, job_id, seq = _resolve(home, ref, need_seq=True)
+        source = home.catalog.get_job(job_id)
+        new_id = as_id or f"{job_id}-fork-{os.urandom(3).hex()}"
+        home.catalog.create_job(new_id, source.entry, source.argv, parent=job_id, fork_seq=seq)
+        from ..serializers._store import SnapshotRow
+        for row in home.catalog.snapshots(job_id):
+            if row.seq > seq:
+                break
+            target = home.copy_snapshot(home.absolute(row.file), new_id, row.seq)
+            home.catalog.add_snapshot_unfenced(SnapshotRow(
+                new_id, row.seq, row.label, home.relative(target), row.size, row.created, 0))
+    except SnapstateError as exc:
+        _fail(exc)
+    home.catalog.log_event(job_id, "forked", f"snapshot {seq} as job {new_id}")
+    click.echo(new_id)
+    _say(f"forked {job_id}@{seq} as {new_id}; continue it with: snaprun resume {new_id}")
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--keep-last", type=int, default=None, help="Keep each job's N latest snapshots.")
+@click.option("--older-than", default=None,
+              help="Drop snapshots older than this (30m, 12h, 7d, 2w); a job's latest stays.")
+@click.option("--finished", is_flag=True, help="Drop done and failed jobs entirely.")
+def prune(store, keep_last, older_than, finished) -> None:
+    """Delete old snapshots and finished jobs. A job that can still be resumed always
+    keeps its latest snapshot; files no catalog row names are swept too."""
+    if keep_last is None and older_than is None and not finished:
+        raise click.UsageError("say what to prune: --keep-last N, --older-than DURATION "
+                               "and/or --finished")
+    if keep_last is not None and keep_last < 1:
+        raise click.BadParameter("--keep-last must be at least 1")
+    cutoff = time.time() - _parse_duration(older_than) if older_than else None
+    home = _home(store)
+    now = time.time()
+    dropped_jobs, dropped = [], 0
+    for job in home.catalog.list_jobs():
+        lease = home.catalog.get_lease(job.job_id)
+        if lease is not None and lease.is_live(now):
+            continue                      # never under a running job's feet
+        if finished and job.status in ("done", "failed"):
+            home.catalog.delete_job(job.job_id)
+            home.delete_job_files(job.job_id)
+            dropped_jobs.append(job.job_id)
+            continue
+        rows = home.catalog.snapshots(job.job_id)
+        keep = set(r.seq for r in rows[-keep_last:]) if keep_last else {r.seq for r in rows}
+        if cutoff is not None:
+            keep = {r.seq for r in rows if r.seq in keep and r.created >= cutoff}
+        if rows:
+            keep.add(rows[-1].seq)
+        for row in rows:
+            if row.seq not in keep:
+                home.catalog.delete_snapshot(job.job_id, row.seq)
+                home.delete_file(row.file)
+                dropped += 1
+        for orphan in home.orphan_files(job.job_id):
+            home.delete_file(orphan)
+    swept = home.sweep_temp_files()
+    click.echo(f"pruned {dropped} snapshot(s) and {len(dropped_jobs)} finished job(s)"
+               + (f": {', '.join(dropped_jobs)}" if dropped_jobs else "")
+               + (f"; removed {swept} temp file(s)" if swept else ""))
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--encrypt", is_flag=True,
+              help="Require encryption: new snapshots are encrypted, plaintext ones refused.")
+def init(store, encrypt) -> None:
+    """Create a store (and its key); stores are also created on first use."""
+    home = _home(store)
+    if encrypt:
+        home.set_encryption(True)
+    _say(f"store {home.directory} ready (key {home.keys.current.key_id}, encryption "
+         f"{'required' if home.encrypt else 'off'})")
+
+
+@cli.group()
+def keys() -> None:
+    """Manage the store's signing and encryption keys."""
+
+
+@keys.command("list")
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+def keys_list(store, as_json) -> None:
+    """List key ids (never the secrets)."""
+    home = _home(store)
+    current = home.keys.current.key_id
+    rows = [{"key": k.key_id, "current": k.key_id == current, "retired": k.retired,
+             "created": k.created} for k in home.keys.keys()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    _inspect.table(["KEY", "STATE", "CREATED"], [
+        [r["key"], "current" if r["current"] else ("retired" if r["retired"] else "valid"),
+         _when(r["created"]) if r["created"] else "from SNAPSTATE_KEY"] for r in rows])
+
+
+@keys.command("rotate")
+@store_option
+def keys_rotate(store) -> None:
+    """Make a new key current; snapshots signed with older keys still load."""
+    key = _home(store).keys.rotate()
+    _say(f"key {key.key_id} is now current")
+
+
+@keys.command("retire")
+@store_option
+@click.argument("key_id")
+def keys_retire(store, key_id) -> None:
+    """Stop trusting KEY_ID: snapshots signed with it are refused."""
+    try:
+        _home(store).keys.retire(key_id)
+    except SnapstateError as exc:
+        _fail(exc)
+    _say(f"key {key_id} retired")
 
 
 def main() -> None:

@@ -6,11 +6,29 @@ Every error names the place (job, frame, file:line, file path) and the next step
     ├── SnapshotError               snapshot() could not freeze the job; raised into the
     │                               agent at the snapshot() call, the job keeps running
     │                               and every earlier snapshot stays valid
+    ├── SnapshotWriteError          a snapshot could not be written durably (a failed
+    │                               write, fsync or rename; never retried): the run stops,
+    │                               the previous snapshot is intact
     ├── RestoreError                a snapshot could not be turned back into a running job
     │   └── IncompatibleSnapshot    the snapshot was taken under another Python or
     │                               library version, or the agent's code has changed
-    └── CorruptSnapshot             the file is not a snapshot, is truncated or damaged;
-                                    nothing of it was unpickled
+    ├── CorruptSnapshot             the file is not a snapshot or is damaged; nothing of
+    │   │                           it was unpickled
+    │   └── TruncatedSnapshot       the file ends early (a copy cut short)
+    ├── SnapshotRejected            the file is intact but may not be trusted or read here;
+    │   │                           nothing of it was unpickled
+    │   ├── TamperedSnapshot        its signature does not match: modified after signing
+    │   ├── HeaderMismatch          its header belongs to another snapshot's body
+    │   ├── UnknownKey              signed with a key id this store does not have
+    │   ├── RetiredKey              signed with a key that was retired
+    │   └── PlaintextRefused        not encrypted, in a store that requires encryption
+    └── StoreError                  the store refused an operation; nothing changed
+        ├── JobNotFound             no job with that id
+        ├── JobExists               a job with that id already exists
+        ├── SnapshotNotFound        the job has no snapshot with that sequence number
+        ├── LeaseHeld               another live runner holds the job (exit code 5)
+        └── StaleWriter             this runner's lease epoch is no longer current (the
+                                    job was taken over): its write was rejected
 
 Every exception pickles (exceptions are stored inside snapshots) and keeps its
 message across the round trip.
@@ -19,11 +37,10 @@ message across the round trip.
 from __future__ import annotations
 
 __all__ = [
-    "SnapstateError",
-    "SnapshotError",
-    "RestoreError",
-    "IncompatibleSnapshot",
-    "CorruptSnapshot",
+    "SnapstateError", "SnapshotError", "SnapshotWriteError", "RestoreError",
+    "IncompatibleSnapshot", "CorruptSnapshot", "TruncatedSnapshot", "SnapshotRejected",
+    "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
+    "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
 ]
 
 
@@ -58,3 +75,67 @@ class IncompatibleSnapshot(RestoreError):
 class CorruptSnapshot(SnapstateError):
     """The file is not a readable snapshot: wrong magic, truncated, or its checksum
     does not match. Nothing from it was unpickled; use an earlier snapshot."""
+
+
+class TruncatedSnapshot(CorruptSnapshot):
+    """The file ends before its trailer: a copy or write cut short."""
+
+
+class SnapshotWriteError(SnapstateError):
+    """A snapshot could not be written durably. Never retried (after a failed fsync the
+    kernel may have dropped the data); the run stops and the job's previous snapshot
+    stays the latest, so `snaprun resume JOB` continues from it once the cause is fixed."""
+
+
+class SnapshotRejected(SnapstateError):
+    """The snapshot is intact but is not trusted or not readable with this store's keys
+    and settings. Nothing from it was unpickled."""
+
+
+class TamperedSnapshot(SnapshotRejected):
+    """The signature (HMAC-SHA256, or the AEAD tag) does not match: the file was
+    modified after it was written, or signed by another key with the same id."""
+
+
+class HeaderMismatch(SnapshotRejected):
+    """The header does not belong to this body (headers swapped between snapshots, or
+    an edited header)."""
+
+
+class UnknownKey(SnapshotRejected):
+    """Signed with a key id this store does not have: set SNAPSTATE_KEY to the key of
+    the store that wrote it."""
+
+
+class RetiredKey(SnapshotRejected):
+    """Signed with a key that was retired (`snaprun keys retire`): it is no longer
+    trusted."""
+
+
+class PlaintextRefused(SnapshotRejected):
+    """Not encrypted, in a store that requires encryption."""
+
+
+class StoreError(SnapstateError):
+    """The store refused an operation; nothing was changed."""
+
+
+class JobNotFound(StoreError):
+    """No job with that id in this store (`snaprun ls` lists them)."""
+
+
+class JobExists(StoreError):
+    """A job with that id already exists; choose another id (`--job`, `--as`)."""
+
+
+class SnapshotNotFound(StoreError):
+    """The job has no snapshot with that sequence number (`snaprun log JOB`)."""
+
+
+class LeaseHeld(StoreError):
+    """Another live runner holds the job's lease; only one runner per job."""
+
+
+class StaleWriter(StoreError):
+    """This runner's lease epoch is no longer current (another runner took the job
+    over): the write was rejected and the catalog is unchanged."""

@@ -13,7 +13,6 @@ builds the chain of morph frames and runs it in a fresh agent greenlet.
 
 from __future__ import annotations
 
-import os
 import secrets
 import sys
 import time
@@ -22,15 +21,17 @@ from dataclasses import dataclass
 import cloudpickle
 import greenlet
 
-from ..serializers import _pickler, _snapfile
+from ..serializers import _pickler
+from ..serializers._home import Home
 from . import _agent
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
-from ._errors import (CorruptSnapshot, IncompatibleSnapshot, RestoreError, SnapshotError,
-                      SnapstateError)
+from ._errors import (HeaderMismatch, IncompatibleSnapshot, RestoreError, SnapshotError,
+                      SnapshotWriteError, SnapstateError, StaleWriter)
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
+from ._lease import Lease
 from ._morph import build_resume_chain
 
 __all__ = ["SnapshotInfo", "snapshot", "Job", "runtime_versions"]
@@ -126,28 +127,128 @@ def _local_names(code) -> list[str]:
 
 
 class Job:
-    """One agent run: the entry point, where its snapshots go, its sequence counter."""
+    """One agent run in a store: its entry point, lease, and snapshot sequence.
 
-    def __init__(self, entry: _agent.EntryPoint, directory: str, job_id: str | None = None,
-                 argv: list[str] | None = None):
+    The catalog row exists before anything runs (`Job.create`); every run or resume
+    holds the job's lease, and every snapshot is committed with compare-and-swap
+    against the lease epoch, so only one runner ever moves a job forward."""
+
+    def __init__(self, home: Home, job_id: str, entry: _agent.EntryPoint, argv: list[str]):
+        self.home = home
+        self.job_id = job_id
         self.entry = entry
-        self.job_id = job_id or f"{entry.module.split('.')[-1]}-{secrets.token_hex(4)}"
-        self.directory = directory
-        self.argv = list(argv or [])
+        self.argv = list(argv)
         self.seq = 0
+        self.epoch: int | None = None
+        self.lease: Lease | None = None
         self.last_snapshot: str | None = None
         self._resumed: dict | None = None
+        self._hub_error: BaseException | None = None
         self._hub = self._agent = None
+        self.say = lambda message: None     # where the CLI's stderr notes go
+
+    @classmethod
+    def create(cls, home: Home, entry: _agent.EntryPoint, argv: list[str],
+               job_id: str | None = None) -> "Job":
+        job_id = job_id or f"{entry.module.split('.')[-1]}-{secrets.token_hex(4)}"
+        home.catalog.create_job(job_id, entry.as_dict(), list(argv))
+        return cls(home, job_id, entry, argv)
+
+    @classmethod
+    def open(cls, home: Home, job_id: str) -> "Job":
+        row = home.catalog.get_job(job_id)
+        return cls(home, job_id, _agent.EntryPoint.from_dict(row.entry), row.argv)
 
     # ------------------------------------------------------------------ running
-    def run(self):
-        """Run the entry function from the start; returns its result."""
-        return self._loop(self.prepare(), (), {})
+    def run(self, *, force: bool = False):
+        """Run the entry function from the start under the job's lease; returns its
+        result and records the outcome in the catalog."""
+        self._acquire(force=force, resuming=False)
+        return self._run_leased(self.prepare)
+
+    def resume(self, at: int | None = None, *, force: bool = False):
+        """Continue the job after its latest snapshot (or snapshot `at`, dropping the
+        later ones); with no snapshot yet, from the start of its entry function."""
+        self._acquire(force=force, resuming=True)
+        return self._run_leased(lambda: self._restore_for_resume(at))
 
     def prepare(self):
         """Load the entry point; returns the function to run."""
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
         return self.entry.load()
+
+    def _acquire(self, *, force: bool, resuming: bool) -> None:
+        self.lease = Lease(self.home.catalog, self.job_id)
+        self.epoch = self.lease.acquire(force=force, resuming=resuming)
+
+    def _restore_for_resume(self, at: int | None):
+        rows = self.home.catalog.snapshots(self.job_id)
+        if at is not None:
+            row = self.home.catalog.snapshot(self.job_id, at)
+            later = [r for r in rows if r.seq > at]
+            for r in reversed(later):
+                self.home.catalog.delete_snapshot(self.job_id, r.seq)
+                self.home.delete_file(r.file)
+            if later:
+                self.home.catalog.log_event(self.job_id, "rewound", f"to snapshot {at}; dropped "
+                                            f"{', '.join(str(r.seq) for r in later)}")
+        elif rows:
+            row = rows[-1]
+        else:
+            self.home.catalog.log_event(self.job_id, "restarted", "no snapshot yet: from the "
+                                        "start of the entry function")
+            self.say(f"job {self.job_id} has no snapshot yet: restarting its entry function "
+                     "(the effect ledger keeps completed side effects from repeating)")
+            return self.prepare()
+        path = self.home.absolute(row.file)
+        header, payload = self.home.read(path)
+        if header.get("seq") != row.seq:
+            raise HeaderMismatch(f"{path} holds snapshot {header.get('seq')}, but the catalog "
+                                 f"lists it as snapshot {row.seq} of job {self.job_id}")
+        self.home.catalog.log_event(self.job_id, "resumed", f"from snapshot {row.seq}")
+        self.say(f"job {self.job_id} resumed from snapshot {row.seq}")
+        return self.restore(header, payload, path)
+
+    def _run_leased(self, load):
+        """Load (start or restore) and run under the lease just acquired; record the
+        outcome. A stale runner records nothing: the job is someone else's."""
+        outcome, error = "failed", None
+        try:
+            fn = load()
+            result = self._loop(fn, (), {})
+            outcome = "done"
+            return result
+        except KeyboardInterrupt:
+            outcome, error = "interrupted", "stopped by Ctrl-C"
+            raise
+        except StaleWriter:
+            outcome = None
+            raise
+        except SnapstateError as exc:
+            if exc is self._hub_error or self._agent is None:
+                # the snapshot write failed, or the job could not even start/restore
+                outcome, error = "interrupted", str(exc)
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+            raise
+        except BaseException as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            self._finish(outcome, error)
+
+    def _finish(self, outcome: str | None, error: str | None) -> None:
+        lease = self.lease
+        if lease is None:
+            return
+        lease.stop()
+        if outcome is None or lease.lost is not None:
+            return
+        try:
+            self.home.catalog.set_status(self.job_id, outcome, epoch=self.epoch, error=error)
+            lease.release()
+        except StaleWriter:
+            pass
 
     def _loop(self, fn, args, kwargs):
         global _ACTIVE
@@ -166,18 +267,27 @@ class Job:
     def _take_snapshot(self, request: _FreezeRequest):
         seq = self.seq + 1
         try:
-            data = self._freeze(request, seq)
+            header, payload = self._freeze(request, seq)
         except SnapshotError as exc:
             return self._agent.throw(exc)
-        os.makedirs(self.directory, exist_ok=True)
-        path = os.path.join(self.directory, f"{seq:06d}.snap")
-        _snapfile.write_atomic(path, data)
-        self.seq, self.last_snapshot = seq, path
+        try:
+            if self.lease is not None and self.lease.lost is not None:
+                raise self.lease.lost
+            row = self.home.write_snapshot(self.job_id, seq, self.epoch, request.label, header,
+                                           payload)
+            fault_point("before-commit", seq)
+            self.home.commit_snapshot(row)
+        except (SnapshotWriteError, StaleWriter) as exc:
+            # Fatal for this run: the agent stays paused and is never resumed here.
+            self._hub_error = exc
+            _PARKED_AGENTS.append(self._agent)
+            raise
+        self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
         return self._agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
 
     # ------------------------------------------------------------------ freezing
-    def _freeze(self, request: _FreezeRequest, seq: int) -> bytes:
+    def _freeze(self, request: _FreezeRequest, seq: int) -> tuple[dict, bytes]:
         top = self._agent.gr_frame
         if top is None or top.f_code is not snapshot.__code__:
             raise SnapshotError("the job is not paused in snapshot()")
@@ -190,14 +300,14 @@ class Job:
         state = {"frames": frames, "globals": _agent.capture_globals(modules),
                  "handled": request.handled, "label": request.label}
         try:
-            body = _pickler.dumps(state, roots=lambda: self._roots(state))
+            payload = _pickler.dumps(state, roots=lambda: self._roots(state))
         except _pickler.UnpicklableError as exc:
             raise SnapshotError(
                 f"{label} failed: {exc}. Keep only picklable values in the agent's locals and "
                 "globals at a snapshot point: close or drop the object before snapshot(), or "
                 "wrap it with snapstate.resource() so it is reopened after a restore.") from None
         header = {
-            "job_id": self.job_id, "seq": seq, "label": request.label,
+            "job_id": self.job_id, "seq": seq, "epoch": self.epoch, "label": request.label,
             "created_at": time.time(), "versions": runtime_versions(),
             "entry": self.entry.as_dict(), "argv": self.argv,
             "frames": [{"module": f.code.module, "qualname": f.code.qualname,
@@ -205,7 +315,7 @@ class Job:
                         "filename": f.code.filename, "lineno": f.lineno} for f in frames],
             "modules": _agent.module_digests(modules),
         }
-        return _snapfile.encode(header, _snapfile.compress(body))
+        return header, payload
 
     @staticmethod
     def _roots(state) -> list[tuple[str, object]]:
@@ -231,32 +341,13 @@ class Job:
         return roots
 
     # ------------------------------------------------------------------ restoring
-    @classmethod
-    def from_snapshot(cls, path: str) -> tuple["Job", dict, bytes]:
-        """The job a snapshot file belongs to, its header and compressed body. Checks
-        the file's integrity; unpickles nothing."""
-        header, body = _snapfile.read(path)
+    def restore(self, header: dict, payload: bytes, where: str):
+        """Check a verified snapshot against this interpreter and code, unpickle it;
+        returns the function that continues the job right after its snapshot()."""
         missing = _HEADER_FIELDS - set(header)
         if missing:
-            raise CorruptSnapshot(f"{path} has no snapshot header (missing "
-                                  f"{', '.join(sorted(missing))})")
-        try:
-            entry = _agent.EntryPoint.from_dict(header["entry"])
-        except (KeyError, TypeError):
-            raise CorruptSnapshot(f"{path} has a damaged header (entry point)") from None
-        job = cls(entry, os.path.dirname(os.path.abspath(path)), header["job_id"], header["argv"])
-        job.seq = header["seq"]
-        return job, header, body
-
-    def resume(self, header: dict, body: bytes, where: str):
-        """Continue the job right after the snapshot() that wrote `header`/`body`."""
-        return self.run_restored(self.restore(header, body, where))
-
-    def run_restored(self, outer):
-        return self._loop(outer, (), {})
-
-    def restore(self, header: dict, body: bytes, where: str):
-        """Check and unpickle a snapshot; returns the function that continues it."""
+            raise HeaderMismatch(f"{where} has no snapshot header (missing "
+                                 f"{', '.join(sorted(missing))})")
         check_versions(header, where)
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
         try:
@@ -269,9 +360,8 @@ class Job:
                 f"({type(exc).__name__}: {exc}). Restore the original source to resume this "
                 "job.") from None
         self._check_code(header, where)
-        data = _snapfile.decompress(body, where)
         try:
-            state = _pickler.loads(data)
+            state = _pickler.loads(payload)
         except SnapstateError:
             raise
         except (ImportError, AttributeError) as exc:
@@ -283,6 +373,7 @@ class Job:
                                "resume from an earlier snapshot of the job.") from None
         _agent.restore_globals(state["globals"])
         frames: list[FrameRecord] = state["frames"]
+        self.seq = header["seq"]
         self._resumed = header
         return build_resume_chain(frames, self._resume_info)
 
@@ -308,3 +399,9 @@ class Job:
         header = self._resumed
         return SnapshotInfo(True, max(0.0, time.time() - header["created_at"]), header["seq"],
                             header["label"])
+
+
+# Agents whose run stopped on a fatal store error stay paused forever: letting them be
+# garbage-collected would throw GreenletExit into agent code and run its finally
+# blocks (side effects after the job stopped).
+_PARKED_AGENTS: list = []

@@ -1,133 +1,257 @@
-"""The snapshot file: a header anyone can read without unpickling, then the body.
+"""The snapshot file: a readable header, a streamed body, a signed trailer.
 
-    magic        b"SNAPSTATE\\0"
-    version      u16 (FORMAT_VERSION)
-    header       u32 length + UTF-8 JSON (job id, sequence, created-at, Python and
-                 library versions, code identities, codec names, ...)
-    body         u64 length + the codec'd pickle (zstd)
-    checksum     xxh3-128 of everything before it
+    magic       b"SNAPSTATE\\0"
+    version     u16, FORMAT_VERSION
+    header      u32 length + UTF-8 JSON: job id, sequence, lease epoch, created-at,
+                Python and library versions, code identities, key id, codec names, ...
+    body        chunks, each u32 length + bytes, ended by a zero length: the pickle,
+                zstd-compressed, then (when encrypted) each chunk sealed with AES-256-GCM
+                (nonce = 8 random bytes of this file + chunk number; associated data =
+                SHA-256 of the header, chunk number and a last-chunk flag)
+    trailer     xxh3-128 of the header, xxh3-128 of the body, HMAC-SHA256 over header
+                and body (keys derived from the key named in the header)
 
-Written atomically: temp file in the same directory, write, fsync, rename, fsync the
-directory. A failed fsync is fatal and never retried (the kernel may have dropped
-the dirty pages: a retry could "succeed" over lost data). A crash at any byte leaves
-the previous file readable and no partial file under the final name.
+Reading verifies everything (structure, key, digests, signature) in a first pass that
+decodes nothing; only then is the body decrypted and decompressed for unpickling:
+unpickling is code execution, so nothing unauthenticated ever reaches it. The digests
+tell apart a damaged body, a header that belongs to another body, and a signature
+that does not match, so each gets its own error.
+
+The body is produced and consumed in chunks, so a large snapshot is never held twice
+in memory and bodies over 2 GiB work.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import struct
 
 import xxhash
 import zstandard
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..runtime._errors import CorruptSnapshot
+from ..runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused,
+                               SnapshotRejected, TamperedSnapshot, TruncatedSnapshot)
+from . import _fs
+from ._keys import KeyRing
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "encode", "decode_header", "read", "write_atomic",
-           "compress", "decompress"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "write", "verify", "read_payload", "peek_header",
+           "CHUNK_SIZE"]
 
 MAGIC = b"SNAPSTATE\0"
-FORMAT_VERSION = 1
-_FIXED = struct.Struct("<HI")       # version, header length
-_BODY_LEN = struct.Struct("<Q")
-_DIGEST = 16
-CODEC = "zstd"
+FORMAT_VERSION = 2
+CHUNK_SIZE = 1 << 20
+_FIXED = struct.Struct("<HI")       # format version, header length
+_LEN = struct.Struct("<I")
+_TRAILER = 16 + 16 + 32
+_PICKLE, _ZSTD, _AEAD = "pickle-5", "zstd", "aes-256-gcm"
+_ZSTD_LEVEL = 1
 
 
-def compress(data: bytes, level: int = 1) -> bytes:
-    return zstandard.ZstdCompressor(level=level).compress(data)
+# ------------------------------------------------------------------------ writing
+def _aad(header_sha: bytes, index: int, last: bool) -> bytes:
+    return header_sha + struct.pack("<IB", index, last)
 
 
-def decompress(data: bytes, where: str = "the snapshot") -> bytes:
+def _sealed(chunks, key: bytes, prefix: bytes, header_sha: bytes):
+    """AES-GCM each chunk; the last one is flagged so a cut at a chunk boundary fails."""
+    aead = AESGCM(key)
+    index, pending = 0, None
+    for chunk in chunks:
+        if pending is not None:
+            yield aead.encrypt(prefix + struct.pack("<I", index), pending,
+                               _aad(header_sha, index, False))
+            index += 1
+        pending = chunk
+    yield aead.encrypt(prefix + struct.pack("<I", index), pending or b"",
+                       _aad(header_sha, index, True))
+
+
+def _compressed(payload) -> "iter[bytes]":
+    chunker = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).chunker(chunk_size=CHUNK_SIZE)
+    view = memoryview(payload)
+    for start in range(0, len(view), 4 * CHUNK_SIZE):
+        yield from chunker.compress(view[start:start + 4 * CHUNK_SIZE])
+    yield from chunker.finish()
+
+
+def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes):
+    header_digest = xxhash.xxh3_128_digest(header_bytes)
+    body_hash = xxhash.xxh3_128()
+    mac = hmac.new(mac_key, header_bytes, hashlib.sha256)
+    yield MAGIC + _FIXED.pack(FORMAT_VERSION, len(header_bytes)) + header_bytes
+    for chunk in body_chunks:
+        piece = _LEN.pack(len(chunk)) + chunk
+        body_hash.update(piece)
+        mac.update(piece)
+        yield piece
+    end = _LEN.pack(0)
+    body_hash.update(end)
+    mac.update(end)
+    yield end + header_digest + body_hash.digest() + mac.digest()
+
+
+def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bool = False,
+          fs: _fs.FileSystem = _fs.OS) -> int:
+    """Write a signed (and optionally encrypted) snapshot file atomically and durably;
+    returns its size. `payload` is the pickle."""
+    key = keys.current
+    header = dict(header, key_id=key.key_id, chunk_size=CHUNK_SIZE,
+                  codecs=[_PICKLE, _ZSTD] + ([_AEAD] if encrypt else []))
+    chunks = _compressed(payload)
+    if encrypt:
+        header["nonce_prefix"] = os.urandom(8).hex()
+    header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    if encrypt:
+        chunks = _sealed(chunks, key.aead_key, bytes.fromhex(header["nonce_prefix"]),
+                         hashlib.sha256(header_bytes).digest())
+    return _fs.write_atomic(path, _file_bytes(header_bytes, chunks, key.mac_key), fs)
+
+
+# ------------------------------------------------------------------------ reading
+class _Reader:
+    def __init__(self, f, path: str):
+        self.f, self.path = f, path
+
+    def exactly(self, n: int, what: str) -> bytes:
+        data = self.f.read(n)
+        if len(data) != n:
+            raise TruncatedSnapshot(f"{self.path} is truncated (it ends inside its {what}); "
+                                    "resume from another snapshot of the job")
+        return data
+
+
+def _open(path: str):
     try:
-        return zstandard.ZstdDecompressor().decompress(data)
-    except zstandard.ZstdError as exc:
-        raise CorruptSnapshot(f"the body of {where} does not decompress ({exc}); resume from "
-                              "an earlier snapshot of the job") from None
-
-
-def encode(header: dict, body: bytes) -> bytes:
-    header = dict(header, codec=CODEC)
-    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    out = bytearray(MAGIC)
-    out += _FIXED.pack(FORMAT_VERSION, len(head)) + head + _BODY_LEN.pack(len(body)) + body
-    out += xxhash.xxh3_128_digest(bytes(out))
-    return bytes(out)
-
-
-def _parse(data: bytes, name: str) -> tuple[dict, int, int]:
-    if not data.startswith(MAGIC):
-        raise CorruptSnapshot(f"{name} is not a snapstate snapshot (bad magic)")
-    pos = len(MAGIC)
-    if len(data) < pos + _FIXED.size:
-        raise CorruptSnapshot(f"{name} is truncated ({len(data)} bytes)")
-    version, head_len = _FIXED.unpack_from(data, pos)
-    if version != FORMAT_VERSION:
-        raise CorruptSnapshot(
-            f"{name} uses snapshot format {version}; this snapstate reads format "
-            f"{FORMAT_VERSION}. Resume it with the snapstate release that wrote it.")
-    pos += _FIXED.size
-    if len(data) < pos + head_len + _BODY_LEN.size:
-        raise CorruptSnapshot(f"{name} is truncated inside its header")
-    try:
-        header = json.loads(data[pos:pos + head_len])
-    except ValueError:
-        header = None
-    if not isinstance(header, dict):
-        raise CorruptSnapshot(f"{name} has a damaged header")
-    pos += head_len
-    (body_len,) = _BODY_LEN.unpack_from(data, pos)
-    pos += _BODY_LEN.size
-    if len(data) != pos + body_len + _DIGEST:
-        raise CorruptSnapshot(
-            f"{name} is truncated or has trailing bytes ({len(data)} bytes, expected "
-            f"{pos + body_len + _DIGEST})")
-    return header, pos, body_len
-
-
-def read(path: str) -> tuple[dict, bytes]:
-    """(header, compressed body) of a snapshot file, after checking its checksum.
-    Nothing is unpickled here."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
+        return open(path, "rb")
     except FileNotFoundError:
         raise CorruptSnapshot(f"no snapshot file at {path}") from None
-    header, pos, body_len = _parse(data, path)
-    if xxhash.xxh3_128_digest(data[:-_DIGEST]) != data[-_DIGEST:]:
-        raise CorruptSnapshot(f"{path} is damaged: its checksum does not match. Resume from "
-                              "an earlier snapshot of the job.")
-    return header, data[pos:pos + body_len]
+    except IsADirectoryError:
+        raise CorruptSnapshot(f"{path} is a directory, not a snapshot file") from None
 
 
-def decode_header(path: str) -> dict:
-    return read(path)[0]
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write `data` to `path` so that the file is either the old one or the whole new
-    one, durably, whatever happens."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _read_header(reader: _Reader) -> tuple[dict, bytes]:
+    path = reader.path
+    magic = reader.f.read(len(MAGIC))
+    if magic != MAGIC:
+        if MAGIC.startswith(magic):
+            raise TruncatedSnapshot(f"{path} is truncated (it ends inside its magic number)")
+        raise CorruptSnapshot(f"{path} is not a snapstate snapshot (bad magic)")
+    version, length = _FIXED.unpack(reader.exactly(_FIXED.size, "format version"))
+    if version != FORMAT_VERSION:
+        raise CorruptSnapshot(
+            f"{path} uses snapshot format {version}; this snapstate reads format "
+            f"{FORMAT_VERSION}. Resume it with the snapstate release that wrote it.")
+    header_bytes = reader.exactly(length, "header")
     try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-        os.close(fd)
-        fd = -1
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+        header = json.loads(header_bytes)
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or not isinstance(header.get("key_id"), str) \
+            or not isinstance(header.get("codecs"), list):
+        raise HeaderMismatch(f"{path} has a damaged header (not a snapshot header); it was "
+                             "edited or replaced")
+    return header, header_bytes
+
+
+def peek_header(path: str) -> dict:
+    """The header, unverified: only for saying which key or job a file names."""
+    with _open(path) as f:
+        return _read_header(_Reader(f, path))[0]
+
+
+def _body_chunks(reader: _Reader):
+    while True:
+        (length,) = _LEN.unpack(reader.exactly(_LEN.size, "body"))
+        if length == 0:
+            return
+        yield length, reader.exactly(length, "body")
+
+
+def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dict:
+    """Check a snapshot file completely without decoding its body; returns the header.
+    Raises CorruptSnapshot, TruncatedSnapshot or a SnapshotRejected subclass."""
+    with _open(path) as f:
+        reader = _Reader(f, path)
+        header, header_bytes = _read_header(reader)
+        encrypted = _AEAD in header["codecs"]
+        if require_encryption and not encrypted:
+            raise PlaintextRefused(f"{path} is not encrypted, and this store requires "
+                                   "encryption; it was not written by this store")
+        try:
+            key = keys.get(header["key_id"])
+        except SnapshotRejected as exc:
+            raise type(exc)(f"{path}: {exc}") from None
+        body_hash = xxhash.xxh3_128()
+        mac = hmac.new(key.mac_key, header_bytes, hashlib.sha256)
+        for length, chunk in _body_chunks(reader):
+            piece = _LEN.pack(length) + chunk
+            body_hash.update(piece)
+            mac.update(piece)
+        end = _LEN.pack(0)
+        body_hash.update(end)
+        mac.update(end)
+        trailer = reader.exactly(_TRAILER, "trailer")
+        if f.read(1):
+            raise CorruptSnapshot(f"{path} has bytes after its trailer; it is damaged")
+    header_ok = xxhash.xxh3_128_digest(header_bytes) == trailer[:16]
+    body_ok = body_hash.digest() == trailer[16:32]
+    if hmac.compare_digest(mac.digest(), trailer[32:]):
+        return header
+    if not body_ok:
+        raise CorruptSnapshot(f"{path} is damaged: its body does not match its checksum. "
+                              "Resume from an earlier snapshot of the job.")
+    if not header_ok:
+        raise HeaderMismatch(f"{path}: the header does not belong to this snapshot's body "
+                             "(swapped with another snapshot's, or edited); refusing it")
+    raise TamperedSnapshot(f"{path}: the signature does not match; the file was modified "
+                           "after it was written (or signed by another key with the same id). "
+                           "Refusing it.")
+
+
+def _with_last(items):
+    """(item, is_last) pairs, looking one item ahead."""
+    pending = None
+    for item in items:
+        if pending is not None:
+            yield pending, False
+        pending = item
+    if pending is not None:
+        yield pending, True
+
+
+def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
+                 ) -> tuple[dict, bytes]:
+    """Verify the file, then decrypt and decompress its body, chunk by chunk:
+    (header, pickle bytes)."""
+    header = verify(path, keys, require_encryption=require_encryption)
+    key = keys.get(header["key_id"])
+    out = bytearray()
+    decompressor = zstandard.ZstdDecompressor().decompressobj()
+    with _open(path) as f:
+        reader = _Reader(f, path)
+        _, header_bytes = _read_header(reader)
+        chunks = (chunk for _, chunk in _body_chunks(reader))
+        if _AEAD in header["codecs"]:
+            aead = AESGCM(key.aead_key)
+            prefix = bytes.fromhex(header["nonce_prefix"])
+            header_sha = hashlib.sha256(header_bytes).digest()
+            sealed = chunks
+
+            def opened():
+                for i, (chunk, last) in enumerate(_with_last(sealed)):
+                    yield aead.decrypt(prefix + struct.pack("<I", i), chunk,
+                                       _aad(header_sha, i, last))
+            chunks = opened()
+        try:
+            for chunk in chunks:
+                out += decompressor.decompress(chunk)
+        except InvalidTag:
+            raise TamperedSnapshot(f"{path}: a body chunk fails authentication") from None
+        except zstandard.ZstdError as exc:
+            raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
+    return header, bytes(out)

@@ -17,6 +17,8 @@ import os
 import socket
 from dataclasses import dataclass
 
+from ..runtime._errors import SnapshotNotFound
+
 __all__ = ["Store", "JobRow", "SnapshotRow", "LeaseRow", "EventRow", "Owner", "STATUSES",
            "pid_alive"]
 
@@ -167,6 +169,11 @@ class Store(abc.ABC):
     def delete_snapshot(self, job_id: str, seq: int) -> None:
         """Forget one snapshot row (its file is the caller's)."""
 
+    @abc.abstractmethod
+    def add_snapshot_unfenced(self, row: SnapshotRow) -> None:
+        """Record a snapshot copied in by fork or import, when no runner holds the
+        job; StoreError if that sequence number is taken."""
+
     # ---------------------------------------------------------------- timeline
     @abc.abstractmethod
     def log_event(self, job_id: str, kind: str, detail: str = "") -> None:
@@ -182,7 +189,6 @@ class Store(abc.ABC):
         return rows[-1] if rows else None
 
     def snapshot(self, job_id: str, seq: int) -> SnapshotRow:
-        from ..runtime._errors import SnapshotNotFound
         for row in self.snapshots(job_id):
             if row.seq == seq:
                 return row

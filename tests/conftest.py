@@ -58,7 +58,8 @@ def snaprun(*args, cwd, fault: str | None = None, env: dict | None = None,
 
 
 def snapshot_files(store: Path, job: str) -> list[Path]:
-    return sorted((store / "jobs" / job).glob("*.snap"))
+    """The job's snapshot files in the store, by sequence number."""
+    return sorted((Path(store) / "snapshots" / job).glob("*.snap"))
 
 
 @pytest.fixture

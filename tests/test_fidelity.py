@@ -52,7 +52,7 @@ def test_chain_killed_at_every_point(program, tmp_path):
     output = run.stdout
     for k in range(1, count + 1):
         last = snapshot_files(store, "job")[-1]
-        assert last.name == f"{k:06d}.snap"
+        assert last.name.startswith(f"{k:06d}-e")
         run = snaprun("resume", last, cwd=tmp_path, fault=f"after-snapshot:{k + 1}")
         output += run.stdout
         expected = -9 if k < count else 0

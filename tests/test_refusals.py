@@ -43,7 +43,7 @@ def test_agent_catches_every_refusal_and_finishes(refusals):
         ["sorted-key", "map", "partial", "next", "generator-body", "coroutine-body",
          "lock-local", "nested-socket", "global-lock", "open-file", "exec-code"])
     files = snapshot_files(workdir / "store", "job")
-    assert [f.name for f in files] == ["000001.snap", "000002.snap"]
+    assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap"]
 
 
 def test_earlier_snapshot_still_resumes(refusals):

@@ -10,6 +10,7 @@ from conftest import AGENTS, snaprun, snapshot_files
 from snapstate.runtime import _morph
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
+from snapstate.serializers._home import Home
 
 
 def test_dropped_local_is_freed_after_restore_in_a_new_process(tmp_path):
@@ -24,11 +25,12 @@ def test_dropped_local_is_freed_after_restore_in_a_new_process(tmp_path):
 
 def test_registry_empties_after_a_restored_job_finishes(tmp_path):
     """In one process: after the restored job returns, no morph entry remains."""
-    job = Job(EntryPoint("memory_agent", "main", str(AGENTS / "memory_agent.py")), str(tmp_path),
-              "job")
+    home = Home(str(tmp_path))
+    job = Job.create(home, EntryPoint("memory_agent", "main", str(AGENTS / "memory_agent.py")),
+                     [], "job")
     assert job.run() is True
     before = len(_morph._MORPHS)
-    restored, header, body = Job.from_snapshot(job.last_snapshot)
-    assert restored.resume(header, body, job.last_snapshot) is True
+    assert Job.open(home, "job").resume(at=1) is True
     gc.collect()
     assert len(_morph._MORPHS) == before
+    home.close()

@@ -1,0 +1,92 @@
+"""The file-system seam: every write the store makes goes through a FileSystem, so
+crash and fault tests can fail any single write, fsync, rename or directory fsync
+without monkeypatching.
+
+Atomic, durable file creation: temp file in the same directory, write, fsync, rename,
+fsync the directory. A failure at any step removes the temp file and raises; a failed
+fsync is never retried (the kernel may have dropped the dirty pages, so a retry could
+report success over lost data).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["FileSystem", "OS", "TEMP_SUFFIX", "write_atomic", "temp_owner_pid"]
+
+TEMP_SUFFIX = ".tmp"
+
+
+class FileSystem:
+    """The operating system's file system."""
+
+    def create(self, path: str) -> int:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+
+    def write(self, fd: int, data) -> int:
+        return os.write(fd, data)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def fsync_dir(self, directory: str) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
+
+OS = FileSystem()
+
+
+def temp_path(path: str) -> str:
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{name}.{os.getpid()}{TEMP_SUFFIX}")
+
+
+def temp_owner_pid(name: str) -> int | None:
+    """The pid that created a temp file named by temp_path(), or None."""
+    if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+        return None
+    try:
+        return int(name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def write_atomic(path: str, chunks, fs: FileSystem = OS) -> int:
+    """Write the byte chunks to `path` atomically and durably; returns the size.
+    `chunks` may be a generator, so a large body is streamed, never held twice."""
+    tmp = temp_path(path)
+    fd = fs.create(tmp)
+    size = 0
+    try:
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    written = fs.write(fd, view)
+                    view = view[written:]
+                size += len(chunk)
+            fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        fs.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    fs.fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return size

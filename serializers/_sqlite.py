@@ -1,0 +1,243 @@
+"""The embedded catalog: SQLite in WAL mode with synchronous=FULL, one file in the
+store directory. Writes run in BEGIN IMMEDIATE transactions, so compare-and-swap
+checks and their writes are atomic across processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+
+from ..runtime._errors import JobExists, JobNotFound, LeaseHeld, StaleWriter, StoreError
+from ._store import EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
+
+__all__ = ["SqliteStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, entry TEXT NOT NULL, argv TEXT NOT NULL, status TEXT NOT NULL,
+    created REAL NOT NULL, updated REAL NOT NULL, resume_count INTEGER NOT NULL DEFAULT 0,
+    parent TEXT, fork_seq INTEGER, error TEXT, epoch INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS snapshots (
+    job_id TEXT NOT NULL, seq INTEGER NOT NULL, label TEXT, file TEXT NOT NULL,
+    size INTEGER NOT NULL, created REAL NOT NULL, epoch INTEGER NOT NULL,
+    PRIMARY KEY (job_id, seq));
+CREATE TABLE IF NOT EXISTS leases (
+    job_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, epoch INTEGER NOT NULL,
+    expires REAL NOT NULL, heartbeat REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL,
+    kind TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, id);
+"""
+
+
+class SqliteStore(Store):
+    def __init__(self, directory: str, *, clock=time.time):
+        self.directory = os.path.abspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+        self.path = os.path.join(self.directory, "catalog.db")
+        self.clock = clock
+        self._local = threading.local()
+        self._db().executescript(_SCHEMA)
+
+    # One connection per thread (the lease heartbeat runs in its own thread).
+    def _db(self) -> sqlite3.Connection:
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA foreign_keys=ON")
+            self._local.db = db
+        return db
+
+    class _Tx:
+        def __init__(self, db: sqlite3.Connection, immediate: bool):
+            self.db, self.immediate = db, immediate
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.db.execute("BEGIN IMMEDIATE" if self.immediate else "BEGIN")
+            return self.db
+
+        def __exit__(self, kind, exc, tb):
+            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+            return False
+
+    def _tx(self, immediate: bool = True) -> "_Tx":
+        return self._Tx(self._db(), immediate)
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    # ---------------------------------------------------------------- jobs
+    @staticmethod
+    def _job(row) -> JobRow:
+        return JobRow(row[0], json.loads(row[1]), json.loads(row[2]), row[3], row[4], row[5],
+                      row[6], row[7], row[8], row[9])
+
+    _JOB_COLUMNS = ("job_id, entry, argv, status, created, updated, resume_count, parent, "
+                    "fork_seq, error")
+
+    def create_job(self, job_id, entry, argv, *, parent=None, fork_seq=None) -> JobRow:
+        now = self.clock()
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone():
+                raise JobExists(f"a job named {job_id!r} already exists in {self.directory}; "
+                                "choose another id")
+            db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
+                       " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+                       (job_id, json.dumps(entry), json.dumps(argv), now, now, parent, fork_seq))
+            self._event(db, job_id, "created", f"forked from {parent}@{fork_seq}" if parent
+                        else f"entry {entry.get('path') or entry.get('module')}")
+        return self.get_job(job_id)
+
+    def get_job(self, job_id) -> JobRow:
+        row = self._db().execute(f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE job_id = ?",
+                                 (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job {job_id!r} in {self.directory} (`snaprun ls` lists the "
+                              "jobs)")
+        return self._job(row)
+
+    def list_jobs(self) -> list[JobRow]:
+        rows = self._db().execute(f"SELECT {self._JOB_COLUMNS} FROM jobs ORDER BY created, job_id")
+        return [self._job(r) for r in rows]
+
+    def set_status(self, job_id, status, *, epoch=None, error=None) -> None:
+        with self._tx() as db:
+            if epoch is not None:
+                self._check_epoch(db, job_id, epoch)
+            cur = db.execute("UPDATE jobs SET status = ?, error = ?, updated = ? WHERE job_id = ?",
+                             (status, error, self.clock(), job_id))
+            if cur.rowcount == 0:
+                raise JobNotFound(f"no job {job_id!r}")
+            self._event(db, job_id, status, error or "")
+
+    def delete_job(self, job_id) -> None:
+        with self._tx() as db:
+            for table in ("snapshots", "leases", "events", "jobs"):
+                db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+
+    # ---------------------------------------------------------------- leases
+    @staticmethod
+    def _lease(row) -> LeaseRow:
+        return LeaseRow(row[0], Owner(row[1], row[2]), row[3], row[4], row[5])
+
+    def get_lease(self, job_id) -> LeaseRow | None:
+        row = self._db().execute("SELECT job_id, host, pid, epoch, expires, heartbeat FROM leases"
+                                 " WHERE job_id = ?", (job_id,)).fetchone()
+        return self._lease(row) if row else None
+
+    def acquire_lease(self, job_id, owner, ttl, *, force=False, resuming=False) -> int:
+        now = self.clock()
+        with self._tx() as db:
+            job = db.execute("SELECT epoch FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if job is None:
+                raise JobNotFound(f"no job {job_id!r} in {self.directory}")
+            row = db.execute("SELECT job_id, host, pid, epoch, expires, heartbeat FROM leases "
+                             "WHERE job_id = ?", (job_id,)).fetchone()
+            if row is not None:
+                lease = self._lease(row)
+                if lease.is_live(now):
+                    stale_by_heartbeat = now - lease.heartbeat > ttl
+                    if not (force and stale_by_heartbeat):
+                        age = now - lease.heartbeat
+                        raise LeaseHeld(
+                            f"job {job_id} is held by a live runner ({lease.owner}, lease epoch "
+                            f"{lease.epoch}, last heartbeat {age:.0f}s ago, expires in "
+                            f"{lease.expires - now:.0f}s); only one runner per job. "
+                            + ("--force takes over only a stale lease (no heartbeat for "
+                               f"{ttl:.0f}s)" if force else "Wait for it to finish, or use "
+                               "--force once its heartbeat is stale"))
+            epoch = job[0] + 1
+            db.execute("UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
+                       " resume_count = resume_count + ? WHERE job_id = ?",
+                       (epoch, now, int(resuming), job_id))
+            db.execute("INSERT OR REPLACE INTO leases (job_id, host, pid, epoch, expires, "
+                       "heartbeat) VALUES (?, ?, ?, ?, ?, ?)",
+                       (job_id, owner.host, owner.pid, epoch, now + ttl, now))
+            self._event(db, job_id, "lease", f"epoch {epoch} taken by {owner}"
+                        + (" (forced)" if force and row is not None else ""))
+        return epoch
+
+    def _check_epoch(self, db, job_id, epoch) -> None:
+        row = db.execute("SELECT epoch FROM leases WHERE job_id = ?", (job_id,)).fetchone()
+        if row is None or row[0] != epoch:
+            current = row[0] if row else "none"
+            raise StaleWriter(
+                f"job {job_id}: this runner's lease epoch {epoch} is no longer current "
+                f"(current: {current}); another runner took the job over. This runner's write "
+                "was rejected; nothing changed.")
+
+    def heartbeat(self, job_id, epoch, ttl) -> None:
+        now = self.clock()
+        with self._tx() as db:
+            self._check_epoch(db, job_id, epoch)
+            db.execute("UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?",
+                       (now + ttl, now, job_id))
+
+    def release_lease(self, job_id, epoch) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch))
+
+    # ---------------------------------------------------------------- snapshots
+    @staticmethod
+    def _snapshot(row) -> SnapshotRow:
+        return SnapshotRow(*row)
+
+    def commit_snapshot(self, row: SnapshotRow) -> None:
+        with self._tx() as db:
+            self._check_epoch(db, row.job_id, row.epoch)
+            latest = db.execute("SELECT MAX(seq) FROM snapshots WHERE job_id = ?",
+                                (row.job_id,)).fetchone()[0] or 0
+            if latest != row.seq - 1:
+                raise StaleWriter(
+                    f"job {row.job_id}: snapshot {row.seq} expected {row.seq - 1} to be the "
+                    f"latest, but it is {latest}; another writer moved the job on. Nothing "
+                    "changed.")
+            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (row.job_id, row.seq, row.label, row.file,
+                                                         row.size, row.created, row.epoch))
+            db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (row.created, row.job_id))
+            self._event(db, row.job_id, "snapshot",
+                        f"{row.seq}" + (f" ({row.label})" if row.label else ""))
+
+    def snapshots(self, job_id) -> list[SnapshotRow]:
+        rows = self._db().execute("SELECT job_id, seq, label, file, size, created, epoch FROM "
+                                  "snapshots WHERE job_id = ? ORDER BY seq", (job_id,))
+        return [self._snapshot(r) for r in rows]
+
+    def delete_snapshot(self, job_id, seq) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM snapshots WHERE job_id = ? AND seq = ?", (job_id, seq))
+
+    def add_snapshot_unfenced(self, row: SnapshotRow) -> None:
+        """Record a snapshot copied in by fork or import (no runner, no lease)."""
+        with self._tx() as db:
+            try:
+                db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
+                           "epoch) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (row.job_id, row.seq, row.label, row.file, row.size, row.created,
+                            row.epoch))
+            except sqlite3.IntegrityError:
+                raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
+
+    # ---------------------------------------------------------------- timeline
+    def _event(self, db, job_id, kind, detail) -> None:
+        db.execute("INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+                   (job_id, self.clock(), kind, detail))
+
+    def log_event(self, job_id, kind, detail="") -> None:
+        with self._tx() as db:
+            self._event(db, job_id, kind, detail)
+
+    def events(self, job_id) -> list[EventRow]:
+        rows = self._db().execute("SELECT job_id, at, kind, detail FROM events WHERE job_id = ? "
+                                  "ORDER BY id", (job_id,))
+        return [EventRow(*r) for r in rows]
