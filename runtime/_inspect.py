@@ -61,7 +61,9 @@ def describe(header: dict, payload: bytes) -> dict:
             names = _local_names(find_code(record.code))
             out["locals"] = {names[i] if i < len(names) else f"slot {i}": _short(v)
                              for i, v in enumerate(record.slots) if v is not NULL}
-        report["globals"] = {module: {k: _short(v) for k, v in values.items()}
+        report["globals"] = {module: {k: _short(v) for k, v in values.items()
+                                      if not isinstance(v, (type, types.FunctionType,
+                                                            types.BuiltinFunctionType))}
                              for module, values in state["globals"].items()}
     except Exception as exc:
         report["locals_unavailable"] = f"{type(exc).__name__}: {exc}"
