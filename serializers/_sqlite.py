@@ -25,8 +25,8 @@ CREATE TABLE IF NOT EXISTS snapshots (
     size INTEGER NOT NULL, created REAL NOT NULL, epoch INTEGER NOT NULL,
     PRIMARY KEY (job_id, seq));
 CREATE TABLE IF NOT EXISTS leases (
-    job_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, epoch INTEGER NOT NULL,
-    expires REAL NOT NULL, heartbeat REAL NOT NULL);
+    job_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, expires REAL NOT NULL, heartbeat REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL,
     kind TEXT NOT NULL, detail TEXT NOT NULL);
@@ -125,13 +125,15 @@ class SqliteStore(Store):
                 db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
 
     # ---------------------------------------------------------------- leases
+    _LEASE_COLUMNS = "job_id, host, pid, started, epoch, expires, heartbeat"
+
     @staticmethod
     def _lease(row) -> LeaseRow:
-        return LeaseRow(row[0], Owner(row[1], row[2]), row[3], row[4], row[5])
+        return LeaseRow(row[0], Owner(row[1], row[2], row[3]), row[4], row[5], row[6])
 
     def get_lease(self, job_id) -> LeaseRow | None:
-        row = self._db().execute("SELECT job_id, host, pid, epoch, expires, heartbeat FROM leases"
-                                 " WHERE job_id = ?", (job_id,)).fetchone()
+        row = self._db().execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
+                                 (job_id,)).fetchone()
         return self._lease(row) if row else None
 
     def acquire_lease(self, job_id, owner, ttl, *, force=False, resuming=False) -> int:
@@ -140,8 +142,8 @@ class SqliteStore(Store):
             job = db.execute("SELECT epoch FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if job is None:
                 raise JobNotFound(f"no job {job_id!r} in {self.directory}")
-            row = db.execute("SELECT job_id, host, pid, epoch, expires, heartbeat FROM leases "
-                             "WHERE job_id = ?", (job_id,)).fetchone()
+            row = db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
+                             (job_id,)).fetchone()
             if row is not None:
                 lease = self._lease(row)
                 if lease.is_live(now):
@@ -159,9 +161,9 @@ class SqliteStore(Store):
             db.execute("UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
                        " resume_count = resume_count + ? WHERE job_id = ?",
                        (epoch, now, int(resuming), job_id))
-            db.execute("INSERT OR REPLACE INTO leases (job_id, host, pid, epoch, expires, "
-                       "heartbeat) VALUES (?, ?, ?, ?, ?, ?)",
-                       (job_id, owner.host, owner.pid, epoch, now + ttl, now))
+            db.execute(f"INSERT OR REPLACE INTO leases ({self._LEASE_COLUMNS}) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (job_id, owner.host, owner.pid, owner.started, epoch, now + ttl, now))
             self._event(db, job_id, "lease", f"epoch {epoch} taken by {owner}"
                         + (" (forced)" if force and row is not None else ""))
         return epoch

@@ -20,19 +20,23 @@ from dataclasses import dataclass
 from ..runtime._errors import SnapshotNotFound
 
 __all__ = ["Store", "JobRow", "SnapshotRow", "LeaseRow", "EventRow", "Owner", "STATUSES",
-           "pid_alive"]
+           "pid_alive", "process_start"]
 
 STATUSES = ("running", "waiting", "done", "failed", "parked", "interrupted")
 
 
 @dataclass(frozen=True)
 class Owner:
+    """A runner: host, pid and the process's start time (so a reused pid is not
+    mistaken for the runner that died)."""
+
     host: str
     pid: int
+    started: int = 0
 
     @classmethod
     def me(cls) -> "Owner":
-        return cls(socket.gethostname(), os.getpid())
+        return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()))
 
     def __str__(self) -> str:
         return f"pid {self.pid} on {self.host}"
@@ -77,7 +81,8 @@ class LeaseRow:
         if self.expires <= now:
             return False
         if self.owner.host == socket.gethostname():
-            return pid_alive(self.owner.pid)
+            return pid_alive(self.owner.pid) and (
+                not self.owner.started or process_start(self.owner.pid) == self.owner.started)
         return True
 
 
@@ -87,6 +92,15 @@ class EventRow:
     at: float
     kind: str
     detail: str
+
+
+def process_start(pid: int) -> int:
+    """The process's start time in clock ticks since boot (0 if unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def pid_alive(pid: int) -> bool:

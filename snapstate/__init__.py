@@ -11,21 +11,51 @@ snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
 from snapstate.runtime._errors import CorruptSnapshot as CorruptSnapshot
+from snapstate.runtime._errors import HeaderMismatch as HeaderMismatch
 from snapstate.runtime._errors import IncompatibleSnapshot as IncompatibleSnapshot
+from snapstate.runtime._errors import JobExists as JobExists
+from snapstate.runtime._errors import JobNotFound as JobNotFound
+from snapstate.runtime._errors import LeaseHeld as LeaseHeld
+from snapstate.runtime._errors import PlaintextRefused as PlaintextRefused
 from snapstate.runtime._errors import RestoreError as RestoreError
+from snapstate.runtime._errors import RetiredKey as RetiredKey
 from snapstate.runtime._errors import SnapshotError as SnapshotError
+from snapstate.runtime._errors import SnapshotNotFound as SnapshotNotFound
+from snapstate.runtime._errors import SnapshotRejected as SnapshotRejected
+from snapstate.runtime._errors import SnapshotWriteError as SnapshotWriteError
 from snapstate.runtime._errors import SnapstateError as SnapstateError
+from snapstate.runtime._errors import StaleWriter as StaleWriter
+from snapstate.runtime._errors import StoreError as StoreError
+from snapstate.runtime._errors import TamperedSnapshot as TamperedSnapshot
+from snapstate.runtime._errors import TruncatedSnapshot as TruncatedSnapshot
+from snapstate.runtime._errors import UnknownKey as UnknownKey
 from snapstate.runtime._job import SnapshotInfo as SnapshotInfo
 from snapstate.runtime._job import snapshot as snapshot
 
 __all__ = [
-    "CorruptSnapshot",
-    "IncompatibleSnapshot",
-    "RestoreError",
-    "SnapshotError",
-    "SnapshotInfo",
-    "SnapstateError",
+    # the agent's API
     "snapshot",
+    "SnapshotInfo",
+    # errors (runtime/_errors.py draws the tree)
+    "SnapstateError",
+    "SnapshotError",
+    "SnapshotWriteError",
+    "RestoreError",
+    "IncompatibleSnapshot",
+    "CorruptSnapshot",
+    "TruncatedSnapshot",
+    "SnapshotRejected",
+    "TamperedSnapshot",
+    "HeaderMismatch",
+    "UnknownKey",
+    "RetiredKey",
+    "PlaintextRefused",
+    "StoreError",
+    "JobNotFound",
+    "JobExists",
+    "SnapshotNotFound",
+    "LeaseHeld",
+    "StaleWriter",
 ]
 
 __version__ = "0.1.0"

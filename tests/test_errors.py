@@ -36,10 +36,10 @@ DUMPERS = [pytest.param(lambda e, p: pickle.dumps(e, protocol=p), id="pickle"),
            pytest.param(lambda e, p: cloudpickle.dumps(e, protocol=p), id="cloudpickle")]
 
 
-def test_public_errors_are_the_documented_five():
-    """The exceptions in __all__ are exactly the five documented classes."""
-    assert set(PUBLIC_ERRORS) == {SnapstateError, SnapshotError, RestoreError,
-                                  IncompatibleSnapshot, CorruptSnapshot}
+def test_public_errors_are_the_whole_tree():
+    """Every SnapstateError subclass users can meet is public, except internal ones."""
+    internal = {"EntryPointError"}
+    assert set(PUBLIC_ERRORS) == {c for c in ALL_ERRORS if c.__name__ not in internal}
 
 
 def test_hierarchy():
@@ -56,6 +56,20 @@ def test_hierarchy():
     assert SnapstateError.__mro__ == (SnapstateError, Exception, BaseException, object)
     assert not issubclass(CorruptSnapshot, RestoreError)
     assert not issubclass(SnapshotError, RestoreError)
+    for leaf, parent in [(snapstate.TruncatedSnapshot, CorruptSnapshot),
+                         (snapstate.TamperedSnapshot, snapstate.SnapshotRejected),
+                         (snapstate.HeaderMismatch, snapstate.SnapshotRejected),
+                         (snapstate.UnknownKey, snapstate.SnapshotRejected),
+                         (snapstate.RetiredKey, snapstate.SnapshotRejected),
+                         (snapstate.PlaintextRefused, snapstate.SnapshotRejected),
+                         (snapstate.JobNotFound, snapstate.StoreError),
+                         (snapstate.JobExists, snapstate.StoreError),
+                         (snapstate.SnapshotNotFound, snapstate.StoreError),
+                         (snapstate.LeaseHeld, snapstate.StoreError),
+                         (snapstate.StaleWriter, snapstate.StoreError)]:
+        assert leaf.__mro__[1] is parent, leaf
+    for top in (snapstate.SnapshotRejected, snapstate.StoreError, snapstate.SnapshotWriteError):
+        assert top.__mro__[1] is SnapstateError
 
 
 @pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)

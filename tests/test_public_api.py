@@ -16,13 +16,11 @@ import snapstate
 from conftest import AGENTS
 
 PUBLIC = [
-    "CorruptSnapshot",
-    "IncompatibleSnapshot",
-    "RestoreError",
-    "SnapshotError",
-    "SnapshotInfo",
-    "SnapstateError",
-    "snapshot",
+    "snapshot", "SnapshotInfo",
+    "SnapstateError", "SnapshotError", "SnapshotWriteError", "RestoreError",
+    "IncompatibleSnapshot", "CorruptSnapshot", "TruncatedSnapshot", "SnapshotRejected",
+    "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
+    "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
 ]
 
 
