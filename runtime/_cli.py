@@ -7,6 +7,7 @@ stdout; with --json, as JSON.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -19,8 +20,8 @@ import click
 from ..serializers._home import Home, default_home
 from . import _inspect
 from ._agent import EntryPoint, EntryPointError
-from ._errors import (JobExists, LeaseHeld, SnapshotNotFound, SnapshotWriteError,
-                      SnapstateError, StaleWriter, StoreError)
+from ._errors import (DivergenceError, JobExists, JobParked, LeaseHeld, SnapshotNotFound,
+                      SnapshotWriteError, SnapstateError, StaleWriter, StoreError)
 from ._job import Job
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
@@ -41,7 +42,8 @@ def _say(message: str) -> None:
 
 def _fail(exc: SnapstateError) -> None:
     code = EXIT_CONFLICT if isinstance(exc, (LeaseHeld, StaleWriter)) else (
-        EXIT_FAILED if isinstance(exc, SnapshotWriteError) else EXIT_USAGE)
+        EXIT_FAILED if isinstance(exc, SnapshotWriteError) else (
+            EXIT_PARKED if isinstance(exc, JobParked) else EXIT_USAGE))
     _say(f"error: {exc}")
     sys.exit(code)
 
@@ -69,9 +71,9 @@ def store_option(fn):
 
 def _agent_traceback(exc: BaseException) -> str:
     """The agent's traceback without snapstate's own frames."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tb = exc.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package):
+    while tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith(
+            "snapstate."):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
@@ -88,6 +90,10 @@ def _run_job(job: Job, action) -> None:
     except (SnapshotWriteError, StaleWriter, LeaseHeld) as exc:
         sys.stdout.flush()
         _fail(exc)
+    except JobParked as exc:
+        sys.stdout.flush()
+        _say(str(exc))
+        sys.exit(EXIT_PARKED)
     except SnapstateError as exc:
         if job._agent is None:        # never started: the snapshot or the job is invalid
             _fail(exc)
@@ -365,6 +371,12 @@ def fork(store, as_id, ref) -> None:
             target = home.copy_snapshot(home.absolute(row.file), new_id, row.seq)
             home.catalog.add_snapshot_unfenced(SnapshotRow(
                 new_id, row.seq, row.label, home.relative(target), row.size, row.created, 0))
+        # Effects before the fork point are the new job's history; those after it are
+        # the original's future: the fork makes its own, with its own keys.
+        inherited = home.verify(path).get("effects", 0)
+        home.catalog.record_effects(
+            [dataclasses.replace(e, job_id=new_id) for e in home.catalog.effects(job_id)
+             if e.ordinal <= inherited], epoch=None)
     except SnapstateError as exc:
         _fail(exc)
     home.catalog.log_event(job_id, "forked", f"snapshot {seq} as job {new_id}")
@@ -416,6 +428,159 @@ def prune(store, keep_last, older_than, finished) -> None:
     click.echo(f"pruned {dropped} snapshot(s) and {len(dropped_jobs)} finished job(s)"
                + (f": {', '.join(dropped_jobs)}" if dropped_jobs else "")
                + (f"; removed {swept} temp file(s)" if swept else ""))
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("job_id")
+def effects(store, as_json, job_id) -> None:
+    """List a job's effect ledger: each logical action, its state and key."""
+    home = _home(store)
+    try:
+        home.catalog.get_job(job_id)
+    except SnapstateError as exc:
+        _fail(exc)
+    rows = [{"effect": e.ordinal, "state": e.state, "kind": e.kind, "name": e.name,
+             "args": e.args_repr, "call_site": e.call_site, "key": e.key,
+             "attempts": e.attempts, "note": e.note, "updated": e.updated}
+            for e in home.catalog.effects(job_id)]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    _inspect.table(["#", "STATE", "CALL", "AT", "ATTEMPTS", "KEY", "NOTE"],
+                   [[str(r["effect"]), r["state"], f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
+                     r["call_site"].rsplit("/", 1)[-1], str(r["attempts"]), r["key"],
+                     r["note"]] for r in rows])
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--committed", "committed", flag_value=True, default=None,
+              help="The action did happen at the provider.")
+@click.option("--not-committed", "committed", flag_value=False,
+              help="The action did not happen: it will be dispatched again on resume.")
+@click.option("--result", "result_json", default=None,
+              help="With --committed: the provider's result, as JSON (default: None).")
+@click.argument("job_id")
+@click.argument("effect", type=int)
+def reconcile(store, committed, result_json, job_id, effect) -> None:
+    """Say what happened to an effect whose outcome is unknown, so the job can resume."""
+    if committed is None:
+        raise click.UsageError("say what happened: --committed or --not-committed")
+    if result_json is not None and not committed:
+        raise click.UsageError("--result goes with --committed")
+    try:
+        result = json.loads(result_json) if result_json is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(f"--result is not JSON: {exc}") from None
+    home = _home(store)
+    try:
+        job = home.catalog.get_job(job_id)
+        lease = home.catalog.get_lease(job_id)
+        if lease is not None and lease.is_live(time.time()):
+            raise LeaseHeld(f"job {job_id} is running ({lease.owner}); reconcile it once it "
+                            "has stopped")
+        row = home.catalog.effect(job_id, effect)
+        if row is None or row.kind == "value":
+            raise StoreError(f"job {job_id} has no effect {effect} (`snaprun effects {job_id}`)")
+        if row.state not in ("ambiguous", "dispatched"):
+            raise StoreError(f"effect {effect} of job {job_id} is {row.state}, not ambiguous; "
+                             "there is nothing to reconcile")
+    except SnapstateError as exc:
+        _fail(exc)
+    from ._effects import CONFIRMED, NOT_COMMITTED, seal
+    note = ("reconciled: committed" if committed else "reconciled: not committed") + " by hand"
+    home.catalog.record_effects([dataclasses.replace(
+        row, state=CONFIRMED if committed else NOT_COMMITTED,
+        result=seal(home.keys, result) if committed else None, updated=time.time(),
+        note=note)], epoch=None, replace=True)
+    home.catalog.bump_metric(job_id, "reconciled")
+    home.catalog.log_event(job_id, "reconciled", f"effect {effect}: "
+                           + ("committed" if committed else "not committed"))
+    if job.status == "parked":
+        home.catalog.set_status(job_id, "interrupted", error=None)
+    _say(f"effect {effect} of job {job_id} reconciled as "
+         f"{'committed' if committed else 'not committed'}; continue with: snaprun resume "
+         f"{job_id}")
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.argument("ref")
+def replay(store, ref) -> None:
+    """Run from snapshot JOB@SEQ with every effect served from the ledger and none
+    dispatched, writing nothing; stops at the first divergence (exit 1) or where the
+    recorded history ends (exit 0)."""
+    home = _home(store)
+    try:
+        job_id, seq = _parse_ref(ref)
+        if seq is None:
+            raise click.UsageError(f"name a snapshot: {job_id}@SEQ")
+        job = Job.open(home, job_id)
+        job.say = _say
+    except SnapstateError as exc:
+        _fail(exc)
+    try:
+        result = job.replay(seq)
+    except DivergenceError as exc:
+        sys.stdout.flush()
+        _say(f"replay of {job_id}@{seq} diverged: {exc}")
+        sys.exit(EXIT_FAILED)
+    except SnapstateError as exc:
+        if job._agent is None:
+            _fail(exc)
+        _agent_failed(job, exc)
+    except Exception as exc:
+        _agent_failed(job, exc)
+    sys.stdout.flush()
+    if job.replay_stop:
+        _say(f"replay of {job_id}@{seq} stopped: {job.replay_stop}; nothing was dispatched")
+    else:
+        _say(f"replay of {job_id}@{seq} finished: main() returned {result!r}; nothing was "
+             "dispatched")
+    sys.exit(EXIT_DONE)
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("job_id", required=False)
+def stats(store, as_json, job_id) -> None:
+    """Durability metrics per job: resumes, snapshot age, effects served from the
+    ledger after a restore, reconciled and ambiguous actions, restart-to-progress."""
+    home = _home(store)
+    try:
+        jobs = [home.catalog.get_job(job_id)] if job_id else home.catalog.list_jobs()
+    except SnapstateError as exc:
+        _fail(exc)
+    now = time.time()
+    rows = []
+    for job in jobs:
+        metrics = home.catalog.metrics(job.job_id)
+        latest = home.catalog.latest(job.job_id)
+        ledger = home.catalog.effects(job.job_id)
+        rows.append({
+            "job": job.job_id, "status": home.catalog.effective_status(job, now),
+            "resumes": job.resume_count,
+            "snapshot_age_s": None if latest is None else round(now - latest.created, 3),
+            "effects": sum(1 for e in ledger if e.kind != "value"),
+            "served_from_ledger": int(metrics.get("served_from_ledger", 0)),
+            "reconciled": int(metrics.get("reconciled", 0)),
+            "ambiguous": sum(1 for e in ledger if e.state == "ambiguous"),
+            "ambiguous_total": int(metrics.get("ambiguous", 0)),
+            "restart_to_progress_s": metrics.get("restart_to_progress_s")})
+    if as_json:
+        click.echo(json.dumps(rows if job_id is None else rows[0], indent=1))
+        return
+    _inspect.table(["JOB", "STATUS", "RESUMES", "SNAPSHOT AGE", "EFFECTS", "SERVED", "RECONCILED",
+                    "AMBIGUOUS", "RESTART->PROGRESS"],
+                   [[r["job"], r["status"], str(r["resumes"]),
+                     "-" if r["snapshot_age_s"] is None else _ago(r["snapshot_age_s"]),
+                     str(r["effects"]), str(r["served_from_ledger"]), str(r["reconciled"]),
+                     str(r["ambiguous"]),
+                     "-" if r["restart_to_progress_s"] is None
+                     else f"{r['restart_to_progress_s']:.3f}s"] for r in rows])
 
 
 @cli.command(epilog=_EXIT_HELP)

@@ -9,6 +9,11 @@ Every error names the place (job, frame, file:line, file path) and the next step
     ├── SnapshotWriteError          a snapshot could not be written durably (a failed
     │                               write, fsync or rename; never retried): the run stops,
     │                               the previous snapshot is intact
+    ├── DivergenceError             re-executed code made a different effect call than the
+    │                               ledger recorded at that point: nothing was dispatched
+    ├── SecretUnavailable           a Secret's value was not saved in the snapshot
+    ├── JobParked                   an effect's outcome is unknown: the job stopped until
+    │                               `snaprun reconcile` says what happened (exit code 4)
     ├── RestoreError                a snapshot could not be turned back into a running job
     │   └── IncompatibleSnapshot    the snapshot was taken under another Python or
     │                               library version, or the agent's code has changed
@@ -41,6 +46,7 @@ __all__ = [
     "IncompatibleSnapshot", "CorruptSnapshot", "TruncatedSnapshot", "SnapshotRejected",
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
     "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
+    "DivergenceError", "SecretUnavailable", "JobParked",
 ]
 
 
@@ -139,3 +145,21 @@ class LeaseHeld(StoreError):
 class StaleWriter(StoreError):
     """This runner's lease epoch is no longer current (another runner took the job
     over): the write was rejected and the catalog is unchanged."""
+
+
+class DivergenceError(SnapstateError):
+    """After a restore (or in a replay) the agent made a different effect call at a point
+    where the ledger recorded another one: a different function or different arguments.
+    Nothing was dispatched. Code between a snapshot and a crash must re-execute the same
+    way; use snapstate.now()/random()/uuid4() for values that change between runs."""
+
+
+class SecretUnavailable(SnapstateError):
+    """A snapstate.Secret's value is never written into a snapshot; after a restore it
+    must be obtained again (Secret.from_env re-reads its environment variable)."""
+
+
+class JobParked(SnapstateError):
+    """An effect was dispatched but its outcome is unknown and cannot be found out
+    automatically (no idempotency key, no lookup). The job stopped, its state intact,
+    until `snaprun reconcile JOB EFFECT --committed|--not-committed`."""

@@ -26,8 +26,9 @@ from ..serializers._home import Home
 from . import _agent
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
-from ._errors import (HeaderMismatch, IncompatibleSnapshot, RestoreError, SnapshotError,
-                      SnapshotWriteError, SnapstateError, StaleWriter)
+from ._effects import Ledger
+from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobParked, RestoreError,
+                      SnapshotError, SnapshotWriteError, SnapstateError, StaleWriter)
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
@@ -62,6 +63,14 @@ class _FreezeRequest:
 @dataclass(frozen=True)
 class _Done:
     value: object
+
+
+@dataclass(frozen=True)
+class _Stop:
+    """The agent asks the hub to stop the run here, leaving it paused: park or end
+    of a replay."""
+    error: BaseException | None
+    reason: str
 
 
 _ACTIVE: "Job | None" = None
@@ -146,6 +155,9 @@ class Job:
         self._hub_error: BaseException | None = None
         self._hub = self._agent = None
         self.say = lambda message: None     # where the CLI's stderr notes go
+        self.ledger = Ledger(self)
+        self.replay_stop: str | None = None
+        self._restart_at: float | None = None
 
     @classmethod
     def create(cls, home: Home, entry: _agent.EntryPoint, argv: list[str],
@@ -170,7 +182,34 @@ class Job:
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
         later ones); with no snapshot yet, from the start of its entry function."""
         self._acquire(force=force, resuming=True)
+        self._restart_at = time.time()
+        self.ledger.restored = True
         return self._run_leased(lambda: self._restore_for_resume(at))
+
+    def replay(self, at: int):
+        """Run from snapshot `at` with every effect served from the ledger and none
+        dispatched, writing nothing; stops where the recorded history ends
+        (self.replay_stop says why) or raises DivergenceError at the first divergence."""
+        self.ledger.replay = True
+        row = self.home.catalog.snapshot(self.job_id, at)
+        path = self.home.absolute(row.file)
+        header, payload = self.home.read(path)
+        return self._loop(self.restore(header, payload, path), (), {})
+
+    # called by the ledger, in the agent's greenlet
+    def park(self, row, call_site: str) -> None:
+        from ._effects import explain_ambiguous
+        self._hub.switch(_Stop(JobParked(explain_ambiguous(self.job_id, row)), "parked"))
+
+    def end_replay(self, reason: str) -> None:
+        self._hub.switch(_Stop(None, reason))
+
+    def progressed(self) -> None:
+        """The first new durable progress after a restart: record how long it took."""
+        if self._restart_at is not None:
+            self.home.catalog.set_metric(self.job_id, "restart_to_progress_s",
+                                         time.time() - self._restart_at)
+            self._restart_at = None
 
     def prepare(self):
         """Load the entry point; returns the function to run."""
@@ -224,6 +263,9 @@ class Job:
         except StaleWriter:
             outcome = None
             raise
+        except JobParked as exc:
+            outcome, error = "parked", str(exc)
+            raise
         except SnapstateError as exc:
             if exc is self._hub_error or self._agent is None:
                 # the snapshot write failed, or the job could not even start/restore
@@ -245,6 +287,8 @@ class Job:
         if outcome is None or lease.lost is not None:
             return
         try:
+            if outcome == "done":
+                self.ledger.flush()
             self.home.catalog.set_status(self.job_id, outcome, epoch=self.epoch, error=error)
             lease.release()
         except StaleWriter:
@@ -260,6 +304,12 @@ class Job:
             message = self._agent.switch(fn, args, kwargs)
             while isinstance(message, _FreezeRequest):
                 message = self._take_snapshot(message)
+            if isinstance(message, _Stop):
+                _PARKED_AGENTS.append(self._agent)   # stays paused, never unwound
+                if message.error is not None:
+                    raise message.error
+                self.replay_stop = message.reason
+                return None
             return message.value
         finally:
             _ACTIVE = outer
@@ -270,13 +320,18 @@ class Job:
             header, payload = self._freeze(request, seq)
         except SnapshotError as exc:
             return self._agent.throw(exc)
+        if self.ledger.replay:      # a replay writes nothing
+            self.seq = seq
+            return self._agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
         try:
             if self.lease is not None and self.lease.lost is not None:
                 raise self.lease.lost
             row = self.home.write_snapshot(self.job_id, seq, self.epoch, request.label, header,
                                            payload)
             fault_point("before-commit", seq)
+            self.ledger.flush()
             self.home.commit_snapshot(row)
+            self.progressed()
         except (SnapshotWriteError, StaleWriter) as exc:
             # Fatal for this run: the agent stays paused and is never resumed here.
             self._hub_error = exc
@@ -298,7 +353,8 @@ class Job:
             raise SnapshotError(f"{label} failed: {exc}") from None
         modules = _agent.agent_modules(self.entry)
         state = {"frames": frames, "globals": _agent.capture_globals(modules),
-                 "handled": request.handled, "label": request.label}
+                 "handled": request.handled, "label": request.label,
+                 "effects": self.ledger.ordinal}
         try:
             payload = _pickler.dumps(state, roots=lambda: self._roots(state))
         except _pickler.UnpicklableError as exc:
@@ -314,6 +370,7 @@ class Job:
                         "firstlineno": f.code.firstlineno, "digest": f.code.digest,
                         "filename": f.code.filename, "lineno": f.lineno} for f in frames],
             "modules": _agent.module_digests(modules),
+            "effects": self.ledger.ordinal,
         }
         return header, payload
 
@@ -372,6 +429,8 @@ class Job:
             raise RestoreError(f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
                                "resume from an earlier snapshot of the job.") from None
         _agent.restore_globals(state["globals"])
+        self.ledger.ordinal = state.get("effects", 0)
+        self.ledger.restored = True
         frames: list[FrameRecord] = state["frames"]
         self.seq = header["seq"]
         self._resumed = header

@@ -11,7 +11,7 @@ import threading
 import time
 
 from ..runtime._errors import JobExists, JobNotFound, LeaseHeld, StaleWriter, StoreError
-from ._store import EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
+from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
 
 __all__ = ["SqliteStore"]
 
@@ -31,6 +31,14 @@ CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL,
     kind TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, id);
+CREATE TABLE IF NOT EXISTS effects (
+    job_id TEXT NOT NULL, ordinal INTEGER NOT NULL, key TEXT NOT NULL, name TEXT NOT NULL,
+    call_site TEXT NOT NULL, args_digest TEXT NOT NULL, args_repr TEXT NOT NULL,
+    kind TEXT NOT NULL, state TEXT NOT NULL, result BLOB, external_id TEXT,
+    attempts INTEGER NOT NULL, created REAL NOT NULL, updated REAL NOT NULL, note TEXT NOT NULL,
+    PRIMARY KEY (job_id, ordinal));
+CREATE TABLE IF NOT EXISTS metrics (
+    job_id TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (job_id, name));
 """
 
 
@@ -121,7 +129,7 @@ class SqliteStore(Store):
 
     def delete_job(self, job_id) -> None:
         with self._tx() as db:
-            for table in ("snapshots", "leases", "events", "jobs"):
+            for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
                 db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
 
     # ---------------------------------------------------------------- leases
@@ -229,6 +237,50 @@ class SqliteStore(Store):
                             row.epoch))
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
+
+    # ---------------------------------------------------------------- effect ledger
+    _EFFECT_COLUMNS = ("job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
+                       "state, result, external_id, attempts, created, updated, note")
+
+    def effect(self, job_id, ordinal) -> EffectRow | None:
+        row = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
+                                 "AND ordinal = ?", (job_id, ordinal)).fetchone()
+        return EffectRow(*row) if row else None
+
+    def effects(self, job_id) -> list[EffectRow]:
+        rows = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
+                                  "ORDER BY ordinal", (job_id,))
+        return [EffectRow(*r) for r in rows]
+
+    def record_effects(self, rows, *, epoch, replace=False) -> None:
+        if not rows:
+            return
+        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        with self._tx() as db:
+            if epoch is not None:
+                self._check_epoch(db, rows[0].job_id, epoch)
+            try:
+                db.executemany(f"{verb} INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                               "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               [tuple(r.__dict__.values()) for r in rows])
+            except sqlite3.IntegrityError:
+                raise StoreError(f"job {rows[0].job_id}: effect {rows[0].ordinal} is already "
+                                 "recorded") from None
+
+    def bump_metric(self, job_id, name, by=1) -> None:
+        with self._tx() as db:
+            db.execute("INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?) ON CONFLICT "
+                       "(job_id, name) DO UPDATE SET value = value + excluded.value",
+                       (job_id, name, by))
+
+    def set_metric(self, job_id, name, value) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
+                       (job_id, name, value))
+
+    def metrics(self, job_id) -> dict:
+        return dict(self._db().execute("SELECT name, value FROM metrics WHERE job_id = ?",
+                                       (job_id,)).fetchall())
 
     # ---------------------------------------------------------------- timeline
     def _event(self, db, job_id, kind, detail) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..runtime._errors import SnapshotNotFound
 
-__all__ = ["Store", "JobRow", "SnapshotRow", "LeaseRow", "EventRow", "Owner", "STATUSES",
+__all__ = ["Store", "JobRow", "SnapshotRow", "LeaseRow", "EventRow", "EffectRow", "Owner", "STATUSES",
            "pid_alive", "process_start"]
 
 STATUSES = ("running", "waiting", "done", "failed", "parked", "interrupted")
@@ -84,6 +84,27 @@ class LeaseRow:
             return pid_alive(self.owner.pid) and (
                 not self.owner.started or process_start(self.owner.pid) == self.owner.started)
         return True
+
+
+@dataclass(frozen=True)
+class EffectRow:
+    """One logical action in a job's effect ledger."""
+
+    job_id: str
+    ordinal: int                 # position along the job's path (or of its explicit key)
+    key: str                     # idempotency key given to the provider
+    name: str                    # the effect function's qualified name
+    call_site: str               # file:line of the call
+    args_digest: str             # digest of the arguments (secrets by reference)
+    args_repr: str               # redacted, truncated arguments for people
+    kind: str                    # "write" | "read" | "value"
+    state: str                   # dispatched | confirmed | failed | ambiguous
+    result: bytes | None = None  # signed pickle of the result or the error
+    external_id: str | None = None
+    attempts: int = 0
+    created: float = 0.0
+    updated: float = 0.0
+    note: str = ""               # how it was reconciled, the error text
 
 
 @dataclass(frozen=True)
@@ -187,6 +208,34 @@ class Store(abc.ABC):
     def add_snapshot_unfenced(self, row: SnapshotRow) -> None:
         """Record a snapshot copied in by fork or import, when no runner holds the
         job; StoreError if that sequence number is taken."""
+
+    # ---------------------------------------------------------------- effect ledger
+    @abc.abstractmethod
+    def effect(self, job_id: str, ordinal: int) -> EffectRow | None:
+        """The ledger row of one logical action, or None."""
+
+    @abc.abstractmethod
+    def effects(self, job_id: str) -> list[EffectRow]:
+        """The job's ledger, by ordinal."""
+
+    @abc.abstractmethod
+    def record_effects(self, rows: list[EffectRow], *, epoch: int | None,
+                       replace: bool = False) -> None:
+        """Insert (or, with replace, overwrite) ledger rows in one durable transaction,
+        fenced by the lease epoch (StaleWriter otherwise). Inserting an existing
+        ordinal raises StoreError: a logical action is recorded once."""
+
+    @abc.abstractmethod
+    def bump_metric(self, job_id: str, name: str, by: int = 1) -> None:
+        """Add to one of the job's counters (metrics)."""
+
+    @abc.abstractmethod
+    def metrics(self, job_id: str) -> dict:
+        """The job's counters and timestamps."""
+
+    @abc.abstractmethod
+    def set_metric(self, job_id: str, name: str, value: float) -> None:
+        """Set one of the job's metrics."""
 
     # ---------------------------------------------------------------- timeline
     @abc.abstractmethod

@@ -10,15 +10,25 @@ snapstate.serializers (the pickler and the snapshot file format) and
 snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
+from snapstate.runtime._effects import Retry as Retry
+from snapstate.runtime._effects import Secret as Secret
+from snapstate.runtime._effects import call_effect as call_effect
+from snapstate.runtime._effects import effect as effect
+from snapstate.runtime._effects import now as now
+from snapstate.runtime._effects import random as random
+from snapstate.runtime._effects import uuid4 as uuid4
 from snapstate.runtime._errors import CorruptSnapshot as CorruptSnapshot
+from snapstate.runtime._errors import DivergenceError as DivergenceError
 from snapstate.runtime._errors import HeaderMismatch as HeaderMismatch
 from snapstate.runtime._errors import IncompatibleSnapshot as IncompatibleSnapshot
 from snapstate.runtime._errors import JobExists as JobExists
 from snapstate.runtime._errors import JobNotFound as JobNotFound
+from snapstate.runtime._errors import JobParked as JobParked
 from snapstate.runtime._errors import LeaseHeld as LeaseHeld
 from snapstate.runtime._errors import PlaintextRefused as PlaintextRefused
 from snapstate.runtime._errors import RestoreError as RestoreError
 from snapstate.runtime._errors import RetiredKey as RetiredKey
+from snapstate.runtime._errors import SecretUnavailable as SecretUnavailable
 from snapstate.runtime._errors import SnapshotError as SnapshotError
 from snapstate.runtime._errors import SnapshotNotFound as SnapshotNotFound
 from snapstate.runtime._errors import SnapshotRejected as SnapshotRejected
@@ -36,6 +46,13 @@ __all__ = [
     # the agent's API
     "snapshot",
     "SnapshotInfo",
+    "effect",
+    "call_effect",
+    "Retry",
+    "Secret",
+    "now",
+    "random",
+    "uuid4",
     # errors (runtime/_errors.py draws the tree)
     "SnapstateError",
     "SnapshotError",
@@ -56,6 +73,9 @@ __all__ = [
     "SnapshotNotFound",
     "LeaseHeld",
     "StaleWriter",
+    "DivergenceError",
+    "SecretUnavailable",
+    "JobParked",
 ]
 
 __version__ = "0.1.0"

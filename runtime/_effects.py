@@ -1,0 +1,452 @@
+"""The effect ledger: at-most-once side effects across crashes, restores, retries and
+forks.
+
+Every outbound call goes through @effect (or call_effect). Its logical identity is
+the job id plus the effect's ordinal along the job's path; the ordinal counter is
+part of the frozen state, so code re-executed after a restore produces the same
+identities and the n-th effect finds its own ledger row. The idempotency key given
+to the provider is derived from that identity (a fork has a new job id, so new keys).
+
+Two durable writes per effect: the row, in state "dispatched", is committed before the
+call is sent (it says: this action may have happened); the outcome (confirmed with
+the signed result, or failed with the error) right after the response. On
+re-execution a confirmed row returns its recorded result and nothing is sent; a
+dispatched row means the outcome is unknown and is reconciled: retried with the same
+key when the provider honours keys, asked for with lookup(key) when it can be
+queried, otherwise marked ambiguous and the job parks until `snaprun reconcile`.
+
+snapstate.now(), random() and uuid4() are recorded in the same ledger, so code
+between a snapshot and a crash re-executes identically; their rows are batched into
+the next durable write.
+"""
+
+from __future__ import annotations
+
+import datetime as _datetime
+import functools
+import hashlib
+import hmac
+import os
+import random as _random
+import reprlib
+import sys
+import time
+import uuid as _uuid
+from dataclasses import dataclass
+
+import cloudpickle
+
+from ..serializers._store import EffectRow
+from ._errors import DivergenceError, RestoreError, SecretUnavailable, TamperedSnapshot
+from ._faults import fault_point
+
+__all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4"]
+
+DISPATCHED, CONFIRMED, FAILED, AMBIGUOUS, NOT_COMMITTED = (
+    "dispatched", "confirmed", "failed", "ambiguous", "not-committed")
+
+
+# ------------------------------------------------------------------------ secrets
+class Secret:
+    """A value that must never be written down: not in a snapshot, not in the ledger.
+
+    Secret(value, name="api key") is recorded as its name only; after a restore its
+    value is gone (SecretUnavailable). Secret.from_env("API_KEY") is recorded as the
+    variable's name and re-read from the environment after a restore."""
+
+    __slots__ = ("name", "_value", "_env")
+
+    def __init__(self, value, *, name: str = "secret"):
+        self.name, self._value, self._env = name, value, None
+
+    @classmethod
+    def from_env(cls, variable: str) -> "Secret":
+        try:
+            value = os.environ[variable]
+        except KeyError:
+            raise SecretUnavailable(f"environment variable {variable} is not set") from None
+        secret = cls(value, name=variable)
+        secret._env = variable
+        return secret
+
+    def reveal(self):
+        if self._value is _GONE:
+            raise SecretUnavailable(
+                f"secret {self.name!r} was not saved in the snapshot (secrets never are); "
+                "obtain it again after a restore, e.g. with Secret.from_env(...)")
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret({self.name!r})"
+
+    def __reduce__(self):
+        if self._env is not None:
+            return (Secret.from_env, (self._env,))
+        return (_redacted, (self.name,))
+
+
+_GONE = object()
+
+
+def _redacted(name: str) -> Secret:
+    secret = Secret(None, name=name)
+    secret._value = _GONE
+    return secret
+
+
+def _reveal(value):
+    if isinstance(value, Secret):
+        return value.reveal()
+    return value
+
+
+# ------------------------------------------------------------------------ digests
+def _canonical(value, out: list) -> None:
+    """A representation of the arguments that is the same in every process (set and
+    dict orders depend on the hash seed; secrets count by name only)."""
+    if isinstance(value, Secret):
+        out.append(f"secret:{value.name}")
+    elif value is None or isinstance(value, (bool, int, float, str, bytes)):
+        out.append(f"{type(value).__name__}:{value!r}")
+    elif isinstance(value, (list, tuple)):
+        out.append(f"{type(value).__name__}[")
+        for item in value:
+            _canonical(item, out)
+        out.append("]")
+    elif isinstance(value, dict):
+        out.append("dict{")
+        for k in sorted(value, key=repr):
+            _canonical(k, out)
+            _canonical(value[k], out)
+        out.append("}")
+    elif isinstance(value, (set, frozenset)):
+        parts = []
+        for item in value:
+            sub: list = []
+            _canonical(item, sub)
+            parts.append("".join(sub))
+        out.append(f"{type(value).__name__}{{{','.join(sorted(parts))}}}")
+    else:
+        out.append(f"{type(value).__module__}.{type(value).__qualname__}:")
+        out.append(hashlib.sha256(cloudpickle.dumps(value, protocol=5)).hexdigest())
+
+
+def args_digest(name: str, args: tuple, kwargs: dict) -> str:
+    out = [name]
+    _canonical(list(args), out)
+    _canonical(kwargs, out)
+    return hashlib.sha256("\x00".join(out).encode()).hexdigest()
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 40
+
+
+def args_repr(args: tuple, kwargs: dict) -> str:
+    parts = [_SHORT.repr(a) for a in args] + [f"{k}={_SHORT.repr(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts)
+
+
+# ------------------------------------------------------------------------ results
+def seal(keys, value) -> bytes:
+    """A result stored by value: pickled, signed like a snapshot (HMAC-SHA256)."""
+    data = cloudpickle.dumps(value, protocol=5)
+    key = keys.current
+    kid = key.key_id.encode()
+    return bytes([len(kid)]) + kid + hmac.new(key.mac_key, data, hashlib.sha256).digest() + data
+
+
+def unseal(keys, blob: bytes, where: str):
+    n = blob[0]
+    kid, mac, data = blob[1:1 + n].decode(), blob[1 + n:33 + n], blob[33 + n:]
+    key = keys.get(kid)
+    if not hmac.compare_digest(hmac.new(key.mac_key, data, hashlib.sha256).digest(), mac):
+        raise TamperedSnapshot(f"the recorded result of {where} fails its signature check")
+    return cloudpickle.loads(data)
+
+
+# ------------------------------------------------------------------------ the policy
+@dataclass(frozen=True)
+class Retry:
+    """Retry transient errors, reusing the same idempotency key. Only for effects
+    whose repetition is safe: idempotency="key", a lookup, or kind="read"."""
+
+    attempts: int = 3
+    backoff: float = 0.2
+    max_backoff: float = 5.0
+    on: tuple = (ConnectionError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class _Spec:
+    fn: object
+    name: str
+    idempotency: str | None
+    lookup: object
+    kind: str
+    retry: Retry | None
+
+
+def _spec(fn, idempotency, lookup, kind, retry) -> _Spec:
+    if idempotency not in (None, "key"):
+        raise ValueError('idempotency must be None or "key"')
+    if kind not in ("write", "read"):
+        raise ValueError('kind must be "write" or "read"')
+    name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    return _Spec(fn, name, idempotency, lookup, kind, retry)
+
+
+def effect(fn=None, *, idempotency: str | None = None, lookup=None, kind: str = "write",
+           retry: Retry | None = None):
+    """Declare an outbound call: recorded in the ledger, dispatched at most once.
+
+    idempotency="key": the function receives `idempotency_key` (stable across restores)
+    and passes it to the provider. lookup=fn: fn(idempotency_key) returns the provider's
+    result if the action happened, None if not. kind="read": safe to repeat (the result
+    is still recorded). retry=Retry(...): transient errors are retried with the same key.
+    """
+    def decorate(function):
+        spec = _spec(function, idempotency, lookup, kind, retry)
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            return _call(spec, args, kwargs, None)
+        wrapper.__snapstate_effect__ = spec
+        return wrapper
+    return decorate(fn) if fn is not None else decorate
+
+
+def call_effect(fn, *args, key: str | None = None, idempotency: str | None = None, lookup=None,
+                kind: str = "write", retry: Retry | None = None, **kwargs):
+    """Run fn(*args, **kwargs) as an effect, for functions you do not own. `key` names
+    the logical action explicitly (its idempotency key derives from it)."""
+    return _call(_spec(fn, idempotency, lookup, kind, retry), args, kwargs, key)
+
+
+def _current_job():
+    from . import _job
+    job = _job._ACTIVE
+    import greenlet
+    if job is None or greenlet.getcurrent() is not job._agent:
+        return None
+    return job
+
+
+def _call_site() -> str:
+    frame = sys._getframe(3)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _invoke(spec: _Spec, args, kwargs, key: str):
+    args = tuple(_reveal(a) for a in args)
+    kwargs = {k: _reveal(v) for k, v in kwargs.items()}
+    if spec.idempotency == "key" or spec.lookup is not None:
+        kwargs["idempotency_key"] = key
+    return spec.fn(*args, **kwargs)
+
+
+def _call(spec: _Spec, args: tuple, kwargs: dict, explicit_key: str | None):
+    job = _current_job()
+    if job is None:   # plain Python: no ledger
+        return _invoke(spec, args, kwargs, f"adhoc-{_uuid.uuid4().hex}")
+    return job.ledger.call(spec, args, kwargs, explicit_key, _call_site())
+
+
+# ------------------------------------------------------------------------ values
+def _value(kind: str, produce):
+    job = _current_job()
+    if job is None:
+        return produce()
+    return job.ledger.value(kind, produce, _call_site())
+
+
+def now() -> _datetime.datetime:
+    """The current UTC time, recorded: a re-execution after a restore gets the same."""
+    return _value("now", lambda: _datetime.datetime.now(_datetime.timezone.utc))
+
+
+def random() -> float:
+    """A random float in [0, 1), recorded like now()."""
+    return _value("random", _random.random)
+
+
+def uuid4() -> _uuid.UUID:
+    """A random UUID, recorded like now()."""
+    return _value("uuid4", _uuid.uuid4)
+
+
+# ------------------------------------------------------------------------ the ledger
+class Ledger:
+    """A job's view of its effect ledger while it runs."""
+
+    def __init__(self, job):
+        self.job = job
+        self.ordinal = 0                 # restored from the snapshot
+        self.pending: list[EffectRow] = []   # value records not yet durable
+        self.replay = False
+        self.restored = False            # served calls count as "served after restore"
+
+    @property
+    def catalog(self):
+        return self.job.home.catalog
+
+    def identity_key(self, ordinal: int, explicit: str | None) -> str:
+        ident = f"{self.job.job_id}\x00{explicit if explicit is not None else ordinal}"
+        return "ss-" + hashlib.sha256(ident.encode()).hexdigest()[:40]
+
+    def flush(self) -> None:
+        """Make buffered value records durable (before any effect or snapshot)."""
+        if self.pending and not self.replay:
+            rows, self.pending = self.pending, []
+            self.catalog.record_effects(rows, epoch=self.job.epoch)
+
+    # -------------------------------------------------------------- values
+    def value(self, kind: str, produce, call_site: str):
+        self.ordinal += 1
+        ordinal = self.ordinal
+        row = self.catalog.effect(self.job.job_id, ordinal)
+        if row is None:
+            row = next((r for r in self.pending if r.ordinal == ordinal), None)
+        if row is not None:
+            self._check(row, f"snapstate.{kind}", "", "", call_site)
+            return unseal(self.job.home.keys, row.result, call_site)
+        if self.replay:
+            self.job.end_replay(f"the recorded history ends before snapstate.{kind}() at "
+                                f"{call_site}")
+        value = produce()
+        t = time.time()
+        self.pending.append(EffectRow(self.job.job_id, ordinal, "", f"snapstate.{kind}",
+                                      call_site, args_digest(f"snapstate.{kind}", (), {}), "",
+                                      "value", CONFIRMED, seal(self.job.home.keys, value),
+                                      None, 1, t, t, ""))
+        return value
+
+    # -------------------------------------------------------------- effects
+    def _check(self, row: EffectRow, name: str, digest: str, shown: str, call_site: str):
+        expected = args_digest(name, (), {}) if row.kind == "value" else digest
+        if row.name != name or (digest and row.args_digest != expected) or (
+                row.kind == "value" and row.args_digest != expected):
+            raise DivergenceError(
+                f"effect {row.ordinal} at {call_site} diverged from the ledger: it recorded "
+                f"{row.name}({row.args_repr}) at {row.call_site}, and the re-executed code "
+                f"now calls {name}({shown}). Nothing was dispatched. Code between a snapshot "
+                "and a crash must make the same calls; use snapstate.now()/random()/uuid4() "
+                "for values that change between runs.")
+
+    def call(self, spec: _Spec, args: tuple, kwargs: dict, explicit: str | None,
+             call_site: str):
+        self.ordinal += 1
+        ordinal = self.ordinal
+        key = self.identity_key(ordinal, explicit)
+        digest = args_digest(spec.name, args, kwargs)
+        shown = args_repr(args, kwargs)
+        row = self.catalog.effect(self.job.job_id, ordinal)
+        if row is not None:
+            self._check(row, spec.name, digest, shown, call_site)
+            return self._recover(spec, row, args, kwargs, call_site)
+        if self.replay:
+            self.job.end_replay(f"the recorded history ends before effect {ordinal} "
+                                f"({spec.name} at {call_site})")
+        t = time.time()
+        row = EffectRow(self.job.job_id, ordinal, key, spec.name, call_site, digest, shown,
+                        spec.kind, DISPATCHED, None, None, 1, t, t, "")
+        fault_point("effect-before-prepare", ordinal)
+        self.flush()
+        self.catalog.record_effects([row], epoch=self.job.epoch)
+        self.job.progressed()
+        fault_point("effect-after-prepare", ordinal)
+        return self._dispatch(spec, row, args, kwargs)
+
+    def _dispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
+        attempt, delay = row.attempts, spec.retry.backoff if spec.retry else 0.0
+        while True:
+            try:
+                result = _invoke(spec, args, kwargs, row.key)
+            except Exception as exc:
+                retryable = spec.retry is not None and isinstance(exc, spec.retry.on) and (
+                    spec.idempotency == "key" or spec.lookup is not None or spec.kind == "read")
+                if retryable and attempt < spec.retry.attempts:
+                    attempt += 1
+                    time.sleep(min(delay, spec.retry.max_backoff))
+                    delay *= 2
+                    if spec.lookup is not None and spec.idempotency != "key":
+                        found = spec.lookup(row.key)
+                        if found is not None:
+                            return self._confirm(row, found, attempt, "found by lookup after "
+                                                 f"{type(exc).__name__}")
+                    continue
+                self._record(row, FAILED, exc, attempt, f"{type(exc).__name__}: {exc}")
+                raise
+            fault_point("effect-after-send", row.ordinal)
+            return self._confirm(row, result, attempt, row.note)
+
+    def _confirm(self, row: EffectRow, result, attempts: int, note: str):
+        self._record(row, CONFIRMED, result, attempts, note)
+        fault_point("effect-after-confirm", row.ordinal)
+        return result
+
+    def _record(self, row: EffectRow, state: str, value, attempts: int, note: str) -> None:
+        try:
+            sealed = seal(self.job.home.keys, value)
+        except Exception as exc:   # an unpicklable result: keep the fact, not the value
+            sealed, note = None, f"result not stored ({type(exc).__name__}: {exc})"
+        t = time.time()
+        self.catalog.record_effects([EffectRow(
+            row.job_id, row.ordinal, row.key, row.name, row.call_site, row.args_digest,
+            row.args_repr, row.kind, state, sealed, row.external_id, attempts, row.created, t,
+            note)], epoch=self.job.epoch, replace=True)
+
+    def _served(self, row: EffectRow, call_site: str):
+        if self.restored and not self.replay:
+            self.catalog.bump_metric(self.job.job_id, "served_from_ledger")
+        if row.result is None:
+            raise RestoreError(f"effect {row.ordinal} at {call_site} happened but its result "
+                               f"could not be stored ({row.note}); it cannot be replayed")
+        value = unseal(self.job.home.keys, row.result, f"effect {row.ordinal}")
+        if row.state == FAILED:
+            raise value
+        return value
+
+    def _recover(self, spec: _Spec, row: EffectRow, args, kwargs, call_site: str):
+        if row.state == CONFIRMED:
+            return self._served(row, call_site)
+        if self.replay:
+            if row.state == FAILED:
+                return self._served(row, call_site)
+            self.job.end_replay(f"effect {row.ordinal} ({row.name} at {call_site}) has no "
+                                f"recorded outcome (state {row.state})")
+        if row.state in (FAILED, NOT_COMMITTED) or spec.kind == "read":
+            # It did not happen (failed by its own report, or reconciled as not committed),
+            # or repeating it is harmless: dispatch again with the same key.
+            return self._dispatch(spec, _again(row), args, kwargs)
+        if row.state == DISPATCHED and spec.idempotency == "key":
+            return self._dispatch(spec, _again(row, "retried with the same idempotency key"),
+                                  args, kwargs)
+        if row.state == DISPATCHED and spec.lookup is not None:
+            found = spec.lookup(row.key)
+            self.catalog.bump_metric(self.job.job_id, "reconciled")
+            if found is not None:
+                return self._confirm(row, found, row.attempts, "found by lookup after a restart")
+            return self._dispatch(spec, _again(row, "lookup: not found; dispatched again"),
+                                  args, kwargs)
+        if row.state == DISPATCHED:
+            self._record(row, AMBIGUOUS, None, row.attempts, "outcome unknown after a restart")
+            self.catalog.bump_metric(self.job.job_id, "ambiguous")
+        self.job.park(row, call_site)
+
+
+def _again(row: EffectRow, note: str = "") -> EffectRow:
+    return EffectRow(row.job_id, row.ordinal, row.key, row.name, row.call_site, row.args_digest,
+                     row.args_repr, row.kind, row.state, row.result, row.external_id,
+                     row.attempts + 1, row.created, row.updated, note or row.note)
+
+
+def explain_ambiguous(job_id: str, row: EffectRow) -> str:
+    return (f"job {job_id} parked: effect {row.ordinal} ({row.name}({row.args_repr}) at "
+            f"{row.call_site}, idempotency key {row.key}) was dispatched but its outcome is "
+            "unknown: the process stopped before the response was recorded, and the provider "
+            "honours no idempotency key and offers no lookup. Check with the provider whether "
+            f"it happened, then run `snaprun reconcile {job_id} {row.ordinal} --committed "
+            f"[--result JSON]` or `snaprun reconcile {job_id} {row.ordinal} --not-committed`, "
+            f"and `snaprun resume {job_id}`.")
+
