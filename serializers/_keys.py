@@ -12,6 +12,7 @@ so the two uses never share key material.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -41,11 +42,11 @@ class Key:
         return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
                     info=b"snapstate " + purpose).derive(self.secret)
 
-    @property
+    @functools.cached_property
     def mac_key(self) -> bytes:
         return self._derive(b"hmac-sha256")
 
-    @property
+    @functools.cached_property
     def aead_key(self) -> bytes:
         return self._derive(b"aes-256-gcm")
 

@@ -43,7 +43,10 @@ CREATE TABLE IF NOT EXISTS metrics (
 
 
 class SqliteStore(Store):
-    def __init__(self, directory: str, *, clock=time.time):
+    def __init__(self, directory: str, *, clock=time.time, synchronous: str = "FULL"):
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError("synchronous must be FULL or NORMAL")
+        self.synchronous = synchronous
         self.directory = os.path.abspath(directory)
         os.makedirs(self.directory, exist_ok=True)
         self.path = os.path.join(self.directory, "catalog.db")
@@ -57,7 +60,7 @@ class SqliteStore(Store):
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
             self._local.db = db
         return db
