@@ -1,1 +1,3 @@
-"""snapstate.resources: closing handles before a snapshot and reopening them after restore."""
+"""snapstate.resources: handles closed before a snapshot and reopened after a restore
+(resource()), and the adapters that save open files, sqlite3 connections, HTTP
+clients and temporary directories without wrapping."""

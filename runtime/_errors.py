@@ -12,6 +12,9 @@ Every error names the place (job, frame, file:line, file path) and the next step
     ├── DivergenceError             re-executed code made a different effect call than the
     │                               ledger recorded at that point: nothing was dispatched
     ├── SecretUnavailable           a Secret's value was not saved in the snapshot
+    ├── ResourceReopenError         a resource (file, connection, client) could not be
+    │                               reopened after a snapshot or restore; the snapshot
+    │                               is intact
     ├── JobParked                   an effect's outcome is unknown: the job stopped until
     │                               `snaprun reconcile` says what happened (exit code 4)
     ├── RestoreError                a snapshot could not be turned back into a running job
@@ -46,7 +49,7 @@ __all__ = [
     "IncompatibleSnapshot", "CorruptSnapshot", "TruncatedSnapshot", "SnapshotRejected",
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
     "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
-    "DivergenceError", "SecretUnavailable", "JobParked",
+    "DivergenceError", "SecretUnavailable", "JobParked", "ResourceReopenError",
 ]
 
 
@@ -163,3 +166,9 @@ class JobParked(SnapstateError):
     """An effect was dispatched but its outcome is unknown and cannot be found out
     automatically (no idempotency key, no lookup). The job stopped, its state intact,
     until `snaprun reconcile JOB EFFECT --committed|--not-committed`."""
+
+
+class ResourceReopenError(SnapstateError):
+    """A resource could not be reopened after a snapshot or a restore (the file is
+    gone, the server is down, its factory raised). The snapshot is intact: fix the
+    cause and resume the job again."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import cloudpickle
 import greenlet
 
+from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import Home
 from . import _agent
@@ -316,6 +317,7 @@ class Job:
 
     def _take_snapshot(self, request: _FreezeRequest):
         seq = self.seq + 1
+        close_all_for_snapshot()       # resource() handles reopen on their next use
         try:
             header, payload = self._freeze(request, seq)
         except SnapshotError as exc:

@@ -8,6 +8,8 @@ frames (self, cells, lists, module globals) keep their identity, and that
     globals and the same cells;
   - rebuilds suspended generators held as values, paused at the same yield;
   - keeps an exception's cause, context, notes and traceback;
+  - saves open files, sqlite3 connections, HTTP clients and temp directories through
+    the resource adapters (snapstate.resources), and refuses live handles by name;
   - falls back to dill only for an object type cloudpickle refuses (dill is ~30x
     slower, so it is never on the common path), and never for live handles.
 """
@@ -26,6 +28,7 @@ import types
 import cloudpickle
 import dill
 
+from ..resources._adapters import reducer_for
 from ..runtime._capture import capture_generator
 from ..runtime._codeid import code_ref, find_code, CodeRef
 from ..runtime._morph import is_morph, rebuild_generator
@@ -41,8 +44,6 @@ HANDLE_TYPES: tuple[type, ...] = (
 )
 
 _DILL_TYPES: set[type] = set()
-_FILE_TYPES = (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom,
-               io.TextIOWrapper)
 
 
 def _make_cell():
@@ -71,18 +72,6 @@ def _exhausted_generator():
     for _ in gen:
         pass
     return gen
-
-
-def _closed_file(kind, name, mode):
-    """A closed file object of the same type, name and mode ("a closed file object
-    restores as a closed file")."""
-    f = open(os.devnull, mode.replace("x", "w"), buffering=0 if kind is io.FileIO else -1)
-    raw = f if kind is io.FileIO else (f.buffer.raw if hasattr(f, "buffer") else f.raw)
-    raw.name = name
-    if isinstance(f, io.TextIOWrapper):
-        f.mode = mode
-    f.close()
-    return f
 
 
 def _finished_coroutine():
@@ -136,8 +125,9 @@ class FreezePickler(cloudpickle.Pickler):
             raise pickle.PicklingError(
                 f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
                 "it to completion before the snapshot")
-        if t in _FILE_TYPES:
-            return self._reduce_file(obj)
+        adapter = reducer_for(t)
+        if adapter is not None:
+            return adapter(obj)
         if t in _DILL_TYPES:
             return (_from_dill, (dill.dumps(obj, protocol=5),))
         if isinstance(obj, BaseException):
@@ -167,15 +157,6 @@ class FreezePickler(cloudpickle.Pickler):
                 (fn.__defaults__, fn.__kwdefaults__, dict(fn.__dict__), fn.__doc__,
                  fn.__module__),
                 None, None, _set_function_state)
-
-    @staticmethod
-    def _reduce_file(f):
-        if not f.closed:
-            # cloudpickle would copy a readable file's contents into the snapshot and
-            # hand back a different object: refuse instead (the message suggests resource()).
-            raise pickle.PicklingError(f"open file {getattr(f, 'name', '?')!r} cannot be "
-                                       "pickled; close it before the snapshot")
-        return (_closed_file, (type(f), getattr(f, "name", None), getattr(f, "mode", "r")))
 
     def _reduce_generator(self, gen):
         if gen.gi_running:

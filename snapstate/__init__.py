@@ -10,6 +10,8 @@ snapstate.serializers (the pickler and the snapshot file format) and
 snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
+from snapstate.resources._adapters import register_adapter as register_adapter
+from snapstate.resources._registry import resource as resource
 from snapstate.runtime._effects import Retry as Retry
 from snapstate.runtime._effects import Secret as Secret
 from snapstate.runtime._effects import call_effect as call_effect
@@ -26,6 +28,7 @@ from snapstate.runtime._errors import JobNotFound as JobNotFound
 from snapstate.runtime._errors import JobParked as JobParked
 from snapstate.runtime._errors import LeaseHeld as LeaseHeld
 from snapstate.runtime._errors import PlaintextRefused as PlaintextRefused
+from snapstate.runtime._errors import ResourceReopenError as ResourceReopenError
 from snapstate.runtime._errors import RestoreError as RestoreError
 from snapstate.runtime._errors import RetiredKey as RetiredKey
 from snapstate.runtime._errors import SecretUnavailable as SecretUnavailable
@@ -53,6 +56,8 @@ __all__ = [
     "now",
     "random",
     "uuid4",
+    "resource",
+    "register_adapter",
     # errors (runtime/_errors.py draws the tree)
     "SnapstateError",
     "SnapshotError",
@@ -76,6 +81,7 @@ __all__ = [
     "DivergenceError",
     "SecretUnavailable",
     "JobParked",
+    "ResourceReopenError",
 ]
 
 __version__ = "0.1.0"

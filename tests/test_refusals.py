@@ -41,7 +41,7 @@ def test_agent_catches_every_refusal_and_finishes(refusals):
     assert "carried on" in run.stdout
     assert sorted(messages) == sorted(
         ["sorted-key", "map", "partial", "next", "generator-body", "coroutine-body",
-         "lock-local", "nested-socket", "global-lock", "open-file", "exec-code"])
+         "lock-local", "nested-socket", "global-lock", "fd-file", "exec-code"])
     files = snapshot_files(workdir / "store", "job")
     assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap"]
 
@@ -85,7 +85,7 @@ def test_snapshot_inside_generator_or_coroutine_body(refusals, case, kind, funct
     ("lock-local", "local 'lock'", "_thread.lock"),
     ("nested-socket", "local 'holder'['client'].conn", "socket.socket"),
     ("global-lock", "module refusals, global 'LOCK_AT_MODULE_LEVEL'", "_thread.RLock"),
-    ("open-file", "local 'source'", "_io.TextIOWrapper"),
+    ("fd-file", "local 'source'", "_io.TextIOWrapper"),
 ])
 def test_unpicklable_value_named_by_path(refusals, case, path, type_name):
     """An unpicklable local or global is named by task, frame, local, attribute chain, type."""

@@ -1,6 +1,7 @@
 """Snapshot points the engine must refuse. Each refusal is caught by the agent, which
 prints it and carries on; a good snapshot before and after proves the job continues."""
 import functools
+import os
 import socket
 import threading
 
@@ -75,8 +76,8 @@ def main():
     holder["client"].conn.close()
     del holder
 
-    with open(__file__) as source:
-        attempt("open-file")
+    with os.fdopen(os.open(__file__, os.O_RDONLY)) as source:
+        attempt("fd-file")
 
     namespace = {"attempt": attempt}
     exec("def from_exec():\n    return attempt('exec-code')\n", namespace)

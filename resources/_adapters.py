@@ -1,0 +1,277 @@
+"""Adapters: how the pickler saves live objects an agent opened without resource().
+
+    file objects from open()   path, mode, position, encoding; a writable file
+                               is flushed and fsynced at the snapshot; on restore it is
+                               reopened at its position without truncation (a "w" file is
+                               not emptied); an append-mode file is cut back to its size
+                               at the snapshot, since what followed is written again by
+                               the re-executed code. A closed file restores closed.
+    sqlite3.Connection         reopened by path; refused inside an open transaction
+    httpx.Client,              recreated with the same base URL, headers, cookies and
+    requests.Session           timeouts (loaded only when the library is imported)
+    tempfile.TemporaryDirectory  the same directory, recreated if missing
+
+Handles that hold a live connection or thread (sockets, locks, threads, subprocesses,
+streaming responses) are refused, naming the path to them and suggesting resource().
+register_adapter(cls, reduce) adds an adapter: reduce(obj) returns a pickle reduce
+tuple (callable, args) that reopens the object.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+
+from ._registry import ResourceReopenError
+
+__all__ = ["register_adapter", "reducer_for", "UNTRACKED"]
+
+_ADAPTERS: dict[type, object] = {}
+_OPTIONAL_LOADED: set[str] = set()
+
+# Live handles no adapter can reopen faithfully: refused with a pointer to resource().
+UNTRACKED: dict[type, str] = {
+    socket.socket: "a socket",
+    type(threading.Lock()): "a lock",
+    type(threading.RLock()): "a lock",
+    threading.Thread: "a thread",
+    threading.Condition: "a condition variable",
+    threading.Semaphore: "a semaphore",
+    threading.Event: "an event",
+    subprocess.Popen: "a subprocess",
+}
+
+
+def register_adapter(cls: type, reduce) -> None:
+    """Teach the pickler to save objects of exactly type `cls`: reduce(obj) returns
+    (callable, args); callable(*args) reopens the object after a restore."""
+    _ADAPTERS[cls] = reduce
+
+
+def _refuse(obj, what: str):
+    raise pickle.PicklingError(
+        f"{what} is a live handle that cannot be saved in a snapshot; close it before "
+        "snapshot(), or open it through snapstate.resource(factory) so it is reopened after "
+        "a restore")
+
+
+def reducer_for(t: type):
+    """The adapter for objects of exact type t, or None."""
+    hit = _ADAPTERS.get(t)
+    if hit is not None:
+        return hit
+    what = UNTRACKED.get(t)
+    if what is not None:
+        return lambda obj: _refuse(obj, what)
+    if len(_OPTIONAL_LOADED) < 2:
+        _load_optional()
+        return _ADAPTERS.get(t)
+    return None
+
+
+# ------------------------------------------------------------------------ files
+def _reduce_file(f):
+    name, mode = getattr(f, "name", None), getattr(f, "mode", "r")
+    if f.closed:
+        return (_closed_file, (type(f), name, mode))
+    if not isinstance(name, str):
+        _refuse(f, f"a file opened from file descriptor {name!r}")
+    binary = isinstance(f, (io.BufferedIOBase, io.RawIOBase))
+    if f.writable():
+        f.flush()
+        os.fsync(f.fileno())
+    position = f.tell()
+    # A C TextIOWrapper does not expose its newline argument: text files reopen with
+    # universal newlines (open a file through resource() to keep another setting).
+    text = {} if binary else {"encoding": f.encoding, "errors": f.errors}
+    return (_reopen_file, (os.path.abspath(name), mode, position, binary, text,
+                           isinstance(f, io.FileIO)))
+
+
+def _reopen_file(path, mode, position, binary, text, raw):
+    plus = "+" in mode
+    if "a" in mode:
+        try:
+            if os.path.getsize(path) > position:
+                os.truncate(path, position)   # written after the snapshot: written again
+        except FileNotFoundError:
+            raise ResourceReopenError(_gone(path, mode)) from None
+        reopen = mode
+    elif "w" in mode or "x" in mode:
+        reopen = "r+"                      # never truncate: it is the same file
+    else:
+        reopen = "r+" if plus else "r"
+    if binary and "b" not in reopen:
+        reopen += "b"
+    try:
+        f = open(path, reopen, buffering=0 if raw else -1, **text)
+    except FileNotFoundError:
+        raise ResourceReopenError(_gone(path, mode)) from None
+    except OSError as exc:
+        raise ResourceReopenError(f"file {path} (mode {mode!r}) could not be reopened: "
+                                  f"{exc.strerror}. The snapshot is intact: fix the cause and "
+                                  "resume the job again.") from None
+    if "a" not in reopen:
+        f.seek(position)
+    return f
+
+
+def _gone(path: str, mode: str) -> str:
+    return (f"file {path} (open with mode {mode!r} at the snapshot) no longer exists, so it "
+            "cannot be reopened. The snapshot is intact: put the file back and resume the job "
+            "again.")
+
+
+def _closed_file(kind, name, mode):
+    """A closed file object of the same type, name and mode."""
+    f = open(os.devnull, mode.replace("x", "w"), buffering=0 if kind is io.FileIO else -1)
+    raw = f if kind is io.FileIO else (f.buffer.raw if hasattr(f, "buffer") else f.raw)
+    raw.name = name
+    if isinstance(f, io.TextIOWrapper):
+        f.mode = mode
+    f.close()
+    return f
+
+
+for _kind in (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom,
+              io.TextIOWrapper):
+    register_adapter(_kind, _reduce_file)
+
+
+# ------------------------------------------------------------------------ sqlite3
+def _reduce_sqlite(conn):
+    try:
+        path = conn.execute("PRAGMA database_list").fetchone()[2]
+    except sqlite3.ProgrammingError:        # closed
+        return (_closed_sqlite, ())
+    if conn.in_transaction:
+        raise pickle.PicklingError(
+            f"the sqlite3 connection to {path or ':memory:'} is inside an open transaction; "
+            "commit or roll back before snapshot() (a transaction cannot outlive its "
+            "process)")
+    if not path:
+        raise pickle.PicklingError("an in-memory sqlite3 database cannot be reopened after a "
+                                   "restore; use a database file")
+    return (_reopen_sqlite, (path, conn.isolation_level, conn.row_factory))
+
+
+def _reopen_sqlite(path, isolation_level, row_factory):
+    if not os.path.exists(path):
+        raise ResourceReopenError(f"sqlite3 database {path} no longer exists, so its "
+                                  "connection cannot be reopened. The snapshot is intact: put "
+                                  "it back and resume the job again.")
+    conn = sqlite3.connect(path, isolation_level=isolation_level)
+    conn.row_factory = row_factory
+    return conn
+
+
+def _closed_sqlite():
+    conn = sqlite3.connect(":memory:")
+    conn.close()
+    return conn
+
+
+register_adapter(sqlite3.Connection, _reduce_sqlite)
+
+
+# ------------------------------------------------------------------------ tempfile
+def _reduce_tempdir(td):
+    return (_reopen_tempdir, (td.name,))
+
+
+def _reopen_tempdir(name):
+    os.makedirs(name, exist_ok=True)
+    td = object.__new__(tempfile.TemporaryDirectory)
+    td.name = name
+    td._ignore_cleanup_errors = False
+    td._delete = True
+    td._finalizer = weakref.finalize(td, shutil.rmtree, name, True)
+    return td
+
+
+register_adapter(tempfile.TemporaryDirectory, _reduce_tempdir)
+
+
+# ------------------------------------------------------------------------ HTTP clients
+def _load_optional() -> None:
+    """Adapters for libraries the agent imported (never imported by snapstate itself)."""
+    if "httpx" not in _OPTIONAL_LOADED and "httpx" in sys.modules:
+        import httpx
+        register_adapter(httpx.Client, _reduce_httpx)
+        for response in (httpx.Response,):
+            register_adapter(response, _reduce_httpx_response)
+        _OPTIONAL_LOADED.add("httpx")
+    if "requests" not in _OPTIONAL_LOADED and "requests" in sys.modules:
+        import requests
+        register_adapter(requests.Session, _reduce_requests)
+        register_adapter(requests.Response, _reduce_requests_response)
+        _OPTIONAL_LOADED.add("requests")
+
+
+def _reduce_httpx(client):
+    config = {"base_url": str(client.base_url), "headers": dict(client.headers),
+              "cookies": dict(client.cookies), "timeout": client.timeout,
+              "follow_redirects": client.follow_redirects, "params": dict(client.params)}
+    return (_new_httpx, (config,))
+
+
+def _new_httpx(config):
+    import httpx
+    return httpx.Client(**config)
+
+
+def _reduce_httpx_response(response):
+    if not response.is_stream_consumed and not response.is_closed:
+        _refuse(response, "a streaming httpx response")
+    return (_rebuilt_httpx_response, (response.status_code, dict(response.headers),
+                                      response.content, str(response.request.url)
+                                      if response._request is not None else None))
+
+
+def _rebuilt_httpx_response(status, headers, content, url):
+    import httpx
+    request = httpx.Request("GET", url) if url else None
+    return httpx.Response(status, headers=headers, content=content, request=request)
+
+
+def _reduce_requests(session):
+    config = {"headers": dict(session.headers), "cookies": session.cookies.get_dict(),
+              "auth": session.auth, "verify": session.verify, "params": dict(session.params),
+              "proxies": dict(session.proxies)}
+    return (_new_requests, (config,))
+
+
+def _new_requests(config):
+    import requests
+    session = requests.Session()
+    session.headers.clear()
+    session.headers.update(config["headers"])
+    session.cookies.update(config["cookies"])
+    session.auth, session.verify = config["auth"], config["verify"]
+    session.params.update(config["params"])
+    session.proxies.update(config["proxies"])
+    return session
+
+
+def _reduce_requests_response(response):
+    if not response._content_consumed:
+        _refuse(response, "a streaming requests response")
+    state = response.__getstate__()
+    return (_rebuilt_requests_response, (state,))
+
+
+def _rebuilt_requests_response(state):
+    import requests
+    response = requests.Response()
+    response.__setstate__(state)
+    return response
+

@@ -1,0 +1,708 @@
+"""The security requirements of the snapshot store (serializers/_snapfile.py,
+serializers/_keys.py, serializers/_home.py, the snaprun CLI):
+
+  - any single flipped byte of a snapshot file (header, body or trailer; plaintext or
+    encrypted) is refused before a byte of it is unpickled, in-process and through
+    `snaprun resume` / `snaprun inspect`; the payload handed to the unpickler is the
+    one that was authenticated;
+  - swapped headers, an unknown key, a retired key, a truncated file and a plaintext
+    file in an encryption-required store each get their own exception class, naming
+    the file;
+  - AES-GCM nonces never repeat (100,000 encryptions under one key);
+  - key rotation keeps old snapshots loadable, retiring a key makes them refused, and
+    SNAPSTATE_KEY lets another store resume an exported file (refused without it);
+  - keys.json is created with mode 0600 and never holds SNAPSTATE_KEY;
+  - an encryption-required store writes encrypted snapshots whose content is not
+    visible in the file, and its jobs resume after SIGKILL.
+
+The unpickling tests use payloads that write a sentinel file when unpickled, so
+"nothing was unpickled" is observed, not assumed: each has a positive control proving
+that unpickling the intact payload does create the sentinel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import pathlib
+import pickle
+import secrets
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+
+import pytest
+import zstandard
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from conftest import AGENTS, Run, snaprun, snapshot_files
+from snapstate.runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused,
+                                       RetiredKey, SnapshotRejected, SnapstateError,
+                                       TamperedSnapshot, TruncatedSnapshot, UnknownKey)
+from snapstate.serializers import _keys, _snapfile
+from snapstate.serializers._home import Home
+
+LOOPS = AGENTS / "loops.py"
+TRAP = AGENTS / "sec_trap.py"
+SECRET_AGENT = AGENTS / "sec_secret.py"
+NO_ENV_KEY = {"SNAPSTATE_KEY": ""}        # an empty SNAPSTATE_KEY is ignored by the key ring
+
+_FIXED = struct.Struct("<HI")
+_LEN = struct.Struct("<I")
+_MAGIC_LEN = len(_snapfile.MAGIC)
+_TRAILER = 64
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_env_key(monkeypatch):
+    """In-process key rings must use their store's keys.json, not an inherited key."""
+    monkeypatch.delenv("SNAPSTATE_KEY", raising=False)
+
+
+# ------------------------------------------------------------------ helpers
+def _layout(data: bytes) -> dict:
+    """Offsets of the parts of a v2 snapshot file (MAGIC, <HI version, header length>,
+    header, body chunks each <I length + bytes, a zero length, 64-byte trailer)."""
+    _, head_len = _FIXED.unpack_from(data, _MAGIC_LEN)
+    head_start = _MAGIC_LEN + _FIXED.size
+    head_end = head_start + head_len
+    pos, chunks = head_end, []
+    while True:
+        (length,) = _LEN.unpack_from(data, pos)
+        if length == 0:
+            break
+        chunks.append((pos, pos + _LEN.size, pos + _LEN.size + length))
+        pos += _LEN.size + length
+    trailer = pos + _LEN.size
+    assert trailer + _TRAILER == len(data)
+    return {"head_start": head_start, "head_end": head_end, "chunks": chunks,
+            "end_marker": pos, "trailer": trailer}
+
+
+def _positions(data: bytes) -> dict[str, int]:
+    """One byte in every part of a snapshot file."""
+    parts = _layout(data)
+    first_len, first_start, first_end = parts["chunks"][0]
+    return {"magic": 3, "version": _MAGIC_LEN, "header-length": _MAGIC_LEN + 2,
+            "header": (parts["head_start"] + parts["head_end"]) // 2,
+            "chunk-length": first_len, "body": (first_start + first_end) // 2,
+            "end-marker": parts["end_marker"],
+            "trailer-header-digest": parts["trailer"] + 3,
+            "trailer-body-digest": parts["trailer"] + 16 + 3,
+            "trailer-mac": len(data) - 1}
+
+
+def _flipped(data: bytes, pos: int, mask: int = 0xFF) -> bytes:
+    damaged = bytearray(data)
+    damaged[pos] ^= mask
+    return bytes(damaged)
+
+
+def _clean_refusal(run: Run, *needles: str) -> str:
+    """exit 2, exactly one `snaprun: error:` line holding every needle, no traceback,
+    nothing on stdout; returns the error line."""
+    assert run.returncode == 2, (run.returncode, run.stderr)
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stdout == "", run.stdout
+    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
+    assert len(errors) == 1, run.stderr
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]
+
+
+class _Trap:
+    """Unpickling an instance creates the sentinel file (and does nothing else)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.path),))
+
+
+@pytest.fixture
+def trap(tmp_path):
+    """A key ring, a sentinel path, and a pickle whose unpickling creates the sentinel."""
+    keys = _keys.KeyRing(str(tmp_path / "keys"))
+    sentinel = tmp_path / "SENTINEL"
+    payload = pickle.dumps({"state": list(range(50)), "trap": _Trap(str(sentinel))},
+                           protocol=5)
+    return keys, sentinel, payload
+
+
+def _write_trap(path, keys, payload, *, encrypt: bool) -> bytes:
+    _snapfile.write(str(path), {"job_id": "trap", "seq": 1, "label": None}, payload, keys,
+                    encrypt=encrypt)
+    return pathlib.Path(path).read_bytes()
+
+
+# ------------------------------------------------------------------ any flipped byte
+@pytest.mark.parametrize("encrypt", [False, True], ids=["plaintext", "encrypted"])
+def test_intact_trap_payload_creates_sentinel(trap, tmp_path, encrypt):
+    """Positive control for the flip tests: the intact signed file reads back to the
+    exact payload, and unpickling that payload does create the sentinel file."""
+    keys, sentinel, payload = trap
+    path = tmp_path / "intact.snap"
+    _write_trap(path, keys, payload, encrypt=encrypt)
+    header, got = _snapfile.read_payload(str(path), keys)
+    assert got == payload
+    assert ("aes-256-gcm" in header["codecs"]) is encrypt
+    assert not sentinel.exists()
+    pickle.loads(got)
+    assert sentinel.exists()
+
+
+@pytest.mark.parametrize("encrypt", [False, True], ids=["plaintext", "encrypted"])
+def test_every_flipped_byte_refused_before_unpickling(trap, tmp_path, encrypt):
+    """Every single byte of a small signed snapshot (header, body chunks, trailer),
+    inverted or with its low bit flipped, makes read_payload raise a CorruptSnapshot or
+    SnapshotRejected naming the file: no flipped file ever yields a payload, and the
+    sentinel that unpickling the payload would create never appears."""
+    keys, sentinel, payload = trap
+    data = _write_trap(tmp_path / "intact.snap", keys, payload, encrypt=encrypt)
+    assert len(_layout(data)["chunks"]) >= 1
+    path = tmp_path / "flipped.snap"
+    undetected, wrong = [], []
+    for pos, mask in itertools.product(range(len(data)), (0xFF, 0x01)):
+        path.write_bytes(_flipped(data, pos, mask))
+        try:
+            _snapfile.read_payload(str(path), keys)
+        except (CorruptSnapshot, SnapshotRejected) as exc:
+            if str(path) not in str(exc):
+                wrong.append((pos, mask, f"message does not name the file: {exc}"))
+        except Exception as exc:      # noqa: BLE001 - any other exception is a failure
+            wrong.append((pos, mask, f"{type(exc).__name__}: {exc}"))
+        else:
+            undetected.append((pos, mask))
+    parts = _layout(data)
+    assert undetected == [], (
+        f"{len(undetected)} single-byte changes were accepted (file of {len(data)} bytes, "
+        f"trailer at {parts['trailer']}): {undetected[:40]}")
+    assert wrong == [], wrong[:20]
+    assert not sentinel.exists()
+
+
+@pytest.mark.parametrize("where", ["header-length", "chunk-length"])
+def test_flipped_length_refused_under_memory_limit(tmp_path, where):
+    """A length field flipped to ~4 GiB is refused as truncated by `snaprun verify`
+    (exit 2, one error line, no traceback) even in a process limited to 1 GiB of address
+    space: the reader never allocates what an unauthenticated length field asks for.
+    Control: the intact file verifies under the same limit."""
+    store = tmp_path / "store"
+    keys = _keys.KeyRing(str(store))
+    path = store / "snapshots" / "job" / "000001-e1.snap"
+    path.parent.mkdir(parents=True)
+    header = {"job_id": "job", "seq": 1, "label": None, "created_at": 1.0e9,
+              "versions": {"python_full": "3.99.0"}}
+    _snapfile.write(str(path), header, pickle.dumps(list(range(100))), keys)
+    data = path.read_bytes()
+    limited = ("import resource, sys\n"
+               "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+               "sys.argv[0] = 'snaprun'\n"
+               "from snapstate.runtime._cli import main\n"
+               "main()\n")
+
+    def verify() -> Run:
+        proc = subprocess.run([sys.executable, "-c", limited, "verify", "--store", str(store),
+                               str(path)], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, **NO_ENV_KEY))
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    control = verify()
+    assert control.returncode == 0, control.stderr
+    assert control.stdout.startswith("ok: job job snapshot 1")
+    pos = _positions(data)[where] + 3          # the most significant byte (little endian)
+    path.write_bytes(_flipped(data, pos))
+    _clean_refusal(verify(), str(path), "truncated")
+
+
+@pytest.fixture(scope="module")
+def trap_job(tmp_path_factory):
+    """A real snapshot of tests/agents/sec_trap.py: unpickling its body (resume,
+    inspect) writes the sentinel file named in it."""
+    root = tmp_path_factory.mktemp("trap")
+    sentinel = root / "SENTINEL"
+    run = snaprun("run", "--store", root / "store", "--job", "trap", TRAP, cwd=root,
+                  env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel)))
+    assert run.returncode == 0, run.stderr
+    assert not sentinel.exists()               # pickling the trap has no side effect
+    (snap,) = snapshot_files(root / "store", "trap")
+    return root, root / "store", snap, sentinel
+
+
+@pytest.fixture
+def sentinel_of(trap_job):
+    """The trap job's sentinel: absent before the test, removed after it."""
+    sentinel = trap_job[3]
+    assert not sentinel.exists()
+    yield sentinel
+    sentinel.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("command", ["inspect", "resume"])
+def test_cli_intact_trap_snapshot_creates_sentinel(trap_job, sentinel_of, command):
+    """Positive control for the CLI flip tests: `snaprun inspect` and `snaprun resume`
+    of the intact trap snapshot unpickle its body, which creates the sentinel."""
+    root, store, snap, sentinel = trap_job
+    args = [command, snap] if command == "inspect" else [command, "--as", "control", snap]
+    run = snaprun(*args, cwd=root, env=NO_ENV_KEY)
+    assert run.returncode == 0, run.stderr
+    assert sentinel.exists()
+
+
+@pytest.mark.parametrize("where", ["magic", "version", "header-length", "header",
+                                   "chunk-length", "body", "end-marker",
+                                   "trailer-header-digest", "trailer-body-digest",
+                                   "trailer-mac"])
+def test_cli_flipped_trap_snapshot_refused(trap_job, sentinel_of, where):
+    """`snaprun resume --as NEW FILE` and `snaprun inspect FILE` of the real trap
+    snapshot with one byte inverted (in each part of the file) exit 2 with one error
+    naming the file and no traceback, and never create the sentinel: the body is
+    refused before it is unpickled. (--as makes the resume an import, so only the
+    file's integrity can stop it.)"""
+    root, store, snap, sentinel = trap_job
+    data = snap.read_bytes()
+    path = store / "snapshots" / f"flipped-{where}" / "000001-e1.snap"
+    path.parent.mkdir()
+    path.write_bytes(_flipped(data, _positions(data)[where]))
+    _clean_refusal(snaprun("inspect", path, cwd=root, env=NO_ENV_KEY), str(path))
+    assert not sentinel.exists()
+    _clean_refusal(snaprun("resume", "--as", f"imported-{where}", path, cwd=root,
+                           env=NO_ENV_KEY), str(path))
+    assert not sentinel.exists()
+
+
+def test_payload_is_the_one_that_was_verified(trap, tmp_path):
+    """read_payload returns only authenticated bytes: when the file is replaced by an
+    attacker's (a body signed with another key, behind the genuine header) while it is
+    being read, read_payload either refuses or returns the genuine payload, never the
+    attacker's. The replacement is made deterministic by a key ring that swaps the file
+    when read_payload looks a key up for the second time (after the first, verifying,
+    pass); the attacker's payload would create the sentinel if unpickled."""
+    _, sentinel, evil_payload = trap
+    keys_dir = tmp_path / "store"
+    genuine_payload = pickle.dumps({"state": "genuine"}, protocol=5)
+    path, evil = tmp_path / "snap.snap", tmp_path / "evil.snap"
+    header = {"job_id": "job", "seq": 1, "label": None}
+    _snapfile.write(str(path), header, genuine_payload, _keys.KeyRing(str(keys_dir)))
+    _snapfile.write(str(evil), header, evil_payload, _keys.KeyRing(str(tmp_path / "attacker")))
+    genuine, forged = path.read_bytes(), evil.read_bytes()
+    head = _layout(genuine)["head_end"]
+    evil.write_bytes(genuine[:head] + forged[_layout(forged)["head_end"]:])
+
+    class RacedKeyRing(_keys.KeyRing):
+        armed, lookups = False, 0
+
+        def get(self, key_id):
+            key = super().get(key_id)
+            if self.armed:
+                self.lookups += 1
+                if self.lookups == 2:
+                    os.replace(evil, path)    # the attacker's move
+            return key
+
+    keys = RacedKeyRing(str(keys_dir))
+    with pytest.raises(SnapstateError):       # control: the forged file alone is refused
+        _snapfile.read_payload(str(evil), keys)
+    keys.armed = True
+    try:
+        _, payload = _snapfile.read_payload(str(path), keys)
+    except (CorruptSnapshot, SnapshotRejected):
+        payload = None
+    assert keys.lookups >= 1
+    assert payload in (None, genuine_payload), (
+        "read_payload returned bytes that were never authenticated (the file was "
+        "replaced after verify() and read again)")
+    assert not sentinel.exists()
+
+
+# ------------------------------------------------------------------ distinct errors
+def test_swapped_headers_are_a_header_mismatch(tmp_path):
+    """Snapshot A's magic+header with snapshot B's body and trailer (two real snapshots
+    of one job, same key) is refused with HeaderMismatch naming the file, both ways
+    round; `snaprun verify` of it exits 2 saying the header does not belong."""
+    store = tmp_path / "store"
+    assert snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path,
+                   env=NO_ENV_KEY).returncode == 0
+    a, b = (f.read_bytes() for f in snapshot_files(store, "job")[:2])
+    keys = _keys.KeyRing(str(store))
+    for first, second, name in ((a, b, "a-on-b"), (b, a, "b-on-a")):
+        path = store / "snapshots" / "swapped" / f"{name}.snap"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(first[:_layout(first)["head_end"]]
+                         + second[_layout(second)["head_end"]:])
+        with pytest.raises(SnapstateError) as info:
+            _snapfile.read_payload(str(path), keys)
+        assert type(info.value) is HeaderMismatch
+        assert str(path) in str(info.value)
+        _clean_refusal(snaprun("verify", path, cwd=tmp_path, env=NO_ENV_KEY), str(path),
+                       "header does not belong")
+
+
+def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
+    """(expected class, raised exception, file) for each of the five refusals."""
+    header = {"job_id": "job", "seq": 1, "label": None}
+    payload = pickle.dumps(list(range(1000)))
+    out = []
+
+    def caught(expected, path, fn):
+        with pytest.raises(SnapstateError) as info:
+            fn()
+        out.append((expected, info.value, str(path)))
+
+    # swapped headers
+    ring = _keys.KeyRing(str(tmp_path / "a"))
+    one, two = tmp_path / "one.snap", tmp_path / "two.snap"
+    _snapfile.write(str(one), dict(header, seq=1), payload, ring)
+    _snapfile.write(str(two), dict(header, seq=2), payload, ring)
+    d1, d2 = one.read_bytes(), two.read_bytes()
+    swapped = tmp_path / "swapped.snap"
+    swapped.write_bytes(d1[:_layout(d1)["head_end"]] + d2[_layout(d2)["head_end"]:])
+    caught(HeaderMismatch, swapped, lambda: _snapfile.verify(str(swapped), ring))
+    # another store's key
+    other = _keys.KeyRing(str(tmp_path / "b"))
+    caught(UnknownKey, one, lambda: _snapfile.read_payload(str(one), other))
+    # a retired key (the retirement is read back from keys.json by a fresh key ring)
+    old_id = ring.current.key_id
+    ring.rotate()
+    ring.retire(old_id)
+    caught(RetiredKey, one, lambda: _snapfile.read_payload(str(one), _keys.KeyRing(
+        str(tmp_path / "a"))))
+    # a truncated file (signed with the current key)
+    fresh = _keys.KeyRing(str(tmp_path / "a"))
+    cut = tmp_path / "cut.snap"
+    _snapfile.write(str(cut), header, payload, fresh)
+    cut.write_bytes(cut.read_bytes()[:-1])
+    caught(TruncatedSnapshot, cut, lambda: _snapfile.read_payload(str(cut), fresh))
+    # plaintext in an encryption-required store
+    home = Home(str(tmp_path / "store"))
+    try:
+        plain = pathlib.Path(home.snapshot_path("job", 1, 1))
+        plain.parent.mkdir(parents=True)
+        _snapfile.write(str(plain), header, payload, home.keys)
+        assert home.read(str(plain))[1] == payload       # control: fine before --encrypt
+        home.set_encryption(True)
+        caught(PlaintextRefused, plain, lambda: home.read(str(plain)))
+    finally:
+        home.close()
+    return out
+
+
+def test_each_refusal_has_its_own_exception_class(tmp_path):
+    """Swapped headers -> HeaderMismatch, another store's key -> UnknownKey, a retired
+    key -> RetiredKey, a truncated file -> TruncatedSnapshot, plaintext in an
+    encryption-required store -> PlaintextRefused: each raised as exactly that class
+    (not a parent or sibling), each message naming the file; the five classes are
+    distinct and none is a subclass of another, so each can be caught on its own."""
+    refusals = _five_refusals(tmp_path)
+    expected = [HeaderMismatch, UnknownKey, RetiredKey, TruncatedSnapshot, PlaintextRefused]
+    assert [e for e, _, _ in refusals] == expected
+    for cls, exc, path in refusals:
+        assert type(exc) is cls, f"expected {cls.__name__}, got {type(exc).__name__}: {exc}"
+        assert path in str(exc), f"{cls.__name__} message does not name {path}: {exc}"
+    assert len(set(expected)) == 5
+    for a, b in itertools.permutations(expected, 2):
+        assert not issubclass(a, b), f"{a.__name__} is a {b.__name__}"
+    assert all(issubclass(cls, SnapstateError) for cls in expected)
+    assert len({str(exc).replace(path, "") for _, exc, path in refusals}) == 5
+
+
+@pytest.mark.parametrize("encrypt", [False, True], ids=["plaintext", "encrypted"])
+def test_truncated_at_every_length_is_truncated_snapshot(trap, tmp_path, encrypt):
+    """A signed snapshot cut at every length from 0 to size-1 raises exactly
+    TruncatedSnapshot naming the file (never another error, never a payload)."""
+    keys, sentinel, payload = trap
+    data = _write_trap(tmp_path / "intact.snap", keys, payload, encrypt=encrypt)
+    path = tmp_path / "cut.snap"
+    wrong = []
+    for size in range(len(data)):
+        path.write_bytes(data[:size])
+        try:
+            _snapfile.read_payload(str(path), keys)
+        except SnapstateError as exc:
+            if type(exc) is not TruncatedSnapshot or str(path) not in str(exc):
+                wrong.append((size, type(exc).__name__, str(exc)))
+        else:
+            wrong.append((size, "accepted", ""))
+    assert wrong == [], wrong[:20]
+    assert not sentinel.exists()
+
+
+def test_cli_distinct_refusals_exit_2(tmp_path):
+    """Through `snaprun verify --store`: another store's file (unknown key), a file
+    signed with a since-retired key, and a plaintext file in a store switched to
+    require encryption each exit 2 with one error naming the file and saying why."""
+    env = NO_ENV_KEY
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert snaprun("run", "--store", a, "--job", "job", LOOPS, cwd=tmp_path,
+                   env=env).returncode == 0
+    snap = snapshot_files(a, "job")[1]
+    old = _keys.KeyRing(str(a)).current.key_id
+    ok = snaprun("verify", "--store", a, snap, cwd=tmp_path, env=env)
+    assert ok.returncode == 0 and old in ok.stdout, ok.stderr
+    _clean_refusal(snaprun("verify", "--store", b, snap, cwd=tmp_path, env=env),
+                   str(snap), old, "SNAPSTATE_KEY")
+    assert snaprun("keys", "rotate", "--store", a, cwd=tmp_path, env=env).returncode == 0
+    assert snaprun("keys", "retire", old, "--store", a, cwd=tmp_path, env=env).returncode == 0
+    _clean_refusal(snaprun("verify", "--store", a, snap, cwd=tmp_path, env=env),
+                   str(snap), old, "retired")
+    assert snaprun("init", "--store", a, "--encrypt", cwd=tmp_path, env=env).returncode == 0
+    _clean_refusal(snaprun("verify", "--store", a, snap, cwd=tmp_path, env=env),
+                   str(snap), "not encrypted")
+
+
+# ------------------------------------------------------------------ nonces
+def _first_ciphertext(data: bytes) -> bytes:
+    """The first sealed body chunk of an encrypted file, without its 16-byte tag."""
+    _, start, end = _layout(data)["chunks"][0]
+    return data[start:end - 16]
+
+
+def test_no_nonce_repeats_across_100000_encryptions(tmp_path):
+    """No AES-GCM nonce repeats over 100,000 encryptions under one key, all made by the
+    production code: 1,000 encrypted files from _snapfile.write (each its own random
+    nonce prefix, read back from the header) and, for each of those prefixes, the 100
+    chunk encryptions _snapfile._sealed makes for a 100-chunk body.
+
+    Detection does not trust the nonce formula: every encryption seals the same
+    plaintext block under the same key, and GCM is a counter-mode stream, so two equal
+    nonces would give two equal ciphertext blocks: 100,000 distinct ciphertexts prove
+    100,000 distinct nonces. Each written file also decrypts through read_payload
+    (its header's nonce prefix is the one its body was sealed with), and a spot check
+    confirms the documented nonce layout (8-byte prefix + 4-byte chunk number).
+
+    (100,000 fsync'd _snapfile.write calls take about a minute on a disk-backed tmp
+    dir, hence 1,000 files x 100 chunks; the writer has no nonce helper to call.)"""
+    keys = _keys.KeyRing(str(tmp_path / "keys"))
+    key = keys.current
+    header = {"job_id": "job", "seq": 1, "label": None}
+    payload = pickle.dumps("the same payload every time")
+    path = tmp_path / "one.snap"
+    prefixes, file_ciphertexts = [], set()
+    for _ in range(1000):
+        _snapfile.write(str(path), header, payload, keys, encrypt=True)
+        data = path.read_bytes()
+        written = _snapfile.peek_header(str(path))
+        assert written["key_id"] == key.key_id and "aes-256-gcm" in written["codecs"]
+        assert len(_layout(data)["chunks"]) == 1
+        assert _snapfile.read_payload(str(path), keys)[1] == payload
+        prefixes.append(bytes.fromhex(written["nonce_prefix"]))
+        file_ciphertexts.add(_first_ciphertext(data))
+    assert all(len(p) == 8 for p in prefixes)
+    assert len(set(prefixes)) == 1000
+    assert len(file_ciphertexts) == 1000
+
+    block = bytes(16)
+    header_sha = hashlib.sha256(b"a header").digest()
+    keystreams = set()
+    for prefix in prefixes:
+        sealed = list(_snapfile._sealed(itertools.repeat(block, 100), key.aead_key, prefix,
+                                        header_sha))
+        assert len(sealed) == 100
+        keystreams.update(chunk[:16] for chunk in sealed)
+    assert len(keystreams) == 100_000
+
+    aead = AESGCM(key.aead_key)
+    prefix = prefixes[0]
+    sealed = list(_snapfile._sealed(iter([b"a", b"b", b"c"]), key.aead_key, prefix,
+                                    header_sha))
+    for index, (chunk, plain) in enumerate(zip(sealed, (b"a", b"b", b"c"))):
+        aad = header_sha + struct.pack("<IB", index, index == 2)
+        assert aead.decrypt(prefix + struct.pack("<I", index), chunk, aad) == plain
+
+
+# ------------------------------------------------------------------ keys
+def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
+    """After `snaprun keys rotate`, snapshots signed with the old key still verify and
+    resume, and the snapshots the resumed run writes carry the new key id; after
+    `snaprun keys retire OLD`, the old-key snapshot is refused (exit 2, RetiredKey
+    in-process) while the new-key ones still verify."""
+    store = tmp_path / "store"
+    env = NO_ENV_KEY
+    assert snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path,
+                   env=env).returncode == 0
+    files = snapshot_files(store, "job")
+    old = {_snapfile.peek_header(str(f))["key_id"] for f in files}
+    assert len(old) == 1
+    (old_id,) = old
+    rotated = snaprun("keys", "rotate", "--store", store, cwd=tmp_path, env=env)
+    assert rotated.returncode == 0, rotated.stderr
+    listing = json.loads(snaprun("keys", "list", "--json", "--store", store, cwd=tmp_path,
+                                 env=env).stdout)
+    current = [k["key"] for k in listing if k["current"]]
+    assert len(listing) == 2 and len(current) == 1 and current[0] != old_id
+    (new_id,) = current
+    assert new_id in rotated.stderr
+
+    snap2 = files[1]
+    assert snaprun("verify", snap2, cwd=tmp_path, env=env).returncode == 0
+    run = snaprun("resume", snap2, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.result == "13"
+    after = snapshot_files(store, "job")
+    ids = {f.name: _snapfile.peek_header(str(f))["key_id"] for f in after}
+    assert ids[files[0].name] == ids[snap2.name] == old_id
+    written = [name for name in ids if int(name[:6]) > 2]
+    assert len(written) == 4 and all(ids[name] == new_id for name in written), ids
+
+    retired = snaprun("keys", "retire", old_id, "--store", store, cwd=tmp_path, env=env)
+    assert retired.returncode == 0, retired.stderr
+    _clean_refusal(snaprun("resume", snap2, cwd=tmp_path, env=env), str(snap2), old_id,
+                   "retired")
+    home = Home(str(store))
+    try:
+        with pytest.raises(SnapstateError) as info:
+            home.read(str(snap2))
+        assert type(info.value) is RetiredKey
+        for name in written:
+            assert home.verify(str(store / "snapshots" / "job" / name))["key_id"] == new_id
+    finally:
+        home.close()
+    assert snapshot_files(store, "job") == after           # the refusal removed nothing
+
+
+def test_current_key_cannot_be_retired(tmp_path):
+    """`snaprun keys retire` of the current key is refused (exit 2), so a store can
+    never be left without a usable key; the key stays current and usable."""
+    store = tmp_path / "store"
+    ring = _keys.KeyRing(str(store))
+    current = ring.current.key_id
+    _clean_refusal(snaprun("keys", "retire", current, "--store", store, cwd=tmp_path,
+                           env=NO_ENV_KEY), current, "rotate")
+    again = _keys.KeyRing(str(store))
+    assert again.current.key_id == current and not again.get(current).retired
+
+
+def test_shared_env_key_resumes_export_in_another_store(tmp_path):
+    """With the same SNAPSTATE_KEY in both runs, a snapshot exported from store A
+    (`snaprun export JOB@SEQ -o FILE`) resumes in store B; without the shared key it is
+    refused (exit 2, UnknownKey naming the key id and SNAPSTATE_KEY), and the key is
+    never written to either store's keys.json."""
+    key = secrets.token_hex(32)
+    shared = {"SNAPSTATE_KEY": key}
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    assert snaprun("run", "--store", a, "--job", "job", LOOPS, cwd=tmp_path,
+                   env=shared).returncode == 0
+    exported = tmp_path / "exported.snap"
+    run = snaprun("export", "--store", a, "job@2", "-o", exported, cwd=tmp_path, env=shared)
+    assert run.returncode == 0, run.stderr
+    key_id = _snapfile.peek_header(str(exported))["key_id"]
+    assert key_id.startswith("env-")
+
+    refused = snaprun("resume", "--store", c, exported, cwd=tmp_path, env=NO_ENV_KEY)
+    _clean_refusal(refused, str(exported), key_id, "SNAPSTATE_KEY")
+    home = Home(str(c))
+    try:
+        with pytest.raises(SnapstateError) as info:
+            home.read(str(exported))
+        assert type(info.value) is UnknownKey
+        assert home.catalog.list_jobs() == []
+    finally:
+        home.close()
+
+    run = snaprun("resume", "--store", b, exported, cwd=tmp_path, env=shared)
+    assert run.returncode == 0, run.stderr
+    assert "resumed from snapshot 2" in run.stderr
+    assert run.stdout == "while [2, 4, 6, 8, 'else']\npairs ['x0', 'x1', 'y0', 'y1']\n"
+    assert run.result == "13"
+    for store in (a, b, c):
+        assert key not in (store / "keys.json").read_text()
+
+
+def test_keys_json_is_created_0600(tmp_path):
+    """keys.json is created with mode 0600 even under umask 0 (the mode is explicit, not
+    the umask's), stays 0600 when rotation rewrites it, and is 0600 when the CLI
+    creates a store."""
+    old_umask = os.umask(0)
+    try:
+        ring = _keys.KeyRing(str(tmp_path / "store"))
+        mode = stat.S_IMODE(os.stat(ring.path).st_mode)
+        ring.rotate()
+        rotated = stat.S_IMODE(os.stat(ring.path).st_mode)
+    finally:
+        os.umask(old_umask)
+    assert mode == 0o600, oct(mode)
+    assert rotated == 0o600, oct(rotated)
+    assert snaprun("init", "--store", tmp_path / "cli", cwd=tmp_path,
+                   env=NO_ENV_KEY).returncode == 0
+    assert stat.S_IMODE(os.stat(tmp_path / "cli" / "keys.json").st_mode) == 0o600
+
+
+# ------------------------------------------------------------------ encrypted store
+def test_encrypted_store_survives_sigkill(tmp_path):
+    """`snaprun init --encrypt`, then loops.py SIGKILLed right after snapshot 2: both
+    snapshots are encrypted (aes-256-gcm in their codecs, a nonce prefix, no zstd frame
+    visible in the body), and `snaprun resume` continues the job after snapshot 2 to
+    its result; the snapshots of the resumed run are encrypted too."""
+    store = tmp_path / "store"
+    init = snaprun("init", "--store", store, "--encrypt", cwd=tmp_path, env=NO_ENV_KEY)
+    assert init.returncode == 0 and "encryption required" in init.stderr, init.stderr
+    killed = snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path,
+                     fault="after-snapshot:2", env=NO_ENV_KEY)
+    assert killed.returncode == -9, killed.stderr
+    assert killed.stdout == "for [0, 2, 3, 4]\n"
+    files = snapshot_files(store, "job")
+    assert [f.name[:6] for f in files] == ["000001", "000002"]
+    for f in files:
+        header = _snapfile.peek_header(str(f))
+        assert header["codecs"] == ["pickle-5", "zstd", "aes-256-gcm"]
+        assert len(bytes.fromhex(header["nonce_prefix"])) == 8
+        data = f.read_bytes()
+        assert b"\x28\xb5\x2f\xfd" not in data[_layout(data)["head_end"]:]
+    run = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=NO_ENV_KEY)
+    assert run.returncode == 0, run.stderr
+    assert "resumed from snapshot 2" in run.stderr
+    assert run.stdout == "while [2, 4, 6, 8, 'else']\npairs ['x0', 'x1', 'y0', 'y1']\n"
+    assert run.result == "13"
+    after = snapshot_files(store, "job")
+    assert len(after) == 6
+    assert all("aes-256-gcm" in _snapfile.peek_header(str(f))["codecs"] for f in after)
+
+
+def _body(data: bytes) -> bytes:
+    """The body chunks of a snapshot file, concatenated (no length fields)."""
+    return b"".join(data[start:end] for _, start, end in _layout(data)["chunks"])
+
+
+def test_encrypted_snapshot_hides_the_agents_data(tmp_path):
+    """A distinctive secret the agent holds (sec_secret.py, in a local and a global) is
+    readable by anyone holding a plaintext store's file: its body is a zstd stream that
+    decompresses, without any key, to bytes holding the secret (control). In an
+    encryption-required store the file holds neither the secret nor a zstd stream, and
+    its body does not decompress; only decrypting it with the store's key (Home.read)
+    gives a payload that holds the secret. Both jobs run to the same result."""
+    secret = "SEC-" + secrets.token_hex(20)
+    env = dict(NO_ENV_KEY, SEC_SECRET=secret)
+    plain, sealed = tmp_path / "plain", tmp_path / "sealed"
+    assert snaprun("init", "--store", sealed, "--encrypt", cwd=tmp_path,
+                   env=env).returncode == 0
+    for store in (plain, sealed):
+        run = snaprun("run", "--store", store, "--job", "job", SECRET_AGENT, cwd=tmp_path,
+                      env=env)
+        assert run.returncode == 0, run.stderr
+        assert run.result == str(len(secret))
+        assert run.stdout == f"still holding {len(secret)}\n"
+    plain_files, sealed_files = snapshot_files(plain, "job"), snapshot_files(sealed, "job")
+    assert len(plain_files) == len(sealed_files) == 2
+    for f in plain_files:
+        body = _body(f.read_bytes())
+        assert body.startswith(b"\x28\xb5\x2f\xfd")            # a zstd frame
+        assert secret.encode() in zstandard.ZstdDecompressor().decompressobj().decompress(body)
+    home = Home(str(sealed))
+    try:
+        for f in sealed_files:
+            data = f.read_bytes()
+            assert secret.encode() not in data
+            assert b"\x28\xb5\x2f\xfd" not in _body(data)
+            with pytest.raises(zstandard.ZstdError):
+                zstandard.ZstdDecompressor().decompressobj().decompress(_body(data))
+            header, payload = home.read(str(f))
+            assert "aes-256-gcm" in header["codecs"]
+            assert secret.encode() in payload
+    finally:
+        home.close()
