@@ -58,10 +58,7 @@ def register_adapter(cls: type, reduce) -> None:
 
 
 def _refuse(obj, what: str):
-    raise pickle.PicklingError(
-        f"{what} is a live handle that cannot be saved in a snapshot; close it before "
-        "snapshot(), or open it through snapstate.resource(factory) so it is reopened after "
-        "a restore")
+    raise pickle.PicklingError(f"{what} is a live handle that cannot be saved in a snapshot")
 
 
 def reducer_for(t: type):

@@ -247,8 +247,8 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0):
             error = exc
         except RecursionError as exc:  # pragma: no cover - pathological
             return path, obj, exc
-        if isinstance(obj, HANDLE_TYPES) or _depth > 40:
-            return path, obj, error
+        if isinstance(obj, HANDLE_TYPES) or reducer_for(type(obj)) is not None or _depth > 40:
+            return path, obj, error     # refused by its own adapter: it is the culprit
         deeper = find_unpicklable([(path + name, child) for name, child in _children(obj)],
                                   error, _depth + 1)
         if deeper[1] is not None:

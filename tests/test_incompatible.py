@@ -2,8 +2,12 @@
 another greenlet/cloudpickle major.minor version, or whose agent code has changed
 (a body edited, a function moved or removed, a file gone), is refused by
 `snaprun resume` with exit 2 and a message naming every difference, before anything
-is unpickled; the snapshot is left intact, so it resumes once the original
-environment or source is back."""
+is unpickled; the snapshot and the job's other snapshots are left intact, so it
+resumes once the original environment or source is back.
+
+Snapshots "taken under" another version are legitimately signed ones: the header is
+rewritten and the file re-signed with the store's own key (format v2 signs the
+header), as if snaprun had written it under that version."""
 
 from __future__ import annotations
 
@@ -20,9 +24,11 @@ import greenlet
 import pytest
 
 from conftest import AGENTS, Run, snaprun, snapshot_files
-from snapstate.serializers import _snapfile
+from snapstate.serializers import _keys, _snapfile
 
-NO_PYC = {"PYTHONDONTWRITEBYTECODE": "1"}   # edits must never be hidden by a stale .pyc
+NO_ENV_KEY = {"SNAPSTATE_KEY": ""}          # the store's own keys.json signs and verifies
+NO_PYC = dict(NO_ENV_KEY, PYTHONDONTWRITEBYTECODE="1")   # edits never hidden by a stale .pyc
+_ADDED = ("key_id", "chunk_size", "codecs", "nonce_prefix")   # set by _snapfile.write
 
 # What the compat agent prints after a resume from its snapshot 2, and returns.
 CONTINUATION = ("step 1 seq 2 resumed True label step-1 frozen float True\n"
@@ -31,39 +37,67 @@ CONTINUATION = ("step 1 seq 2 resumed True label step-1 frozen float True\n"
 RESULT = "30"
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_env_key(monkeypatch):
+    """In-process key rings must use their store's keys.json, not an inherited key."""
+    monkeypatch.delenv("SNAPSTATE_KEY", raising=False)
+
+
 def _refused(run: Run, *needles: str) -> None:
-    """exit 2, a single snaprun error on stderr containing every needle, no traceback,
-    and nothing from the agent on stdout."""
+    """exit 2, a single `snaprun: error:` line on stderr containing every needle, no
+    traceback, and nothing from the agent on stdout."""
     assert run.returncode == 2, run.stderr
-    assert run.stderr.startswith("snaprun: error:"), run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert run.stdout == "", run.stdout
+    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
+    assert len(errors) == 1, run.stderr
     for needle in needles:
-        assert needle in run.stderr, f"{needle!r} not in {run.stderr!r}"
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
 
 
 def _state(path: Path) -> tuple[bytes, list[str]]:
-    """A snapshot's bytes and its job directory's listing."""
+    """A snapshot's bytes and its job directory's listing (all the job's snapshots)."""
     return path.read_bytes(), sorted(os.listdir(path.parent))
 
 
 # ------------------------------------------------------------------ runtime versions
-@pytest.fixture
-def loops_snapshot(tmp_path) -> Path:
-    """Snapshot 2 of tests/agents/loops.py, run to completion by snaprun."""
-    run = snaprun("run", "--store", tmp_path / "store", "--job", "job", AGENTS / "loops.py",
-                  cwd=tmp_path)
+@pytest.fixture(scope="module")
+def loops_store(tmp_path_factory) -> Path:
+    """A store with tests/agents/loops.py run to completion by snaprun (6 snapshots)."""
+    root = tmp_path_factory.mktemp("loops")
+    run = snaprun("run", "--store", root / "store", "--job", "job", AGENTS / "loops.py",
+                  cwd=root, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
+    assert len(snapshot_files(root / "store", "job")) == 6
+    return root / "store"
+
+
+@pytest.fixture
+def loops_snapshot(loops_store, tmp_path) -> Path:
+    """Snapshot 2 of loops.py, in a private copy of the store."""
+    shutil.copytree(loops_store, tmp_path / "store")
     return snapshot_files(tmp_path / "store", "job")[1]
 
 
+def _resign(path: Path, edit) -> None:
+    """Rewrite the snapshot's header with `edit(header)` and sign it again with its
+    store's key: a snapshot legitimately written with that header."""
+    keys = _keys.KeyRing(str(path.parents[2]))
+    header, payload = _snapfile.read_payload(str(path), keys)
+    header = {k: v for k, v in header.items() if k not in _ADDED}
+    edit(header)
+    _snapfile.write(str(path), header, payload, keys)
+
+
 def _rewrite_versions(path: Path, **versions: str) -> dict:
-    """Rewrite the snapshot's header versions in place (valid checksum); returns the
-    original versions."""
-    header, body = _snapfile.read(str(path))
-    original = dict(header["versions"])
-    header["versions"] = dict(original, **versions)
-    _snapfile.write_atomic(str(path), _snapfile.encode(header, body))
+    """Rewrite the snapshot's header versions in place (validly re-signed); returns
+    the original versions."""
+    original = dict(_snapfile.peek_header(str(path))["versions"])
+
+    def edit(header):
+        header["versions"] = dict(original, **versions)
+
+    _resign(path, edit)
     return original
 
 
@@ -77,10 +111,12 @@ def _bump(version: str, part: int) -> str:
 
 
 def test_control_unmodified_snapshot_resumes(loops_snapshot, tmp_path):
-    """Control: the unmodified snapshot, and one whose header was re-encoded without
-    changes, both resume (so the refusals below come from the version fields)."""
+    """Control: a snapshot whose header was re-signed without changes resumes (so the
+    refusals below come from the version fields, not from the re-signing)."""
+    before = loops_snapshot.read_bytes()
     _rewrite_versions(loops_snapshot)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    assert loops_snapshot.read_bytes() != before          # really rewritten
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -90,7 +126,7 @@ def test_other_python_minor_refused(loops_snapshot, tmp_path):
     Python versions, and the file is left intact."""
     _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
     before = _state(loops_snapshot)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, "3.99.0", platform.python_version(), "Python", str(loops_snapshot))
     assert _state(loops_snapshot) == before
 
@@ -99,7 +135,7 @@ def test_other_python_implementation_refused(loops_snapshot, tmp_path):
     """Same version numbers but another implementation (pypy) is refused too."""
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     _rewrite_versions(loops_snapshot, python=f"pypy-{minor}", python_full="pypy-" + minor)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, "Python", f"pypy-{minor}", platform.python_version())
 
 
@@ -109,7 +145,7 @@ def test_other_python_patch_accepted(loops_snapshot, tmp_path):
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     patch = sys.version_info[2]
     _rewrite_versions(loops_snapshot, python_full=f"{minor}.{patch + 1 if patch < 50 else 0}")
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -122,7 +158,7 @@ def test_other_library_version_refused(loops_snapshot, tmp_path, lib, module, pa
     fake = _bump(module.__version__, part)
     _rewrite_versions(loops_snapshot, **{lib: fake})
     before = _state(loops_snapshot)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, lib, fake, module.__version__)
     assert _state(loops_snapshot) == before
 
@@ -133,7 +169,7 @@ def test_every_difference_listed(loops_snapshot, tmp_path):
     fake_cp, fake_gl = _bump(cloudpickle.__version__, 0), _bump(greenlet.__version__, 0)
     _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0",
                       cloudpickle=fake_cp, greenlet=fake_gl)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, "3.99.0", platform.python_version(), f"greenlet {fake_gl}",
              f"cloudpickle {fake_cp}", greenlet.__version__, cloudpickle.__version__)
 
@@ -142,9 +178,9 @@ def test_refused_snapshot_resumes_with_original_versions(loops_snapshot, tmp_pat
     """After a refusal, putting the original header back makes the same snapshot resume:
     the refusal changed nothing."""
     original = _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
-    _refused(snaprun("resume", loops_snapshot, cwd=tmp_path), "3.99.0")
+    _refused(snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY), "3.99.0")
     _rewrite_versions(loops_snapshot, **original)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 2" in run.stderr
     assert run.result == "13"
@@ -180,7 +216,7 @@ def compat(tmp_path) -> CompatJob:
     assert run.returncode == 0, run.stderr
     assert run.result == RESULT
     files = snapshot_files(tmp_path / "store", "job")
-    assert [f.name for f in files] == ["000001.snap", "000002.snap", "000003.snap"]
+    assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap", "000003-e1.snap"]
     agent, helper = src / "compat_agent.py", src / "compat_helper.py"
     return CompatJob(tmp_path, agent, helper, agent.read_text(), helper.read_text(), files[1])
 
@@ -369,15 +405,16 @@ def _other_interpreters() -> list[tuple[str, str, str]]:
 
 def test_resume_under_another_python(loops_snapshot, tmp_path):
     """A real snapshot taken here and resumed by an interpreter of another minor version
-    (a real CPython, no header rewriting) is refused with exit 2, naming both versions."""
+    (a real CPython, no header rewriting) is refused with exit 2, naming both versions,
+    leaving the job's snapshots intact; this interpreter then resumes it."""
     others = _other_interpreters()
-    if not others:
-        pytest.skip("no interpreter of another Python minor version available")
+    assert others, ("no interpreter of another Python minor version: set "
+                    "SNAPSTATE_TEST_PYTHONS to other CPythons with snapstate installed")
     before = _state(loops_snapshot)
     for python, _minor, full in others:
-        run = snaprun("resume", loops_snapshot, cwd=tmp_path, python=python)
+        run = snaprun("resume", loops_snapshot, cwd=tmp_path, python=python, env=NO_ENV_KEY)
         _refused(run, "Python", platform.python_version(), full, str(loops_snapshot))
         assert _state(loops_snapshot) == before
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path)
+    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"

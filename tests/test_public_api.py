@@ -16,11 +16,13 @@ import snapstate
 from conftest import AGENTS
 
 PUBLIC = [
-    "snapshot", "SnapshotInfo",
+    "snapshot", "SnapshotInfo", "effect", "call_effect", "Retry", "Secret", "now", "random",
+    "uuid4", "resource", "register_adapter",
     "SnapstateError", "SnapshotError", "SnapshotWriteError", "RestoreError",
     "IncompatibleSnapshot", "CorruptSnapshot", "TruncatedSnapshot", "SnapshotRejected",
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
     "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
+    "DivergenceError", "SecretUnavailable", "JobParked", "ResourceReopenError",
 ]
 
 

@@ -1,13 +1,18 @@
-"""The snapshot file format (serializers/_snapfile.py): encode/read round trip, the
-atomic writer, and that every damaged file (bad magic, foreign format version,
-truncation at any byte, trailing bytes, any flipped byte) is refused with a
-CorruptSnapshot naming the file, in-process and through `snaprun resume` (exit 2, one
-`snaprun: error:` message, no traceback, nothing on stdout, nothing written)."""
+"""The snapshot file format v2 (serializers/_snapfile.py): write/read round trip
+(plaintext and encrypted, one chunk or many), the byte layout, the atomic writer
+(serializers/_fs.py), and that every damaged file (bad magic, foreign format version,
+truncation at any byte, trailing bytes, any flipped byte, a body that is not zstd or
+not a pickle, a header that is not a snapshot header) is refused with a CorruptSnapshot
+or SnapshotRejected naming the file, in-process and through snaprun (exit 2, one
+`snaprun: error:` message, no traceback, nothing on stdout, nothing changed)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import shutil
 import stat
 import struct
 
@@ -17,31 +22,54 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import AGENTS, snaprun, snapshot_files
-from snapstate import CorruptSnapshot
-from snapstate.serializers import _snapfile
+from snapstate.runtime._errors import (CorruptSnapshot, HeaderMismatch, SnapshotRejected,
+                                       TamperedSnapshot, TruncatedSnapshot)
+from snapstate.serializers import _fs, _keys, _snapfile
 
-HYPOTHESIS = settings(max_examples=150, deadline=None, database=None,
+HYPOTHESIS = settings(max_examples=100, deadline=None, database=None, derandomize=True,
                       suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 _FIXED = struct.Struct("<HI")
+_LEN = struct.Struct("<I")
 _MAGIC_LEN = len(_snapfile.MAGIC)
+_TRAILER = 64
+_ADDED = ("key_id", "chunk_size", "codecs", "nonce_prefix")   # what write() adds
+NO_ENV_KEY = {"SNAPSTATE_KEY": ""}
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_env_key(monkeypatch):
+    """In-process key rings must use their store's keys.json, not an inherited key."""
+    monkeypatch.delenv("SNAPSTATE_KEY", raising=False)
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """A real job's snapshots (tests/agents/loops.py run to completion by snaprun)."""
+def real_store(tmp_path_factory):
+    """A store holding a real job's snapshots (tests/agents/loops.py run to completion
+    by snaprun)."""
     root = tmp_path_factory.mktemp("snapfile")
     store = root / "store"
-    run = snaprun("run", "--store", store, "--job", "job", AGENTS / "loops.py", cwd=root)
+    run = snaprun("run", "--store", store, "--job", "job", AGENTS / "loops.py", cwd=root,
+                  env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
-    files = snapshot_files(store, "job")
-    assert len(files) >= 3
-    return files
+    assert len(snapshot_files(store, "job")) == 6
+    return store
+
+
+@pytest.fixture(scope="module")
+def real(real_store):
+    return snapshot_files(real_store, "job")
 
 
 @pytest.fixture(scope="module")
 def real_bytes(real):
     return real[1].read_bytes()
+
+
+@pytest.fixture(scope="module")
+def keys(real_store):
+    """The real store's key ring."""
+    return _keys.KeyRing(str(real_store))
 
 
 @pytest.fixture(scope="module")
@@ -51,42 +79,71 @@ def scratch(tmp_path_factory):
 
 
 def _layout(data: bytes) -> dict:
-    """Offsets of the parts of a snapshot file: header start/end, body start/end."""
+    """Offsets of the parts of a v2 file: header start/end, each body chunk as
+    (length field, data start, data end), the zero end marker, the trailer."""
     _, head_len = _FIXED.unpack_from(data, _MAGIC_LEN)
     head_start = _MAGIC_LEN + _FIXED.size
     head_end = head_start + head_len
-    (body_len,) = struct.unpack_from("<Q", data, head_end)
-    body_start = head_end + 8
-    return {"head_start": head_start, "head_end": head_end, "body_start": body_start,
-            "body_end": body_start + body_len}
+    pos, chunks = head_end, []
+    while True:
+        (length,) = _LEN.unpack_from(data, pos)
+        if length == 0:
+            break
+        chunks.append((pos, pos + _LEN.size, pos + _LEN.size + length))
+        pos += _LEN.size + length
+    return {"head_start": head_start, "head_end": head_end, "chunks": chunks,
+            "end_marker": pos, "trailer": pos + _LEN.size}
 
 
-def _reseal(data: bytes) -> bytes:
-    """`data` (without its checksum) with a valid checksum appended."""
-    return data + xxhash.xxh3_128_digest(data)
-
-
-def _assert_refused(path, data: bytes, *, expect: str | None = None) -> CorruptSnapshot:
+def _assert_refused(path, data: bytes, keys, *, expect: str | None = None,
+                    cls: type | None = None) -> Exception:
+    """`data` written to `path` is refused by read_payload with a CorruptSnapshot or
+    SnapshotRejected (exactly `cls` if given) naming the path."""
     path.write_bytes(data)
-    with pytest.raises(CorruptSnapshot) as info:
-        _snapfile.read(str(path))
+    with pytest.raises((CorruptSnapshot, SnapshotRejected)) as info:
+        _snapfile.read_payload(str(path), keys)
     assert str(path) in str(info.value)
+    if cls is not None:
+        assert type(info.value) is cls, f"{type(info.value).__name__}: {info.value}"
     if expect is not None:
         assert expect in str(info.value)
     return info.value
 
 
+def _rebuilt(data: bytes, *, version: int | None = None, magic: bytes | None = None) -> bytes:
+    """A real file with its magic or format version field replaced (the signature
+    covers neither: they are checked before it)."""
+    out = bytearray(data)
+    if magic is not None:
+        out[:_MAGIC_LEN] = magic
+    if version is not None:
+        struct.pack_into("<H", out, _MAGIC_LEN, version)
+    return bytes(out)
+
+
 # ------------------------------------------------------------------ round trip
-def test_encode_read_roundtrip(tmp_path):
-    """encode() then read() gives back the header (plus codec) and the exact body."""
+@pytest.mark.parametrize("encrypt", [False, True], ids=["plaintext", "encrypted"])
+def test_write_read_roundtrip(tmp_path, encrypt):
+    """write() then read_payload() gives back the header (plus the key id, chunk size
+    and codecs write() adds, and a nonce prefix when encrypted) and the exact payload;
+    verify() and peek_header() give the same header."""
+    ring = _keys.KeyRing(str(tmp_path / "keys"))
     header = {"job_id": "j", "seq": 4, "label": None, "nested": {"a": [1, 2.5, "é"]}}
-    body = bytes(range(256)) * 3
+    payload = bytes(range(256)) * 3
     path = tmp_path / "x.snap"
-    path.write_bytes(_snapfile.encode(header, body))
-    got_header, got_body = _snapfile.read(str(path))
-    assert got_header == dict(header, codec="zstd")
-    assert got_body == body
-    assert _snapfile.decode_header(str(path)) == got_header
+    size = _snapfile.write(str(path), header, payload, ring, encrypt=encrypt)
+    assert size == path.stat().st_size
+    got_header, got_payload = _snapfile.read_payload(str(path), ring)
+    codecs = ["pickle-5", "zstd"] + (["aes-256-gcm"] if encrypt else [])
+    expected = dict(header, key_id=ring.current.key_id, chunk_size=_snapfile.CHUNK_SIZE,
+                    codecs=codecs)
+    if encrypt:
+        assert len(bytes.fromhex(got_header["nonce_prefix"])) == 8
+        expected["nonce_prefix"] = got_header["nonce_prefix"]
+    assert got_header == expected
+    assert got_payload == payload
+    assert _snapfile.verify(str(path), ring) == got_header
+    assert _snapfile.peek_header(str(path)) == got_header
 
 
 json_values = st.recursive(
@@ -98,56 +155,98 @@ json_values = st.recursive(
 
 
 @HYPOTHESIS
-@given(header=st.dictionaries(st.text(max_size=12), json_values, max_size=6),
-       body=st.binary(max_size=2048))
-def test_encode_read_roundtrip_any(scratch, header, body):
-    """Any JSON header and any body bytes survive encode() -> file -> read()."""
-    scratch.write_bytes(_snapfile.encode(header, body))
-    got_header, got_body = _snapfile.read(str(scratch))
-    assert got_header == dict(header, codec="zstd")
-    assert got_body == body
+@given(header=st.dictionaries(st.text(max_size=12).filter(lambda k: k not in _ADDED),
+                              json_values, max_size=6),
+       payload=st.binary(max_size=2048), encrypt=st.booleans())
+def test_roundtrip_any(scratch, header, payload, encrypt):
+    """Any JSON header and any payload bytes (empty included) survive write() ->
+    file -> read_payload(), plaintext or encrypted."""
+    ring = _keys.KeyRing(str(scratch.parent / "keys"))
+    _snapfile.write(str(scratch), header, payload, ring, encrypt=encrypt)
+    got_header, got_payload = _snapfile.read_payload(str(scratch), ring)
+    assert {k: v for k, v in got_header.items() if k not in _ADDED} == header
+    assert got_payload == payload
 
 
-@HYPOTHESIS
-@given(data=st.binary(max_size=4096))
-def test_compress_roundtrip(data):
-    """decompress(compress(x)) == x for any bytes."""
-    assert _snapfile.decompress(_snapfile.compress(data)) == data
+@pytest.mark.parametrize("encrypt", [False, True], ids=["plaintext", "encrypted"])
+def test_large_payload_is_streamed_in_chunks(tmp_path, encrypt):
+    """A 3.5 MiB incompressible payload is written as several body chunks of at most
+    CHUNK_SIZE bytes (plus the 16-byte tag when encrypted) and reads back exactly."""
+    ring = _keys.KeyRing(str(tmp_path / "keys"))
+    payload = os.urandom(3 * _snapfile.CHUNK_SIZE + _snapfile.CHUNK_SIZE // 2)
+    path = tmp_path / "big.snap"
+    _snapfile.write(str(path), {"job_id": "big"}, payload, ring, encrypt=encrypt)
+    chunks = _layout(path.read_bytes())["chunks"]
+    assert len(chunks) >= 4
+    limit = _snapfile.CHUNK_SIZE + (16 if encrypt else 0)
+    assert all(end - start <= limit for _, start, end in chunks)
+    assert _snapfile.read_payload(str(path), ring)[1] == payload
 
 
-def test_encode_layout(real_bytes):
-    """A real snapshot starts with the magic and format version, its header length and
-    body length account for every byte, and it ends with the xxh3-128 of the rest."""
+def test_layout(real_bytes, keys):
+    """A real snapshot: the magic, format version 2, the header length and the body
+    chunk lengths account for every byte up to the zero end marker and the 64-byte
+    trailer, which is xxh3-128 of the header, xxh3-128 of the body (length fields and
+    end marker included) and HMAC-SHA256 over header and body with the key named in
+    the header."""
     assert real_bytes.startswith(b"SNAPSTATE\0")
     version, _ = _FIXED.unpack_from(real_bytes, _MAGIC_LEN)
-    assert version == _snapfile.FORMAT_VERSION == 1
+    assert version == _snapfile.FORMAT_VERSION == 2
     parts = _layout(real_bytes)
-    assert parts["body_end"] + 16 == len(real_bytes)
-    assert real_bytes[-16:] == xxhash.xxh3_128_digest(real_bytes[:-16])
-    header = json.loads(real_bytes[parts["head_start"]:parts["head_end"]])
-    assert header["codec"] == "zstd"
+    assert parts["trailer"] + _TRAILER == len(real_bytes)
+    header_bytes = real_bytes[parts["head_start"]:parts["head_end"]]
+    body = real_bytes[parts["head_end"]:parts["trailer"]]
+    header = json.loads(header_bytes)
+    assert header["codecs"] == ["pickle-5", "zstd"]
+    assert header["chunk_size"] == _snapfile.CHUNK_SIZE
+    trailer = real_bytes[parts["trailer"]:]
+    assert trailer[:16] == xxhash.xxh3_128_digest(header_bytes)
+    assert trailer[16:32] == xxhash.xxh3_128_digest(body)
+    mac_key = keys.get(header["key_id"]).mac_key
+    assert trailer[32:] == hmac.new(mac_key, header_bytes + body, hashlib.sha256).digest()
 
 
-def test_read_real_snapshot(real):
-    """A snapshot written by snaprun reads back with its job, sequence and label, and
-    its body decompresses."""
-    header, body = _snapfile.read(str(real[1]))
+def test_read_real_snapshot(real, keys):
+    """A snapshot written by snaprun reads back with its job, sequence, label and entry,
+    and its payload is a protocol-5 pickle larger than the compressed body."""
+    header, payload = _snapfile.read_payload(str(real[1]), keys)
     assert header["job_id"] == "job"
     assert header["seq"] == 2
     assert header["label"] == "while-4"
     assert header["entry"]["module"] == "loops"
-    assert len(_snapfile.decompress(body)) > len(body) // 2
+    assert payload[:2] == b"\x80\x05"
+    data = real[1].read_bytes()
+    body = sum(end - start for _, start, end in _layout(data)["chunks"])
+    assert len(payload) > body
 
 
 # ------------------------------------------------------------------ atomic writes
 def test_write_atomic_new_file(tmp_path):
-    """write_atomic writes the whole file with mode 0600 and leaves no temp file."""
+    """write_atomic writes the whole file (from chunks) with mode 0600, returns its size
+    and leaves no temp file."""
     path = tmp_path / "000001.snap"
     data = os.urandom(100_000)
-    _snapfile.write_atomic(str(path), data)
+    assert _fs.write_atomic(str(path), [data[:30_000], data[30_000:]]) == len(data)
     assert path.read_bytes() == data
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["000001.snap"]
+
+
+def test_snapfile_write_is_atomic_and_private(tmp_path):
+    """_snapfile.write replaces an existing world-readable file whole (new inode, mode
+    0600) and leaves only the snapshot in the directory."""
+    ring = _keys.KeyRing(str(tmp_path / "keys"))
+    folder = tmp_path / "job"
+    folder.mkdir()
+    path = folder / "000001-e1.snap"
+    path.write_bytes(b"old contents")
+    path.chmod(0o644)
+    old_inode = path.stat().st_ino
+    _snapfile.write(str(path), {"job_id": "j"}, b"payload", ring)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert path.stat().st_ino != old_inode
+    assert _snapfile.read_payload(str(path), ring)[1] == b"payload"
+    assert sorted(p.name for p in folder.iterdir()) == ["000001-e1.snap"]
 
 
 def test_write_atomic_replaces_existing(tmp_path):
@@ -157,7 +256,7 @@ def test_write_atomic_replaces_existing(tmp_path):
     path.write_bytes(b"old contents")
     path.chmod(0o644)
     old_inode = path.stat().st_ino
-    _snapfile.write_atomic(str(path), b"new contents")
+    _fs.write_atomic(str(path), [b"new contents"])
     assert path.read_bytes() == b"new contents"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert path.stat().st_ino != old_inode
@@ -165,11 +264,17 @@ def test_write_atomic_replaces_existing(tmp_path):
 
 
 def test_write_atomic_failed_write_keeps_old_file(tmp_path):
-    """A write that fails midway leaves the previous file intact and no temp file."""
+    """A write that fails midway (the chunk source raises after a first chunk) leaves
+    the previous file intact and no temp file."""
     path = tmp_path / "000001.snap"
     path.write_bytes(b"previous snapshot")
-    with pytest.raises(TypeError):
-        _snapfile.write_atomic(str(path), 12345)  # type: ignore[arg-type]
+
+    def chunks():
+        yield b"half of a new snapshot"
+        raise RuntimeError("the pickler failed")
+
+    with pytest.raises(RuntimeError):
+        _fs.write_atomic(str(path), chunks())
     assert path.read_bytes() == b"previous snapshot"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["000001.snap"]
 
@@ -180,233 +285,317 @@ def test_write_atomic_failed_rename_leaves_no_temp(tmp_path):
     target = tmp_path / "000001.snap"
     (target / "inner").mkdir(parents=True)
     with pytest.raises(OSError):
-        _snapfile.write_atomic(str(target), b"data")
+        _fs.write_atomic(str(target), [b"data"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["000001.snap"]
     assert target.is_dir()
 
 
 # ------------------------------------------------------------------ damaged files
-@pytest.mark.parametrize("data", [b"", b"S", b"SNAPSTATE", b"hello world\n" * 10,
-                                  b"\x80\x05\x95pickle", b"snapstate\0" + b"\0" * 40],
-                         ids=["empty", "one-byte", "magic-prefix", "text", "pickle",
-                              "lowercase-magic"])
-def test_bad_magic(scratch, data):
-    """A file that does not start with the magic is refused, naming the path."""
-    _assert_refused(scratch, data)
+@pytest.mark.parametrize("data,cls", [
+    (b"", TruncatedSnapshot), (b"S", TruncatedSnapshot), (b"SNAPSTATE", TruncatedSnapshot),
+    (b"hello world\n" * 10, CorruptSnapshot), (b"\x80\x05\x95pickle", CorruptSnapshot),
+    (b"snapstate\0" + b"\0" * 40, CorruptSnapshot)],
+    ids=["empty", "one-byte", "magic-prefix", "text", "pickle", "lowercase-magic"])
+def test_bad_magic(scratch, keys, data, cls):
+    """A file that does not start with the magic is refused, naming the path: as
+    truncated when it is a prefix of the magic, else as not a snapshot (bad magic)."""
+    exc = _assert_refused(scratch, data, keys, cls=cls)
+    if cls is CorruptSnapshot:
+        assert "bad magic" in str(exc)
 
 
-def test_bad_magic_on_real_snapshot(scratch, real_bytes):
-    """A real snapshot with its magic changed (and checksum fixed up) is refused as
-    bad magic."""
-    data = b"SNAPSTATX\0" + real_bytes[_MAGIC_LEN:-16]
-    _assert_refused(scratch, _reseal(data), expect="bad magic")
+def test_bad_magic_on_real_snapshot(scratch, real_bytes, keys):
+    """A real snapshot with its magic changed is refused as bad magic."""
+    _assert_refused(scratch, _rebuilt(real_bytes, magic=b"SNAPSTATX\0"), keys,
+                    expect="bad magic", cls=CorruptSnapshot)
 
 
-@pytest.mark.parametrize("version", [0, 2, 7, 0xFFFF])
-def test_foreign_format_version(scratch, real_bytes, version):
-    """A well-formed file of another format version is refused, naming the path, its
-    format and the supported one."""
-    data = bytearray(real_bytes[:-16])
-    struct.pack_into("<H", data, _MAGIC_LEN, version)
-    exc = _assert_refused(scratch, _reseal(bytes(data)))
+@pytest.mark.parametrize("version", [0, 1, 3, 7, 0xFFFF])
+def test_foreign_format_version(scratch, real_bytes, keys, version):
+    """A well-formed file of another format version (1 is the previous format) is
+    refused, naming the path, its format and the supported one."""
+    exc = _assert_refused(scratch, _rebuilt(real_bytes, version=version), keys,
+                          cls=CorruptSnapshot)
     assert f"format {version}" in str(exc)
     assert f"format {_snapfile.FORMAT_VERSION}" in str(exc)
 
 
-def test_truncated_at_every_length(scratch, real_bytes):
+def test_truncated_at_every_length(scratch, real_bytes, keys):
     """The snapshot cut at every length from 0 to size-1 bytes (inside the magic, the
-    fixed fields, the header, the body and the checksum) is refused, naming the path."""
+    fixed fields, the header, a chunk length, a chunk, the end marker and the trailer)
+    is refused as TruncatedSnapshot naming the path."""
     for size in range(len(real_bytes)):
-        _assert_refused(scratch, real_bytes[:size])
+        _assert_refused(scratch, real_bytes[:size], keys, expect="truncated",
+                        cls=TruncatedSnapshot)
 
 
 @pytest.mark.parametrize("extra", [b"\0", b"x" * 16, b"SNAPSTATE\0"],
                          ids=["one-byte", "sixteen", "magic"])
-def test_trailing_bytes(scratch, real_bytes, extra):
-    """Bytes appended after the checksum make the file refused, naming the path."""
-    _assert_refused(scratch, real_bytes + extra, expect="trailing bytes")
+def test_trailing_bytes(scratch, real_bytes, keys, extra):
+    """Bytes appended after the trailer make the file refused, naming the path."""
+    _assert_refused(scratch, real_bytes + extra, keys, expect="after its trailer",
+                    cls=CorruptSnapshot)
 
 
-def test_two_files_concatenated(scratch, real_bytes):
+def test_two_files_concatenated(scratch, real, keys):
     """Two snapshots glued together are not read as the first one."""
-    _assert_refused(scratch, real_bytes + real_bytes)
+    _assert_refused(scratch, real[0].read_bytes() + real[1].read_bytes(), keys)
 
 
-def test_every_byte_flipped(scratch, real_bytes):
-    """Inverting any single byte of a real snapshot makes it refused, naming the path."""
+def test_every_byte_flipped(scratch, real_bytes, keys):
+    """Inverting any single byte of a real snapshot (every position: magic, fixed
+    fields, header, chunk lengths, body, end marker, all three trailer fields) makes it
+    refused, naming the path."""
+    accepted = []
     for pos in range(len(real_bytes)):
         data = bytearray(real_bytes)
         data[pos] ^= 0xFF
-        _assert_refused(scratch, bytes(data))
+        scratch.write_bytes(bytes(data))
+        try:
+            _snapfile.read_payload(str(scratch), keys)
+        except (CorruptSnapshot, SnapshotRejected) as exc:
+            assert str(scratch) in str(exc)
+        else:
+            accepted.append(pos)
+    assert accepted == [], (f"flipped bytes accepted at {accepted} (trailer starts at "
+                            f"{_layout(real_bytes)['trailer']} of {len(real_bytes)})")
 
 
 @HYPOTHESIS
 @given(st.data())
-def test_flipped_bytes_anywhere(scratch, real_bytes, data):
+def test_flipped_bytes_anywhere(scratch, real_bytes, keys, data):
     """Any 1-4 damaged bytes anywhere in a real snapshot make it refused (CorruptSnapshot
-    naming the path, never another exception)."""
+    or SnapshotRejected naming the path, never another exception)."""
     positions = data.draw(st.lists(st.integers(0, len(real_bytes) - 1), min_size=1,
                                    max_size=4, unique=True))
     damaged = bytearray(real_bytes)
     for pos in positions:
         damaged[pos] ^= data.draw(st.integers(1, 255))
-    _assert_refused(scratch, bytes(damaged))
+    _assert_refused(scratch, bytes(damaged), keys)
 
 
-def test_damaged_body_with_matching_header_lengths(scratch, real_bytes):
-    """A body byte changed without touching any length field is caught by the checksum,
-    and the message names the path."""
-    parts = _layout(real_bytes)
+def test_damaged_body_with_matching_lengths(scratch, real_bytes, keys):
+    """A body byte changed without touching any length field is caught by the body
+    checksum: CorruptSnapshot (not a signature or header error), naming the path."""
+    _, start, end = _layout(real_bytes)["chunks"][0]
     data = bytearray(real_bytes)
-    data[(parts["body_start"] + parts["body_end"]) // 2] ^= 0x10
-    _assert_refused(scratch, bytes(data), expect="checksum")
+    data[(start + end) // 2] ^= 0x10
+    _assert_refused(scratch, bytes(data), keys, expect="checksum", cls=CorruptSnapshot)
 
 
-def test_missing_file(tmp_path):
-    """A path with no file is refused with CorruptSnapshot naming the path."""
-    path = tmp_path / "nope.snap"
-    with pytest.raises(CorruptSnapshot) as info:
-        _snapfile.read(str(path))
-    assert str(path) in str(info.value)
+def test_edited_header_value(scratch, real_bytes, keys):
+    """A header value edited in place (the label, same length, valid JSON) is refused as
+    a header that does not belong to the body: HeaderMismatch naming the path."""
+    assert real_bytes.count(b'"while-4"') == 1
+    data = real_bytes.replace(b'"while-4"', b'"while-5"')
+    _assert_refused(scratch, data, keys, expect="header", cls=HeaderMismatch)
+
+
+def test_resigned_mac_with_wrong_key_is_tampered(scratch, real_bytes, keys):
+    """Header and body intact, HMAC computed with another key of the same id (the
+    checksums match): TamperedSnapshot naming the path."""
+    parts = _layout(real_bytes)
+    signed = real_bytes[parts["head_start"]:parts["trailer"]]
+    forged = hmac.new(os.urandom(32), signed, hashlib.sha256).digest()
+    _assert_refused(scratch, real_bytes[:-32] + forged, keys, expect="signature",
+                    cls=TamperedSnapshot)
+
+
+def test_missing_file_and_directory(tmp_path, keys):
+    """A path with no file, and a directory, are refused with CorruptSnapshot naming the
+    path."""
+    for path in (tmp_path / "nope.snap", tmp_path):
+        with pytest.raises(CorruptSnapshot) as info:
+            _snapfile.read_payload(str(path), keys)
+        assert str(path) in str(info.value)
 
 
 # ------------------------------------------------------------------ through snaprun
-def _cli_refuses(path, tmp_path):
-    """`snaprun resume PATH` refuses: exit 2, one snaprun error naming PATH on stderr,
-    no traceback, nothing on stdout, the file and the job directory unchanged."""
+@pytest.fixture
+def store_copy(real_store, tmp_path):
+    """A private copy of the real store (catalog, keys, snapshot files)."""
+    store = tmp_path / "store"
+    shutil.copytree(real_store, store)
+    return store
+
+
+def _cli_refuses(path, cwd, *command, needle: str | None = None):
+    """`snaprun COMMAND... PATH` (default: resume) refuses: exit 2, one snaprun error
+    naming PATH on stderr, no traceback, nothing on stdout, the file and its job
+    directory unchanged."""
+    command = command or ("resume",)
     before = path.read_bytes()
     listing = sorted(os.listdir(path.parent))
-    run = snaprun("resume", path, cwd=tmp_path)
+    run = snaprun(*command, path, cwd=cwd, env=NO_ENV_KEY)
     assert run.returncode == 2, run.stderr
-    assert run.stderr.startswith("snaprun: error:"), run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert run.stdout == ""
-    assert str(path) in run.stderr, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
+    assert len(errors) == 1, run.stderr
+    assert str(path) in errors[0], run.stderr
+    if needle is not None:
+        assert needle in errors[0], run.stderr
     assert path.read_bytes() == before
     assert sorted(os.listdir(path.parent)) == listing
     return run
 
 
-def _damaged_copy(tmp_path, name: str, data: bytes):
-    directory = tmp_path / "store" / "jobs" / "job"
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
+def _damaged(store, data: bytes, name: str = "000002-e1.snap"):
+    """`data` written over the store copy's snapshot file `name` (job "job")."""
+    path = store / "snapshots" / "job" / name
     path.write_bytes(data)
     return path
 
 
 def _cut_points(data: bytes) -> dict[str, int]:
     parts = _layout(data)
+    first_len, first_start, first_end = parts["chunks"][0]
     return {"in-magic": 4, "in-fixed-fields": _MAGIC_LEN + 3,
             "in-header": (parts["head_start"] + parts["head_end"]) // 2,
-            "in-body-length": parts["head_end"] + 3,
-            "in-body": (parts["body_start"] + parts["body_end"]) // 2,
-            "in-checksum": len(data) - 5, "last-byte": len(data) - 1}
+            "in-chunk-length": first_len + 2, "in-body": (first_start + first_end) // 2,
+            "before-end-marker": parts["end_marker"], "in-end-marker": parts["end_marker"] + 2,
+            "in-trailer": parts["trailer"] + 20, "last-byte": len(data) - 1}
 
 
 @pytest.mark.parametrize("where", ["in-magic", "in-fixed-fields", "in-header",
-                                   "in-body-length", "in-body", "in-checksum", "last-byte"])
-def test_cli_resume_truncated(real_bytes, tmp_path, where):
-    """`snaprun resume` of a truncated real snapshot exits 2 with a clean error."""
-    size = _cut_points(real_bytes)[where]
-    path = _damaged_copy(tmp_path, "000002.snap", real_bytes[:size])
-    _cli_refuses(path, tmp_path)
+                                   "in-chunk-length", "in-body", "before-end-marker",
+                                   "in-end-marker", "in-trailer", "last-byte"])
+def test_cli_resume_truncated(real_bytes, store_copy, tmp_path, where):
+    """`snaprun resume` of a truncated real snapshot exits 2 with a clean error saying
+    it is truncated."""
+    path = _damaged(store_copy, real_bytes[:_cut_points(real_bytes)[where]])
+    _cli_refuses(path, tmp_path, needle="truncated")
 
 
-@pytest.mark.parametrize("where", ["magic", "version", "header", "body", "checksum"])
-def test_cli_resume_flipped_byte(real_bytes, tmp_path, where):
-    """`snaprun resume` of a real snapshot with one damaged byte exits 2 cleanly."""
+@pytest.mark.parametrize("where", ["magic", "version", "header-length", "header",
+                                   "chunk-length", "body", "end-marker", "header-digest",
+                                   "body-digest", "mac"])
+def test_cli_resume_flipped_byte(real_bytes, store_copy, tmp_path, where):
+    """`snaprun resume` of a real snapshot with one damaged byte, in any part of the
+    file, exits 2 cleanly."""
     parts = _layout(real_bytes)
-    pos = {"magic": 0, "version": _MAGIC_LEN,
+    first_len, first_start, first_end = parts["chunks"][0]
+    pos = {"magic": 0, "version": _MAGIC_LEN, "header-length": _MAGIC_LEN + 2,
            "header": (parts["head_start"] + parts["head_end"]) // 2,
-           "body": (parts["body_start"] + parts["body_end"]) // 2,
-           "checksum": len(real_bytes) - 1}[where]
+           "chunk-length": first_len, "body": (first_start + first_end) // 2,
+           "end-marker": parts["end_marker"], "header-digest": parts["trailer"] + 5,
+           "body-digest": parts["trailer"] + 21, "mac": len(real_bytes) - 1}[where]
     data = bytearray(real_bytes)
     data[pos] ^= 0x01
-    path = _damaged_copy(tmp_path, "000002.snap", bytes(data))
-    _cli_refuses(path, tmp_path)
+    _cli_refuses(_damaged(store_copy, bytes(data)), tmp_path)
 
 
-def test_cli_resume_trailing_bytes(real_bytes, tmp_path):
+def test_cli_resume_trailing_bytes(real_bytes, store_copy, tmp_path):
     """`snaprun resume` of a snapshot with bytes appended exits 2 cleanly."""
-    path = _damaged_copy(tmp_path, "000002.snap", real_bytes + b"\n")
-    _cli_refuses(path, tmp_path)
+    _cli_refuses(_damaged(store_copy, real_bytes + b"\n"), tmp_path,
+                 needle="after its trailer")
 
 
-def test_cli_resume_not_a_snapshot(tmp_path):
+def test_cli_resume_not_a_snapshot(store_copy, tmp_path):
     """`snaprun resume` of an empty file and of a text file exits 2 cleanly."""
-    _cli_refuses(_damaged_copy(tmp_path, "000001.snap", b""), tmp_path)
-    _cli_refuses(_damaged_copy(tmp_path, "000002.snap", b"not a snapshot\n"), tmp_path)
+    _cli_refuses(_damaged(store_copy, b"", "000001-e1.snap"), tmp_path)
+    _cli_refuses(_damaged(store_copy, b"not a snapshot\n"), tmp_path, needle="bad magic")
 
 
-def test_cli_resume_foreign_format(real_bytes, tmp_path):
-    """`snaprun resume` of a well-formed snapshot of format 2 exits 2, naming formats."""
-    data = bytearray(real_bytes[:-16])
-    struct.pack_into("<H", data, _MAGIC_LEN, 2)
-    path = _damaged_copy(tmp_path, "000002.snap", _reseal(bytes(data)))
-    run = _cli_refuses(path, tmp_path)
-    assert "format 2" in run.stderr
+@pytest.mark.parametrize("version", [1, 3])
+def test_cli_resume_foreign_format(real_bytes, store_copy, tmp_path, version):
+    """`snaprun resume` of a well-formed snapshot of another format version (1: the
+    previous format) exits 2, naming both formats."""
+    path = _damaged(store_copy, _rebuilt(real_bytes, version=version))
+    _cli_refuses(path, tmp_path, needle=f"format {version}")
 
 
 def test_cli_resume_missing_file(tmp_path):
     """`snaprun resume` of a path with no file exits 2 cleanly, naming the path."""
-    path = tmp_path / "000009.snap"
-    run = snaprun("resume", path, cwd=tmp_path)
+    path = tmp_path / "000009-e1.snap"
+    run = snaprun("resume", path, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 2
     assert run.stdout == ""
     assert "Traceback" not in run.stderr
-    assert "000009.snap" in run.stderr
+    assert "000009-e1.snap" in run.stderr
 
 
-def _resealed_with(real_bytes: bytes, header=None, body=None) -> bytes:
-    """The real snapshot with its header and/or body replaced, checksum valid."""
-    parts = _layout(real_bytes)
-    real_header = json.loads(real_bytes[parts["head_start"]:parts["head_end"]])
-    real_body = real_bytes[parts["body_start"]:parts["body_end"]]
-    return _snapfile.encode(real_header if header is None else header,
-                            real_body if body is None else body)
-
-
-def test_cli_resume_body_not_zstd(real_bytes, tmp_path):
-    """A checksum-valid snapshot whose body is not zstd data is refused with exit 2 and
-    an error naming the file."""
-    path = _damaged_copy(tmp_path, "000002.snap",
-                         _resealed_with(real_bytes, body=b"definitely not zstd"))
-    _cli_refuses(path, tmp_path)
-
-
-def test_cli_resume_body_not_a_pickle(real_bytes, tmp_path):
-    """A checksum-valid snapshot whose body decompresses to something that is not a
-    snapstate pickle is refused with exit 2 and a clean error, not a traceback."""
-    path = _damaged_copy(tmp_path, "000002.snap",
-                         _resealed_with(real_bytes, body=_snapfile.compress(b"garbage")))
-    _cli_refuses(path, tmp_path)
-
-
-@pytest.mark.parametrize("header", [{"job_id": "job"}, [1, 2, 3], "text"],
-                         ids=["missing-keys", "list", "string"])
-def test_cli_resume_header_not_a_snapshot_header(real_bytes, tmp_path, header):
-    """A checksum-valid file whose JSON header is not a snapshot header (missing keys,
-    not an object) is refused with exit 2 and a clean error, not a traceback."""
+def _signed(store, header: dict | list | str, chunks: list[bytes]) -> bytes:
+    """A file with this exact header JSON and these body chunks, validly signed with
+    the store's current key by the production signer (_snapfile._file_bytes)."""
+    ring = _keys.KeyRing(str(store))
     if isinstance(header, dict):
-        data = _resealed_with(real_bytes, header=header)
-    else:  # encode() only takes dicts: build the file by hand
-        head = json.dumps(header).encode()
-        parts = _layout(real_bytes)
-        body = real_bytes[parts["body_start"]:parts["body_end"]]
-        data = _reseal(_snapfile.MAGIC + _FIXED.pack(_snapfile.FORMAT_VERSION, len(head))
-                       + head + struct.pack("<Q", len(body)) + body)
-    path = _damaged_copy(tmp_path, "000002.snap", data)
+        header = dict(header, key_id=ring.current.key_id, chunk_size=_snapfile.CHUNK_SIZE,
+                      codecs=["pickle-5", "zstd"])
+    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    return b"".join(_snapfile._file_bytes(head, iter(chunks), ring.current.mac_key))
+
+
+def _real_header(real_bytes: bytes) -> dict:
+    parts = _layout(real_bytes)
+    header = json.loads(real_bytes[parts["head_start"]:parts["head_end"]])
+    return {k: v for k, v in header.items() if k not in _ADDED}
+
+
+def test_cli_resume_body_not_zstd(real_bytes, store_copy, tmp_path):
+    """A validly signed snapshot whose body is not zstd data is refused with exit 2 and
+    an error naming the file."""
+    data = _signed(store_copy, _real_header(real_bytes), [b"definitely not zstd"])
+    _cli_refuses(_damaged(store_copy, data), tmp_path, needle="decompress")
+
+
+def test_cli_resume_body_not_a_pickle(real_bytes, store_copy, tmp_path):
+    """A validly signed snapshot whose body decompresses to something that is not a
+    snapstate pickle is refused with exit 2 and a clean error, not a traceback."""
+    path = _damaged(store_copy, b"")
+    _snapfile.write(str(path), _real_header(real_bytes), b"garbage",
+                    _keys.KeyRing(str(store_copy)))
     _cli_refuses(path, tmp_path)
 
 
-def test_cli_refusal_leaves_other_snapshots_resumable(real, real_bytes, tmp_path):
+@pytest.mark.parametrize("command", [("resume",), ("resume", "--as", "imported"),
+                                     ("inspect",), ("verify",)],
+                         ids=["resume", "resume-as", "inspect", "verify"])
+@pytest.mark.parametrize("header", [{"job_id": "ghost"}, [1, 2, 3], "text"],
+                         ids=["missing-keys", "list", "string"])
+def test_cli_header_not_a_snapshot_header(store_copy, tmp_path, header, command):
+    """A validly signed file whose JSON header is not a snapshot header (an object
+    missing the snapshot fields, or not an object) is refused by resume, resume --as,
+    inspect and verify with exit 2 and a clean error naming the file, not a traceback.
+    (The file lies outside the job's catalog rows, so resume imports it.)"""
+    path = store_copy / "snapshots" / "other" / "000002-e1.snap"
+    path.parent.mkdir()
+    path.write_bytes(_signed(store_copy, header, [b"x"]))
+    _cli_refuses(path, tmp_path, *command)
+
+
+def test_cli_refusal_leaves_other_snapshots_resumable(real, store_copy, tmp_path):
     """After a damaged snapshot is refused, an intact earlier snapshot of the same job
     still resumes and the job finishes."""
-    good = _damaged_copy(tmp_path, "000001.snap", real[0].read_bytes())
-    bad = _damaged_copy(tmp_path, "000002.snap", real_bytes[: len(real_bytes) // 2])
+    good = store_copy / "snapshots" / "job" / real[0].name
+    bad = _damaged(store_copy, real[1].read_bytes()[: len(real[1].read_bytes()) // 2])
     _cli_refuses(bad, tmp_path)
-    run = snaprun("resume", good, cwd=tmp_path)
+    run = snaprun("resume", good, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 1" in run.stderr
     assert run.result == "13"
+
+
+def test_cli_resume_at_damaged_snapshot_drops_nothing(tmp_path):
+    """`snaprun resume JOB --at 2` of a killed job whose snapshot 2 is damaged exits 2
+    cleanly and drops nothing: its later snapshots 3 and 4 are still there (files and
+    catalog, no "rewound" event), so the job then resumes from snapshot 4."""
+    store = tmp_path / "store"
+    killed = snaprun("run", "--store", store, "--job", "job", AGENTS / "loops.py",
+                     cwd=tmp_path, fault="after-snapshot:4", env=NO_ENV_KEY)
+    assert killed.returncode == -9, killed.stderr
+    files = snapshot_files(store, "job")
+    assert len(files) == 4
+    files[1].write_bytes(files[1].read_bytes()[:-1])
+    run = snaprun("resume", "--store", store, "--at", "2", "job", cwd=tmp_path,
+                  env=NO_ENV_KEY)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    assert str(files[1]) in run.stderr and "truncated" in run.stderr
+    assert snapshot_files(store, "job") == files
+    log = json.loads(snaprun("log", "--store", store, "--json", "job", cwd=tmp_path,
+                             env=NO_ENV_KEY).stdout)
+    assert not [e for e in log if e["kind"] == "rewound"], log
+    run = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=NO_ENV_KEY)
+    assert "resumed from snapshot 4" in run.stderr, run.stderr
+    assert run.returncode == 0 and run.result == "13"

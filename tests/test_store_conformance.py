@@ -29,8 +29,8 @@ import pytest
 
 from snapstate.runtime._errors import (JobExists, JobNotFound, LeaseHeld, SnapshotNotFound,
                                        StaleWriter, StoreError)
-from snapstate.serializers._store import (EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store,
-                                          pid_alive, process_start)
+from snapstate.serializers._store import (EffectRow, EventRow, JobRow, LeaseRow, Owner,
+                                          SnapshotRow, Store, pid_alive, process_start)
 
 HOST = socket.gethostname()
 ENTRY = {"module": "agent", "function": "main", "path": "/agents/agent.py", "search_path": None}
@@ -586,6 +586,66 @@ def test_delete_job(store, live_pid):
     assert state(store, "other") == other
     make_job(store)
     assert store.snapshots("job") == [] and store.get_lease("job") is None
+
+
+# ------------------------------------------------------------------ effect ledger, metrics
+def effect(ordinal: int, job_id: str = "job", state: str = "dispatched", **kw) -> EffectRow:
+    return EffectRow(job_id, ordinal, f"key-{ordinal}", "agent.charge", "agent.py:12",
+                     f"digest-{ordinal}", "(amount=5)", "write", state,
+                     **{"result": b"\x00signed", "attempts": 1, "created": T0, "updated": T0,
+                        **kw})
+
+
+def test_record_effects_round_trip_and_are_fenced(store, clock, live_pid):
+    """record_effects stores rows (every field, bytes results included) read back by
+    effect() and effects() in ordinal order; a batch is all-or-nothing: an ordinal
+    recorded twice raises StoreError and nothing of that batch is kept; replace=True
+    overwrites; a stale epoch raises StaleWriter with nothing changed; epoch None
+    records without a lease; an empty batch is a no-op."""
+    make_job(store)
+    old = store.acquire_lease("job", Owner("other-host", 1), 10)
+    rows = [effect(2), effect(1, external_id="ext-1", note="n")]
+    store.record_effects(rows, epoch=old)
+    assert store.effects("job") == [rows[1], rows[0]]
+    assert store.effect("job", 2) == rows[0] and store.effect("job", 3) is None
+    with pytest.raises(StoreError, match="effect"):
+        store.record_effects([effect(3), effect(1, state="confirmed")], epoch=old)
+    assert store.effects("job") == [rows[1], rows[0]]
+    confirmed = effect(1, state="confirmed", attempts=2, updated=T0 + 1)
+    store.record_effects([confirmed], epoch=old, replace=True)
+    assert store.effect("job", 1) == confirmed
+    clock.advance(11)
+    new = store.acquire_lease("job", live_owner(live_pid), 10)
+    before = store.effects("job"), state(store)
+    for batch, replace in (([effect(3)], False), ([effect(1, state="failed")], True)):
+        with pytest.raises(StaleWriter):
+            store.record_effects(batch, epoch=old, replace=replace)
+        assert (store.effects("job"), state(store)) == before
+    store.record_effects([], epoch=old)
+    store.record_effects([effect(3)], epoch=new)
+    store.release_lease("job", new)
+    store.record_effects([effect(4)], epoch=None)
+    assert [e.ordinal for e in store.effects("job")] == [1, 2, 3, 4]
+    make_job(store, "other")
+    assert store.effects("other") == []
+
+
+def test_metrics(store):
+    """bump_metric adds to a counter (starting from nothing), set_metric overwrites;
+    metrics() returns the job's own, and delete_job removes them with the ledger."""
+    make_job(store)
+    make_job(store, "other")
+    assert store.metrics("job") == {}
+    store.bump_metric("job", "retries")
+    store.bump_metric("job", "retries", by=4)
+    store.set_metric("job", "restart_to_progress_s", 1.5)
+    store.set_metric("job", "restart_to_progress_s", 0.25)
+    store.bump_metric("other", "retries")
+    assert store.metrics("job") == {"retries": 5, "restart_to_progress_s": 0.25}
+    store.record_effects([effect(1)], epoch=None)
+    store.delete_job("job")
+    assert store.metrics("job") == {} and store.effects("job") == []
+    assert store.metrics("other") == {"retries": 1}
 
 
 # ------------------------------------------------------------------ concurrency
