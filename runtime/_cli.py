@@ -220,7 +220,8 @@ def _import_file(home: Home, path: str, as_id: str | None) -> tuple[Job, int]:
     header = home.verify(path)
     catalog = home.catalog
     own = [r for r in (catalog.snapshots(header["job_id"]) if _exists(home, header["job_id"])
-                       else []) if os.path.samefile(home.absolute(r.file), path)]
+                       else []) if os.path.exists(home.absolute(r.file))
+           and os.path.samefile(home.absolute(r.file), path)]
     if own and as_id is None:
         return Job.open(home, header["job_id"]), own[0].seq
     job_id = as_id or header["job_id"]

@@ -29,7 +29,6 @@ import os
 import pathlib
 import pickle
 import secrets
-import shutil
 import stat
 import struct
 import subprocess
@@ -42,7 +41,8 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from conftest import AGENTS, Run, snaprun, snapshot_files
 from snapstate.runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused,
                                        RetiredKey, SnapshotRejected, SnapstateError,
-                                       TamperedSnapshot, TruncatedSnapshot, UnknownKey)
+                                       TruncatedSnapshot, UnknownKey)
+from snapstate.runtime._job import runtime_versions
 from snapstate.serializers import _keys, _snapfile
 from snapstate.serializers._home import Home
 
@@ -96,6 +96,14 @@ def _positions(data: bytes) -> dict[str, int]:
             "trailer-mac": len(data) - 1}
 
 
+def _header(**fields) -> dict:
+    """A complete snapshot header (what a job writes), with `fields` overriding."""
+    return dict({"job_id": "job", "seq": 1, "epoch": 1, "label": None, "created_at": 1.7e9,
+                 "versions": runtime_versions(), "argv": [], "frames": [], "modules": {},
+                 "entry": {"module": "agent", "function": "main", "path": None,
+                           "search_path": None}}, **fields)
+
+
 def _flipped(data: bytes, pos: int, mask: int = 0xFF) -> bytes:
     damaged = bytearray(data)
     damaged[pos] ^= mask
@@ -136,8 +144,7 @@ def trap(tmp_path):
 
 
 def _write_trap(path, keys, payload, *, encrypt: bool) -> bytes:
-    _snapfile.write(str(path), {"job_id": "trap", "seq": 1, "label": None}, payload, keys,
-                    encrypt=encrypt)
+    _snapfile.write(str(path), _header(job_id="trap"), payload, keys, encrypt=encrypt)
     return pathlib.Path(path).read_bytes()
 
 
@@ -197,9 +204,7 @@ def test_flipped_length_refused_under_memory_limit(tmp_path, where):
     keys = _keys.KeyRing(str(store))
     path = store / "snapshots" / "job" / "000001-e1.snap"
     path.parent.mkdir(parents=True)
-    header = {"job_id": "job", "seq": 1, "label": None, "created_at": 1.0e9,
-              "versions": {"python_full": "3.99.0"}}
-    _snapfile.write(str(path), header, pickle.dumps(list(range(100))), keys)
+    _snapfile.write(str(path), _header(), pickle.dumps(list(range(100))), keys)
     data = path.read_bytes()
     limited = ("import resource, sys\n"
                "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
@@ -288,7 +293,7 @@ def test_payload_is_the_one_that_was_verified(trap, tmp_path):
     keys_dir = tmp_path / "store"
     genuine_payload = pickle.dumps({"state": "genuine"}, protocol=5)
     path, evil = tmp_path / "snap.snap", tmp_path / "evil.snap"
-    header = {"job_id": "job", "seq": 1, "label": None}
+    header = _header()
     _snapfile.write(str(path), header, genuine_payload, _keys.KeyRing(str(keys_dir)))
     _snapfile.write(str(evil), header, evil_payload, _keys.KeyRing(str(tmp_path / "attacker")))
     genuine, forged = path.read_bytes(), evil.read_bytes()
@@ -346,7 +351,7 @@ def test_swapped_headers_are_a_header_mismatch(tmp_path):
 
 def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
     """(expected class, raised exception, file) for each of the five refusals."""
-    header = {"job_id": "job", "seq": 1, "label": None}
+    header = _header()
     payload = pickle.dumps(list(range(1000)))
     out = []
 
@@ -480,7 +485,7 @@ def test_no_nonce_repeats_across_100000_encryptions(tmp_path):
     dir, hence 1,000 files x 100 chunks; the writer has no nonce helper to call.)"""
     keys = _keys.KeyRing(str(tmp_path / "keys"))
     key = keys.current
-    header = {"job_id": "job", "seq": 1, "label": None}
+    header = _header()
     payload = pickle.dumps("the same payload every time")
     path = tmp_path / "one.snap"
     prefixes, file_ciphertexts = [], set()
