@@ -23,7 +23,7 @@ import greenlet
 
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
-from ..serializers._home import Home
+from ..serializers._home import JOB_HEADER_FIELDS, Home
 from . import _agent
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
@@ -126,10 +126,6 @@ def check_versions(header: dict, where: str) -> None:
             f"(Python {then.get('python_full')}).")
 
 
-_HEADER_FIELDS = frozenset({"job_id", "seq", "label", "created_at", "versions", "entry", "argv",
-                            "frames", "modules"})
-
-
 def _local_names(code) -> list[str]:
     names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
     names += list(code.co_freevars)
@@ -225,13 +221,6 @@ class Job:
         rows = self.home.catalog.snapshots(self.job_id)
         if at is not None:
             row = self.home.catalog.snapshot(self.job_id, at)
-            later = [r for r in rows if r.seq > at]
-            for r in reversed(later):
-                self.home.catalog.delete_snapshot(self.job_id, r.seq)
-                self.home.delete_file(r.file)
-            if later:
-                self.home.catalog.log_event(self.job_id, "rewound", f"to snapshot {at}; dropped "
-                                            f"{', '.join(str(r.seq) for r in later)}")
         elif rows:
             row = rows[-1]
         else:
@@ -245,9 +234,18 @@ class Job:
         if header.get("seq") != row.seq:
             raise HeaderMismatch(f"{path} holds snapshot {header.get('seq')}, but the catalog "
                                  f"lists it as snapshot {row.seq} of job {self.job_id}")
+        outer = self.restore(header, payload, path)
+        # Only now that the snapshot is known good: rewinding drops the later ones.
+        later = [r for r in rows if r.seq > row.seq]
+        for r in reversed(later):
+            self.home.catalog.delete_snapshot(self.job_id, r.seq)
+            self.home.delete_file(r.file)
+        if later:
+            self.home.catalog.log_event(self.job_id, "rewound", f"to snapshot {row.seq}; "
+                                        f"dropped {', '.join(str(r.seq) for r in later)}")
         self.home.catalog.log_event(self.job_id, "resumed", f"from snapshot {row.seq}")
         self.say(f"job {self.job_id} resumed from snapshot {row.seq}")
-        return self.restore(header, payload, path)
+        return outer
 
     def _run_leased(self, load):
         """Load (start or restore) and run under the lease just acquired; record the
@@ -403,7 +401,7 @@ class Job:
     def restore(self, header: dict, payload: bytes, where: str):
         """Check a verified snapshot against this interpreter and code, unpickle it;
         returns the function that continues the job right after its snapshot()."""
-        missing = _HEADER_FIELDS - set(header)
+        missing = JOB_HEADER_FIELDS - set(header)
         if missing:
             raise HeaderMismatch(f"{where} has no snapshot header (missing "
                                  f"{', '.join(sorted(missing))})")

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 
-from ..runtime._errors import SnapshotWriteError, StaleWriter
+from ..runtime._errors import HeaderMismatch, SnapshotWriteError, StaleWriter
 from . import _fs, _snapfile
 from ._keys import KeyRing
 from ._sqlite import SqliteStore
@@ -104,10 +104,14 @@ class Home:
             raise
 
     def verify(self, path: str) -> dict:
-        return _snapfile.verify(path, self.keys, require_encryption=self.encrypt)
+        """The header of a verified snapshot file of a job (nothing unpickled)."""
+        return _job_header(path, _snapfile.verify(path, self.keys,
+                                                  require_encryption=self.encrypt))
 
     def read(self, path: str) -> tuple[dict, bytes]:
-        return _snapfile.read_payload(path, self.keys, require_encryption=self.encrypt)
+        header, payload = _snapfile.read_payload(path, self.keys,
+                                                 require_encryption=self.encrypt)
+        return _job_header(path, header), payload
 
     def read_row(self, row: SnapshotRow) -> tuple[dict, bytes]:
         header, payload = self.read(self.absolute(row.file))
@@ -161,6 +165,20 @@ class Home:
 
     def close(self) -> None:
         self.catalog.close()
+
+
+JOB_HEADER_FIELDS = frozenset({"job_id", "seq", "label", "created_at", "versions", "entry",
+                               "argv", "frames", "modules"})
+
+
+def _job_header(path: str, header: dict) -> dict:
+    missing = JOB_HEADER_FIELDS - set(header)
+    if missing:
+        raise HeaderMismatch(f"{path} is signed but is no job snapshot (its header lacks "
+                             f"{', '.join(sorted(missing))}); refusing it")
+    if not isinstance(header["entry"], dict) or not isinstance(header["seq"], int):
+        raise HeaderMismatch(f"{path} is signed but its header is not a job snapshot's")
+    return header
 
 
 def _read_chunks(path: str, size: int = 1 << 20):

@@ -116,8 +116,14 @@ def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bo
 class _Reader:
     def __init__(self, f, path: str):
         self.f, self.path = f, path
+        self.size = os.fstat(f.fileno()).st_size
 
     def exactly(self, n: int, what: str) -> bytes:
+        # A damaged length must not make us allocate gigabytes: never ask for more
+        # than the file still holds.
+        if n > self.size - self.f.tell():
+            raise TruncatedSnapshot(f"{self.path} is truncated or damaged (its {what} claims "
+                                    f"{n} bytes, more than the file holds)")
         data = self.f.read(n)
         if len(data) != n:
             raise TruncatedSnapshot(f"{self.path} is truncated (it ends inside its {what}); "
@@ -172,9 +178,10 @@ def _body_chunks(reader: _Reader):
         yield length, reader.exactly(length, "body")
 
 
-def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dict:
-    """Check a snapshot file completely without decoding its body; returns the header.
-    Raises CorruptSnapshot, TruncatedSnapshot or a SnapshotRejected subclass."""
+def _read_verified(path: str, keys: KeyRing, require_encryption: bool):
+    """One pass over the file: structure, key, digests and signature checked over
+    exactly the bytes returned, so what is decoded afterwards is what was verified
+    (no second read that could see a swapped file)."""
     with _open(path) as f:
         reader = _Reader(f, path)
         header, header_bytes = _read_header(reader)
@@ -188,10 +195,12 @@ def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dic
             raise type(exc)(f"{path}: {exc}") from None
         body_hash = xxhash.xxh3_128()
         mac = hmac.new(key.mac_key, header_bytes, hashlib.sha256)
+        chunks = []
         for length, chunk in _body_chunks(reader):
             piece = _LEN.pack(length) + chunk
             body_hash.update(piece)
             mac.update(piece)
+            chunks.append(chunk)
         end = _LEN.pack(0)
         body_hash.update(end)
         mac.update(end)
@@ -200,8 +209,9 @@ def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dic
             raise CorruptSnapshot(f"{path} has bytes after its trailer; it is damaged")
     header_ok = xxhash.xxh3_128_digest(header_bytes) == trailer[:16]
     body_ok = body_hash.digest() == trailer[16:32]
-    if hmac.compare_digest(mac.digest(), trailer[32:]):
-        return header
+    signed = hmac.compare_digest(mac.digest(), trailer[32:])
+    if signed and header_ok and body_ok:
+        return header, header_bytes, key, chunks
     if not body_ok:
         raise CorruptSnapshot(f"{path} is damaged: its body does not match its checksum. "
                               "Resume from an earlier snapshot of the job.")
@@ -211,6 +221,12 @@ def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dic
     raise TamperedSnapshot(f"{path}: the signature does not match; the file was modified "
                            "after it was written (or signed by another key with the same id). "
                            "Refusing it.")
+
+
+def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dict:
+    """Check a snapshot file completely without decoding its body; returns the header.
+    Raises CorruptSnapshot, TruncatedSnapshot or a SnapshotRejected subclass."""
+    return _read_verified(path, keys, require_encryption)[0]
 
 
 def _with_last(items):
@@ -226,32 +242,26 @@ def _with_last(items):
 
 def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
                  ) -> tuple[dict, bytes]:
-    """Verify the file, then decrypt and decompress its body, chunk by chunk:
-    (header, pickle bytes)."""
-    header = verify(path, keys, require_encryption=require_encryption)
-    key = keys.get(header["key_id"])
+    """Verify the file, then decrypt and decompress the very chunks that were
+    verified: (header, pickle bytes)."""
+    header, header_bytes, key, chunks = _read_verified(path, keys, require_encryption)
     out = bytearray()
     decompressor = zstandard.ZstdDecompressor().decompressobj()
-    with _open(path) as f:
-        reader = _Reader(f, path)
-        _, header_bytes = _read_header(reader)
-        chunks = (chunk for _, chunk in _body_chunks(reader))
-        if _AEAD in header["codecs"]:
-            aead = AESGCM(key.aead_key)
-            prefix = bytes.fromhex(header["nonce_prefix"])
-            header_sha = hashlib.sha256(header_bytes).digest()
-            sealed = chunks
+    if _AEAD in header["codecs"]:
+        aead = AESGCM(key.aead_key)
+        prefix = bytes.fromhex(header["nonce_prefix"])
+        header_sha = hashlib.sha256(header_bytes).digest()
+        sealed = chunks
 
-            def opened():
-                for i, (chunk, last) in enumerate(_with_last(sealed)):
-                    yield aead.decrypt(prefix + struct.pack("<I", i), chunk,
-                                       _aad(header_sha, i, last))
-            chunks = opened()
-        try:
-            for chunk in chunks:
-                out += decompressor.decompress(chunk)
-        except InvalidTag:
-            raise TamperedSnapshot(f"{path}: a body chunk fails authentication") from None
-        except zstandard.ZstdError as exc:
-            raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
+        def opened():
+            for i, (chunk, last) in enumerate(_with_last(sealed)):
+                yield aead.decrypt(prefix + struct.pack("<I", i), chunk, _aad(header_sha, i, last))
+        chunks = opened()
+    try:
+        for chunk in chunks:
+            out += decompressor.decompress(chunk)
+    except InvalidTag:
+        raise TamperedSnapshot(f"{path}: a body chunk fails authentication") from None
+    except zstandard.ZstdError as exc:
+        raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
     return header, bytes(out)

@@ -15,6 +15,8 @@ from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, S
 
 __all__ = ["SqliteStore"]
 
+SCHEMA_VERSION = 1
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, entry TEXT NOT NULL, argv TEXT NOT NULL, status TEXT NOT NULL,
@@ -52,7 +54,16 @@ class SqliteStore(Store):
         self.path = os.path.join(self.directory, "catalog.db")
         self.clock = clock
         self._local = threading.local()
-        self._db().executescript(_SCHEMA)
+        db = self._db()
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+        if tables and version != SCHEMA_VERSION:
+            raise StoreError(
+                f"the catalog {self.path} has schema version {version}; this snapstate uses "
+                f"{SCHEMA_VERSION}. Use the snapstate release that created it, or start a new "
+                "store (--store DIR).")
+        db.executescript(_SCHEMA)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # One connection per thread (the lease heartbeat runs in its own thread).
     def _db(self) -> sqlite3.Connection:

@@ -34,12 +34,14 @@ AGENT = AGENTS / "lease_gate.py"
 ROUNDS = 50
 
 
-def wait_for(path: Path, timeout: float = 60, proc: subprocess.Popen | None = None) -> None:
+def wait_for(path: Path, timeout: float = 60, proc: subprocess.Popen | None = None,
+             thread: threading.Thread | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"{proc.args} exited {proc.returncode} before {path} appeared:"
                                  f" {proc.stderr.read() if proc.stderr else ''}")
+        assert thread is None or thread.is_alive(), f"the runner ended before {path} appeared"
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.002)
 
@@ -200,7 +202,7 @@ def test_stale_worker_snapshot_is_rejected_in_process(tmp_path, monkeypatch):
     thread = threading.Thread(target=runner_a)
     thread.start()
     try:
-        wait_for(gate / f"waiting-{os.getpid()}")
+        wait_for(gate / f"waiting-{os.getpid()}", thread=thread)
         assert job.epoch == 1
         assert take_over(store, "job") == 2
         before = catalog(store)

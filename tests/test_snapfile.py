@@ -548,11 +548,12 @@ def test_cli_resume_body_not_a_pickle(real_bytes, store_copy, tmp_path):
     _cli_refuses(path, tmp_path)
 
 
-@pytest.mark.parametrize("command", [("resume",), ("resume", "--as", "imported"),
-                                     ("inspect",), ("verify",)],
-                         ids=["resume", "resume-as", "inspect", "verify"])
-@pytest.mark.parametrize("header", [{"job_id": "ghost"}, [1, 2, 3], "text"],
-                         ids=["missing-keys", "list", "string"])
+@pytest.mark.parametrize("header,command", [
+    ({"job_id": "ghost"}, ("resume",)), ({"job_id": "ghost"}, ("resume", "--as", "imported")),
+    ({"job_id": "ghost"}, ("inspect",)), ({"job_id": "ghost"}, ("verify",)),
+    ([1, 2, 3], ("resume",)), ("text", ("resume",))],
+    ids=["missing-keys-resume", "missing-keys-resume-as", "missing-keys-inspect",
+         "missing-keys-verify", "list-resume", "string-resume"])
 def test_cli_header_not_a_snapshot_header(store_copy, tmp_path, header, command):
     """A validly signed file whose JSON header is not a snapshot header (an object
     missing the snapshot fields, or not an object) is refused by resume, resume --as,
