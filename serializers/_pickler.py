@@ -17,18 +17,14 @@ frames (self, cells, lists, module globals) keep their identity, and that
 from __future__ import annotations
 
 import io
-import os
 import pickle
-import socket
-import subprocess
 import sys
-import threading
 import types
 
 import cloudpickle
 import dill
 
-from ..resources._adapters import reducer_for
+from ..resources._adapters import UNTRACKED, reducer_for
 from ..runtime._capture import capture_generator
 from ..runtime._codeid import code_ref, find_code, CodeRef
 from ..runtime._morph import is_morph, rebuild_generator
@@ -37,11 +33,7 @@ from ._tracebacks import rebuild_traceback, save_traceback
 __all__ = ["dumps", "loads", "find_unpicklable", "HANDLE_TYPES"]
 
 # Live operating-system handles: never pickled by value, by any fallback.
-HANDLE_TYPES: tuple[type, ...] = (
-    socket.socket, io.IOBase, type(threading.Lock()), type(threading.RLock()),
-    threading.Thread, threading.Condition, threading.Event, threading.Semaphore,
-    subprocess.Popen,
-)
+HANDLE_TYPES: tuple[type, ...] = (*UNTRACKED, io.IOBase)
 
 _DILL_TYPES: set[type] = set()
 

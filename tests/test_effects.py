@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,13 +42,21 @@ FX_SECRET = AGENTS / "fx_secret.py"
 FX_READ = AGENTS / "fx_read.py"
 FX_RETRY = AGENTS / "fx_retry.py"
 FX_KEYS = AGENTS / "fx_keys.py"
+FX_DROP = AGENTS / "fx_drop.py"
+FX_THREAD = AGENTS / "fx_thread.py"
 
 SECRET, TOKEN = "s3cr3t-value", "t0ken-value"
 
 
+class _Dropped(Exception):
+    """Raised in the provider's request handler: the connection closes unanswered."""
+
+
 class FxProvider(Provider):
     """tests/providers.Provider that logs every request (path, order, key) and every
-    lookup, and serves /flaky: 503 to its first `fail_first` requests, then /keyed."""
+    lookup, and serves two more paths: /flaky answers 503 to its first `fail_first`
+    requests, then behaves as /keyed; /drop carries the order out like /plain, then
+    drops the connection without an answer."""
 
     def __init__(self, fail_first: int = 0):
         super().__init__()
@@ -55,6 +64,12 @@ class FxProvider(Provider):
         self.log: list[tuple[str, dict, str | None]] = []
         self.replies: list[dict] = []
         self.lookups: list[str] = []
+        default = self.server.handle_error
+
+        def handle_error(request, address):
+            if not isinstance(sys.exception(), _Dropped):
+                default(request, address)
+        self.server.handle_error = handle_error
 
     def order(self, path, order, key):
         with self.lock:
@@ -63,9 +78,12 @@ class FxProvider(Provider):
             if path == "/flaky" and len(flaky) <= self.fail_first:
                 self.replies.append({"error": "try again"})
                 return 503, {"error": "try again"}
-        status, body = super().order("/keyed" if path == "/flaky" else path, order, key)
+        real = {"/flaky": "/keyed", "/drop": "/plain"}.get(path, path)
+        status, body = super().order(real, order, key)
         with self.lock:
             self.replies.append(body)
+        if path == "/drop":
+            raise _Dropped("order carried out; connection dropped before the answer")
         return status, body
 
     def find(self, path):
@@ -379,22 +397,26 @@ def test_replay_stops_where_the_history_ends(tmp_path):
         assert provider.deliveries == Counter({f"action-{i}": 1 for i in range(3)})
 
 
-def test_replay_stops_before_an_unrecorded_value(tmp_path):
-    """Crash window: before the prepare of effect 4, so order 1's uuid4() (ordinal 3)
-    was never made durable. A replay from snapshot 1 stops there, exit 0, having sent
-    nothing."""
+@pytest.mark.parametrize("values,stop", [
+    (1, "the recorded history ends before snapstate.uuid4() at "),
+    (0, "the recorded history ends before effect 2 (shop.order_keyed at ")])
+def test_replay_stops_before_an_unrecorded_call(values, stop, tmp_path):
+    """Crash window: before the prepare of order 1's effect. With a uuid4() before each
+    order (values=1) that value (ordinal 3) was never made durable; without (values=0)
+    the history ends right before effect 2. A replay from snapshot 1 stops there with
+    exit 0, having sent nothing and written nothing."""
     store = tmp_path / "store"
     with FxProvider() as provider:
-        env = orders_env(provider)
+        env = {**orders_env(provider), "VALUES": str(values)}
         killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault="effect-before-prepare:4", env=env)
+                         fault=f"effect-before-prepare:{2 * (values + 1)}", env=env)
         assert killed.returncode == -9
-        before = provider.state()
+        before, view = provider.state(), catalog_view(store, "job")
         replay = snaprun("replay", "--store", store, "job@1", cwd=tmp_path, env=env)
         assert replay.returncode == 0, replay.stderr
         assert replay.stdout == ""
-        assert "stopped: the recorded history ends before snapstate.uuid4()" in replay.stderr
-        assert provider.state() == before
+        assert f"stopped: {stop}{FX_ORDERS}:" in replay.stderr, replay.stderr
+        assert provider.state() == before and catalog_view(store, "job") == view
 
 
 def test_replay_stops_at_the_first_divergence(tmp_path):
@@ -616,6 +638,56 @@ def test_explicit_key_names_one_action(tmp_path):
         assert provider.deliveries == Counter({"charge": 1})
         first, second = returned(run)
         assert first == second
+
+
+# ------------------------------------------------------------------------ outside the rules
+def test_a_bare_write_that_failed_in_transit_is_not_sent_again(tmp_path):
+    """Crash window: during the write of snapshot 2 (before-commit), after a bare write
+    (no key, no lookup) whose connection dropped after the provider carried it out: the
+    agent saw ConnectionError, the ledger recorded "failed". The resume re-executes
+    from snapshot 1: at most once means the order must not be sent again (the failure
+    is no proof that it did not happen): the job either replays the recorded failure
+    identically or parks it as ambiguous."""
+    store = tmp_path / "store"
+    with FxProvider() as provider:
+        env = {"PROVIDER_URL": provider.url}
+        killed = snaprun("run", "--store", store, "--job", "job", FX_DROP, cwd=tmp_path,
+                         fault="before-commit:2", env=env)
+        assert killed.returncode == -9
+        assert killed.stdout == "order failed: RemoteDisconnected\n"
+        assert provider.deliveries == Counter({"drop-1": 1})
+        (row,) = effects(store, "job", tmp_path)
+        assert row["state"] == "failed" and "RemoteDisconnected" in row["note"]
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
+        assert provider.deliveries == Counter({"drop-1": 1}), "sent twice"
+        assert resumed.returncode in (0, 4), resumed.stderr
+        if resumed.returncode == 0:
+            assert resumed.stdout == killed.stdout
+        else:
+            (row,) = effects(store, "job", tmp_path)
+            assert row["state"] == "ambiguous"
+
+
+def test_an_effect_called_from_a_worker_thread_is_not_outside_the_ledger(tmp_path):
+    """Crash window: during the write of snapshot 2 (before-commit), after the agent
+    called a bare-write effect from a worker thread (a thread pool). Either the call
+    went through the ledger (recorded, so the resume does not send it again) or it was
+    refused with a SnapstateError; it must not be sent outside the ledger, where a
+    restore sends it again."""
+    store = tmp_path / "store"
+    with FxProvider() as provider:
+        env = {"PROVIDER_URL": provider.url}
+        killed = snaprun("run", "--store", store, "--job", "job", FX_THREAD, cwd=tmp_path,
+                         fault="before-commit:2", env=env)
+        assert killed.returncode == -9
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        recorded = [r for r in effects(store, "job", tmp_path) if r["name"] == "fx_thread.order"]
+        if resumed.stdout.startswith("order refused: "):
+            assert provider.deliveries == Counter()
+        else:
+            assert provider.deliveries == Counter({"threaded": 1}), "sent twice"
+            assert len(recorded) == 1 and recorded[0]["state"] == "confirmed"
 
 
 # ------------------------------------------------------------------------ stats

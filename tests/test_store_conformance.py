@@ -73,8 +73,14 @@ BACKENDS = {"sqlite": _sqlite}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request, tmp_path):
-    b = BACKENDS[request.param](tmp_path)
+def make_backend(request):
+    """The factory of one backend: a fresh, empty store per call."""
+    return BACKENDS[request.param]
+
+
+@pytest.fixture
+def backend(make_backend, tmp_path):
+    b = make_backend(tmp_path)
     yield b
     b.close_all()
 
@@ -696,7 +702,19 @@ from snapstate.serializers._store import Owner, SnapshotRow
 
 factory, location, gate, mode, job = sys.argv[1:6]
 module, _, name = factory.partition(":")
-store = getattr(importlib.import_module(module), name)(location)
+Factory = getattr(importlib.import_module(module), name)
+if mode == "open":                      # open a fresh store per round, all at once
+    print("ready", flush=True)
+    for r, fresh in enumerate(sys.argv[6:]):
+        while not os.path.exists(os.path.join(gate, f"go-{r}")):
+            time.sleep(0.0002)
+        try:
+            Factory(fresh).close()
+            print(json.dumps(["ok"]), flush=True)
+        except Exception as exc:
+            print(json.dumps([type(exc).__name__, str(exc)]), flush=True)
+    sys.exit(0)
+store = Factory(location)
 print("ready", flush=True)
 while not os.path.exists(os.path.join(gate, "go")):
     time.sleep(0.0005)
@@ -722,14 +740,16 @@ store.close()
 """
 
 
-def _racers(backend: Backend, gate: Path, mode: str, job: str, extra: list[list[str]]):
+def _racers(backend: Backend, gate: Path, mode: str, job: str, extra: list[list[str]],
+            go: bool = True):
     gate.mkdir()
     procs = [subprocess.Popen([sys.executable, "-c", _RACE, backend.factory, backend.location,
                                str(gate), mode, job, *args], stdout=subprocess.PIPE, text=True)
              for args in extra]
     for p in procs:
         assert p.stdout.readline() == "ready\n"
-    (gate / "go").touch()
+    if go:
+        (gate / "go").touch()
     return procs
 
 
@@ -779,3 +799,31 @@ def test_processes_racing_to_commit_each_seq_is_committed_once(backend, tmp_path
     assert sorted(wins[0] + wins[1]) == list(range(1, count + 1))
     labels = {r.seq: r.label for r in store.snapshots("job")}
     assert labels == {**{s: "p0" for s in wins[0]}, **{s: "p1" for s in wins[1]}}
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "engine bug: SqliteStore.__init__ on a new store fails under concurrent first use: "
+    "'database is locked' from PRAGMA journal_mode=WAL in _db(), or a spurious 'schema "
+    "version 0' StoreError (tables created before user_version is set); remove this "
+    "marker with the fix"))
+def test_processes_opening_a_new_store_at_once_all_succeed(make_backend, tmp_path):
+    """Stores are created on first use, so two runners may well create the same store
+    at the same moment. Four processes open the same brand-new store at once, 8 rounds
+    (a new store each round): every open succeeds, and the store then works."""
+    fresh = [make_backend(tmp_path / f"fresh-{r}") for r in range(8)]
+    procs = _racers(fresh[0], tmp_path / "gate", "open", "-",
+                    [[b.location for b in fresh]] * 4, go=False)
+    try:
+        results = []
+        for r in range(len(fresh)):
+            (tmp_path / "gate" / f"go-{r}").touch()
+            results.append([json.loads(p.stdout.readline()) for p in procs])
+    finally:
+        _finish(procs)
+    failed = [(r, res) for r, round_ in enumerate(results) for res in round_ if res != ["ok"]]
+    assert failed == []
+    for b in fresh:
+        store = b.open()
+        make_job(store)
+        assert store.acquire_lease("job", Owner.me(), 30) == 1
+        b.close_all()
