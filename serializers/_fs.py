@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["FileSystem", "OS", "TEMP_SUFFIX", "write_atomic", "temp_owner_pid"]
+__all__ = ["FileSystem", "OS", "TEMP_SUFFIX", "write_atomic", "temp_owner", "writer_is_gone"]
 
 TEMP_SUFFIX = ".tmp"
 
@@ -49,19 +49,42 @@ class FileSystem:
 OS = FileSystem()
 
 
+def process_start(pid: int) -> int:
+    """A process's start time in clock ticks since boot (0 if unknown): with the pid,
+    it names a process uniquely even when pids are reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def temp_path(path: str) -> str:
+    """The temp name for writing `path`: it names the writing process (pid and start
+    time), so a sweep can tell a dead writer's leftovers from a live writer's file."""
     directory, name = os.path.split(os.path.abspath(path))
-    return os.path.join(directory, f".{name}.{os.getpid()}{TEMP_SUFFIX}")
+    me = f"{os.getpid()}-{process_start(os.getpid())}"
+    return os.path.join(directory, f".{name}.{me}{TEMP_SUFFIX}")
 
 
-def temp_owner_pid(name: str) -> int | None:
-    """The pid that created a temp file named by temp_path(), or None."""
+def temp_owner(name: str) -> tuple[int, int] | None:
+    """(pid, start time) of the process that created a temp file, or None."""
     if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
         return None
     try:
-        return int(name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[1])
+        pid, start = name[: -len(TEMP_SUFFIX)].rsplit(".", 1)[1].split("-")
+        return int(pid), int(start)
     except (IndexError, ValueError):
         return None
+
+
+def writer_is_gone(name: str) -> bool:
+    """True for a temp file whose writing process no longer exists."""
+    owner = temp_owner(name)
+    if owner is None:
+        return False
+    pid, start = owner
+    return not os.path.exists(f"/proc/{pid}") or process_start(pid) != start
 
 
 def write_atomic(path: str, chunks, fs: FileSystem = OS) -> int:
@@ -84,8 +107,8 @@ def write_atomic(path: str, chunks, fs: FileSystem = OS) -> int:
         fs.rename(tmp, path)
     except BaseException:
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
+            fs.unlink(tmp)
+        except OSError:
             pass
         raise
     fs.fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -21,7 +21,7 @@ from ..runtime._errors import HeaderMismatch, SnapshotWriteError, StaleWriter
 from . import _fs, _snapfile
 from ._keys import KeyRing
 from ._sqlite import SqliteStore
-from ._store import SnapshotRow, Store, pid_alive
+from ._store import SnapshotRow, Store
 
 __all__ = ["Home", "default_home"]
 
@@ -98,7 +98,7 @@ class Home:
             self.catalog.commit_snapshot(row)
         except StaleWriter:
             try:
-                os.unlink(self.absolute(row.file))
+                self.fs.unlink(self.absolute(row.file))
             except FileNotFoundError:
                 pass
             raise
@@ -145,8 +145,7 @@ class Home:
             if not os.path.isdir(folder):
                 continue
             for name in os.listdir(folder):
-                pid = _fs.temp_owner_pid(name)
-                if pid is not None and (pid == os.getpid() or not pid_alive(pid)):
+                if _fs.writer_is_gone(name):
                     try:
                         os.unlink(os.path.join(folder, name))
                         removed += 1

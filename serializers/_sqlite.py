@@ -54,23 +54,36 @@ class SqliteStore(Store):
         self.path = os.path.join(self.directory, "catalog.db")
         self.clock = clock
         self._local = threading.local()
-        db = self._db()
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
-        if tables and version != SCHEMA_VERSION:
-            raise StoreError(
-                f"the catalog {self.path} has schema version {version}; this snapstate uses "
-                f"{SCHEMA_VERSION}. Use the snapstate release that created it, or start a new "
-                "store (--store DIR).")
-        db.executescript(_SCHEMA)
-        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        # Several processes may open a new store at once: the schema is checked and
+        # created in one write transaction.
+        with self._tx() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'"
+                                ).fetchone()[0]
+            if tables and version != SCHEMA_VERSION:
+                raise StoreError(
+                    f"the catalog {self.path} has schema version {version}; this snapstate "
+                    f"uses {SCHEMA_VERSION}. Use the snapstate release that created it, or start "
+                    "a new store (--store DIR).")
+            if not tables:
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # One connection per thread (the lease heartbeat runs in its own thread).
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+            for attempt in range(200):   # switching to WAL is not covered by the busy timeout
+                try:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or attempt == 199:
+                        raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
+                    time.sleep(0.01)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
             self._local.db = db
@@ -166,19 +179,26 @@ class SqliteStore(Store):
                 raise JobNotFound(f"no job {job_id!r} in {self.directory}")
             row = db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
                              (job_id,)).fetchone()
+            forced = False
             if row is not None:
                 lease = self._lease(row)
+                forced = False
                 if lease.is_live(now):
-                    stale_by_heartbeat = now - lease.heartbeat > ttl
-                    if not (force and stale_by_heartbeat):
+                    # Stale: the holder missed two heartbeats (it beats every third of its
+                    # ttl, which is expires - heartbeat), though its lease has not expired.
+                    holder_ttl = lease.expires - lease.heartbeat
+                    stale_by_heartbeat = now - lease.heartbeat > 2 * holder_ttl / 3
+                    forced = force and stale_by_heartbeat
+                    if not forced:
                         age = now - lease.heartbeat
                         raise LeaseHeld(
                             f"job {job_id} is held by a live runner ({lease.owner}, lease epoch "
                             f"{lease.epoch}, last heartbeat {age:.0f}s ago, expires in "
                             f"{lease.expires - now:.0f}s); only one runner per job. "
-                            + ("--force takes over only a stale lease (no heartbeat for "
-                               f"{ttl:.0f}s)" if force else "Wait for it to finish, or use "
-                               "--force once its heartbeat is stale"))
+                            + ("--force takes over only a stale lease (two missed "
+                               f"heartbeats: none for {2 * holder_ttl / 3:.0f}s)" if force
+                               else "Wait for it to finish, or use --force once its heartbeat "
+                               "is stale"))
             epoch = job[0] + 1
             db.execute("UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
                        " resume_count = resume_count + ? WHERE job_id = ?",
@@ -187,7 +207,7 @@ class SqliteStore(Store):
                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
                        (job_id, owner.host, owner.pid, owner.started, epoch, now + ttl, now))
             self._event(db, job_id, "lease", f"epoch {epoch} taken by {owner}"
-                        + (" (forced)" if force and row is not None else ""))
+                        + (" (forced over a stale lease)" if row is not None and forced else ""))
         return epoch
 
     def _check_epoch(self, db, job_id, epoch) -> None:

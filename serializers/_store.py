@@ -18,6 +18,7 @@ import socket
 from dataclasses import dataclass
 
 from ..runtime._errors import SnapshotNotFound
+from ._fs import process_start
 
 __all__ = ["Store", "JobRow", "SnapshotRow", "LeaseRow", "EventRow", "EffectRow", "Owner", "STATUSES",
            "pid_alive", "process_start"]
@@ -113,15 +114,6 @@ class EventRow:
     at: float
     kind: str
     detail: str
-
-
-def process_start(pid: int) -> int:
-    """The process's start time in clock ticks since boot (0 if unknown)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0
 
 
 def pid_alive(pid: int) -> bool:

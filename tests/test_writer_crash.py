@@ -315,9 +315,6 @@ def test_corrupt_latest_snapshot_is_refused_without_unpickling(tmp_path, capsys)
     assert isinstance(result, str)
 
 
-@pytest.mark.xfail(strict=True, raises=SnapshotWriteError, reason=(
-    "engine bug: Home.sweep_temp_files() removes every temp file named with this process's "
-    "pid, including one this process is writing right now; remove this marker with the fix"))
 def test_opening_the_store_keeps_a_live_writers_temp_file(tmp_path):
     """Crash window: none; the writer is alive. Opening a Home sweeps temp files of dead
     writers, and so must never remove the temp file of a write in flight: here this
