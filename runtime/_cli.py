@@ -485,9 +485,9 @@ def reconcile(store, committed, result_json, job_id, effect) -> None:
         row = home.catalog.effect(job_id, effect)
         if row is None or row.kind == "value":
             raise StoreError(f"job {job_id} has no effect {effect} (`snaprun effects {job_id}`)")
-        if row.state not in ("ambiguous", "dispatched"):
-            raise StoreError(f"effect {effect} of job {job_id} is {row.state}, not ambiguous; "
-                             "there is nothing to reconcile")
+        if row.state not in ("ambiguous", "dispatched", "failed"):
+            raise StoreError(f"effect {effect} of job {job_id} is {row.state}; only an "
+                             "ambiguous or failed effect can be reconciled")
     except SnapstateError as exc:
         _fail(exc)
     from ._effects import CONFIRMED, NOT_COMMITTED, seal

@@ -30,14 +30,17 @@ import os
 import random as _random
 import reprlib
 import sys
+import threading
 import time
 import uuid as _uuid
 from dataclasses import dataclass
 
 import cloudpickle
+import greenlet
 
 from ..serializers._store import EffectRow
-from ._errors import DivergenceError, RestoreError, SecretUnavailable, TamperedSnapshot
+from ._errors import (DivergenceError, EffectOutsideJob, RestoreError, SecretUnavailable,
+                      TamperedSnapshot)
 from ._faults import fault_point
 
 __all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4"]
@@ -224,11 +227,19 @@ def call_effect(fn, *args, key: str | None = None, idempotency: str | None = Non
 
 
 def _current_job():
+    """The job whose agent is running here; None in plain Python. While a job runs,
+    a call from another thread or greenlet is refused: the ledger could not record it,
+    and a restore would send it again."""
     from . import _job
     job = _job._ACTIVE
-    import greenlet
-    if job is None or greenlet.getcurrent() is not job._agent:
+    if job is None:
         return None
+    if greenlet.getcurrent() is not job._agent:
+        raise EffectOutsideJob(
+            f"an effect was called from {threading.current_thread().name!r} (not the job's "
+            f"task) while job {job.job_id} runs: it cannot be recorded in the ledger, so it "
+            "was not sent. Call effects from the agent's own code, not from threads or "
+            "greenlets it starts.")
     return job
 
 
@@ -285,13 +296,19 @@ class Ledger:
         self.pending: list[EffectRow] = []   # value records not yet durable
         self.replay = False
         self.restored = False            # served calls count as "served after restore"
+        self._incarnation: str | None = None
 
     @property
     def catalog(self):
         return self.job.home.catalog
 
     def identity_key(self, ordinal: int, explicit: str | None) -> str:
-        ident = f"{self.job.job_id}\x00{explicit if explicit is not None else ordinal}"
+        """Derived from the job (its id and creation time: an id reused after a prune is
+        another job) and the action's identity (its ordinal, or the explicit key)."""
+        if self._incarnation is None:
+            self._incarnation = repr(self.catalog.get_job(self.job.job_id).created)
+        action = f"key:{explicit}" if explicit is not None else f"ordinal:{ordinal}"
+        ident = f"{self.job.job_id}\x00{self._incarnation}\x00{action}"
         return "ss-" + hashlib.sha256(ident.encode()).hexdigest()[:40]
 
     def flush(self) -> None:
@@ -340,7 +357,9 @@ class Ledger:
         key = self.identity_key(ordinal, explicit)
         digest = args_digest(spec.name, args, kwargs)
         shown = args_repr(args, kwargs)
-        row = self.catalog.effect(self.job.job_id, ordinal)
+        # An explicit key names one logical action wherever it is called from.
+        row = (self.catalog.effect_by_key(self.job.job_id, key) if explicit is not None
+               else None) or self.catalog.effect(self.job.job_id, ordinal)
         if row is not None:
             self._check(row, spec.name, digest, shown, call_site)
             return self._recover(spec, row, args, kwargs, call_site)
@@ -415,10 +434,25 @@ class Ledger:
                 return self._served(row, call_site)
             self.job.end_replay(f"effect {row.ordinal} ({row.name} at {call_site}) has no "
                                 f"recorded outcome (state {row.state})")
-        if row.state in (FAILED, NOT_COMMITTED) or spec.kind == "read":
-            # It did not happen (failed by its own report, or reconciled as not committed),
-            # or repeating it is harmless: dispatch again with the same key.
+        if row.state == NOT_COMMITTED or spec.kind == "read":
+            # Reconciled as not having happened, or harmless to repeat: dispatch again.
             return self._dispatch(spec, _again(row), args, kwargs)
+        if row.state == FAILED:
+            # A failure is no proof that nothing happened (a connection can drop after
+            # the provider acted). Retry only where the provider makes that safe;
+            # otherwise the re-executed code sees the recorded failure again
+            # (`snaprun reconcile --not-committed` allows a new attempt).
+            if spec.idempotency == "key":
+                return self._dispatch(spec, _again(row, "retried with the same key after a "
+                                                   "failure"), args, kwargs)
+            if spec.lookup is not None:
+                found = spec.lookup(row.key)
+                if found is not None:
+                    return self._confirm(row, found, row.attempts, "found by lookup after a "
+                                         "failure")
+                return self._dispatch(spec, _again(row, "lookup: not found; dispatched "
+                                                   "again"), args, kwargs)
+            return self._served(row, call_site)
         if row.state == DISPATCHED and spec.idempotency == "key":
             return self._dispatch(spec, _again(row, "retried with the same idempotency key"),
                                   args, kwargs)

@@ -9,6 +9,9 @@ Every error names the place (job, frame, file:line, file path) and the next step
     ├── SnapshotWriteError          a snapshot could not be written durably (a failed
     │                               write, fsync or rename; never retried): the run stops,
     │                               the previous snapshot is intact
+    ├── EffectOutsideJob            an effect was called from a thread or greenlet the job
+    │                               did not start: it could not be recorded, so it was
+    │                               not sent
     ├── DivergenceError             re-executed code made a different effect call than the
     │                               ledger recorded at that point: nothing was dispatched
     ├── SecretUnavailable           a Secret's value was not saved in the snapshot
@@ -50,6 +53,7 @@ __all__ = [
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
     "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
     "DivergenceError", "SecretUnavailable", "JobParked", "ResourceReopenError",
+    "EffectOutsideJob",
 ]
 
 
@@ -172,3 +176,9 @@ class ResourceReopenError(SnapstateError):
     """A resource could not be reopened after a snapshot or a restore (the file is
     gone, the server is down, its factory raised). The snapshot is intact: fix the
     cause and resume the job again."""
+
+
+class EffectOutsideJob(SnapstateError):
+    """An effect was called, while a job runs, from a thread or greenlet the job did
+    not start. It could not be recorded in the job's ledger (a restore would send it
+    again), so it was not sent: call effects from the agent's own code."""

@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS effects (
     kind TEXT NOT NULL, state TEXT NOT NULL, result BLOB, external_id TEXT,
     attempts INTEGER NOT NULL, created REAL NOT NULL, updated REAL NOT NULL, note TEXT NOT NULL,
     PRIMARY KEY (job_id, ordinal));
+CREATE INDEX IF NOT EXISTS effects_by_key ON effects (job_id, key);
 CREATE TABLE IF NOT EXISTS metrics (
     job_id TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (job_id, name));
 """
@@ -279,6 +280,11 @@ class SqliteStore(Store):
     def effect(self, job_id, ordinal) -> EffectRow | None:
         row = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
                                  "AND ordinal = ?", (job_id, ordinal)).fetchone()
+        return EffectRow(*row) if row else None
+
+    def effect_by_key(self, job_id, key) -> EffectRow | None:
+        row = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
+                                 "AND key = ? ORDER BY ordinal LIMIT 1", (job_id, key)).fetchone()
         return EffectRow(*row) if row else None
 
     def effects(self, job_id) -> list[EffectRow]:

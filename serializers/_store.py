@@ -207,6 +207,10 @@ class Store(abc.ABC):
         """The ledger row of one logical action, or None."""
 
     @abc.abstractmethod
+    def effect_by_key(self, job_id: str, key: str) -> EffectRow | None:
+        """The ledger row of the action with this idempotency key, or None."""
+
+    @abc.abstractmethod
     def effects(self, job_id: str) -> list[EffectRow]:
         """The job's ledger, by ordinal."""
 

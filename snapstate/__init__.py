@@ -21,6 +21,7 @@ from snapstate.runtime._effects import random as random
 from snapstate.runtime._effects import uuid4 as uuid4
 from snapstate.runtime._errors import CorruptSnapshot as CorruptSnapshot
 from snapstate.runtime._errors import DivergenceError as DivergenceError
+from snapstate.runtime._errors import EffectOutsideJob as EffectOutsideJob
 from snapstate.runtime._errors import HeaderMismatch as HeaderMismatch
 from snapstate.runtime._errors import IncompatibleSnapshot as IncompatibleSnapshot
 from snapstate.runtime._errors import JobExists as JobExists
@@ -82,6 +83,7 @@ __all__ = [
     "SecretUnavailable",
     "JobParked",
     "ResourceReopenError",
+    "EffectOutsideJob",
 ]
 
 __version__ = "0.1.0"

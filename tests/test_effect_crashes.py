@@ -422,10 +422,12 @@ def test_kill_sweep(mode, window, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("batch", range(SLOW_POINTS_PER_CELL // POINTS_PER_CELL))
 @pytest.mark.parametrize("mode,window", CELLS, ids=[f"{m}-{w}" for m, w in CELLS])
-def test_kill_sweep_long(mode, window, tmp_path):
-    """Crash windows: as test_kill_sweep, 112 more seeded kill points per cell."""
-    sweep(seeded_kills(mode, window, SLOW_POINTS_PER_CELL, "slow"), tmp_path)
+def test_kill_sweep_long(mode, window, batch, tmp_path):
+    """Crash windows: as test_kill_sweep, 28 more seeded fx_orders.py kill points per
+    cell and batch (4 batches: 112 per cell, 2016 in all)."""
+    sweep(seeded_kills(mode, window, POINTS_PER_CELL, f"slow-{batch}"), tmp_path)
 
 
 def test_sweep_covers_every_window_and_target():

@@ -23,6 +23,7 @@ PUBLIC = [
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
     "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
     "DivergenceError", "SecretUnavailable", "JobParked", "ResourceReopenError",
+    "EffectOutsideJob",
 ]
 
 

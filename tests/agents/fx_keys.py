@@ -17,7 +17,7 @@ def charge(action, amount, *, idempotency_key):
 def main():
     first = call_effect(charge, "charge", 10, key="charge-1", idempotency="key")
     print("first", first["id"], first["amount"], flush=True)
-    second = call_effect(charge, "charge", int(os.environ.get("FX_SECOND_AMOUNT", "10")),
-                         key="charge-1", idempotency="key")  # FX-SECOND
+    amount = int(os.environ.get("FX_SECOND_AMOUNT", "10"))
+    second = call_effect(charge, "charge", amount, key="charge-1", idempotency="key")  # FX-SECOND
     print("second", second["id"], second["amount"], flush=True)
     return [first["id"], second["id"]]
