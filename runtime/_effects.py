@@ -376,6 +376,12 @@ class Ledger:
         fault_point("effect-after-prepare", ordinal)
         return self._dispatch(spec, row, args, kwargs)
 
+    def _redispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
+        """Send again after a restart: the new attempt is durable before it is sent."""
+        self.catalog.record_effects([row], epoch=self.job.epoch, replace=True)
+        self.job.progressed()
+        return self._dispatch(spec, row, args, kwargs)
+
     def _dispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
         attempt, delay = row.attempts, spec.retry.backoff if spec.retry else 0.0
         while True:
@@ -436,32 +442,32 @@ class Ledger:
                                 f"recorded outcome (state {row.state})")
         if row.state == NOT_COMMITTED or spec.kind == "read":
             # Reconciled as not having happened, or harmless to repeat: dispatch again.
-            return self._dispatch(spec, _again(row), args, kwargs)
+            return self._redispatch(spec, _again(row), args, kwargs)
         if row.state == FAILED:
             # A failure is no proof that nothing happened (a connection can drop after
             # the provider acted). Retry only where the provider makes that safe;
             # otherwise the re-executed code sees the recorded failure again
             # (`snaprun reconcile --not-committed` allows a new attempt).
             if spec.idempotency == "key":
-                return self._dispatch(spec, _again(row, "retried with the same key after a "
+                return self._redispatch(spec, _again(row, "retried with the same key after a "
                                                    "failure"), args, kwargs)
             if spec.lookup is not None:
                 found = spec.lookup(row.key)
                 if found is not None:
                     return self._confirm(row, found, row.attempts, "found by lookup after a "
                                          "failure")
-                return self._dispatch(spec, _again(row, "lookup: not found; dispatched "
+                return self._redispatch(spec, _again(row, "lookup: not found; dispatched "
                                                    "again"), args, kwargs)
             return self._served(row, call_site)
         if row.state == DISPATCHED and spec.idempotency == "key":
-            return self._dispatch(spec, _again(row, "retried with the same idempotency key"),
+            return self._redispatch(spec, _again(row, "retried with the same idempotency key"),
                                   args, kwargs)
         if row.state == DISPATCHED and spec.lookup is not None:
             found = spec.lookup(row.key)
             self.catalog.bump_metric(self.job.job_id, "reconciled")
             if found is not None:
                 return self._confirm(row, found, row.attempts, "found by lookup after a restart")
-            return self._dispatch(spec, _again(row, "lookup: not found; dispatched again"),
+            return self._redispatch(spec, _again(row, "lookup: not found; dispatched again"),
                                   args, kwargs)
         if row.state == DISPATCHED:
             self._record(row, AMBIGUOUS, None, row.attempts, "outcome unknown after a restart")
@@ -470,9 +476,11 @@ class Ledger:
 
 
 def _again(row: EffectRow, note: str = "") -> EffectRow:
+    """The row of one more attempt, in state dispatched: recorded before it is sent,
+    so a crash during a second attempt is seen as an unknown outcome again."""
     return EffectRow(row.job_id, row.ordinal, row.key, row.name, row.call_site, row.args_digest,
-                     row.args_repr, row.kind, row.state, row.result, row.external_id,
-                     row.attempts + 1, row.created, row.updated, note or row.note)
+                     row.args_repr, row.kind, DISPATCHED, None, row.external_id,
+                     row.attempts + 1, row.created, time.time(), note or row.note)
 
 
 def explain_ambiguous(job_id: str, row: EffectRow) -> str:

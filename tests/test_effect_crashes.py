@@ -594,6 +594,37 @@ def test_kill_chains_long(mode, tmp_path):
     assert not failures, "\n".join(failures)
 
 
+def test_resend_after_reconcile_is_recorded_before_it_is_sent(tmp_path):
+    """Crash windows: after prepare of effect 4 (plain provider: parked, reconciled
+    --not-committed), then after send of the same effect when the resume sends it
+    again. That second send must be durably recorded as dispatched before it goes
+    out: after the kill its outcome is unknown again, so the next resume parks (exit 4,
+    ambiguous) instead of sending a second order; reconciled --committed, it finishes
+    with one delivery per action. (Found by test_kill_chains_long.)"""
+    shape = Shape(orders=3, every=1, values=1)
+    root = tmp_path / "resend"
+    root.mkdir()
+    with RecordingProvider() as provider:
+        driver = Driver(provider, root, shape, "plain")
+        assert driver.step(f"{AFTER_PREPARE}:4").returncode == -9
+        assert driver.step(f"{AFTER_SEND}:4").returncode == -9     # parked, reconciled
+        assert driver.parks == 1 and provider.deliveries == Counter(
+            {"action-0": 1, "action-1": 1})
+        rows, _, _ = read_ledger(driver.store, driver.job)
+        run = snaprun("resume", "--store", driver.store, driver.job, cwd=root, env=driver.env)
+        assert provider.deliveries["action-1"] == 1, "sent twice"
+        assert rows[4].state == "dispatched", "re-sent without a durable record"
+        assert run.returncode == 4, run.stderr
+        states = {r["effect"]: r["state"] for r in cli_effects(driver.store, driver.job, root)}
+        assert states[4] == "ambiguous"
+        driver.outputs.append(run.stdout)
+        reconcile_by_asking(provider, driver.store, driver.job, 4, "action-1", root)
+        final = driver.step(None)
+        assert final.returncode == 0, final.stderr
+        assert provider.deliveries == Counter({f"action-{i}": 1 for i in range(3)})
+        assert returned(final) == [provider.issued[f"action-{i}"][0]["id"] for i in range(3)]
+
+
 def test_crash_loop_after_send_keyed(tmp_path):
     """Crash window: after send of effect 4, three times in a row: the row stays
     dispatched, so each resume re-sends the order with the same key and dies again at

@@ -19,9 +19,6 @@ real agent in a real snaprun process, against a real HTTP provider):
 * `snaprun stats` counts resumes, effects served from the ledger, reconciled and
   ambiguous actions, and the restart-to-progress time.
 
-Five tests here fail against the engine as committed (dfe8881): they assert the
-correct behaviour where the engine is wrong (a new job reusing an id, explicit keys,
-failed bare writes, effects from threads); see their docstrings.
 """
 
 from __future__ import annotations
@@ -50,6 +47,7 @@ FX_RETRY = AGENTS / "fx_retry.py"
 FX_KEYS = AGENTS / "fx_keys.py"
 FX_DROP = AGENTS / "fx_drop.py"
 FX_THREAD = AGENTS / "fx_thread.py"
+FX_RECOVER = AGENTS / "fx_recover.py"
 
 SECRET, TOKEN = "s3cr3t-value", "t0ken-value"
 
@@ -60,9 +58,9 @@ class _Dropped(Exception):
 
 class FxProvider(Provider):
     """tests/providers.Provider that logs every request (path, order, key) and every
-    lookup, and serves two more paths: /flaky answers 503 to its first `fail_first`
-    requests, then behaves as /keyed; /drop carries the order out like /plain, then
-    drops the connection without an answer."""
+    lookup, and serves more paths: /flaky and /flaky-lookup answer 503 to their first
+    `fail_first` requests, then behave as /keyed and /lookup; /drop carries the order
+    out like /plain, then drops the connection without an answer."""
 
     def __init__(self, fail_first: int = 0):
         super().__init__()
@@ -80,11 +78,11 @@ class FxProvider(Provider):
     def order(self, path, order, key):
         with self.lock:
             self.log.append((path, dict(order), key))
-            flaky = [p for p, _, _ in self.log if p == "/flaky"]
-            if path == "/flaky" and len(flaky) <= self.fail_first:
+            flaky = [p for p, _, _ in self.log if p.startswith("/flaky")]
+            if path.startswith("/flaky") and len(flaky) <= self.fail_first:
                 self.replies.append({"error": "try again"})
                 return 503, {"error": "try again"}
-        real = {"/flaky": "/keyed", "/drop": "/plain"}.get(path, path)
+        real = {"/flaky": "/keyed", "/flaky-lookup": "/lookup", "/drop": "/plain"}.get(path, path)
         status, body = super().order(real, order, key)
         with self.lock:
             self.replies.append(body)
@@ -671,6 +669,31 @@ def test_a_bare_write_that_failed_in_transit_is_not_sent_again(tmp_path):
         else:
             (row,) = effects(store, "job", tmp_path)
             assert row["state"] == "ambiguous"
+
+
+def test_a_failed_lookup_effect_sent_again_is_not_sent_a_third_time(tmp_path):
+    """Crash window: after send of effect 1 while it is dispatched a second time (a
+    lookup effect whose first attempt failed with a 503, failing the job; resuming it
+    sends it again). After the kill the outcome of that second send is unknown: the
+    next resume asks lookup(key), finds the order, and does not send it again."""
+    store = tmp_path / "store"
+    with FxProvider(fail_first=1) as provider:
+        env = {"PROVIDER_URL": provider.url}
+        run = snaprun("run", "--store", store, "--job", "job", FX_RECOVER, cwd=tmp_path, env=env)
+        assert run.returncode == 1 and "ConnectionError" in run.stderr
+        (row,) = effects(store, "job", tmp_path)
+        assert row["state"] == "failed" and provider.deliveries == Counter()
+        killed = snaprun("resume", "--store", store, "job", cwd=tmp_path,
+                         fault="effect-after-send:1", env=env)
+        assert killed.returncode == -9
+        assert provider.deliveries == Counter({"recover-1": 1})
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
+        assert provider.deliveries == Counter({"recover-1": 1}), "sent twice"
+        assert resumed.returncode == 0, resumed.stderr
+        assert len(provider.log) == 2 and provider.lookups[-1] == f"/lookup/{row['key']}"
+        assert returned(resumed) == provider.by_ref[row["key"]]["id"]
+        (row,) = effects(store, "job", tmp_path)
+        assert row["state"] == "confirmed"
 
 
 def test_an_effect_called_from_a_worker_thread_is_not_outside_the_ledger(tmp_path):
