@@ -33,7 +33,14 @@ Every error names the place (job, frame, file:line, file path) and the next step
     │   ├── UnknownKey              signed with a key id this store does not have
     │   ├── RetiredKey              signed with a key that was retired
     │   └── PlaintextRefused        not encrypted, in a store that requires encryption
+    ├── StoreFailure                the store itself failed (disk full, read-only, I/O
+    │                               error): the job stays resumable (exit code 1)
     └── StoreError                  the store refused an operation; nothing changed
+        ├── InvalidJobId            a job id outside the safe alphabet or too long (exit 2)
+        ├── StoreDamaged            the catalog, keys or identity of a store is missing,
+        │                           empty or corrupt next to existing snapshots; nothing
+        │                           was re-created (`snaprun repair`, exit code 2)
+        ├── JobFinished             the job is done: it never runs again (fork it)
         ├── JobNotFound             no job with that id
         ├── JobExists               a job with that id already exists
         ├── SnapshotNotFound        the job has no snapshot with that sequence number
@@ -53,7 +60,7 @@ __all__ = [
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
     "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
     "DivergenceError", "SecretUnavailable", "JobParked", "ResourceReopenError",
-    "EffectOutsideJob",
+    "EffectOutsideJob", "InvalidJobId", "StoreDamaged", "StoreFailure", "JobFinished",
 ]
 
 
@@ -131,6 +138,29 @@ class PlaintextRefused(SnapshotRejected):
 
 class StoreError(SnapstateError):
     """The store refused an operation; nothing was changed."""
+
+
+class InvalidJobId(StoreError):
+    """A job id outside the safe alphabet (letters, digits, '.', '_', '-', starting with
+    a letter or digit, at most 128 characters): ids name files in the store, so
+    anything else is refused before anything runs or is created."""
+
+
+class StoreDamaged(StoreError):
+    """The store's catalog, keys or identity is missing, empty or corrupt while
+    snapshots exist. Nothing was re-created (that would orphan the snapshots or mint a
+    key that verifies none of them): restore the file, or run `snaprun repair`."""
+
+
+class JobFinished(StoreError):
+    """The job is done: a done job never runs again, from any entry point (CLI,
+    `resume FILE`, the Python API). `snaprun fork JOB@SEQ` starts a copy."""
+
+
+class StoreFailure(SnapstateError):
+    """The store itself failed (disk full, a read-only file system, an I/O error) while
+    recording the job's progress. The agent did not fail: the job is left resumable,
+    and `snaprun resume JOB` continues it once the store is writable again."""
 
 
 class JobNotFound(StoreError):

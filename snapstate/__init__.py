@@ -23,6 +23,8 @@ from snapstate.runtime._errors import CorruptSnapshot as CorruptSnapshot
 from snapstate.runtime._errors import DivergenceError as DivergenceError
 from snapstate.runtime._errors import EffectOutsideJob as EffectOutsideJob
 from snapstate.runtime._errors import HeaderMismatch as HeaderMismatch
+from snapstate.runtime._errors import InvalidJobId as InvalidJobId
+from snapstate.runtime._errors import JobFinished as JobFinished
 from snapstate.runtime._errors import IncompatibleSnapshot as IncompatibleSnapshot
 from snapstate.runtime._errors import JobExists as JobExists
 from snapstate.runtime._errors import JobNotFound as JobNotFound
@@ -39,7 +41,9 @@ from snapstate.runtime._errors import SnapshotRejected as SnapshotRejected
 from snapstate.runtime._errors import SnapshotWriteError as SnapshotWriteError
 from snapstate.runtime._errors import SnapstateError as SnapstateError
 from snapstate.runtime._errors import StaleWriter as StaleWriter
+from snapstate.runtime._errors import StoreDamaged as StoreDamaged
 from snapstate.runtime._errors import StoreError as StoreError
+from snapstate.runtime._errors import StoreFailure as StoreFailure
 from snapstate.runtime._errors import TamperedSnapshot as TamperedSnapshot
 from snapstate.runtime._errors import TruncatedSnapshot as TruncatedSnapshot
 from snapstate.runtime._errors import UnknownKey as UnknownKey
@@ -84,6 +88,10 @@ __all__ = [
     "JobParked",
     "ResourceReopenError",
     "EffectOutsideJob",
+    "StoreFailure",
+    "InvalidJobId",
+    "StoreDamaged",
+    "JobFinished",
 ]
 
 __version__ = "0.1.0"

@@ -23,7 +23,7 @@ PUBLIC = [
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
     "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
     "DivergenceError", "SecretUnavailable", "JobParked", "ResourceReopenError",
-    "EffectOutsideJob",
+    "EffectOutsideJob", "StoreFailure", "InvalidJobId", "StoreDamaged", "JobFinished",
 ]
 
 
