@@ -48,15 +48,10 @@ def _fail(exc: SnapstateError) -> None:
     sys.exit(code)
 
 
-def _store_of(path: str) -> str | None:
-    """The store directory a snapshot file lies in (<store>/snapshots/<job>/<file>)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
-    return root if os.path.isfile(os.path.join(root, "catalog.db")) else None
-
-
 def _home(store: str | None, file: str | None = None) -> Home:
-    if store is None and file is not None and os.path.isfile(file):
-        store = _store_of(file)
+    # `file` never chooses the store: a file is verified only with the keys of the
+    # store in use (--store, $SNAPSTATE_HOME, ./.snapstate) and SNAPSTATE_KEY, never
+    # with those of a directory that happens to lie around it.
     try:
         return Home(default_home(store))
     except (StoreError, OSError) as exc:
@@ -623,8 +618,39 @@ def keys_list(store, as_json) -> None:
 @store_option
 def keys_rotate(store) -> None:
     """Make a new key current; snapshots signed with older keys still load."""
-    key = _home(store).keys.rotate()
+    try:
+        key = _home(store).keys.rotate()
+    except SnapstateError as exc:
+        _fail(exc)
     _say(f"key {key.key_id} is now current")
+
+
+@keys.command("export")
+@store_option
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The key file to write (mode 0600; never overwritten).")
+@click.argument("key_id")
+def keys_export(store, output, key_id) -> None:
+    """Write key KEY_ID (with its secret) to a new file, for `snaprun keys import`."""
+    try:
+        _home(store).keys.export(key_id, output)
+    except SnapstateError as exc:
+        _fail(exc)
+    _say(f"key {key_id} written to {output} (it holds the secret: keep it private, "
+         "delete it once imported)")
+
+
+@keys.command("import")
+@store_option
+@click.argument("path", type=click.Path(dir_okay=False))
+def keys_import(store, path) -> None:
+    """Add the key of a file made by `snaprun keys export` (valid, not current)."""
+    try:
+        key, added = _home(store).keys.import_file(path)
+    except SnapstateError as exc:
+        _fail(exc)
+    _say(f"key {key.key_id} " + ("imported: snapshots signed with it now verify here"
+                                 if added else "was already in this store; nothing changed"))
 
 
 @keys.command("retire")
