@@ -255,7 +255,7 @@ def test_cli_intact_trap_snapshot_creates_sentinel(trap_job, sentinel_of, comman
     of the intact trap snapshot unpickle its body, which creates the sentinel."""
     root, store, snap, sentinel = trap_job
     args = [command, snap] if command == "inspect" else [command, "--as", "control", snap]
-    run = snaprun(*args, cwd=root, env=NO_ENV_KEY)
+    run = snaprun(*args, "--store", store, cwd=root, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert sentinel.exists()
 
@@ -275,10 +275,11 @@ def test_cli_flipped_trap_snapshot_refused(trap_job, sentinel_of, where):
     path = store / "snapshots" / f"flipped-{where}" / "000001-e1.snap"
     path.parent.mkdir()
     path.write_bytes(_flipped(data, _positions(data)[where]))
-    _clean_refusal(snaprun("inspect", path, cwd=root, env=NO_ENV_KEY), str(path))
+    _clean_refusal(snaprun("inspect", "--store", store, path, cwd=root, env=NO_ENV_KEY),
+                   str(path))
     assert not sentinel.exists()
-    _clean_refusal(snaprun("resume", "--as", f"imported-{where}", path, cwd=root,
-                           env=NO_ENV_KEY), str(path))
+    _clean_refusal(snaprun("resume", "--store", store, "--as", f"imported-{where}", path,
+                           cwd=root, env=NO_ENV_KEY), str(path))
     assert not sentinel.exists()
 
 
@@ -345,8 +346,8 @@ def test_swapped_headers_are_a_header_mismatch(tmp_path):
             _snapfile.read_payload(str(path), keys)
         assert type(info.value) is HeaderMismatch
         assert str(path) in str(info.value)
-        _clean_refusal(snaprun("verify", path, cwd=tmp_path, env=NO_ENV_KEY), str(path),
-                       "header does not belong")
+        _clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path,
+                               env=NO_ENV_KEY), str(path), "header does not belong")
 
 
 def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
@@ -452,13 +453,14 @@ def test_cli_plaintext_refused_in_encryption_required_store(tmp_path):
     finally:
         home.close()
     before = path.read_bytes()
-    assert snaprun("verify", path, cwd=tmp_path, env=NO_ENV_KEY).returncode == 0
+    assert snaprun("verify", "--store", store, path, cwd=tmp_path,
+                   env=NO_ENV_KEY).returncode == 0
     init = snaprun("init", "--store", store, "--encrypt", cwd=tmp_path, env=NO_ENV_KEY)
     assert init.returncode == 0, init.stderr
-    _clean_refusal(snaprun("verify", path, cwd=tmp_path, env=NO_ENV_KEY), str(path),
-                   "not encrypted")
-    _clean_refusal(snaprun("resume", path, cwd=tmp_path, env=NO_ENV_KEY), str(path),
-                   "not encrypted")
+    _clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+                   str(path), "not encrypted")
+    _clean_refusal(snaprun("resume", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+                   str(path), "not encrypted")
     assert path.read_bytes() == before
 
 
@@ -547,8 +549,8 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
     assert new_id in rotated.stderr
 
     snap2 = files[1]
-    assert snaprun("verify", snap2, cwd=tmp_path, env=env).returncode == 0
-    run = snaprun("resume", snap2, cwd=tmp_path, env=env)
+    assert snaprun("verify", "--store", store, snap2, cwd=tmp_path, env=env).returncode == 0
+    run = snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
     after = snapshot_files(store, "job")
@@ -559,8 +561,8 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
 
     retired = snaprun("keys", "retire", old_id, "--store", store, cwd=tmp_path, env=env)
     assert retired.returncode == 0, retired.stderr
-    _clean_refusal(snaprun("resume", snap2, cwd=tmp_path, env=env), str(snap2), old_id,
-                   "retired")
+    _clean_refusal(snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env),
+                   str(snap2), old_id, "retired")
     home = Home(str(store))
     try:
         with pytest.raises(SnapstateError) as info:
@@ -599,7 +601,8 @@ def test_shared_env_key_resumes_export_in_another_store(tmp_path):
     run = snaprun("export", "--store", a, "job@2", "-o", exported, cwd=tmp_path, env=shared)
     assert run.returncode == 0, run.stderr
     key_id = _snapfile.peek_header(str(exported))["key_id"]
-    assert key_id.startswith("env-")
+    # the id is derived from the secret (the same id it has in any store holding it)
+    assert key_id == _keys.key_id_of(bytes.fromhex(key))
 
     refused = snaprun("resume", "--store", c, exported, cwd=tmp_path, env=NO_ENV_KEY)
     _clean_refusal(refused, str(exported), key_id, "SNAPSTATE_KEY")

@@ -420,13 +420,14 @@ def store_copy(real_store, tmp_path):
 
 
 def _cli_refuses(path, cwd, *command, needle: str | None = None):
-    """`snaprun COMMAND... PATH` (default: resume) refuses: exit 2, one snaprun error
+    """`snaprun COMMAND... --store STORE PATH` (default: resume; STORE the store the file
+    lies in, since a file never chooses its store) refuses: exit 2, one snaprun error
     naming PATH on stderr, no traceback, nothing on stdout, the file and its job
     directory unchanged."""
     command = command or ("resume",)
     before = path.read_bytes()
     listing = sorted(os.listdir(path.parent))
-    run = snaprun(*command, path, cwd=cwd, env=NO_ENV_KEY)
+    run = snaprun(*command, "--store", path.parents[2], path, cwd=cwd, env=NO_ENV_KEY)
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert run.stdout == ""
@@ -571,7 +572,7 @@ def test_cli_refusal_leaves_other_snapshots_resumable(real, store_copy, tmp_path
     good = store_copy / "snapshots" / "job" / real[0].name
     bad = _damaged(store_copy, real[1].read_bytes()[: len(real[1].read_bytes()) // 2])
     _cli_refuses(bad, tmp_path)
-    run = snaprun("resume", good, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", store_copy, good, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 1" in run.stderr
     assert run.result == "13"
