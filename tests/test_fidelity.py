@@ -33,7 +33,7 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
         assert killed.returncode == -9, killed.stderr
         files = snapshot_files(store, "job")
         assert len(files) == k
-        resumed = snaprun("resume", files[-1], cwd=tmp_path)
+        resumed = snaprun("resume", "--store", store, files[-1], cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
         assert f"resumed from snapshot {k}" in resumed.stderr
         assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
@@ -53,7 +53,8 @@ def test_chain_killed_at_every_point(program, tmp_path):
     for k in range(1, count + 1):
         last = snapshot_files(store, "job")[-1]
         assert last.name.startswith(f"{k:06d}-e")
-        run = snaprun("resume", last, cwd=tmp_path, fault=f"after-snapshot:{k + 1}")
+        run = snaprun("resume", "--store", store, last,
+                      cwd=tmp_path, fault=f"after-snapshot:{k + 1}")
         output += run.stdout
         expected = -9 if k < count else 0
         assert run.returncode == expected, run.stderr
@@ -78,7 +79,8 @@ def test_tracebacks_survive_a_restore(tmp_path):
         killed = snaprun("run", "--store", store, "--job", "job", AGENTS / "uncaught.py",
                          cwd=tmp_path, fault=f"after-snapshot:{k}")
         assert killed.returncode == -9
-        resumed = snaprun("resume", snapshot_files(store, "job")[-1], cwd=tmp_path)
+        resumed = snaprun("resume", "--store", store, snapshot_files(store, "job")[-1],
+                          cwd=tmp_path)
         assert resumed.returncode == 1
         assert killed.stdout + resumed.stdout == base.stdout
         assert _agent_stderr(resumed) == _agent_stderr(base)
@@ -92,7 +94,8 @@ def test_module_function_entry_point(tmp_path):
     killed = snaprun("run", "--store", tmp_path / "kill", "--job", "job", "loops:main",
                      cwd=AGENTS, fault="after-snapshot:2")
     assert killed.returncode == -9
-    resumed = snaprun("resume", snapshot_files(tmp_path / "kill", "job")[-1], cwd=tmp_path)
+    resumed = snaprun("resume", "--store", tmp_path / "kill",
+                      snapshot_files(tmp_path / "kill", "job")[-1], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert killed.stdout + resumed.stdout == base.stdout
     assert resumed.result == base.result == "13"

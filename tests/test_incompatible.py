@@ -116,7 +116,8 @@ def test_control_unmodified_snapshot_resumes(loops_snapshot, tmp_path):
     before = loops_snapshot.read_bytes()
     _rewrite_versions(loops_snapshot)
     assert loops_snapshot.read_bytes() == before    # re-signing reproduces the writer exactly
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -126,7 +127,8 @@ def test_other_python_minor_refused(loops_snapshot, tmp_path):
     Python versions, and the file is left intact."""
     _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
     before = _state(loops_snapshot)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, "3.99.0", platform.python_version(), "Python", str(loops_snapshot))
     assert _state(loops_snapshot) == before
 
@@ -135,7 +137,8 @@ def test_other_python_implementation_refused(loops_snapshot, tmp_path):
     """Same version numbers but another implementation (pypy) is refused too."""
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     _rewrite_versions(loops_snapshot, python=f"pypy-{minor}", python_full="pypy-" + minor)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, "Python", f"pypy-{minor}", platform.python_version())
 
 
@@ -145,7 +148,8 @@ def test_other_python_patch_accepted(loops_snapshot, tmp_path):
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     patch = sys.version_info[2]
     _rewrite_versions(loops_snapshot, python_full=f"{minor}.{patch + 1 if patch < 50 else 0}")
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -158,7 +162,8 @@ def test_other_library_version_refused(loops_snapshot, tmp_path, lib, module, pa
     fake = _bump(module.__version__, part)
     _rewrite_versions(loops_snapshot, **{lib: fake})
     before = _state(loops_snapshot)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, lib, fake, module.__version__)
     assert _state(loops_snapshot) == before
 
@@ -169,7 +174,8 @@ def test_every_difference_listed(loops_snapshot, tmp_path):
     fake_cp, fake_gl = _bump(cloudpickle.__version__, 0), _bump(greenlet.__version__, 0)
     _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0",
                       cloudpickle=fake_cp, greenlet=fake_gl)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     _refused(run, "3.99.0", platform.python_version(), f"greenlet {fake_gl}",
              f"cloudpickle {fake_cp}", greenlet.__version__, cloudpickle.__version__)
 
@@ -178,9 +184,11 @@ def test_refused_snapshot_resumes_with_original_versions(loops_snapshot, tmp_pat
     """After a refusal, putting the original header back makes the same snapshot resume:
     the refusal changed nothing."""
     original = _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
-    _refused(snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY), "3.99.0")
+    _refused(snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                     cwd=tmp_path, env=NO_ENV_KEY), "3.99.0")
     _rewrite_versions(loops_snapshot, **original)
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 2" in run.stderr
     assert run.result == "13"
@@ -197,7 +205,8 @@ class CompatJob:
     snap: Path          # snapshot 2 (stack: main -> Worker.step -> checkpoint)
 
     def resume(self) -> Run:
-        return snaprun("resume", self.snap, cwd=self.root, env=NO_PYC)
+        return snaprun("resume", "--store", self.snap.parents[2], self.snap, cwd=self.root,
+                       env=NO_PYC)
 
     def restore_sources(self) -> None:
         self.agent.write_text(self.agent_source)
@@ -412,9 +421,11 @@ def test_resume_under_another_python(loops_snapshot, tmp_path):
                     "SNAPSTATE_TEST_PYTHONS to other CPythons with snapstate installed")
     before = _state(loops_snapshot)
     for python, _minor, full in others:
-        run = snaprun("resume", loops_snapshot, cwd=tmp_path, python=python, env=NO_ENV_KEY)
+        run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                      cwd=tmp_path, python=python, env=NO_ENV_KEY)
         _refused(run, "Python", platform.python_version(), full, str(loops_snapshot))
         assert _state(loops_snapshot) == before
-    run = snaprun("resume", loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
+                  cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"

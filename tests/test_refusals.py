@@ -50,7 +50,7 @@ def test_earlier_snapshot_still_resumes(refusals):
     """The snapshot taken before the refusals resumes and replays them identically."""
     run, _, workdir = refusals
     first = snapshot_files(workdir / "store", "job")[0]
-    resumed = snaprun("resume", first, cwd=workdir)
+    resumed = snaprun("resume", "--store", workdir / "store", first, cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == run.stdout
 

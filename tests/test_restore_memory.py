@@ -18,7 +18,8 @@ def test_dropped_local_is_freed_after_restore_in_a_new_process(tmp_path):
     killed = snaprun("run", "--store", tmp_path, "--job", "job", AGENTS / "memory_agent.py",
                      cwd=tmp_path, fault="after-snapshot:1")
     assert killed.returncode == -9
-    resumed = snaprun("resume", snapshot_files(tmp_path, "job")[0], cwd=tmp_path)
+    resumed = snaprun("resume", "--store", tmp_path, snapshot_files(tmp_path, "job")[0],
+                      cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == "freed True\n"
 
