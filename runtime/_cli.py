@@ -316,8 +316,8 @@ def log(store, as_json, job_id) -> None:
 def export(store, output, ref) -> None:
     """Write snapshot JOB@SEQ to a self-contained file that resume and inspect accept.
 
-    The file is signed with this store's key: another store resumes it when it shares
-    the key (SNAPSTATE_KEY)."""
+    The file is signed with this store's key: another store resumes it when it has
+    the key (`snaprun keys export`/`keys import`, or SNAPSTATE_KEY)."""
     home = _home(store)
     try:
         path, job_id, seq = _resolve(home, ref, need_seq=True)

@@ -123,8 +123,9 @@ class HeaderMismatch(SnapshotRejected):
 
 
 class UnknownKey(SnapshotRejected):
-    """Signed with a key id this store does not have: set SNAPSTATE_KEY to the key of
-    the store that wrote it."""
+    """Signed with a key id the store in use does not have (a file never brings its own
+    key): `snaprun keys export ID -o key.json` in the store that wrote it, then
+    `snaprun keys import key.json`, or set SNAPSTATE_KEY to that key."""
 
 
 class RetiredKey(SnapshotRejected):
