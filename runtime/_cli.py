@@ -650,7 +650,9 @@ def keys_import(store, path) -> None:
     except SnapstateError as exc:
         _fail(exc)
     _say(f"key {key.key_id} " + ("imported: snapshots signed with it now verify here"
-                                 if added else "was already in this store; nothing changed"))
+                                 if added else "was already in this store; nothing changed"
+                                 + (" (it is retired: its snapshots stay refused)"
+                                    if key.retired else "")))
 
 
 @keys.command("retire")

@@ -36,7 +36,7 @@ import secrets
 import stat
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -44,6 +44,8 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ..runtime._errors import RetiredKey, StoreDamaged, StoreError, UnknownKey
 
 __all__ = ["Key", "KeyRing", "ENV_KEY", "key_id_of"]
+
+T = TypeVar("T")
 
 ENV_KEY = "SNAPSTATE_KEY"
 _FILE = "keys.json"
@@ -200,7 +202,7 @@ class KeyRing:
                     f"the store's key file {self.path} is missing; a new key would verify "
                     "none of the store's snapshots, so none was made. Restore keys.json "
                     f"from a backup, or set {ENV_KEY} to the key that signed them")
-            self._update(lambda stored: None)     # creates it under the lock
+            self._update(lambda stored: (None, None))     # creates it under the lock
 
     # ------------------------------------------------------------ reading
     def _reload(self) -> bool:
@@ -264,22 +266,21 @@ class KeyRing:
         finally:
             os.close(fd)                         # closing releases the lock
 
-    def _update(self, change: Callable[[dict[str, Key]], Key | None]) -> Key | None:
+    def _update(self, change: Callable[[dict[str, Key]], tuple[T, str | None]]) -> T:
         """Read-modify-write of keys.json under the lock, on a fresh read of it.
-        `change` edits the stored keys in place and returns the key that becomes
-        current (None: the current one stays)."""
+        `change` edits a copy of the stored keys in place and returns its result and
+        the id of the key that becomes current (None: the current one stays); the
+        file is rewritten only if something changed."""
         with self._locked():
             if not self._reload():                # first use: make the store's key
                 key = _new_key()
                 self._stored, self._stored_current = {key.key_id: key}, key.key_id
                 self._save()
             stored = dict(self._stored)
-            result = change(stored)
-            if stored != self._stored or (result is not None
-                                          and result.key_id != self._stored_current):
-                self._stored = stored
-                if result is not None:
-                    self._stored_current = result.key_id
+            result, current = change(stored)
+            current = current or self._stored_current
+            if stored != self._stored or current != self._stored_current:
+                self._stored, self._stored_current = stored, current
                 self._save()
             return result
 
@@ -307,14 +308,14 @@ class KeyRing:
 
     def rotate(self) -> Key:
         """Make a new key current; older keys keep verifying their snapshots."""
-        def change(stored: dict[str, Key]) -> Key:
+        def change(stored: dict[str, Key]) -> tuple[Key, str]:
             key = _new_key()
             stored[key.key_id] = key
-            return key
+            return key, key.key_id
         return self._update(change)
 
     def retire(self, key_id: str) -> Key:
-        def change(stored: dict[str, Key]) -> None:
+        def change(stored: dict[str, Key]) -> tuple[Key, None]:
             key = stored.get(key_id)
             if key is None:
                 raise StoreError(f"no stored key {key_id!r} in {self.path} (keys: "
@@ -323,8 +324,8 @@ class KeyRing:
                 raise StoreError(f"key {key_id!r} is current; run `snaprun keys rotate` "
                                  "first")
             stored[key_id] = Key(key.key_id, key.secret, key.created, True)
-        self._update(change)
-        return self._stored[key_id]
+            return stored[key_id], None
+        return self._update(change)
 
     # ------------------------------------------------------------ moving keys
     def export(self, key_id: str, path: str) -> Key:
@@ -367,8 +368,9 @@ class KeyRing:
         return key
 
     def import_file(self, path: str) -> tuple[Key, bool]:
-        """Add the key of an exported key file as valid (not current). Returns the key
-        and whether it was new (importing a key the store has changes nothing)."""
+        """Add the key of an exported key file as valid (not current). Returns the
+        store's key and whether it was new (importing a key the store already has
+        changes nothing: a retired one stays retired)."""
         try:
             data = _read_private(path, "the key file")
         except FileNotFoundError:
@@ -377,18 +379,16 @@ class KeyRing:
             raise StoreError(f"{path} is a directory, not a key file") from None
         key = _parse_export(data, path)
 
-        def change(stored: dict[str, Key]) -> bool:
+        def change(stored: dict[str, Key]) -> tuple[tuple[Key, bool], None]:
             have = stored.get(key.key_id)
             if have is not None:
                 if have.secret != key.secret:
                     raise StoreError(f"the store {self.directory} already has a different "
                                      f"key with id {key.key_id!r}; {path} was not imported")
-                return False
+                return (have, False), None
             stored[key.key_id] = key
-            return True
-        added: list[bool] = []
-        self._update(lambda stored: added.append(change(stored)))
-        return key, added[0]
+            return (key, True), None
+        return self._update(change)
 
 
 def _parse_export(data: bytes, path: str) -> Key:

@@ -482,3 +482,28 @@ def test_concurrent_rotations_lose_no_key(tmp_path):
     finally:
         home.close()
     assert stat.S_IMODE(os.stat(str(store / "keys.json.lock")).st_mode) == 0o600
+
+
+def test_writes_reread_keys_json_and_import_keeps_retirement(tmp_path):
+    """Two key rings of one store, each loaded before the other writes: rotate, import
+    and retire through either act on the file as it is now (each re-reads keys.json
+    under the lock), so no key is lost; importing a key the store retired changes
+    nothing and it stays retired."""
+    store = tmp_path / "store"
+    one, two = _keys.KeyRing(str(store)), _keys.KeyRing(str(store))
+    first = one.current.key_id
+    a = one.rotate()
+    b = two.rotate()
+    secret = secrets.token_bytes(32)
+    path = _key_file(tmp_path / "k.json", {"format": "snapstate-key/1", "created": 1.7e9,
+                                           "key_id": _keys.key_id_of(secret),
+                                           "secret": secret.hex()})
+    imported, added = one.import_file(str(path))
+    assert added
+    two.retire(imported.key_id)
+    ring = _keys.KeyRing(str(store))
+    assert {k.key_id for k in ring.keys()} == {first, a.key_id, b.key_id, imported.key_id}
+    assert ring.current.key_id == b.key_id
+    again, added = one.import_file(str(path))
+    assert not added and again.retired
+    assert _keys.KeyRing(str(store)).keys() == ring.keys()
