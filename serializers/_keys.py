@@ -346,7 +346,10 @@ class KeyRing:
             raise StoreError(f"{path} already exists; it was not overwritten (choose "
                              "another file name)")
         tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc.strerror}") from None
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -377,6 +380,8 @@ class KeyRing:
             raise StoreError(f"no key file {path}") from None
         except IsADirectoryError:
             raise StoreError(f"{path} is a directory, not a key file") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc.strerror}") from None
         key = _parse_export(data, path)
 
         def change(stored: dict[str, Key]) -> tuple[tuple[Key, bool], None]:
