@@ -20,6 +20,7 @@ payload is live.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -33,15 +34,13 @@ import textwrap
 import pytest
 
 from conftest import AGENTS, Run, snaprun, snapshot_files
-from snapstate.runtime._errors import (SnapstateError, StoreDamaged, StoreError,
-                                       UnknownKey)
+from snapstate.runtime._errors import StoreDamaged, StoreError, UnknownKey
 from snapstate.runtime._job import runtime_versions
 from snapstate.serializers import _keys, _snapfile
 from snapstate.serializers._home import Home
 
 TRAP = AGENTS / "sec_trap.py"
 NO_ENV_KEY = {"SNAPSTATE_KEY": "", "SNAPSTATE_HOME": ""}
-DERIVED = r"k-[0-9a-f]{20}"
 
 
 @pytest.fixture(autouse=True)
@@ -234,7 +233,7 @@ def test_old_key_ids_keep_loading_and_verifying(tmp_path, monkeypatch):
     secret = secrets.token_bytes(32)
 
     class OldEnvRing:                       # what an earlier version signed with
-        current = _keys.Key("env-" + __import__("hashlib").sha256(secret).hexdigest()[:12],
+        current = _keys.Key("env-" + hashlib.sha256(secret).hexdigest()[:12],
                             secret, 0.0)
     env_file = _sign(tmp_path / "env.snap", OldEnvRing())
     with pytest.raises(UnknownKey):
