@@ -2,7 +2,8 @@
 a local held across snapshots, a snapshot label, an effect argument sent to the HTTP
 provider (its result echoes it), an in-process effect's result, a failing effect's
 error text, a Secret passed to an effect, and (when CONF_FAIL is set) the error the
-agent raises after its second snapshot. Each string comes from the environment."""
+agent raises after its effects, before its second snapshot. Each string comes from the
+environment."""
 import os
 import sys
 
@@ -36,7 +37,7 @@ def main():
         probe()
     except ValueError:
         pass
-    snapshot("second")
-    if os.environ.get("CONF_FAIL"):
+    if os.environ.get("CONF_FAIL"):   # resumed from snapshot 1: the effects re-execute
         raise RuntimeError(f"agent failed {os.environ['CONF_ERROR']}")
+    snapshot("second")
     return [placed["id"], len(local), len(argument), len(made)]
