@@ -58,6 +58,10 @@ class Home:
         self.config = dict(self.config, encrypt=bool(required))
         data = json.dumps(self.config, indent=1).encode()
         _fs.write_atomic(os.path.join(self.directory, _CONFIG), [data])
+        if hasattr(self.catalog, "reseal"):
+            # Rows written before the switch are sealed (or opened) now; an interrupted
+            # switch is completed by running it again.
+            self.catalog.reseal(_sealing.Sealer(self.keys, self.encrypt))
         self._seal_catalog()
 
     def _seal_catalog(self) -> None:

@@ -89,12 +89,14 @@ class KeyedDigest(str):
 
 class Sealer:
     """Seals and opens catalog values with a store's key ring (see the module doc).
-    `enabled` False: values pass through unchanged (a plaintext store)."""
+    `enabled` False: values pass through unchanged (a plaintext store). `tolerant`:
+    opening passes unsealed values through (only for resealing a whole catalog when
+    encryption is turned on, possibly again after an interrupted attempt)."""
 
-    def __init__(self, keys: KeyRing | None, enabled: bool):
+    def __init__(self, keys: KeyRing | None, enabled: bool, *, tolerant: bool = False):
         if enabled and keys is None:
             raise ValueError("an enabled sealer needs the store's keys")
-        self.keys, self.enabled = keys, enabled
+        self.keys, self.enabled, self.tolerant = keys, enabled, tolerant
         self._derived: dict[tuple[str, bytes], bytes] = {}
 
     # ------------------------------------------------------------------ keys
@@ -141,9 +143,12 @@ class Sealer:
             return stored
         if not isinstance(stored, bytes) or not stored.startswith(MAGIC) \
                 or len(stored) < len(MAGIC) + 1:
+            if self.tolerant:
+                return stored
             raise StoreDamaged(
                 f"the catalog value {_where(place)} is not sealed, in a store that requires "
-                "encryption: the catalog was edited or replaced. Refusing it.")
+                "encryption: the catalog was edited or replaced (or `snaprun init --encrypt` "
+                "was interrupted: run it again). Refusing it.")
         n = stored[len(MAGIC)]
         start = len(MAGIC) + 1
         kid = stored[start:start + n].decode(errors="replace")
@@ -174,8 +179,12 @@ class Sealer:
     def stored_digest(self, stored: str, *place) -> str:
         """A stored digest as the ledger compares it (see KeyedDigest)."""
         if not self.enabled:
-            return stored
+            # A keyed digest left by a store that was encrypted still compares right.
+            keyed = isinstance(stored, str) and stored.startswith(_DIGEST_PREFIX)
+            return KeyedDigest(stored, self) if keyed and self.keys else stored
         if not isinstance(stored, str) or not stored.startswith(_DIGEST_PREFIX):
+            if self.tolerant:
+                return stored
             raise StoreDamaged(
                 f"the catalog value {_where(place)} is not a keyed digest, in a store that "
                 "requires encryption: the catalog was edited or replaced. Refusing it.")

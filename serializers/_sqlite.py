@@ -355,6 +355,51 @@ class SqliteStore(Store):
         return dict(self._db().execute("SELECT name, value FROM metrics WHERE job_id = ?",
                                        (job_id,)).fetchall())
 
+    # ---------------------------------------------------------------- sealing
+    def reseal(self, sealer: Sealer) -> None:
+        """Rewrite every sealed column with `sealer` in one transaction (encryption
+        turned on or off for a store that has rows; values already in the new form are
+        taken as they are), then compact the catalog and empty its WAL, so no earlier
+        form of a value stays in the files."""
+        reader = Sealer(sealer.keys if sealer.enabled else self.sealer.keys,
+                        sealer.enabled or self.sealer.enabled, tolerant=True)
+        old, self.sealer = self.sealer, reader
+        try:
+            with self._tx() as db:
+                jobs = [self._job(r) for r in db.execute(
+                    f"SELECT {self._JOB_COLUMNS} FROM jobs").fetchall()]
+                snaps = [self._snapshot(r) for r in db.execute(
+                    "SELECT job_id, seq, label, file, size, created, epoch FROM snapshots"
+                    ).fetchall()]
+                effects = [self._effect(r) for r in db.execute(
+                    f"SELECT {self._EFFECT_COLUMNS} FROM effects").fetchall()]
+                events = [(i, job_id, at, kind, self.sealer.open(
+                    detail, "events", "detail", job_id, kind, repr(at)))
+                    for i, job_id, at, kind, detail in db.execute(
+                        "SELECT id, job_id, at, kind, detail FROM events").fetchall()]
+                self.sealer = sealer
+                for job in jobs:
+                    db.execute("UPDATE jobs SET argv = ?, error = ? WHERE job_id = ?",
+                               (sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
+                                sealer.seal(job.error, "jobs", "error", job.job_id),
+                                job.job_id))
+                for snap in snaps:
+                    db.execute("UPDATE snapshots SET label = ? WHERE job_id = ? AND seq = ?",
+                               (self._label(snap), snap.job_id, snap.seq))
+                for i, job_id, at, kind, detail in events:
+                    db.execute("UPDATE events SET detail = ? WHERE id = ?",
+                               (sealer.seal(detail, "events", "detail", job_id, kind,
+                                            repr(at)), i))
+                db.executemany(f"INSERT OR REPLACE INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                               "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               [self._effect_values(r) for r in effects])
+        except BaseException:
+            self.sealer = old
+            raise
+        db = self._db()
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     # ---------------------------------------------------------------- timeline
     def _event(self, db, job_id, kind, detail) -> None:
         at = float(self.clock())

@@ -39,6 +39,7 @@ from snapstate.runtime._effects import args_digest
 from snapstate.runtime._errors import StoreDamaged
 from snapstate.serializers import _snapfile
 from snapstate.serializers._home import Home
+from snapstate.serializers._store import EffectRow, SnapshotRow
 
 AGENT = AGENTS / "conf_agent.py"
 NAMES = ("ARGV", "LOCAL", "LABEL", "ARG", "RESULT", "NOTE", "SECRET", "ERROR")
@@ -327,3 +328,42 @@ def test_modes_of_a_store_made_in_process_under_umask_022(tmp_path):
     assert stat.S_IMODE((tmp_path / "api").stat().st_mode) == 0o700
     assert modes["snapshots"] == 0o700
     assert modes["catalog.db"] == modes["catalog.db-wal"] == modes["catalog.db-shm"] == 0o600
+
+
+# ------------------------------------------------------------------------ turning it on
+def test_init_encrypt_seals_rows_already_in_the_catalog(tmp_path):
+    """`init --encrypt` (Home.set_encryption) on a store that already has rows seals
+    them: afterwards no token is left in catalog.db or its WAL (compacted, WAL emptied),
+    every value reads back the same, and the recorded argument digest still equals the
+    ledger's digest of the same arguments. Running it again, or turning it off, keeps
+    every value readable."""
+    token = f"cfold{secrets.token_hex(8)}"
+    digest = args_digest("agent.send", (token,), {})
+    store = tmp_path / "store"
+    home = Home(str(store))
+    try:
+        home.catalog.create_job("job", {"path": "agent.py"}, [token])
+        home.catalog.add_snapshot_unfenced(SnapshotRow("job", 1, f"label {token}",
+                                                       "snapshots/job/000001-e0.snap", 1,
+                                                       1.0, 0))
+        home.catalog.record_effects([EffectRow("job", 1, "k", "agent.send", "agent.py:3",
+                                               digest, repr(token), "write", "confirmed",
+                                               token.encode(), token, 1, 1.0, 1.0,
+                                               f"note {token}")], epoch=None)
+        home.catalog.set_status("job", "failed", error=f"error {token}")
+        before = (home.catalog.get_job("job"), home.catalog.snapshots("job"),
+                  home.catalog.effects("job"), home.catalog.events("job"))
+        assert token.encode() in _catalog_bytes(store)          # control
+        for required in (True, True, False, True):
+            home.set_encryption(required)
+            after = (home.catalog.get_job("job"), home.catalog.snapshots("job"),
+                     home.catalog.effects("job"), home.catalog.events("job"))
+            assert after == before
+            assert after[2][0].args_digest == digest
+            assert (token.encode() in _catalog_bytes(store)) is not required
+    finally:
+        home.close()
+
+
+def _catalog_bytes(store: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in store.glob("catalog.db*"))
