@@ -86,6 +86,9 @@ class KeyedDigest(str):
 
     __hash__ = str.__hash__
 
+    def __reduce__(self):                 # pickled as the stored text
+        return (str, (str(self),))
+
 
 class Sealer:
     """Seals and opens catalog values with a store's key ring (see the module doc).
