@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["FileSystem", "OS", "TEMP_SUFFIX", "write_atomic", "temp_owner", "writer_is_gone"]
+__all__ = ["FileSystem", "OS", "TEMP_SUFFIX", "write_atomic", "temp_owner", "writer_is_gone",
+           "make_private_dir", "create_private_file"]
 
 TEMP_SUFFIX = ".tmp"
 
@@ -113,3 +114,35 @@ def write_atomic(path: str, chunks, fs: FileSystem = OS) -> int:
         raise
     fs.fsync_dir(os.path.dirname(os.path.abspath(path)))
     return size
+
+
+# ------------------------------------------------------------------------ private modes
+# A store holds the agent's data: its directories are 0700 and its catalog 0600 whatever
+# the umask. The mode given to mkdir/open is masked by the umask, so what this process
+# creates is chmod-ed afterwards; existing paths keep the mode their owner chose.
+def make_private_dir(path: str) -> None:
+    """Create `path` (and missing parents) with the last component mode 0700."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return          # created by another process (or a file: the caller's error)
+    os.chmod(path, 0o700)
+
+
+def create_private_file(path: str) -> None:
+    """Create an empty file with mode 0600 unless it exists (SQLite gives its -wal and
+    -shm files the mode of the main database file)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)

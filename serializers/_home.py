@@ -18,7 +18,7 @@ import os
 import shutil
 
 from ..runtime._errors import HeaderMismatch, SnapshotWriteError, StaleWriter
-from . import _fs, _snapfile
+from . import _fs, _sealing, _snapfile
 from ._keys import KeyRing
 from ._sqlite import SqliteStore
 from ._store import SnapshotRow, Store
@@ -36,11 +36,13 @@ class Home:
     def __init__(self, directory: str, *, fs: _fs.FileSystem = _fs.OS,
                  catalog: Store | None = None):
         self.directory = os.path.abspath(directory)
-        os.makedirs(os.path.join(self.directory, "snapshots"), exist_ok=True)
+        _fs.make_private_dir(self.directory)
+        _fs.make_private_dir(os.path.join(self.directory, "snapshots"))
         self.fs = fs
         self.catalog = catalog or SqliteStore(self.directory)
         self.keys = KeyRing(self.directory)
         self.config = self._load_config()
+        self._seal_catalog()
         self.sweep_temp_files()
 
     # ---------------------------------------------------------------- settings
@@ -56,6 +58,17 @@ class Home:
         self.config = dict(self.config, encrypt=bool(required))
         data = json.dumps(self.config, indent=1).encode()
         _fs.write_atomic(os.path.join(self.directory, _CONFIG), [data])
+        if hasattr(self.catalog, "reseal"):
+            # Rows written before the switch are sealed (or opened) now; an interrupted
+            # switch is completed by running it again.
+            self.catalog.reseal(_sealing.Sealer(self.keys, self.encrypt))
+        self._seal_catalog()
+
+    def _seal_catalog(self) -> None:
+        """Give the catalog the sealer of this store's setting: in an encrypted store,
+        what the agent produced is sealed in the catalog too (serializers._sealing)."""
+        if hasattr(self.catalog, "sealer"):
+            self.catalog.sealer = _sealing.Sealer(self.keys, self.encrypt)
 
     @property
     def encrypt(self) -> bool:
@@ -79,8 +92,10 @@ class Home:
         """Write the file durably (not yet in the catalog). SnapshotWriteError on any
         I/O failure: never retried."""
         path = self.snapshot_path(job_id, seq, epoch)
+        if self.encrypt:
+            header = _sealing.seal_header(header, self.keys)
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _fs.make_private_dir(os.path.dirname(path))
             size = _snapfile.write(path, header, payload, self.keys, encrypt=self.encrypt,
                                    fs=self.fs)
         except OSError as exc:
@@ -105,13 +120,13 @@ class Home:
 
     def verify(self, path: str) -> dict:
         """The header of a verified snapshot file of a job (nothing unpickled)."""
-        return _job_header(path, _snapfile.verify(path, self.keys,
-                                                  require_encryption=self.encrypt))
+        header = _snapfile.verify(path, self.keys, require_encryption=self.encrypt)
+        return _job_header(path, _sealing.open_header(header, self.keys, path))
 
     def read(self, path: str) -> tuple[dict, bytes]:
         header, payload = _snapfile.read_payload(path, self.keys,
                                                  require_encryption=self.encrypt)
-        return _job_header(path, header), payload
+        return _job_header(path, _sealing.open_header(header, self.keys, path)), payload
 
     def read_row(self, row: SnapshotRow) -> tuple[dict, bytes]:
         header, payload = self.read(self.absolute(row.file))
@@ -120,7 +135,7 @@ class Home:
     def copy_snapshot(self, source: str, job_id: str, seq: int, epoch: int = 0) -> str:
         """Copy (hard-link when possible) a verified snapshot file into a job's folder."""
         target = self.snapshot_path(job_id, seq, epoch)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
+        _fs.make_private_dir(os.path.dirname(target))
         try:
             os.link(source, target)
         except OSError:

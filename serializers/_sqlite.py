@@ -11,6 +11,8 @@ import threading
 import time
 
 from ..runtime._errors import JobExists, JobNotFound, LeaseHeld, StaleWriter, StoreError
+from . import _fs
+from ._sealing import PLAIN, Sealer
 from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
 
 __all__ = ["SqliteStore"]
@@ -46,13 +48,20 @@ CREATE TABLE IF NOT EXISTS metrics (
 
 
 class SqliteStore(Store):
-    def __init__(self, directory: str, *, clock=time.time, synchronous: str = "FULL"):
+    """`sealer` seals what the agent produced (argv, errors, labels, event details, effect
+    arguments, results, notes, external ids) on write and opens it on read, so callers
+    see plain rows (serializers._sealing; a pass-through in a plaintext store)."""
+
+    def __init__(self, directory: str, *, clock=time.time, synchronous: str = "FULL",
+                 sealer: Sealer = PLAIN):
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be FULL or NORMAL")
         self.synchronous = synchronous
+        self.sealer = sealer
         self.directory = os.path.abspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
+        _fs.make_private_dir(self.directory)
         self.path = os.path.join(self.directory, "catalog.db")
+        _fs.create_private_file(self.path)   # before SQLite: -wal and -shm get its mode
         self.clock = clock
         self._local = threading.local()
         # Several processes may open a new store at once: the schema is checked and
@@ -112,10 +121,10 @@ class SqliteStore(Store):
             self._local.db = None
 
     # ---------------------------------------------------------------- jobs
-    @staticmethod
-    def _job(row) -> JobRow:
-        return JobRow(row[0], json.loads(row[1]), json.loads(row[2]), row[3], row[4], row[5],
-                      row[6], row[7], row[8], row[9])
+    def _job(self, row) -> JobRow:
+        argv = self.sealer.open(row[2], "jobs", "argv", row[0])
+        return JobRow(row[0], json.loads(row[1]), json.loads(argv), row[3], row[4], row[5],
+                      row[6], row[7], row[8], self.sealer.open(row[9], "jobs", "error", row[0]))
 
     _JOB_COLUMNS = ("job_id, entry, argv, status, created, updated, resume_count, parent, "
                     "fork_seq, error")
@@ -128,7 +137,9 @@ class SqliteStore(Store):
                                 "choose another id")
             db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
                        " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
-                       (job_id, json.dumps(entry), json.dumps(argv), now, now, parent, fork_seq))
+                       (job_id, json.dumps(entry),
+                        self.sealer.seal(json.dumps(argv), "jobs", "argv", job_id), now, now,
+                        parent, fork_seq))
             self._event(db, job_id, "created", f"forked from {parent}@{fork_seq}" if parent
                         else f"entry {entry.get('path') or entry.get('module')}")
         return self.get_job(job_id)
@@ -150,7 +161,8 @@ class SqliteStore(Store):
             if epoch is not None:
                 self._check_epoch(db, job_id, epoch)
             cur = db.execute("UPDATE jobs SET status = ?, error = ?, updated = ? WHERE job_id = ?",
-                             (status, error, self.clock(), job_id))
+                             (status, self.sealer.seal(error, "jobs", "error", job_id),
+                              self.clock(), job_id))
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job {job_id!r}")
             self._event(db, job_id, status, error or "")
@@ -232,9 +244,9 @@ class SqliteStore(Store):
             db.execute("DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch))
 
     # ---------------------------------------------------------------- snapshots
-    @staticmethod
-    def _snapshot(row) -> SnapshotRow:
-        return SnapshotRow(*row)
+    def _snapshot(self, row) -> SnapshotRow:
+        label = self.sealer.open(row[2], "snapshots", "label", row[0], row[1])
+        return SnapshotRow(row[0], row[1], label, *row[3:])
 
     def commit_snapshot(self, row: SnapshotRow) -> None:
         with self._tx() as db:
@@ -247,11 +259,15 @@ class SqliteStore(Store):
                     f"latest, but it is {latest}; another writer moved the job on. Nothing "
                     "changed.")
             db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (row.job_id, row.seq, row.label, row.file,
-                                                         row.size, row.created, row.epoch))
+                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (row.job_id, row.seq, self._label(row),
+                                                         row.file, row.size, row.created,
+                                                         row.epoch))
             db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (row.created, row.job_id))
             self._event(db, row.job_id, "snapshot",
                         f"{row.seq}" + (f" ({row.label})" if row.label else ""))
+
+    def _label(self, row: SnapshotRow):
+        return self.sealer.seal(row.label, "snapshots", "label", row.job_id, row.seq)
 
     def snapshots(self, job_id) -> list[SnapshotRow]:
         rows = self._db().execute("SELECT job_id, seq, label, file, size, created, epoch FROM "
@@ -268,8 +284,8 @@ class SqliteStore(Store):
             try:
                 db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
                            "epoch) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (row.job_id, row.seq, row.label, row.file, row.size, row.created,
-                            row.epoch))
+                           (row.job_id, row.seq, self._label(row), row.file, row.size,
+                            row.created, row.epoch))
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
 
@@ -277,20 +293,37 @@ class SqliteStore(Store):
     _EFFECT_COLUMNS = ("job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
                        "state, result, external_id, attempts, created, updated, note")
 
+    _SEALED_EFFECT_COLUMNS = {"args_repr": 6, "result": 9, "external_id": 10, "note": 14}
+
+    def _effect(self, row) -> EffectRow:
+        values = list(row)
+        job_id, ordinal = row[0], row[1]
+        for column, i in self._SEALED_EFFECT_COLUMNS.items():
+            values[i] = self.sealer.open(row[i], "effects", column, job_id, ordinal)
+        values[5] = self.sealer.stored_digest(row[5], "effects", "args_digest", job_id, ordinal)
+        return EffectRow(*values)
+
+    def _effect_values(self, row: EffectRow) -> tuple:
+        values = list(row.__dict__.values())
+        for column, i in self._SEALED_EFFECT_COLUMNS.items():
+            values[i] = self.sealer.seal(values[i], "effects", column, row.job_id, row.ordinal)
+        values[5] = self.sealer.digest(row.args_digest)
+        return tuple(values)
+
     def effect(self, job_id, ordinal) -> EffectRow | None:
         row = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
                                  "AND ordinal = ?", (job_id, ordinal)).fetchone()
-        return EffectRow(*row) if row else None
+        return self._effect(row) if row else None
 
     def effect_by_key(self, job_id, key) -> EffectRow | None:
         row = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
                                  "AND key = ? ORDER BY ordinal LIMIT 1", (job_id, key)).fetchone()
-        return EffectRow(*row) if row else None
+        return self._effect(row) if row else None
 
     def effects(self, job_id) -> list[EffectRow]:
         rows = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
                                   "ORDER BY ordinal", (job_id,))
-        return [EffectRow(*r) for r in rows]
+        return [self._effect(r) for r in rows]
 
     def record_effects(self, rows, *, epoch, replace=False) -> None:
         if not rows:
@@ -302,7 +335,7 @@ class SqliteStore(Store):
             try:
                 db.executemany(f"{verb} INTO effects ({self._EFFECT_COLUMNS}) VALUES "
                                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               [tuple(r.__dict__.values()) for r in rows])
+                               [self._effect_values(r) for r in rows])
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {rows[0].job_id}: effect {rows[0].ordinal} is already "
                                  "recorded") from None
@@ -322,10 +355,57 @@ class SqliteStore(Store):
         return dict(self._db().execute("SELECT name, value FROM metrics WHERE job_id = ?",
                                        (job_id,)).fetchall())
 
+    # ---------------------------------------------------------------- sealing
+    def reseal(self, sealer: Sealer) -> None:
+        """Rewrite every sealed column with `sealer` in one transaction (encryption
+        turned on or off for a store that has rows; values already in the new form are
+        taken as they are), then compact the catalog and empty its WAL, so no earlier
+        form of a value stays in the files."""
+        reader = Sealer(sealer.keys if sealer.enabled else self.sealer.keys,
+                        sealer.enabled or self.sealer.enabled, tolerant=True)
+        old, self.sealer = self.sealer, reader
+        try:
+            with self._tx() as db:
+                jobs = [self._job(r) for r in db.execute(
+                    f"SELECT {self._JOB_COLUMNS} FROM jobs").fetchall()]
+                snaps = [self._snapshot(r) for r in db.execute(
+                    "SELECT job_id, seq, label, file, size, created, epoch FROM snapshots"
+                    ).fetchall()]
+                effects = [self._effect(r) for r in db.execute(
+                    f"SELECT {self._EFFECT_COLUMNS} FROM effects").fetchall()]
+                events = [(i, job_id, at, kind, self.sealer.open(
+                    detail, "events", "detail", job_id, kind, repr(at)))
+                    for i, job_id, at, kind, detail in db.execute(
+                        "SELECT id, job_id, at, kind, detail FROM events").fetchall()]
+                self.sealer = sealer
+                for job in jobs:
+                    db.execute("UPDATE jobs SET argv = ?, error = ? WHERE job_id = ?",
+                               (sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
+                                sealer.seal(job.error, "jobs", "error", job.job_id),
+                                job.job_id))
+                for snap in snaps:
+                    db.execute("UPDATE snapshots SET label = ? WHERE job_id = ? AND seq = ?",
+                               (self._label(snap), snap.job_id, snap.seq))
+                for i, job_id, at, kind, detail in events:
+                    db.execute("UPDATE events SET detail = ? WHERE id = ?",
+                               (sealer.seal(detail, "events", "detail", job_id, kind,
+                                            repr(at)), i))
+                db.executemany(f"INSERT OR REPLACE INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                               "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                               [self._effect_values(r) for r in effects])
+        except BaseException:
+            self.sealer = old
+            raise
+        db = self._db()
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     # ---------------------------------------------------------------- timeline
     def _event(self, db, job_id, kind, detail) -> None:
+        at = float(self.clock())
         db.execute("INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
-                   (job_id, self.clock(), kind, detail))
+                   (job_id, at, kind, self.sealer.seal(detail, "events", "detail", job_id, kind,
+                                                       repr(at))))
 
     def log_event(self, job_id, kind, detail="") -> None:
         with self._tx() as db:
@@ -334,4 +414,5 @@ class SqliteStore(Store):
     def events(self, job_id) -> list[EventRow]:
         rows = self._db().execute("SELECT job_id, at, kind, detail FROM events WHERE job_id = ? "
                                   "ORDER BY id", (job_id,))
-        return [EventRow(*r) for r in rows]
+        return [EventRow(r[0], r[1], r[2], self.sealer.open(r[3], "events", "detail", r[0],
+                                                            r[2], repr(r[1]))) for r in rows]

@@ -1,0 +1,227 @@
+"""Sealing what the agent produced before it reaches the catalog or a header.
+
+In a store that requires encryption (`snaprun init --encrypt`), every catalog value
+the agent produced (argv, error texts, labels, timeline details, effect arguments,
+notes, results and external ids) is sealed with AES-256-GCM:
+
+    envelope = b"SS1" | u8 key-id length | key id | 12-byte random nonce | ciphertext+tag
+
+The AEAD key is derived (HKDF) from the store key named in the envelope, with its own
+info string, so rotation keeps older rows readable and no other use shares the key.
+The associated data names the value's place (table, column, job id, row identity): a
+sealed value copied to another row or column fails authentication, as does any edit.
+Where only equality is needed (effects.args_digest) a keyed digest is kept instead:
+HMAC-SHA256 under a derived key, so low-entropy arguments cannot be confirmed by
+guessing and hashing.
+
+In a plaintext store the sealer passes every value through unchanged: no format
+change for existing stores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import struct
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from ..runtime._errors import StoreDamaged, TamperedSnapshot, UnknownKey
+from ._keys import ENV_KEY, Key, KeyRing
+
+__all__ = ["Sealer", "PLAIN", "KeyedDigest", "MAGIC", "seal_header", "open_header",
+           "HEADER_PRIVATE"]
+
+MAGIC = b"SS1"
+_DIGEST_PREFIX = "hmac-sha256:"
+_NONCE = 12
+
+
+def _derive(key: Key, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=b"snapstate " + info).derive(key.secret)
+
+
+def _aad(place: tuple) -> bytes:
+    """The value's place, unambiguously encoded (each part length-prefixed)."""
+    out = bytearray(b"snapstate sealed value")
+    for part in place:
+        data = str(part).encode()
+        out += struct.pack("<I", len(data)) + data
+    return bytes(out)
+
+
+def _where(place: tuple) -> str:
+    table, column, job_id, *row = place
+    ident = f" {'/'.join(str(p) for p in row)}" if row else ""
+    return f"{table}.{column} of job {job_id}{ident}"
+
+
+class KeyedDigest(str):
+    """A stored keyed digest ("hmac-sha256:<key id>:<hex>"). It equals the plain
+    SHA-256 hex digest it was made from: comparing it with one recomputes the HMAC
+    under the key it names, so the ledger's equality checks work unchanged."""
+
+    def __new__(cls, stored: str, sealer: "Sealer"):
+        self = super().__new__(cls, stored)
+        self._sealer = sealer
+        return self
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, KeyedDigest) or not isinstance(other, str):
+            return str.__eq__(self, other)
+        if other.startswith(_DIGEST_PREFIX):
+            return str.__eq__(self, other)
+        kid = self[len(_DIGEST_PREFIX):].split(":", 1)[0]
+        return hmac.compare_digest(str(self), self._sealer._keyed(other, kid))
+
+    def __ne__(self, other) -> bool:
+        result = self.__eq__(other)
+        return result if result is NotImplemented else not result
+
+    __hash__ = str.__hash__
+
+    def __reduce__(self):                 # pickled as the stored text
+        return (str, (str(self),))
+
+
+class Sealer:
+    """Seals and opens catalog values with a store's key ring (see the module doc).
+    `enabled` False: values pass through unchanged (a plaintext store). `tolerant`:
+    opening passes unsealed values through (only for resealing a whole catalog when
+    encryption is turned on, possibly again after an interrupted attempt)."""
+
+    def __init__(self, keys: KeyRing | None, enabled: bool, *, tolerant: bool = False):
+        if enabled and keys is None:
+            raise ValueError("an enabled sealer needs the store's keys")
+        self.keys, self.enabled, self.tolerant = keys, enabled, tolerant
+        self._derived: dict[tuple[str, bytes], bytes] = {}
+
+    # ------------------------------------------------------------------ keys
+    def _key(self, kid: str, info: bytes) -> bytes:
+        cached = self._derived.get((kid, info))
+        if cached is None:
+            # Retired keys still open the catalog's own values: retiring stops trusting
+            # snapshot files signed with a key, it does not erase this store's history.
+            key = next((k for k in self.keys.keys() if k.key_id == kid), None)
+            if key is None:
+                raise UnknownKey(
+                    f"a catalog value is sealed with key {kid!r}, which this store does not "
+                    f"have; set {ENV_KEY} to that key (it was current when the value was "
+                    "written)")
+            cached = self._derived[(kid, info)] = _derive(key, info)
+        return cached
+
+    def _current(self) -> str:
+        return self.keys.current.key_id
+
+    # ------------------------------------------------------------------ values
+    def seal(self, value, *place):
+        """Seal a str or bytes value for its place (table, column, job id, row...);
+        None stays None (absence is not secret). Unchanged when not enabled."""
+        if not self.enabled or value is None:
+            return value
+        if isinstance(value, str):
+            kind, data = b"s", value.encode()
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            kind, data = b"b", bytes(value)
+        else:
+            raise TypeError(f"cannot seal {type(value).__name__}")
+        kid = self._current()
+        nonce = os.urandom(_NONCE)
+        sealed = AESGCM(self._key(kid, b"catalog aes-256-gcm")).encrypt(
+            nonce, kind + data, _aad(place))
+        encoded = kid.encode()
+        return MAGIC + bytes([len(encoded)]) + encoded + nonce + sealed
+
+    def open(self, stored, *place):
+        """The value sealed at this place; StoreDamaged if it is not sealed, was edited,
+        or belongs to another place. Unchanged when not enabled."""
+        if not self.enabled or stored is None:
+            return stored
+        if not isinstance(stored, bytes) or not stored.startswith(MAGIC) \
+                or len(stored) < len(MAGIC) + 1:
+            if self.tolerant:
+                return stored
+            raise StoreDamaged(
+                f"the catalog value {_where(place)} is not sealed, in a store that requires "
+                "encryption: the catalog was edited or replaced (or `snaprun init --encrypt` "
+                "was interrupted: run it again). Refusing it.")
+        n = stored[len(MAGIC)]
+        start = len(MAGIC) + 1
+        kid = stored[start:start + n].decode(errors="replace")
+        nonce = stored[start + n:start + n + _NONCE]
+        body = stored[start + n + _NONCE:]
+        try:
+            opened = AESGCM(self._key(kid, b"catalog aes-256-gcm")).decrypt(
+                nonce, body, _aad(place))
+        except (InvalidTag, ValueError):
+            raise StoreDamaged(
+                f"the catalog value {_where(place)} fails authentication: it was modified, "
+                "or moved from another row or column. Refusing it.") from None
+        kind, data = opened[:1], opened[1:]
+        return data.decode() if kind == b"s" else data
+
+    # ------------------------------------------------------------------ digests
+    def _keyed(self, digest: str, kid: str) -> str:
+        mac = hmac.new(self._key(kid, b"catalog args-digest hmac-sha256"), digest.encode(),
+                       hashlib.sha256).hexdigest()
+        return f"{_DIGEST_PREFIX}{kid}:{mac}"
+
+    def digest(self, digest: str) -> str:
+        """What to store for a plain SHA-256 digest: a keyed digest when enabled."""
+        if not self.enabled or isinstance(digest, KeyedDigest):
+            return digest
+        return self._keyed(digest, self._current())
+
+    def stored_digest(self, stored: str, *place) -> str:
+        """A stored digest as the ledger compares it (see KeyedDigest)."""
+        if not self.enabled:
+            # A keyed digest left by a store that was encrypted still compares right.
+            keyed = isinstance(stored, str) and stored.startswith(_DIGEST_PREFIX)
+            return KeyedDigest(stored, self) if keyed and self.keys else stored
+        if not isinstance(stored, str) or not stored.startswith(_DIGEST_PREFIX):
+            if self.tolerant:
+                return stored
+            raise StoreDamaged(
+                f"the catalog value {_where(place)} is not a keyed digest, in a store that "
+                "requires encryption: the catalog was edited or replaced. Refusing it.")
+        return KeyedDigest(stored, self)
+
+
+PLAIN = Sealer(None, False)
+
+
+# ------------------------------------------------------------------------ headers
+# What the agent gave a snapshot: in an encrypted file these header fields are null and
+# sealed together in "sealed" (the header itself stays readable for verification).
+# Frame qualnames, file names and line numbers are code identity and stay in clear.
+HEADER_PRIVATE = ("argv", "label")
+
+
+def seal_header(header: dict, keys: KeyRing) -> dict:
+    """The header of an encrypted snapshot: argv and label sealed for this job and seq."""
+    private = json.dumps({name: header.get(name) for name in HEADER_PRIVATE})
+    blob = Sealer(keys, True).seal(private, "header", "private", header["job_id"],
+                                   header["seq"])
+    return dict(header, **{name: None for name in HEADER_PRIVATE}, sealed=blob.hex())
+
+
+def open_header(header: dict, keys: KeyRing, path: str) -> dict:
+    """A verified header with its sealed fields opened (unchanged if it has none)."""
+    sealed = header.get("sealed")
+    if sealed is None:
+        return header
+    try:
+        opened = json.loads(Sealer(keys, True).open(bytes.fromhex(sealed), "header", "private",
+                                                    header.get("job_id"), header.get("seq")))
+        values = {name: opened[name] for name in HEADER_PRIVATE}
+    except (StoreDamaged, TypeError, ValueError, KeyError) as exc:
+        raise TamperedSnapshot(f"{path}: its sealed header fields do not open ({exc}); "
+                               "refusing it") from None
+    return dict(header, **values)
