@@ -132,6 +132,15 @@ def _local_names(code) -> list[str]:
     return names[:nlocalsplus(code)]
 
 
+def _names_for_header(ref: CodeRef) -> list[str] | None:
+    """A frame's local slot names, kept in the header so `inspect` can name locals
+    without importing the agent's code."""
+    try:
+        return _local_names(find_code(ref))
+    except Exception:
+        return None
+
+
 class Job:
     """One agent run in a store: its entry point, lease, and snapshot sequence.
 
@@ -368,7 +377,8 @@ class Job:
             "entry": self.entry.as_dict(), "argv": self.argv,
             "frames": [{"module": f.code.module, "qualname": f.code.qualname,
                         "firstlineno": f.code.firstlineno, "digest": f.code.digest,
-                        "filename": f.code.filename, "lineno": f.lineno} for f in frames],
+                        "filename": f.code.filename, "lineno": f.lineno,
+                        "locals": _names_for_header(f.code)} for f in frames],
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
         }
