@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import secrets
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
 import cloudpickle
 import greenlet
 
+from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import JOB_HEADER_FIELDS, Home
@@ -194,13 +196,18 @@ class Job:
 
     def replay(self, at: int):
         """Run from snapshot `at` with every effect served from the ledger and none
-        dispatched, writing nothing; stops where the recorded history ends
-        (self.replay_stop says why) or raises DivergenceError at the first divergence."""
+        dispatched, writing nothing to the store; the files, databases and temp
+        directories the snapshot holds are reopened as scratch copies in a temporary
+        directory (removed afterwards), never the originals. Stops where the recorded
+        history ends (self.replay_stop says why) or raises DivergenceError at the
+        first divergence."""
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
         path = self.home.absolute(row.file)
         header, payload = self.home.read(path)
-        return self._loop(self.restore(header, payload, path), (), {})
+        with tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch, \
+                scratch_copies(scratch):
+            return self._loop(self.restore(header, payload, path), (), {})
 
     # called by the ledger, in the agent's greenlet
     def park(self, row, call_site: str) -> None:

@@ -52,7 +52,9 @@ class InertType(type):
             # its instances
             name = args[2] if cls._qualname == "_make_skeleton_enum" else args[1]
             return _placeholder("", name if isinstance(name, str) else "?")
-        return Inert.__new__(cls, *args, **kwargs)
+        obj = Inert.__new__(cls, *args, **kwargs)
+        obj.__dict__["_called"] = True      # REDUCE: shown with its full dotted name
+        return obj
 
     def __repr__(cls) -> str:       # a class or function the pickle names by reference
         return f"<{_dotted(cls._module, cls._qualname)}>"
@@ -71,7 +73,8 @@ class Inert(metaclass=InertType):
 
     def __new__(cls, *args, **kwargs):
         obj = object.__new__(cls)
-        obj.__dict__.update(_args=args, _kwargs=kwargs, _state=None, _items=[], _pairs=[])
+        obj.__dict__.update(_args=args, _kwargs=kwargs, _state=None, _items=[], _pairs=[],
+                            _called=False)
         return obj
 
     def __init__(self, *args, **kwargs):
@@ -310,7 +313,8 @@ def _render_inert(obj: Inert, depth: int, seen: set) -> str:
     kind, args = obj.kind, obj._args
     if kind == "copyreg._reconstructor" and isinstance(_arg(obj, 0), InertType):
         kind, args = _dotted(args[0]._module, args[0]._qualname), ()   # protocol 0/1 object
-    name = _name_of(kind)
+    # an instance (NEWOBJ) by its class name, any other call by its full dotted name
+    name = kind if obj._called else _name_of(kind)
     if depth <= 0:
         return f"{name}(...)"
     parts = [_render(a, depth - 1, seen) for a in args]
