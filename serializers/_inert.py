@@ -25,7 +25,7 @@ __all__ = ["loads", "Inert", "InertType", "render", "attributes", "cell_contents
 _MAX_ITEMS = 6
 _MAX_STRING = 80
 _MAX_LENGTH = 400
-_DEPTH = 3
+_DEPTH = 4
 
 
 class InertType(type):
@@ -96,6 +96,12 @@ class Inert(metaclass=InertType):
     def __setitem__(self, key, value) -> None:
         self._pairs.append((key, value))
 
+    def __call__(self, *args, **kwargs) -> "Inert":
+        """A call of a decoded object (e.g. cloudpickle's `_builtin_type(name)(...)`)."""
+        call = _CALL(*args, **kwargs)
+        call.__dict__["_callee"] = self
+        return call
+
     def __repr__(self) -> str:
         return render(self)
 
@@ -113,6 +119,8 @@ def _placeholder(module: str, qualname: str) -> InertType:
     return InertType(qualname.rsplit(".", 1)[-1], (Inert,),
                      {"_module": module, "_qualname": qualname, "__slots__": ()})
 
+
+_CALL = _placeholder("", "<call>")
 
 _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None))
 _SAFE_BUILTINS = {"set": set, "frozenset": frozenset, "complex": complex, "slice": slice,
@@ -145,7 +153,7 @@ class _View:
     """A file-like reader over a buffer, so a large payload is never copied."""
 
     def __init__(self, data):
-        self.view, self.pos = memoryview(data).cast("B"), 0
+        self.data, self.view, self.pos = data, memoryview(data).cast("B"), 0
 
     def read(self, n: int = -1) -> bytes:
         end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
@@ -161,10 +169,11 @@ class _View:
         return n
 
     def readline(self) -> bytes:
-        end = self.pos
-        while end < len(self.view) and self.view[end] != 10:
-            end += 1
-        return self.read(end + 1 - self.pos)
+        find = getattr(self.data, "find", None)
+        end = find(b"\n", self.pos) if find is not None else -1
+        if find is None:
+            end = next((i for i in range(self.pos, len(self.view)) if self.view[i] == 10), -1)
+        return self.read(len(self.view) - self.pos if end < 0 else end + 1 - self.pos)
 
 
 class InertUnpickler(pickle.Unpickler):
@@ -389,10 +398,12 @@ def _render_special(obj: Inert, depth: int, seen: set) -> str | None:
         return f"<module {_text(_arg(obj, 0, '?'), False)}>"
     if kind.startswith("cloudpickle") and name == "_builtin_type":
         return f"<type {_text(_arg(obj, 0, '?'), False)}>"
-    if kind == "types.CodeType" or (isinstance(_arg(obj, 0), Inert)
-                                    and _arg(obj, 0).kind.endswith("_builtin_type")
-                                    and _arg(_arg(obj, 0), 0) == "CodeType"):
-        return "<code>"
+    callee = obj.__dict__.get("_callee")
+    if callee is not None:
+        if callee.kind.endswith("._builtin_type") and _arg(callee, 0) == "CodeType":
+            return "<code>"
+        return (f"{_render(callee, depth - 1, seen)}"
+                f"({', '.join(_render(a, depth - 1, seen) for a in obj._args)})")
     return None
 
 
