@@ -14,6 +14,7 @@ kind and path (`open file '/tmp/log.txt' (mode 'a', at byte 120)`).
 
 from __future__ import annotations
 
+import gc
 import pickle
 import reprlib
 
@@ -203,7 +204,13 @@ class InertUnpickler(pickle.Unpickler):
 
 def loads(data) -> object:
     """Decode a pickle into builtin values and Inert placeholders, running nothing."""
-    return InertUnpickler(_View(data)).load()
+    enabled = gc.isenabled()
+    gc.disable()             # millions of new containers would trigger useless collections
+    try:
+        return InertUnpickler(_View(data)).load()
+    finally:
+        if enabled:
+            gc.enable()
 
 
 # ------------------------------------------------------------------------ reading
