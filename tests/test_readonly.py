@@ -114,18 +114,16 @@ def test_inspect_changes_nothing_and_imports_nothing(jobs, job):
 
 
 def test_other_readonly_commands_change_nothing(jobs, tmp_path):
-    """verify, export, ls, log, effects and stats (each with --json where it has one)
-    change no byte or mtime of the agent's files or the store and run no agent code.
+    """verify, export, ls, log, effects and stats change no byte or mtime of the agent's files or the store and run no agent code.
     (A guard: these did not write before either; inspect and replay, tested above and
     below, did.)"""
     store = jobs / "store"
     snap = snapshot_files(store, "killed")[0]
     commands = [("verify", "--store", store, snap),
                 ("export", "--store", store, "-o", tmp_path / "out.snap", "killed@1"),
-                ("ls", "--store", store), ("ls", "--store", store, "--json"),
-                ("log", "--store", store, "killed"), ("effects", "--store", store, "killed"),
-                ("effects", "--store", store, "--json", "done"), ("stats", "--store", store),
-                ("stats", "--store", store, "--json", "killed")]
+                ("ls", "--store", store), ("log", "--store", store, "killed"),
+                ("effects", "--store", store, "--json", "killed"),
+                ("stats", "--store", store)]
     for args in commands:
         run = _untouched(jobs, tmp_path / f"sentinel-{args[0]}", *args)
         assert run.returncode == 0, (args, run.stderr)
