@@ -41,6 +41,7 @@ class InertType(type):
             target, state = args
             if isinstance(target, Inert):
                 target.__setstate__(state)
+                target.__dict__["_setter"] = cls._qualname
                 return None
             if isinstance(target, InertType):        # cloudpickle's _class_setstate
                 names = state[0] if isinstance(state, tuple) and state else state
@@ -63,7 +64,8 @@ class InertType(type):
 
 def _is_state_setter(qualname: str) -> bool:
     name = qualname.rsplit(".", 1)[-1].lower()
-    return "setstate" in name or "set_state" in name or name in ("_fill_cell", "cell_set")
+    return ("setstate" in name or (name.lstrip("_").startswith("set_") and name.endswith("state"))
+            or name in ("_fill_cell", "cell_set"))
 
 
 class Inert(metaclass=InertType):
@@ -220,6 +222,9 @@ def attributes(obj) -> dict:
         return {}
     state = obj._state
     attrs: dict = {}
+    if obj.__dict__.get("_setter") == "_set_exception_state" and isinstance(state, tuple) \
+            and state and isinstance(state[0], dict):
+        return dict(state[0])    # (attributes, cause, context, suppress, traceback)
     if isinstance(state, tuple) and len(state) == 2 and all(
             s is None or isinstance(s, dict) for s in state):
         for part in state:
@@ -336,7 +341,7 @@ def _render_inert(obj: Inert, depth: int, seen: set) -> str:
     parts = [_render(a, depth - 1, seen) for a in args]
     parts += [f"{k}={_render(v, depth - 1, seen)}" for k, v in obj._kwargs.items()]
     attrs = attributes(obj)
-    if obj._state is not None and not attrs:
+    if obj._state is not None and not attrs and "_setter" not in obj.__dict__:
         parts.append(f"state={_render(obj._state, depth - 1, seen)}")
     for i, (key, value) in enumerate(attrs.items()):
         if i == 2 * _MAX_ITEMS:

@@ -13,6 +13,8 @@ import tempfile
 
 import cloudpickle
 
+from conftest import AGENTS
+
 from snapstate import resource
 from snapstate.serializers import _inert, _pickler
 
@@ -174,3 +176,26 @@ def test_resources_show_by_kind_and_path_and_are_never_reopened(tmp_path):
     finally:
         real["log"].close()
         real["db"].close()
+
+
+def test_exceptions_generators_and_cells_are_shown_not_rebuilt():
+    """An exception keeps its message and attributes, a suspended generator shows
+    where it is paused, a closure cell shows its content; none is rebuilt (a
+    generator would be re-created by running its code). Positive control: the real
+    unpickler resumes the generator where it was paused."""
+    error = ValueError("boom")
+    error.detail = "kept"
+    sys.path.insert(0, str(AGENTS))
+    import pickle_subjects
+    gen = pickle_subjects.ticker(5)
+    first = next(gen)
+    secret = "in a cell"
+
+    def closure():
+        return secret
+    data = _pickler.dumps({"error": error, "gen": gen, "cell": closure.__closure__[0]})
+    shown = {k: _inert.render(v) for k, v in _inert.loads(data).items()}
+    assert shown == {"error": "ValueError('boom', detail='kept')",
+                     "gen": f"<generator ticker() paused at line {gen.gi_frame.f_lineno}>",
+                     "cell": "<cell: 'in a cell'>"}
+    assert next(_pickler.loads(data)["gen"]) == next(gen) != first     # positive control
