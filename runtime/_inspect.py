@@ -40,15 +40,17 @@ def describe(header: dict, payload) -> dict:
     """The report for a verified snapshot: never imports or runs agent code."""
     report = {key: header.get(key) for key in ("job_id", "seq", "label", "created_at", "epoch",
                                                  "key_id", "codecs", "entry", "argv")}
-    report["python"] = header["versions"]["python_full"]
-    frames = [{"function": f["qualname"], "file": f["filename"], "line": f["lineno"],
+    versions = header.get("versions")
+    report["python"] = versions.get("python_full") if isinstance(versions, dict) else None
+    metas = [f if isinstance(f, dict) else {} for f in header.get("frames") or []]
+    frames = [{"function": f.get("qualname"), "file": f.get("filename"), "line": f.get("lineno"),
                "source": linecache.getline(f["filename"], f["lineno"]).strip()
                if isinstance(f.get("filename"), str) and isinstance(f.get("lineno"), int)
                else "", "locals": None}
-              for f in header["frames"]]
+              for f in metas]
     try:
         state = _inert.loads(payload)
-        for out, meta, record in zip(frames, header["frames"], state["frames"]):
+        for out, meta, record in zip(frames, metas, state["frames"]):
             out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
         report["globals"] = {str(module): {str(k): _inert.render(v) for k, v in values.items()
                                            if not _inert.is_code_object(v)}

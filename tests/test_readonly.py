@@ -17,6 +17,7 @@ import runpy
 import sqlite3
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -266,3 +267,20 @@ def test_read_payload_holds_the_body_once(jobs, large, tmp_path):
     assert code == 0, err
     assert (tmp_path / "child.out").read_text().strip() == str(96 * MIB)
     assert rss <= 64 + 96, f"read_payload peaked at {rss:.0f} MiB for a 96 MiB body"
+
+
+def test_inspect_of_a_snapshot_without_local_names_shows_slots(jobs):
+    """A snapshot taken before headers recorded local names (its header frames lack
+    them) still shows every local, by slot number, without importing anything."""
+    from snapstate.runtime import _inspect
+    from snapstate.serializers._home import Home
+    home = Home(str(jobs / "store"))
+    try:
+        header, payload = home.read(str(snapshot_files(jobs / "store", "done")[0]))
+    finally:
+        home.close()
+    assert header["frames"][0]["locals"][0] == "notebook"
+    header["frames"] = [{k: v for k, v in f.items() if k != "locals"} for f in header["frames"]]
+    frame = _inspect.describe(header, payload)["tasks"][0]["frames"][-1]
+    assert frame["locals"]["slot 0"] == "Notebook(title='draft', pages=['intro'])"
+    assert "ro_agent" not in sys.modules
