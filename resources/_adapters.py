@@ -11,9 +11,10 @@
     requests.Session           timeouts (loaded only when the library is imported)
     tempfile.TemporaryDirectory  the same directory, recreated if missing
 
-In a replay (`scratch_copies(directory)`, used by Job.replay) the files, sqlite3
-databases and temp directories these adapters reopen are scratch copies made in
-`directory`: the originals are never opened, truncated or written.
+In a replay (`scratch_copies(directory)`, used by Job.replay) the writable files,
+sqlite3 databases and temp directories these adapters reopen are scratch copies made
+in `directory`: the originals are never truncated or written (a file open only for
+reading is read in place).
 
 Handles that hold a live connection or thread (sockets, locks, threads, subprocesses,
 streaming responses) are refused, naming the path to them and suggesting resource().
@@ -138,8 +139,9 @@ def _reduce_file(f):
 
 
 def _reopen_file(path, mode, position, binary, text, raw):
-    original, path = path, scratch_path(path)
     plus = "+" in mode
+    writable = plus or any(c in mode for c in "awx")
+    original, path = path, scratch_path(path) if writable else path   # a reader reads it
     if "a" in mode:
         try:
             if os.path.getsize(path) > position:
