@@ -11,6 +11,11 @@
     requests.Session           timeouts (loaded only when the library is imported)
     tempfile.TemporaryDirectory  the same directory, recreated if missing
 
+In a replay (`scratch_copies(directory)`, used by Job.replay) the writable files,
+sqlite3 databases and temp directories these adapters reopen are scratch copies made
+in `directory`: the originals are never truncated or written (a file open only for
+reading is read in place).
+
 Handles that hold a live connection or thread (sockets, locks, threads, subprocesses,
 streaming responses) are refused, naming the path to them and suggesting resource().
 register_adapter(cls, reduce) adds an adapter: reduce(obj) returns a pickle reduce
@@ -19,6 +24,7 @@ tuple (callable, args) that reopens the object.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -33,7 +39,7 @@ import weakref
 
 from ._registry import ResourceReopenError
 
-__all__ = ["register_adapter", "reducer_for", "UNTRACKED"]
+__all__ = ["register_adapter", "reducer_for", "UNTRACKED", "scratch_copies", "scratch_path"]
 
 _ADAPTERS: dict[type, object] = {}
 _OPTIONAL_LOADED: set[str] = set()
@@ -75,6 +81,44 @@ def reducer_for(t: type):
     return None
 
 
+# ------------------------------------------------------------------------ scratch
+_SCRATCH: dict = {}     # "dir": the scratch directory of a replay; path -> its copy
+
+
+@contextlib.contextmanager
+def scratch_copies(directory: str):
+    """While active, adapters reopen scratch copies (see scratch_path), never originals."""
+    previous = dict(_SCRATCH)
+    _SCRATCH.clear()
+    _SCRATCH["dir"] = os.path.abspath(directory)
+    try:
+        yield
+    finally:
+        _SCRATCH.clear()
+        _SCRATCH.update(previous)
+
+
+def scratch_path(path: str, suffixes: tuple[str, ...] = ("",)) -> str:
+    """`path` itself, or in a replay its scratch copy (the file or directory copied on
+    first use, with `path + suffix` for each suffix, e.g. a database's -wal; a path
+    that does not exist stays missing in the scratch directory too)."""
+    root = _SCRATCH.get("dir")
+    if root is None:
+        return path
+    path = os.path.abspath(path)
+    copy = _SCRATCH.get(path)
+    if copy is None:
+        copy = os.path.join(root, path.lstrip(os.sep))
+        os.makedirs(os.path.dirname(copy), exist_ok=True)
+        for suffix in suffixes:
+            if os.path.isdir(path + suffix):
+                shutil.copytree(path + suffix, copy + suffix, symlinks=True)
+            elif os.path.exists(path + suffix):
+                shutil.copy2(path + suffix, copy + suffix)
+        _SCRATCH[path] = copy
+    return copy
+
+
 # ------------------------------------------------------------------------ files
 def _reduce_file(f):
     name, mode = getattr(f, "name", None), getattr(f, "mode", "r")
@@ -96,12 +140,14 @@ def _reduce_file(f):
 
 def _reopen_file(path, mode, position, binary, text, raw):
     plus = "+" in mode
+    writable = plus or any(c in mode for c in "awx")
+    original, path = path, scratch_path(path) if writable else path   # a reader reads it
     if "a" in mode:
         try:
             if os.path.getsize(path) > position:
                 os.truncate(path, position)   # written after the snapshot: written again
         except FileNotFoundError:
-            raise ResourceReopenError(_gone(path, mode)) from None
+            raise ResourceReopenError(_gone(original, mode)) from None
         reopen = mode
     elif "w" in mode or "x" in mode:
         reopen = "r+"                      # never truncate: it is the same file
@@ -112,9 +158,9 @@ def _reopen_file(path, mode, position, binary, text, raw):
     try:
         f = open(path, reopen, buffering=0 if raw else -1, **text)
     except FileNotFoundError:
-        raise ResourceReopenError(_gone(path, mode)) from None
+        raise ResourceReopenError(_gone(original, mode)) from None
     except OSError as exc:
-        raise ResourceReopenError(f"file {path} (mode {mode!r}) could not be reopened: "
+        raise ResourceReopenError(f"file {original} (mode {mode!r}) could not be reopened: "
                                   f"{exc.strerror}. The snapshot is intact: fix the cause and "
                                   "resume the job again.") from None
     if "a" not in reopen:
@@ -166,7 +212,8 @@ def _reopen_sqlite(path, isolation_level, row_factory):
         raise ResourceReopenError(f"sqlite3 database {path} no longer exists, so its "
                                   "connection cannot be reopened. The snapshot is intact: put "
                                   "it back and resume the job again.")
-    conn = sqlite3.connect(path, isolation_level=isolation_level)
+    conn = sqlite3.connect(scratch_path(path, ("", "-wal", "-journal")),
+                           isolation_level=isolation_level)
     conn.row_factory = row_factory
     return conn
 
@@ -186,6 +233,7 @@ def _reduce_tempdir(td):
 
 
 def _reopen_tempdir(name):
+    name = scratch_path(name)
     os.makedirs(name, exist_ok=True)
     td = object.__new__(tempfile.TemporaryDirectory)
     td.name = name

@@ -1,71 +1,61 @@
 """What `snaprun inspect` shows: a snapshot's tasks, their frames (function,
-file:line, source line) and each frame's locals as truncated reprs.
+file:line, source line) and each frame's locals as bounded readable renderings.
 
-The frames come from the verified header; the locals need the body, which is
-unpickled (the file was authenticated first) with the agent's modules imported, its
-import-time output sent to stderr. If that fails, the frames are still shown."""
+Read-only and inert: the frames come from the verified header (with their local
+variable names, recorded at snapshot time); the locals come from the body decoded
+by the inert unpickler (serializers/_inert.py), which imports nothing and runs
+nothing of the pickle's: no agent module is imported, no resource is reopened, so
+even a hostile file signed with the store's key runs no code. Objects show as
+`Class(attr=value, ...)`, functions as `<function module.qualname>`, resources by
+kind and path. If the body cannot be decoded, the frames are still shown."""
 
 from __future__ import annotations
 
-import contextlib
 import linecache
-import reprlib
-import sys
-import types
 
 from rich.console import Console
 from rich.table import Table
 
-from ..serializers import _pickler
-from ._agent import EntryPoint
-from ._codeid import find_code
+from ..serializers import _inert
 from ._layout import NULL
 
 __all__ = ["describe", "render", "table"]
 
-_REPR = reprlib.Repr()
-_REPR.maxstring = 80
-_REPR.maxother = 80
-_REPR.maxlist = _REPR.maxdict = _REPR.maxset = _REPR.maxtuple = 6
+
+def _locals(names: list | None, slots) -> dict[str, str]:
+    """name -> rendering of each set slot; `slot i` where the header has no names
+    (snapshots taken before names were recorded)."""
+    names = names if isinstance(names, list) else []
+    shown = {}
+    for i, value in enumerate(slots if isinstance(slots, list) else []):
+        value = _inert.cell_contents(value)
+        if value is NULL:
+            continue
+        name = names[i] if i < len(names) and isinstance(names[i], str) else f"slot {i}"
+        shown[name] = _inert.render(value)
+    return shown
 
 
-def _short(value) -> str:
-    if isinstance(value, types.CellType):
-        try:
-            value = value.cell_contents
-        except ValueError:
-            return "<empty cell>"
-    try:
-        return _REPR.repr(value)
-    except Exception as exc:  # a broken __repr__ must not break inspect
-        return f"<{type(value).__name__}: repr failed: {exc}>"
-
-
-def _local_names(code) -> list[str]:
-    from ._job import _local_names as names
-    return names(code)
-
-
-def describe(header: dict, payload: bytes) -> dict:
+def describe(header: dict, payload) -> dict:
+    """The report for a verified snapshot: never imports or runs agent code."""
     report = {key: header.get(key) for key in ("job_id", "seq", "label", "created_at", "epoch",
                                                  "key_id", "codecs", "entry", "argv")}
-    report["python"] = header["versions"]["python_full"]
-    frames = [{"function": f["qualname"], "file": f["filename"], "line": f["lineno"],
-               "source": linecache.getline(f["filename"], f["lineno"]).strip(), "locals": None}
-              for f in header["frames"]]
+    versions = header.get("versions")
+    report["python"] = versions.get("python_full") if isinstance(versions, dict) else None
+    metas = [f if isinstance(f, dict) else {} for f in header.get("frames") or []]
+    frames = [{"function": f.get("qualname"), "file": f.get("filename"), "line": f.get("lineno"),
+               "source": linecache.getline(f["filename"], f["lineno"]).strip()
+               if isinstance(f.get("filename"), str) and isinstance(f.get("lineno"), int)
+               else "", "locals": None}
+              for f in metas]
     try:
-        with contextlib.redirect_stdout(sys.stderr):
-            EntryPoint.from_dict(header["entry"]).import_module()
-            state = _pickler.loads(payload)
-        for out, record in zip(frames, state["frames"]):
-            names = _local_names(find_code(record.code))
-            out["locals"] = {names[i] if i < len(names) else f"slot {i}": _short(v)
-                             for i, v in enumerate(record.slots) if v is not NULL}
-        report["globals"] = {module: {k: _short(v) for k, v in values.items()
-                                      if not isinstance(v, (type, types.FunctionType,
-                                                            types.BuiltinFunctionType))}
+        state = _inert.loads(payload)
+        for out, meta, record in zip(frames, metas, state["frames"]):
+            out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
+        report["globals"] = {str(module): {str(k): _inert.render(v) for k, v in values.items()
+                                           if not _inert.is_code_object(v)}
                              for module, values in state["globals"].items()}
-    except Exception as exc:
+    except Exception as exc:     # a damaged body: the frames from the header still show
         report["locals_unavailable"] = f"{type(exc).__name__}: {exc}"
     report["tasks"] = [{"task": "main", "frames": frames[::-1]}]   # outermost first
     return report

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import secrets
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
 import cloudpickle
 import greenlet
 
+from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import JOB_HEADER_FIELDS, Home
@@ -132,6 +134,15 @@ def _local_names(code) -> list[str]:
     return names[:nlocalsplus(code)]
 
 
+def _names_for_header(ref: CodeRef) -> list[str] | None:
+    """A frame's local slot names, kept in the header so `inspect` can name locals
+    without importing the agent's code."""
+    try:
+        return _local_names(find_code(ref))
+    except Exception:
+        return None
+
+
 class Job:
     """One agent run in a store: its entry point, lease, and snapshot sequence.
 
@@ -185,13 +196,18 @@ class Job:
 
     def replay(self, at: int):
         """Run from snapshot `at` with every effect served from the ledger and none
-        dispatched, writing nothing; stops where the recorded history ends
-        (self.replay_stop says why) or raises DivergenceError at the first divergence."""
+        dispatched, writing nothing to the store; the files, databases and temp
+        directories the snapshot holds are reopened as scratch copies in a temporary
+        directory (removed afterwards), never the originals. Stops where the recorded
+        history ends (self.replay_stop says why) or raises DivergenceError at the
+        first divergence."""
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
         path = self.home.absolute(row.file)
         header, payload = self.home.read(path)
-        return self._loop(self.restore(header, payload, path), (), {})
+        with tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch, \
+                scratch_copies(scratch):
+            return self._loop(self.restore(header, payload, path), (), {})
 
     # called by the ledger, in the agent's greenlet
     def park(self, row, call_site: str) -> None:
@@ -368,7 +384,8 @@ class Job:
             "entry": self.entry.as_dict(), "argv": self.argv,
             "frames": [{"module": f.code.module, "qualname": f.code.qualname,
                         "firstlineno": f.code.firstlineno, "digest": f.code.digest,
-                        "filename": f.code.filename, "lineno": f.lineno} for f in frames],
+                        "filename": f.code.filename, "lineno": f.lineno,
+                        "locals": _names_for_header(f.code)} for f in frames],
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
         }

@@ -12,13 +12,15 @@
                 and body (keys derived from the key named in the header)
 
 Reading verifies everything (structure, key, digests, signature) in a first pass that
-decodes nothing; only then is the body decrypted and decompressed for unpickling:
-unpickling is code execution, so nothing unauthenticated ever reaches it. The digests
-tell apart a damaged body, a header that belongs to another body, and a signature
-that does not match, so each gets its own error.
+decodes nothing and holds one chunk at a time (constant memory, whatever the file's
+size or shape: every chunk but the last has the writer's chunk size); only then is
+the body decrypted and decompressed for unpickling, from the same open file, its MAC
+recomputed and compared before the payload is handed out: unpickling is code
+execution, so nothing unauthenticated ever reaches it. The digests tell apart a
+damaged body, a header that belongs to another body, and a signature that does not
+match, so each gets its own error.
 
-The body is produced and consumed in chunks, so a large snapshot is never held twice
-in memory and bodies over 2 GiB work.
+The body is produced and consumed in chunks, so bodies over 2 GiB work.
 """
 
 from __future__ import annotations
@@ -113,6 +115,11 @@ def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bo
 
 
 # ------------------------------------------------------------------------ reading
+_READ_BUFFER = 1 << 20          # large buffered reads, whatever the chunk lengths
+_MAX_CHUNK_SIZE = 16 << 20      # keeps one chunk (and so a reader's memory) bounded
+_TAG = 16                       # AES-GCM adds a 16-byte tag to each sealed chunk
+
+
 class _Reader:
     def __init__(self, f, path: str):
         self.f, self.path = f, path
@@ -133,7 +140,7 @@ class _Reader:
 
 def _open(path: str):
     try:
-        return open(path, "rb")
+        return open(path, "rb", buffering=_READ_BUFFER)
     except FileNotFoundError:
         raise CorruptSnapshot(f"no snapshot file at {path}") from None
     except IsADirectoryError:
@@ -155,7 +162,7 @@ def _read_header(reader: _Reader) -> tuple[dict, bytes]:
     header_bytes = reader.exactly(length, "header")
     try:
         header = json.loads(header_bytes)
-    except ValueError:
+    except (ValueError, RecursionError):
         header = None
     if not isinstance(header, dict) or not isinstance(header.get("key_id"), str) \
             or not isinstance(header.get("codecs"), list):
@@ -170,48 +177,73 @@ def peek_header(path: str) -> dict:
         return _read_header(_Reader(f, path))[0]
 
 
-def _body_chunks(reader: _Reader):
+def _chunk_limit(header: dict, path: str) -> int:
+    """The exact length of every body chunk but the last, from the header's chunk size."""
+    size = header.get("chunk_size")
+    if type(size) is not int or not 0 < size <= _MAX_CHUNK_SIZE:
+        raise CorruptSnapshot(f"{path} has a damaged header (chunk size {size!r}); it was not "
+                              "written by snapstate")
+    return size + (_TAG if _AEAD in header["codecs"] else 0)
+
+
+def _body_chunks(reader: _Reader, limit: int, hashes):
+    """(chunk, is_last) for each body chunk, feeding length prefixes, chunks and the
+    end marker to `hashes`. The writer cuts the body into chunks of exactly `limit`
+    bytes but the last, so anything else (e.g. a file of tiny chunks, built to make a
+    reader allocate and hash millions of objects) is refused at its second chunk."""
+    previous = None
     while True:
-        (length,) = _LEN.unpack(reader.exactly(_LEN.size, "body"))
+        prefix = reader.exactly(_LEN.size, "body")
+        (length,) = _LEN.unpack(prefix)
+        if length > reader.size - reader.f.tell():
+            reader.exactly(length, "body")      # a length past the end: truncated
+        if length and (length > limit or (previous is not None and len(previous) != limit)):
+            bad = length if length > limit else len(previous)
+            raise CorruptSnapshot(f"{reader.path} is damaged: it has a body chunk of {bad} bytes "
+                                  f"where its writer makes chunks of {limit}")
+        for h in hashes:
+            h.update(prefix)
         if length == 0:
+            if previous is not None:
+                yield previous, True
             return
-        yield length, reader.exactly(length, "body")
+        chunk = reader.exactly(length, "body")
+        for h in hashes:
+            h.update(chunk)
+        if previous is not None:
+            yield previous, False
+        previous = chunk
 
 
-def _read_verified(path: str, keys: KeyRing, require_encryption: bool):
-    """One pass over the file: structure, key, digests and signature checked over
-    exactly the bytes returned, so what is decoded afterwards is what was verified
-    (no second read that could see a swapped file)."""
-    with _open(path) as f:
-        reader = _Reader(f, path)
-        header, header_bytes = _read_header(reader)
-        encrypted = _AEAD in header["codecs"]
-        if require_encryption and not encrypted:
-            raise PlaintextRefused(f"{path} is not encrypted, and this store requires "
-                                   "encryption; it was not written by this store")
-        try:
-            key = keys.get(header["key_id"])
-        except SnapshotRejected as exc:
-            raise type(exc)(f"{path}: {exc}") from None
-        body_hash = xxhash.xxh3_128()
-        mac = hmac.new(key.mac_key, header_bytes, hashlib.sha256)
-        chunks = []
-        for length, chunk in _body_chunks(reader):
-            piece = _LEN.pack(length) + chunk
-            body_hash.update(piece)
-            mac.update(piece)
-            chunks.append(chunk)
-        end = _LEN.pack(0)
-        body_hash.update(end)
-        mac.update(end)
-        trailer = reader.exactly(_TRAILER, "trailer")
-        if f.read(1):
-            raise CorruptSnapshot(f"{path} has bytes after its trailer; it is damaged")
+def _verify_open(f, path: str, keys: KeyRing, require_encryption: bool):
+    """One streaming pass over the open file (constant memory: one chunk at a time):
+    structure, key, digests and signature. Returns (header, header_bytes, key,
+    body offset, MAC)."""
+    reader = _Reader(f, path)
+    header, header_bytes = _read_header(reader)
+    encrypted = _AEAD in header["codecs"]
+    if require_encryption and not encrypted:
+        raise PlaintextRefused(f"{path} is not encrypted, and this store requires "
+                               "encryption; it was not written by this store")
+    try:
+        key = keys.get(header["key_id"])
+    except SnapshotRejected as exc:
+        raise type(exc)(f"{path}: {exc}") from None
+    limit = _chunk_limit(header, path)
+    body_start = f.tell()
+    body_hash = xxhash.xxh3_128()
+    mac = hmac.new(key.mac_key, header_bytes, hashlib.sha256)
+    for _ in _body_chunks(reader, limit, (body_hash, mac)):
+        pass
+    trailer = reader.exactly(_TRAILER, "trailer")
+    if f.read(1):
+        raise CorruptSnapshot(f"{path} has bytes after its trailer; it is damaged")
     header_ok = xxhash.xxh3_128_digest(header_bytes) == trailer[:16]
     body_ok = body_hash.digest() == trailer[16:32]
-    signed = hmac.compare_digest(mac.digest(), trailer[32:])
+    digest = mac.digest()
+    signed = hmac.compare_digest(digest, trailer[32:])
     if signed and header_ok and body_ok:
-        return header, header_bytes, key, chunks
+        return header, header_bytes, key, body_start, digest
     if not body_ok:
         raise CorruptSnapshot(f"{path} is damaged: its body does not match its checksum. "
                               "Resume from an earlier snapshot of the job.")
@@ -224,44 +256,48 @@ def _read_verified(path: str, keys: KeyRing, require_encryption: bool):
 
 
 def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dict:
-    """Check a snapshot file completely without decoding its body; returns the header.
-    Raises CorruptSnapshot, TruncatedSnapshot or a SnapshotRejected subclass."""
-    return _read_verified(path, keys, require_encryption)[0]
-
-
-def _with_last(items):
-    """(item, is_last) pairs, looking one item ahead."""
-    pending = None
-    for item in items:
-        if pending is not None:
-            yield pending, False
-        pending = item
-    if pending is not None:
-        yield pending, True
+    """Check a snapshot file completely without decoding its body, in constant memory;
+    returns the header. Raises CorruptSnapshot, TruncatedSnapshot or a
+    SnapshotRejected subclass."""
+    with _open(path) as f:
+        return _verify_open(f, path, keys, require_encryption)[0]
 
 
 def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
-                 ) -> tuple[dict, bytes]:
-    """Verify the file, then decrypt and decompress the very chunks that were
-    verified: (header, pickle bytes)."""
-    header, header_bytes, key, chunks = _read_verified(path, keys, require_encryption)
-    out = bytearray()
-    decompressor = zstandard.ZstdDecompressor().decompressobj()
-    if _AEAD in header["codecs"]:
-        aead = AESGCM(key.aead_key)
-        prefix = bytes.fromhex(header["nonce_prefix"])
-        header_sha = hashlib.sha256(header_bytes).digest()
-        sealed = chunks
+                 ) -> tuple[dict, bytearray]:
+    """(header, pickle bytes) of a verified file.
 
-        def opened():
-            for i, (chunk, last) in enumerate(_with_last(sealed)):
-                yield aead.decrypt(prefix + struct.pack("<I", i), chunk, _aad(header_sha, i, last))
-        chunks = opened()
-    try:
-        for chunk in chunks:
-            out += decompressor.decompress(chunk)
-    except InvalidTag:
-        raise TamperedSnapshot(f"{path}: a body chunk fails authentication") from None
-    except zstandard.ZstdError as exc:
-        raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
-    return header, bytes(out)
+    A first pass verifies the file in constant memory; a second pass over the same
+    open file descriptor (never reopened by name: a swapped file is not seen)
+    decrypts and decompresses into one buffer while recomputing the MAC, and the
+    buffer is handed out only if that MAC equals the verified one, so what is
+    decoded is exactly what was verified. Nothing unauthenticated is decompressed
+    in the first place (no decompression bomb from an unsigned file)."""
+    with _open(path) as f:
+        header, header_bytes, key, body_start, verified = _verify_open(
+            f, path, keys, require_encryption)
+        f.seek(body_start)
+        reader = _Reader(f, path)
+        mac = hmac.new(key.mac_key, header_bytes, hashlib.sha256)
+        chunks = _body_chunks(reader, _chunk_limit(header, path), (mac,))
+        out = bytearray()
+        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        aead = None
+        if _AEAD in header["codecs"]:
+            aead = AESGCM(key.aead_key)
+            prefix = bytes.fromhex(header["nonce_prefix"])
+            header_sha = hashlib.sha256(header_bytes).digest()
+        try:
+            for i, (chunk, last) in enumerate(chunks):
+                if aead is not None:
+                    chunk = aead.decrypt(prefix + struct.pack("<I", i), chunk,
+                                         _aad(header_sha, i, last))
+                out += decompressor.decompress(chunk)
+                del chunk
+        except InvalidTag:
+            raise TamperedSnapshot(f"{path}: a body chunk fails authentication") from None
+        except zstandard.ZstdError as exc:
+            raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
+    if not hmac.compare_digest(mac.digest(), verified):
+        raise TamperedSnapshot(f"{path} changed while it was being read; refusing it")
+    return header, out
