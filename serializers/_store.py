@@ -166,8 +166,9 @@ class Store(abc.ABC):
     def acquire_lease(self, job_id: str, owner: Owner, ttl: float, *, force: bool = False,
                       resuming: bool = False) -> int:
         """Take the job's lease and return the new epoch. LeaseHeld while another
-        owner's lease is live; `force` takes over only a stale lease. `resuming`
-        counts a resume."""
+        owner's lease is live, even with `force` (which only changes the message and
+        the timeline's note: the runtime waits out a silent holder's lease, see
+        runtime/_lease.py). `resuming` counts a resume."""
 
     @abc.abstractmethod
     def heartbeat(self, job_id: str, epoch: int, ttl: float) -> None:
@@ -216,10 +217,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def record_effects(self, rows: list[EffectRow], *, epoch: int | None,
-                       replace: bool = False) -> None:
+                       replace: bool = False, ttl: float | None = None,
+                       margin: float = 0.0) -> float | None:
         """Insert (or, with replace, overwrite) ledger rows in one durable transaction,
         fenced by the lease epoch (StaleWriter otherwise). Inserting an existing
-        ordinal raises StoreError: a logical action is recorded once."""
+        ordinal raises StoreError: a logical action is recorded once.
+
+        With `ttl` the transaction records a dispatch (the last row is about to be
+        sent): it also requires the lease's deadline to be more than `margin` seconds
+        away (StaleWriter otherwise, nothing changed), renews the lease to now + ttl
+        like a heartbeat, and returns that deadline: the request must end before it."""
 
     @abc.abstractmethod
     def bump_metric(self, job_id: str, name: str, by: int = 1) -> None:
