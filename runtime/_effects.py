@@ -15,6 +15,13 @@ dispatched row means the outcome is unknown and is reconciled: retried with the 
 key when the provider honours keys, asked for with lookup(key) when it can be
 queried, otherwise marked ambiguous and the job parks until `snaprun reconcile`.
 
+Fencing at the moment of sending: the transaction that records an attempt as
+dispatched also requires the runner's lease epoch to be current and its deadline to
+be more than dispatch_margin(ttl) away, and renews it; right before the call the
+deadline (less send_guard(ttl)) is checked again in-process, and what is left is the
+request's timeout (timeout_param=, effect_time_left()). A runner that fails either
+check sends nothing and stops (StaleWriter). fencing_token=True passes the lease epoch.
+
 snapstate.now(), random() and uuid4() are recorded in the same ledger, so code
 between a snapshot and a crash re-executes identically; their rows are batched into
 the next durable write.

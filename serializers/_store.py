@@ -7,7 +7,9 @@ which of them exist.
 
 Fencing: every runner holds a lease with an epoch that grows with each acquisition.
 A snapshot row for sequence N+1 is committed only if N is still the job's latest and
-the writer's epoch is still the lease's: a stale writer changes nothing.
+the writer's epoch is still the lease's: a stale writer changes nothing. An effect is
+recorded as dispatched only while the writer's lease also has time left (see
+record_effects), and a live lease is never taken over, even with force.
 """
 
 from __future__ import annotations
