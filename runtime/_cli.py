@@ -23,6 +23,7 @@ from ._agent import EntryPoint, EntryPointError
 from ._errors import (DivergenceError, JobExists, JobParked, LeaseHeld, SnapshotNotFound,
                       SnapshotWriteError, SnapstateError, StaleWriter, StoreError)
 from ._job import Job
+from ._lease import lease_ttl
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 
@@ -174,6 +175,10 @@ def run(store, job_id, script, args) -> None:
         entry = EntryPoint.parse(script)
     except EntryPointError as exc:
         raise click.UsageError(str(exc)) from None
+    try:
+        lease_ttl()                   # a bad SNAPSTATE_LEASE_TTL: refused before the job exists
+    except SnapstateError as exc:
+        _fail(exc)
     home = _home(store)
     try:
         job = Job.create(home, entry, list(args), job_id)
@@ -189,7 +194,9 @@ def run(store, job_id, script, args) -> None:
               help="Resume from this snapshot; later snapshots of the job are dropped.")
 @click.option("--as", "as_id", default=None, help="With FILE: import it as this job id.")
 @click.option("--force", is_flag=True,
-              help="Take over a lease whose runner stopped heartbeating (never a live one).")
+              help="When the runner holding the job is alive but silent (no heartbeat), "
+                   "wait until its lease expires, then take the job over (never a runner "
+                   "that heartbeats).")
 @click.argument("target")
 def resume(store, at, as_id, force, target) -> None:
     """Continue job TARGET after its latest snapshot, or the snapshot FILE TARGET.

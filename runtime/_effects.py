@@ -15,6 +15,13 @@ dispatched row means the outcome is unknown and is reconciled: retried with the 
 key when the provider honours keys, asked for with lookup(key) when it can be
 queried, otherwise marked ambiguous and the job parks until `snaprun reconcile`.
 
+Fencing at the moment of sending: the transaction that records an attempt as
+dispatched also requires the runner's lease epoch to be current and its deadline to
+be more than dispatch_margin(ttl) away, and renews it; right before the call the
+deadline (less send_guard(ttl)) is checked again in-process, and what is left is the
+request's timeout (timeout_param=, effect_time_left()). A runner that fails either
+check sends nothing and stops (StaleWriter). fencing_token=True passes the lease epoch.
+
 snapstate.now(), random() and uuid4() are recorded in the same ledger, so code
 between a snapshot and a crash re-executes identically; their rows are batched into
 the next durable write.
@@ -40,10 +47,12 @@ import greenlet
 
 from ..serializers._store import EffectRow
 from ._errors import (DivergenceError, EffectOutsideJob, RestoreError, SecretUnavailable,
-                      TamperedSnapshot)
+                      StaleWriter, TamperedSnapshot)
 from ._faults import fault_point
+from ._lease import dispatch_margin, send_guard
 
-__all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4"]
+__all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4",
+           "effect_time_left"]
 
 DISPATCHED, CONFIRMED, FAILED, AMBIGUOUS, NOT_COMMITTED = (
     "dispatched", "confirmed", "failed", "ambiguous", "not-committed")
@@ -188,28 +197,44 @@ class _Spec:
     lookup: object
     kind: str
     retry: Retry | None
+    timeout_param: str | None = None
+    fencing_token: bool = False
 
 
-def _spec(fn, idempotency, lookup, kind, retry) -> _Spec:
+def _spec(fn, idempotency, lookup, kind, retry, timeout_param=None,
+          fencing_token=False) -> _Spec:
     if idempotency not in (None, "key"):
         raise ValueError('idempotency must be None or "key"')
     if kind not in ("write", "read"):
         raise ValueError('kind must be "write" or "read"')
+    if timeout_param is not None and not (isinstance(timeout_param, str)
+                                          and timeout_param.isidentifier()):
+        raise ValueError("timeout_param must be the name of a keyword parameter, e.g. "
+                         '"timeout"')
+    if not isinstance(fencing_token, bool):
+        raise ValueError("fencing_token must be True or False")
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-    return _Spec(fn, name, idempotency, lookup, kind, retry)
+    return _Spec(fn, name, idempotency, lookup, kind, retry, timeout_param, fencing_token)
 
 
 def effect(fn=None, *, idempotency: str | None = None, lookup=None, kind: str = "write",
-           retry: Retry | None = None):
+           retry: Retry | None = None, timeout_param: str | None = None,
+           fencing_token: bool = False):
     """Declare an outbound call: recorded in the ledger, dispatched at most once.
 
     idempotency="key": the function receives `idempotency_key` (stable across restores)
     and passes it to the provider. lookup=fn: fn(idempotency_key) returns the provider's
     result if the action happened, None if not. kind="read": safe to repeat (the result
     is still recorded). retry=Retry(...): transient errors are retried with the same key.
+    timeout_param="timeout": the function receives timeout=<seconds> (the smaller of the
+    caller's value, if any, and effect_time_left()), the time its request must end
+    within. fencing_token=True: the function (and its lookup) receives
+    fencing_token=<int>, the runner's lease epoch (None in plain Python), which grows
+    with every takeover: a provider that keeps the highest token seen per key can
+    refuse a stale runner's late request.
     """
     def decorate(function):
-        spec = _spec(function, idempotency, lookup, kind, retry)
+        spec = _spec(function, idempotency, lookup, kind, retry, timeout_param, fencing_token)
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
@@ -220,10 +245,25 @@ def effect(fn=None, *, idempotency: str | None = None, lookup=None, kind: str = 
 
 
 def call_effect(fn, *args, key: str | None = None, idempotency: str | None = None, lookup=None,
-                kind: str = "write", retry: Retry | None = None, **kwargs):
+                kind: str = "write", retry: Retry | None = None,
+                timeout_param: str | None = None, fencing_token: bool = False, **kwargs):
     """Run fn(*args, **kwargs) as an effect, for functions you do not own. `key` names
-    the logical action explicitly (its idempotency key derives from it)."""
-    return _call(_spec(fn, idempotency, lookup, kind, retry), args, kwargs, key)
+    the logical action explicitly (its idempotency key derives from it); e.g.
+    call_effect(requests.post, url, json=body, timeout_param="timeout")."""
+    return _call(_spec(fn, idempotency, lookup, kind, retry, timeout_param, fencing_token),
+                 args, kwargs, key)
+
+
+def effect_time_left() -> float | None:
+    """Seconds the request of the effect being sent may still take: it must end before
+    the lease deadline recorded when the effect was dispatched (after it, another
+    runner may take the job over and send it again). Pass it as the request's timeout.
+    None outside an effect sent by a job (plain Python, or between effects)."""
+    from . import _job
+    job = _job._ACTIVE
+    if job is None or job.ledger.sending is None:
+        return None
+    return max(0.0, job.ledger.sending - time.time())
 
 
 def _current_job():
@@ -248,12 +288,24 @@ def _call_site() -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def _invoke(spec: _Spec, args, kwargs, key: str):
+def _invoke(spec: _Spec, args, kwargs, key: str, *, timeout: float | None = None,
+            token: int | None = None):
     args = tuple(_reveal(a) for a in args)
     kwargs = {k: _reveal(v) for k, v in kwargs.items()}
     if spec.idempotency == "key" or spec.lookup is not None:
         kwargs["idempotency_key"] = key
+    if spec.timeout_param is not None and timeout is not None:
+        given = kwargs.get(spec.timeout_param)
+        kwargs[spec.timeout_param] = timeout if given is None else min(given, timeout)
+    if spec.fencing_token:
+        kwargs["fencing_token"] = token
     return spec.fn(*args, **kwargs)
+
+
+def _lookup(spec: _Spec, key: str, token: int | None):
+    if spec.fencing_token:
+        return spec.lookup(key, fencing_token=token)
+    return spec.lookup(key)
 
 
 def _call(spec: _Spec, args: tuple, kwargs: dict, explicit_key: str | None):
@@ -297,6 +349,8 @@ class Ledger:
         self.replay = False
         self.restored = False            # served calls count as "served after restore"
         self._incarnation: str | None = None
+        self.deadline: float | None = None   # the lease deadline of the last dispatch
+        self.sending: float | None = None    # while an effect is sent: its request's deadline
 
     @property
     def catalog(self):
@@ -371,22 +425,55 @@ class Ledger:
                         spec.kind, DISPATCHED, None, None, 1, t, t, "")
         fault_point("effect-before-prepare", ordinal)
         self.flush()
-        self.catalog.record_effects([row], epoch=self.job.epoch)
+        self._fence(row, replace=False)
         self.job.progressed()
         fault_point("effect-after-prepare", ordinal)
         return self._dispatch(spec, row, args, kwargs)
 
     def _redispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
         """Send again after a restart: the new attempt is durable before it is sent."""
-        self.catalog.record_effects([row], epoch=self.job.epoch, replace=True)
+        self._fence(row, replace=True)
         self.job.progressed()
         return self._dispatch(spec, row, args, kwargs)
+
+    # -------------------------------------------------------------- fencing
+    def _fence(self, row: EffectRow, *, replace: bool) -> None:
+        """The dispatch transaction: records the row (state dispatched) only while this
+        runner's epoch holds the lease and its deadline is more than dispatch_margin
+        away, renewing it; otherwise the run stops here (StaleWriter), nothing sent."""
+        ttl = self.job.lease.ttl
+        try:
+            self.deadline = self.catalog.record_effects(
+                [row], epoch=self.job.epoch, replace=replace, ttl=ttl,
+                margin=dispatch_margin(ttl))
+        except StaleWriter as exc:
+            self.job.fenced(exc)
+
+    def _send(self, spec: _Spec, row: EffectRow, args, kwargs):
+        """One attempt. Checked in-process right before the call: the deadline recorded
+        by the dispatch transaction (minus send_guard) has not passed, e.g. because the
+        process was paused since; otherwise nothing is sent and the run stops. The
+        request gets what is left as its timeout (timeout_param, effect_time_left())."""
+        fault_point("effect-before-send", row.ordinal)
+        ends = self.deadline - send_guard(self.job.lease.ttl)
+        left = ends - time.time()
+        if left <= 0:
+            self.job.fenced(StaleWriter(
+                f"job {self.job.job_id}: effect {row.ordinal} ({row.name}) was not sent: the "
+                f"lease deadline recorded when it was dispatched passed {-left:.1f}s ago (the "
+                "runner was paused between recording and sending it), so another runner may "
+                "have taken the job over. This runner stops; nothing was sent."))
+        self.sending = ends
+        try:
+            return _invoke(spec, args, kwargs, row.key, timeout=left, token=self.job.epoch)
+        finally:
+            self.sending = None
 
     def _dispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
         attempt, delay = row.attempts, spec.retry.backoff if spec.retry else 0.0
         while True:
             try:
-                result = _invoke(spec, args, kwargs, row.key)
+                result = self._send(spec, row, args, kwargs)
             except Exception as exc:
                 retryable = spec.retry is not None and isinstance(exc, spec.retry.on) and (
                     spec.idempotency == "key" or spec.lookup is not None or spec.kind == "read")
@@ -395,10 +482,12 @@ class Ledger:
                     time.sleep(min(delay, spec.retry.max_backoff))
                     delay *= 2
                     if spec.lookup is not None and spec.idempotency != "key":
-                        found = spec.lookup(row.key)
+                        found = _lookup(spec, row.key, self.job.epoch)
                         if found is not None:
                             return self._confirm(row, found, attempt, "found by lookup after "
                                                  f"{type(exc).__name__}")
+                    row = _again(row)        # each attempt is fenced and recorded first
+                    self._fence(row, replace=True)
                     continue
                 self._record(row, FAILED, exc, attempt, f"{type(exc).__name__}: {exc}")
                 raise
@@ -452,7 +541,7 @@ class Ledger:
                 return self._redispatch(spec, _again(row, "retried with the same key after a "
                                                    "failure"), args, kwargs)
             if spec.lookup is not None:
-                found = spec.lookup(row.key)
+                found = _lookup(spec, row.key, self.job.epoch)
                 if found is not None:
                     return self._confirm(row, found, row.attempts, "found by lookup after a "
                                          "failure")
@@ -463,7 +552,7 @@ class Ledger:
             return self._redispatch(spec, _again(row, "retried with the same idempotency key"),
                                   args, kwargs)
         if row.state == DISPATCHED and spec.lookup is not None:
-            found = spec.lookup(row.key)
+            found = _lookup(spec, row.key, self.job.epoch)
             self.catalog.bump_metric(self.job.job_id, "reconciled")
             if found is not None:
                 return self._confirm(row, found, row.attempts, "found by lookup after a restart")

@@ -1,7 +1,8 @@
 """Named fault points: the seam crash tests use to kill a real process at an exact
 moment. `SNAPSTATE_FAULT=after-snapshot:3` makes the process SIGKILL itself right
-after snapshot 3 is durably written; `after-snapshot:*` after every one. Unset, a
-fault point costs one dictionary lookup."""
+after snapshot 3 is durably written; `after-snapshot:*` after every one;
+`effect-before-send:2:stop` makes it SIGSTOP itself there instead (a paused runner: the
+test continues it with SIGCONT). Unset, a fault point costs one dictionary lookup."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ _POINTS = _parse(os.environ.get("SNAPSTATE_FAULT"))
 
 
 def fault_point(name: str, seq: int | None = None) -> None:
-    when = _POINTS.get(name)
-    if when is None:
+    spec = _POINTS.get(name)
+    if spec is None:
         return
+    when, _, action = spec.partition(":")
     if when == "*" or (seq is not None and when == str(seq)):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)

@@ -214,6 +214,11 @@ class Job:
         from ._effects import explain_ambiguous
         self._hub.switch(_Stop(JobParked(explain_ambiguous(self.job_id, row)), "parked"))
 
+    def fenced(self, error: StaleWriter) -> None:
+        """This runner may no longer send (its lease is lost or about to be): the run
+        stops here, the agent stays paused (no agent code runs after it)."""
+        self._hub.switch(_Stop(error, "stale"))
+
     def end_replay(self, reason: str) -> None:
         self._hub.switch(_Stop(None, reason))
 
@@ -230,7 +235,7 @@ class Job:
         return self.entry.load()
 
     def _acquire(self, *, force: bool, resuming: bool) -> None:
-        self.lease = Lease(self.home.catalog, self.job_id)
+        self.lease = Lease(self.home.catalog, self.job_id, say=self.say)
         self.epoch = self.lease.acquire(force=force, resuming=resuming)
 
     def _restore_for_resume(self, at: int | None):

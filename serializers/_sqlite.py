@@ -192,26 +192,24 @@ class SqliteStore(Store):
                 raise JobNotFound(f"no job {job_id!r} in {self.directory}")
             row = db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
                              (job_id,)).fetchone()
-            forced = False
             if row is not None:
                 lease = self._lease(row)
-                forced = False
                 if lease.is_live(now):
-                    # Stale: the holder missed two heartbeats (it beats every third of its
-                    # ttl, which is expires - heartbeat), though its lease has not expired.
+                    # Never over a live lease, force or not: a holder that is alive but
+                    # silent (paused, partitioned) may still send what it has
+                    # dispatched until its lease expires. `--force` waits it out
+                    # (runtime/_lease.py); a holder whose process is gone is not live.
                     holder_ttl = lease.expires - lease.heartbeat
-                    stale_by_heartbeat = now - lease.heartbeat > 2 * holder_ttl / 3
-                    forced = force and stale_by_heartbeat
-                    if not forced:
-                        age = now - lease.heartbeat
-                        raise LeaseHeld(
-                            f"job {job_id} is held by a live runner ({lease.owner}, lease epoch "
-                            f"{lease.epoch}, last heartbeat {age:.0f}s ago, expires in "
-                            f"{lease.expires - now:.0f}s); only one runner per job. "
-                            + ("--force takes over only a stale lease (two missed "
-                               f"heartbeats: none for {2 * holder_ttl / 3:.0f}s)" if force
-                               else "Wait for it to finish, or use --force once its heartbeat "
-                               "is stale"))
+                    age = now - lease.heartbeat
+                    raise LeaseHeld(
+                        f"job {job_id} is held by a live runner ({lease.owner}, lease epoch "
+                        f"{lease.epoch}, last heartbeat {age:.0f}s ago, expires in "
+                        f"{lease.expires - now:.0f}s); only one runner per job. "
+                        + ("--force never takes over a runner that is heartbeating; it waits "
+                           "out the lease of one that is silent (no heartbeat for "
+                           f"{2 * holder_ttl / 3:.0f}s)" if force
+                           else "Wait for it to finish, or use --force to wait out its lease "
+                           "once its heartbeat is silent"))
             epoch = job[0] + 1
             db.execute("UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
                        " resume_count = resume_count + ? WHERE job_id = ?",
@@ -220,7 +218,8 @@ class SqliteStore(Store):
                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
                        (job_id, owner.host, owner.pid, owner.started, epoch, now + ttl, now))
             self._event(db, job_id, "lease", f"epoch {epoch} taken by {owner}"
-                        + (" (forced over a stale lease)" if row is not None and forced else ""))
+                        + (" (forced, after the previous lease expired)"
+                           if force and row is not None and row[5] <= now else ""))
         return epoch
 
     def _check_epoch(self, db, job_id, epoch) -> None:
@@ -238,6 +237,26 @@ class SqliteStore(Store):
             self._check_epoch(db, job_id, epoch)
             db.execute("UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?",
                        (now + ttl, now, job_id))
+
+    def _fence_dispatch(self, db, job_id, epoch, ttl, margin, what) -> float:
+        """Inside a dispatch's transaction: the epoch holds the lease and its deadline is
+        more than `margin` seconds away; renew it (a heartbeat) and return the new one."""
+        now = self.clock()            # inside the transaction: after any wait for the lock
+        self._check_epoch(db, job_id, epoch)
+        expires = db.execute("SELECT expires FROM leases WHERE job_id = ?",
+                             (job_id,)).fetchone()[0]
+        if expires - now <= margin:
+            raise StaleWriter(
+                f"job {job_id}: {what} was not sent: this runner's lease (epoch {epoch}) "
+                + (f"expired {now - expires:.1f}s ago" if expires <= now
+                   else f"expires in {expires - now:.1f}s")
+                + f", under the {margin:.1f}s a request needs (the runner was paused or its "
+                "heartbeats were delayed), so another runner may take the job over. This "
+                "runner stops; nothing was sent or recorded.")
+        deadline = now + ttl
+        db.execute("UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?",
+                   (deadline, now, job_id))
+        return deadline
 
     def release_lease(self, job_id, epoch) -> None:
         with self._tx() as db:
@@ -325,12 +344,16 @@ class SqliteStore(Store):
                                   "ORDER BY ordinal", (job_id,))
         return [self._effect(r) for r in rows]
 
-    def record_effects(self, rows, *, epoch, replace=False) -> None:
+    def record_effects(self, rows, *, epoch, replace=False, ttl=None, margin=0.0):
         if not rows:
-            return
+            return None
         verb = "INSERT OR REPLACE" if replace else "INSERT"
+        deadline = None
         with self._tx() as db:
-            if epoch is not None:
+            if ttl is not None:
+                deadline = self._fence_dispatch(db, rows[0].job_id, epoch, ttl, margin,
+                                                f"effect {rows[-1].ordinal} ({rows[-1].name})")
+            elif epoch is not None:
                 self._check_epoch(db, rows[0].job_id, epoch)
             try:
                 db.executemany(f"{verb} INTO effects ({self._EFFECT_COLUMNS}) VALUES "
@@ -339,6 +362,7 @@ class SqliteStore(Store):
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {rows[0].job_id}: effect {rows[0].ordinal} is already "
                                  "recorded") from None
+        return deadline
 
     def bump_metric(self, job_id, name, by=1) -> None:
         with self._tx() as db:

@@ -7,7 +7,9 @@ which of them exist.
 
 Fencing: every runner holds a lease with an epoch that grows with each acquisition.
 A snapshot row for sequence N+1 is committed only if N is still the job's latest and
-the writer's epoch is still the lease's: a stale writer changes nothing.
+the writer's epoch is still the lease's: a stale writer changes nothing. An effect is
+recorded as dispatched only while the writer's lease also has time left (see
+record_effects), and a live lease is never taken over, even with force.
 """
 
 from __future__ import annotations
@@ -166,8 +168,9 @@ class Store(abc.ABC):
     def acquire_lease(self, job_id: str, owner: Owner, ttl: float, *, force: bool = False,
                       resuming: bool = False) -> int:
         """Take the job's lease and return the new epoch. LeaseHeld while another
-        owner's lease is live; `force` takes over only a stale lease. `resuming`
-        counts a resume."""
+        owner's lease is live, even with `force` (which only changes the message and
+        the timeline's note: the runtime waits out a silent holder's lease, see
+        runtime/_lease.py). `resuming` counts a resume."""
 
     @abc.abstractmethod
     def heartbeat(self, job_id: str, epoch: int, ttl: float) -> None:
@@ -216,10 +219,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def record_effects(self, rows: list[EffectRow], *, epoch: int | None,
-                       replace: bool = False) -> None:
+                       replace: bool = False, ttl: float | None = None,
+                       margin: float = 0.0) -> float | None:
         """Insert (or, with replace, overwrite) ledger rows in one durable transaction,
         fenced by the lease epoch (StaleWriter otherwise). Inserting an existing
-        ordinal raises StoreError: a logical action is recorded once."""
+        ordinal raises StoreError: a logical action is recorded once.
+
+        With `ttl` the transaction records a dispatch (the last row is about to be
+        sent): it also requires the lease's deadline to be more than `margin` seconds
+        away (StaleWriter otherwise, nothing changed), renews the lease to now + ttl
+        like a heartbeat, and returns that deadline: the request must end before it."""
 
     @abc.abstractmethod
     def bump_metric(self, job_id: str, name: str, by: int = 1) -> None:

@@ -16,6 +16,7 @@ from snapstate.runtime._effects import Retry as Retry
 from snapstate.runtime._effects import Secret as Secret
 from snapstate.runtime._effects import call_effect as call_effect
 from snapstate.runtime._effects import effect as effect
+from snapstate.runtime._effects import effect_time_left as effect_time_left
 from snapstate.runtime._effects import now as now
 from snapstate.runtime._effects import random as random
 from snapstate.runtime._effects import uuid4 as uuid4
@@ -61,6 +62,7 @@ __all__ = [
     "now",
     "random",
     "uuid4",
+    "effect_time_left",
     "resource",
     "register_adapter",
     # errors (runtime/_errors.py draws the tree)

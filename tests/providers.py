@@ -6,6 +6,12 @@ order), i.e. how many times the action was actually carried out.
     /lookup  no keys, but GET /lookup/<ref> says whether the order with that reference
              exists (200 + the order) or not (404)
     /plain   neither: every POST is a new order
+
+Fencing tokens (snapstate's fencing_token=, the runner's lease epoch): an order whose
+body carries "fencing_token", or a lookup with ?fencing_token=N, is checked against the
+highest token seen for the same key (the Idempotency-Key, else the order's "ref", else
+its "action") and refused with 409 if it is lower: a stale runner's late request does
+nothing once a newer runner has been seen.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ class Provider:
         self.deliveries: Counter = Counter()
         self.by_key: dict[str, dict] = {}
         self.by_ref: dict[str, dict] = {}
+        self.tokens: dict[str, int] = {}       # highest fencing token seen per key
+        self.refused: Counter = Counter()       # requests refused for a stale token
         self.lock = threading.Lock()
         self._next = 0
         provider = self
@@ -53,6 +61,11 @@ class Provider:
 
     def order(self, path: str, order: dict, key: str | None):
         with self.lock:
+            stale = self._fence(key or order.get("ref") or order["action"],
+                                order.get("fencing_token"))
+            if stale:
+                self.refused[order["action"]] += 1
+                return 409, {"error": stale}
             if path == "/keyed":
                 if not key:
                     return 400, {"error": "Idempotency-Key required"}
@@ -68,9 +81,24 @@ class Provider:
                 self.by_ref[order["ref"]] = placed
             return 200, placed
 
+    def _fence(self, scope: str, token) -> str | None:
+        """Record a request's fencing token; a message if it is stale. Under the lock."""
+        if token is None:
+            return None
+        highest = self.tokens.get(scope, token)
+        if token < highest:
+            return f"stale fencing token {token}: {highest} was seen for {scope}"
+        self.tokens[scope] = token
+        return None
+
     def find(self, path: str):
+        path, _, query = path.partition("?")
         ref = path.rsplit("/", 1)[-1]
         with self.lock:
+            if query.startswith("fencing_token="):
+                stale = self._fence(ref, int(query.partition("=")[2]))
+                if stale:
+                    return 409, {"error": stale}
             if ref in self.by_ref:
                 return 200, self.by_ref[ref]
         return 404, {"error": "no such order"}

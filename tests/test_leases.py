@@ -280,8 +280,9 @@ def test_resume_of_a_sigkilled_job_needs_no_force(tmp_path):
 
 def test_resume_of_a_live_runner_is_refused_even_with_force(tmp_path):
     """Crash window: none; a live, heartbeating `snaprun run` holds the job at the gate.
-    `snaprun resume JOB` exits 5 naming it, and so does `snaprun resume --force JOB`
-    (force takes over only a stale lease); neither changes the catalog. The runner
+    `snaprun resume JOB` exits 5 naming it, and so does `snaprun resume --force JOB`, at
+    once (force never takes over a heartbeating runner; it only waits out the lease of
+    a silent one: tests/test_fencing.py); neither changes the catalog. The runner
     then finishes undisturbed: exit 0, [1, 2, False], both snapshots under epoch 1."""
     store, gate = tmp_path / "store", tmp_path / "gate"
     gate.mkdir()
@@ -302,7 +303,8 @@ def test_resume_of_a_live_runner_is_refused_even_with_force(tmp_path):
         assert refused.returncode == 5, refused.stderr
         assert refused.stdout == "" and holder in refused.stderr
         assert refused.stderr.count("snaprun: error:") == 1
-    assert "--force takes over only a stale lease" in forced.stderr
+    assert "--force never takes over a runner that is heartbeating" in forced.stderr
+    assert "waits until" not in forced.stderr
     assert after == before
     assert runner.returncode == 0, err
     assert "main() returned [1, 2, False]" in err

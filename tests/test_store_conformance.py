@@ -343,32 +343,37 @@ def test_stale_lease_is_taken_over_without_force(store, clock, live_pid, dead_pi
     assert store.effective_status(store.get_job("job"), clock()) == "running"
 
 
-def test_force_takes_over_only_a_lease_whose_heartbeat_is_stale(store, clock, live_pid):
-    """force never takes over a live lease with a recent heartbeat: only once the
-    holder missed two heartbeats (it beats every third of its ttl); without force, a
-    live lease is never taken. A heartbeat makes the lease fresh again."""
+def test_force_never_takes_over_a_live_lease(store, clock, live_pid):
+    """force never takes over a live lease, not even once the holder missed two
+    heartbeats (a paused runner may still send what it dispatched until its lease
+    expires; the runtime waits it out): LeaseHeld with a message saying so, nothing
+    changed. Once the lease has expired it is taken, with or without force, and a
+    forced takeover is noted in the timeline. A heartbeat makes the lease fresh again."""
     make_job(store)
     holder = live_owner(live_pid)
     first = store.acquire_lease("job", holder, 100)         # expires at T0 + 100
     clock.advance(20)                                        # heartbeat 20 s old
     before = state(store)
-    with pytest.raises(LeaseHeld, match="--force takes over only a stale lease"):
+    with pytest.raises(LeaseHeld, match="--force never takes over a runner that is "
+                                        "heartbeating; it waits out the lease"):
         store.acquire_lease("job", Owner.me(), 30, force=True)
     store.heartbeat("job", first, 100)                       # heartbeat at T0 + 20
-    clock.advance(60)                                        # 60 s old: under 2/3 of 100
+    clock.advance(68)                                        # 68 s old: two beats missed
+    assert store.get_lease("job").is_live(clock())
+    for force in (True, False):
+        with pytest.raises(LeaseHeld):
+            store.acquire_lease("job", Owner.me(), 30, force=force)
+    clock.advance(31.9)                                      # expires in 0.1 s
     with pytest.raises(LeaseHeld):
         store.acquire_lease("job", Owner.me(), 30, force=True)
-    clock.advance(8)                                         # 68 s old, lease still live
-    assert store.get_lease("job").is_live(clock())
-    with pytest.raises(LeaseHeld):
-        store.acquire_lease("job", Owner.me(), 30)           # no force: never
     lease = store.get_lease("job")
     assert (lease.owner, lease.epoch, lease.heartbeat) == (holder, first, T0 + 20)
     assert store.events("job") == before[2]                  # refusals left no trace
+    clock.advance(0.1)                                       # expired
     second = store.acquire_lease("job", Owner.me(), 30, force=True)
     assert second == first + 1
     assert store.get_lease("job").owner == Owner.me()
-    assert "forced" in store.events("job")[-1].detail
+    assert "forced, after the previous lease expired" in store.events("job")[-1].detail
 
 
 def test_heartbeat_extends_the_lease(store, clock, live_pid):

@@ -13,16 +13,17 @@ URL = os.environ.get("PROVIDER_URL", "")
 MODE = os.environ.get("PROVIDER_MODE", "keyed")
 
 
-def _post(path, body, headers=None):
+def _post(path, body, timeout, headers=None):
     request = urllib.request.Request(URL + path, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json", **(headers or {})})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
 
-@effect(idempotency="key")
-def order_keyed(action, amount, *, idempotency_key):
-    return _post("/keyed", {"action": action, "amount": amount},
+# timeout_param: each request gets the time left before the runner's lease deadline.
+@effect(idempotency="key", timeout_param="timeout")
+def order_keyed(action, amount, *, idempotency_key, timeout=10):
+    return _post("/keyed", {"action": action, "amount": amount}, timeout,
                  {"Idempotency-Key": idempotency_key})
 
 
@@ -36,15 +37,16 @@ def find_order(idempotency_key):
         raise
 
 
-@effect(lookup=find_order)
-def order_lookup(action, amount, *, idempotency_key):
+@effect(lookup=find_order, timeout_param="timeout")
+def order_lookup(action, amount, *, idempotency_key, timeout=10):
     # The provider knows no idempotency keys: the key travels as the order's reference.
-    return _post("/lookup", {"action": action, "amount": amount, "ref": idempotency_key})
+    return _post("/lookup", {"action": action, "amount": amount, "ref": idempotency_key},
+                 timeout)
 
 
-@effect
-def order_plain(action, amount):
-    return _post("/plain", {"action": action, "amount": amount})
+@effect(timeout_param="timeout")
+def order_plain(action, amount, *, timeout=10):
+    return _post("/plain", {"action": action, "amount": amount}, timeout)
 
 
 ORDER = {"keyed": order_keyed, "lookup": order_lookup, "plain": order_plain}[MODE]
