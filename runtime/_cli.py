@@ -74,8 +74,8 @@ def _home(store: str | None, file: str | None = None) -> Home:
     except (StoreError, OSError) as exc:
         _say(f"error: cannot open the store at {default_home(store)}: {exc}")
         sys.exit(EXIT_USAGE)
-    except (sqlite3.DatabaseError, ValueError, RecursionError) as exc:
-        _damaged(exc)
+    except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
+        _damaged(exc)      # the last resort: store files the code did not expect
 
 
 def grace_option(fn):
