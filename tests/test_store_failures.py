@@ -70,9 +70,10 @@ def digests(store: Path) -> dict[str, str]:
             for p in sorted((store / "snapshots").rglob("*.snap"))}
 
 
-def assert_store_failed(run_stderr: str, returncode: int, store: Path, job: str) -> None:
+def assert_store_failed(run_stderr: str, returncode: int, store: Path, job: str,
+                        what: str = "the store failed:") -> None:
     assert returncode == 1, run_stderr
-    assert "the store failed:" in run_stderr and str(store) in run_stderr, run_stderr
+    assert what in run_stderr and str(store) in run_stderr, run_stderr
     assert f"snaprun resume {job}" in run_stderr
     assert "Traceback" not in run_stderr and "OperationalError" not in run_stderr
     assert f"job {job} failed" not in run_stderr
@@ -88,12 +89,13 @@ def assert_interrupted(store: Path, job: str) -> None:
     catalog.close()
 
 
-@pytest.mark.parametrize("mode", ["effect", "return"])
+@pytest.mark.parametrize("mode", ["effect", "return", "snapshot"])
 def test_disk_full_leaves_the_job_interrupted_and_resumable(tmp_path, tmpfs, mode):
     """ENOSPC on a full tmpfs while the runner records progress: recording an effect
     (mode effect: the failure reaches the agent's code: its finally block must not run
-    and the effect must not be sent) or the job's final status (mode return: the issue's
-    "job X failed: OperationalError"). Exit 1, the message names the store, the job
+    and the effect must not be sent), the job's final status (mode return: the issue's
+    "job X failed: OperationalError"), or writing snapshot 2 (mode snapshot: a
+    SnapshotWriteError, after which recording "interrupted" fails too). Exit 1, the message names the store, the job
     stays interrupted with snapshot 1 intact; after freeing space, resume ends with
     the uninterrupted output and the effect delivered exactly once."""
     store = tmpfs / "store"
@@ -103,8 +105,9 @@ def test_disk_full_leaves_the_job_interrupted_and_resumable(tmp_path, tmpfs, mod
     filler = fill(tmpfs)
     (tmp_path / "go").touch()
     out, err = proc.communicate(timeout=60)
-    assert_store_failed(err, proc.returncode, store, "full")
-    if mode == "effect":
+    assert_store_failed(err, proc.returncode, store, "full",
+                        "could not be written" if mode == "snapshot" else "the store failed:")
+    if mode != "return":
         assert out == "first\n"
         assert not (tmp_path / "finally").exists(), "agent code ran after the store failed"
         assert not (tmp_path / "deliveries").exists()

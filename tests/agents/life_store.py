@@ -1,5 +1,6 @@
 """Snapshot 1, then wait for `go` in the directory argument (the test breaks the store
-meanwhile), then record an effect (mode "effect") or just return (mode "return").
+meanwhile), then take snapshot 2 (mode "snapshot"), record an effect (mode "effect")
+or just return (mode "return").
 Deliveries of the effect are appended to `deliveries`; a `finally` block logs to
 `finally`: it must never run when the store fails under the agent."""
 
@@ -25,6 +26,8 @@ def main():
     while not os.path.exists(os.path.join(where, "go")):
         time.sleep(0.02)
     try:
+        if mode == "snapshot":
+            snapshot("two")
         value = deliver(where, 7) if mode == "effect" else 0
         print(f"second {value}", flush=True)
     finally:
