@@ -25,7 +25,7 @@ from ._errors import (DivergenceError, JobExists, JobParked, LeaseHeld, Snapshot
                       SnapshotWriteError, SnapstateError, StaleWriter, StoreError,
                       StoreFailure)
 from ._job import Job
-from ._signals import EXIT_SIGTERM, SigtermHandler
+from ._signals import SigtermHandler
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 
@@ -34,7 +34,8 @@ Exit codes:
   0  done
   1  the agent raised an exception (or a snapshot could not be written, or the
      store failed: disk full, read-only; the job stays resumable)
-  2  usage error or invalid input (unknown job, tampered, truncated or foreign snapshot)
+  2  usage error or invalid input (unknown job, damaged store, tampered, truncated
+     or foreign snapshot)
   3  waiting (approval, timer)
   4  parked (an ambiguous effect needs `snaprun reconcile`)
   5  conflict (another live runner holds the job, or won the race to resume it)

@@ -309,9 +309,8 @@ class Job:
             if outcome == "done":
                 self.ledger.flush()
             self.home.catalog.set_status(self.job_id, outcome, epoch=self.epoch, error=error)
-            lease.release()
         except StaleWriter:
-            pass
+            return
         except StoreFailure:
             # The outcome cannot be recorded: the job's status stays "running" under a
             # lease whose runner is about to exit, which shows it as interrupted (and
@@ -319,6 +318,11 @@ class Job:
             # be reported as done, since its end is not durable: the failure propagates.
             if outcome == "done":
                 raise
+            return
+        try:
+            lease.release()
+        except (StaleWriter, StoreFailure):
+            pass           # the outcome is recorded; the lease dies with this process
 
     def _loop(self, fn, args, kwargs):
         global _ACTIVE

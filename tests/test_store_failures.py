@@ -13,8 +13,8 @@ store while the test breaks the store.
 from __future__ import annotations
 
 import hashlib
-import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -95,9 +95,10 @@ def test_disk_full_leaves_the_job_interrupted_and_resumable(tmp_path, tmpfs, mod
     (mode effect: the failure reaches the agent's code: its finally block must not run
     and the effect must not be sent), the job's final status (mode return: the issue's
     "job X failed: OperationalError"), or writing snapshot 2 (mode snapshot: a
-    SnapshotWriteError, after which recording "interrupted" fails too). Exit 1, the message names the store, the job
-    stays interrupted with snapshot 1 intact; after freeing space, resume ends with
-    the uninterrupted output and the effect delivered exactly once."""
+    SnapshotWriteError, after which recording "interrupted" fails too). Exit 1, the
+    message names the store, the job stays interrupted with snapshot 1 intact; after
+    freeing space, resume ends with the uninterrupted output and the effect delivered
+    exactly once."""
     store = tmpfs / "store"
     proc = start("run", "--store", store, "--job", "full", AGENT, tmp_path, mode, cwd=tmp_path)
     wait_for(tmp_path / "ready", proc)
@@ -152,21 +153,19 @@ def test_read_only_store_is_reported_and_resumes_once_writable(tmp_path, tmpfs):
 
 
 def test_sqlite_failures_map_to_store_failure_in_process(tmp_path):
-    """The mapping itself, on a real catalog made read-only underneath an open store
-    (a read-only bind of the catalog file would need root; a read-only connection is
-    the same SQLite error): "attempt to write a readonly database" is a StoreFailure
-    naming the store, never a bare sqlite3.OperationalError."""
+    """The mapping itself, in process: the store's connection swapped for a read-only
+    one (SQLite then fails with SQLITE_READONLY, the error a read-only file system
+    gives), so recording a status raises StoreFailure naming the store, never a bare
+    sqlite3.OperationalError, and nothing changes."""
     store = SqliteStore(str(tmp_path / "s"))
     store.create_job("j", {"module": "m", "function": "main", "path": None}, [])
     store.close()
-    import sqlite3
-    ro = SqliteStore.__new__(SqliteStore)
-    ro.__dict__.update(store.__dict__)
-    ro._local = type(store._local)()
-    ro._local.db = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True,
-                                   isolation_level=None)
+    store._local.db = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True,
+                                      isolation_level=None)
     with pytest.raises(StoreFailure, match="the store failed: attempt to write a readonly "
                        f"database at {tmp_path / 's'}"):
-        ro.set_status("j", "done")
-    ro.close()
-    assert SqliteStore(str(tmp_path / "s")).get_job("j").status == "running"
+        store.set_status("j", "done")
+    store.close()
+    again = SqliteStore(str(tmp_path / "s"))
+    assert again.get_job("j").status == "running"
+    again.close()
