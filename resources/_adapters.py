@@ -10,6 +10,8 @@
     httpx.Client,              recreated with the same base URL, headers, cookies and
     requests.Session           timeouts (loaded only when the library is imported)
     tempfile.TemporaryDirectory  the same directory, recreated if missing
+    tempfile.NamedTemporaryFile  the same path reopened at its position, still deleted
+                               on close (ResourceReopenError if it is gone)
 
 In a replay (`scratch_copies(directory)`, used by Job.replay) the writable files,
 sqlite3 databases and temp directories these adapters reopen are scratch copies made
@@ -244,6 +246,48 @@ def _reopen_tempdir(name):
 
 
 register_adapter(tempfile.TemporaryDirectory, _reduce_tempdir)
+
+
+# A NamedTemporaryFile is a wrapper around a file object: it reopens as the same path
+# at its position, with its delete (and delete-on-close) behaviour kept, so the file
+# is removed when the resumed agent closes it or ends, as it would have been.
+def _reduce_named_temp(w):
+    closer = getattr(w, "_closer", None)
+    delete = getattr(closer, "delete", getattr(w, "delete", True))
+    delete_on_close = getattr(closer, "delete_on_close", True)
+    if w.file.closed:
+        return (_closed_named_temp, (w.name, w.file.mode))
+    reduced = _reduce_file(w.file)
+    if reduced[0] is not _reopen_file:
+        _refuse(w, "a temporary file without a path")
+    return (_reopen_named_temp, (reduced[1], delete, delete_on_close))
+
+
+def _named_temp_wrapper(f, name: str, delete: bool, delete_on_close: bool):
+    if sys.version_info >= (3, 12):
+        return tempfile._TemporaryFileWrapper(f, name, delete, delete_on_close)
+    return tempfile._TemporaryFileWrapper(f, name, delete)
+
+
+def _reopen_named_temp(file_args, delete, delete_on_close):
+    path, mode = file_args[0], file_args[1]
+    if not os.path.exists(path):
+        raise ResourceReopenError(
+            f"temporary file {path} (a NamedTemporaryFile open with mode {mode!r} at the "
+            "snapshot) no longer exists, so it cannot be reopened. The snapshot is intact: "
+            "put the file back and resume the job again.")
+    return _named_temp_wrapper(_reopen_file(*file_args), path, delete, delete_on_close)
+
+
+def _closed_named_temp(name, mode):
+    """A closed NamedTemporaryFile: its file is closed and already cleaned up."""
+    f = _closed_file(io.BufferedRandom if "b" in mode else io.TextIOWrapper, name, mode)
+    w = _named_temp_wrapper(f, name, False, False)
+    w._closer.close_called = w._closer.cleanup_called = True
+    return w
+
+
+register_adapter(tempfile._TemporaryFileWrapper, _reduce_named_temp)
 
 
 # ------------------------------------------------------------------------ HTTP clients

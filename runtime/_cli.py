@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import re
+import sqlite3
 import sys
 import time
 import traceback
@@ -21,20 +22,26 @@ from ..serializers._home import Home, default_home
 from . import _inspect
 from ._agent import EntryPoint, EntryPointError
 from ._errors import (DivergenceError, JobExists, JobParked, LeaseHeld, SnapshotNotFound,
-                      SnapshotWriteError, SnapstateError, StaleWriter, StoreError)
+                      SnapshotWriteError, SnapstateError, StaleWriter, StoreError,
+                      StoreFailure)
 from ._job import Job
 from ._lease import lease_ttl
+from ._signals import SigtermHandler
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 
 _EXIT_HELP = """\b
 Exit codes:
   0  done
-  1  the agent raised an exception (or a snapshot could not be written)
-  2  usage error or invalid input (unknown job, tampered, truncated or foreign snapshot)
+  1  the agent raised an exception (or a snapshot could not be written, or the
+     store failed: disk full, read-only; the job stays resumable)
+  2  usage error or invalid input (unknown job, damaged store, tampered, truncated
+     or foreign snapshot)
   3  waiting (approval, timer)
   4  parked (an ambiguous effect needs `snaprun reconcile`)
-  5  conflict (another live runner holds the job, or won the race to resume it)"""
+  5  conflict (another live runner holds the job, or won the race to resume it)
+  130  stopped by Ctrl-C (resumable)
+  143  stopped by SIGTERM (resumable; see --grace)"""
 
 
 def _say(message: str) -> None:
@@ -43,21 +50,37 @@ def _say(message: str) -> None:
 
 def _fail(exc: SnapstateError) -> None:
     code = EXIT_CONFLICT if isinstance(exc, (LeaseHeld, StaleWriter)) else (
-        EXIT_FAILED if isinstance(exc, SnapshotWriteError) else (
+        EXIT_FAILED if isinstance(exc, (SnapshotWriteError, StoreFailure)) else (
             EXIT_PARKED if isinstance(exc, JobParked) else EXIT_USAGE))
     _say(f"error: {exc}")
     sys.exit(code)
+
+
+_STORE_IN_USE: list[str] = []     # for the last-resort message in main()
 
 
 def _home(store: str | None, file: str | None = None) -> Home:
     # `file` never chooses the store: a file is verified only with the keys of the
     # store in use (--store, $SNAPSTATE_HOME, ./.snapstate) and SNAPSTATE_KEY, never
     # with those of a directory that happens to lie around it.
+    _STORE_IN_USE[:] = [default_home(store)]
     try:
         return Home(default_home(store))
+    except StoreFailure as exc:
+        _fail(exc)
     except (StoreError, OSError) as exc:
         _say(f"error: cannot open the store at {default_home(store)}: {exc}")
         sys.exit(EXIT_USAGE)
+    except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
+        _damaged(exc)      # the last resort: store files the code did not expect
+
+
+def grace_option(fn):
+    return click.option(
+        "--grace", type=click.FloatRange(min=0, min_open=True), default=None,
+        metavar="SECONDS",
+        help="On SIGTERM, run on to the next snapshot() and stop right after it is "
+             "committed (exit 143); stop at once if the grace runs out first.")(fn)
 
 
 def store_option(fn):
@@ -74,15 +97,30 @@ def _agent_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _run_job(job: Job, action) -> None:
+def _damaged(exc: BaseException) -> None:
+    where = _STORE_IN_USE[0] if _STORE_IN_USE else default_home(None)
+    _say(f"error: the store at {where} is damaged or unreadable: {type(exc).__name__}: "
+         f"{exc}. Nothing was changed; restore it from a backup (or `snaprun repair`).")
+    sys.exit(EXIT_USAGE)
+
+
+def _run_job(job: Job, action, grace: float | None = None) -> None:
     """Run or resume a job and exit with the contract's code."""
     job.say = _say
+    sigterm = SigtermHandler(job, grace)
+    sigterm.install()
     try:
         result = action()
     except KeyboardInterrupt:
         sys.stdout.flush()
         _say(f"job {job.job_id} interrupted; continue it with: snaprun resume {job.job_id}")
         sys.exit(130)
+    except StoreFailure as exc:
+        sys.stdout.flush()
+        _say(f"error: {exc}")
+        _say(f"job {job.job_id} is left interrupted; once the store is fixed: snaprun "
+             f"resume {job.job_id}")
+        sys.exit(EXIT_FAILED)
     except (SnapshotWriteError, StaleWriter, LeaseHeld) as exc:
         sys.stdout.flush()
         _fail(exc)
@@ -96,6 +134,8 @@ def _run_job(job: Job, action) -> None:
         _agent_failed(job, exc)
     except Exception as exc:
         _agent_failed(job, exc)
+    finally:
+        sigterm.disarm()
     sys.stdout.flush()
     _say(f"job {job.job_id} done; main() returned {result!r}")
     sys.exit(EXIT_DONE)
@@ -165,12 +205,14 @@ def cli() -> None:
                                "allow_interspersed_args": False}, epilog=_EXIT_HELP)
 @store_option
 @click.option("--job", "job_id", default=None, help="Job id (default: generated).")
+@grace_option
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(store, job_id, script, args) -> None:
+def run(store, job_id, grace, script, args) -> None:
     """Run SCRIPT's main() (a .py file or module:function) as a new job.
 
-    ARGS become the agent's sys.argv[1:]. The job id is printed on stderr."""
+    ARGS become the agent's sys.argv[1:]. The job id is printed on stderr. The entry
+    point is loaded first: without it no job is created."""
     try:
         entry = EntryPoint.parse(script)
     except EntryPointError as exc:
@@ -182,10 +224,19 @@ def run(store, job_id, script, args) -> None:
     home = _home(store)
     try:
         job = Job.create(home, entry, list(args), job_id)
-    except (JobExists, StoreError) as exc:
+    except EntryPointError as exc:
+        _say(f"error: {exc}; no job was created")
+        sys.exit(EXIT_USAGE)
+    except (JobExists, StoreError, StoreFailure) as exc:
         _fail(exc)
+    except Exception as exc:      # the agent's module raised while it was imported
+        sys.stdout.flush()
+        sys.stderr.write(_agent_traceback(exc))
+        _say(f"the agent's module raised {type(exc).__name__} while it was loaded; no job "
+             "was created")
+        sys.exit(EXIT_FAILED)
     _say(f"job {job.job_id} started")
-    _run_job(job, job.run)
+    _run_job(job, job.run, grace)
 
 
 @cli.command(epilog=_EXIT_HELP)
@@ -197,8 +248,9 @@ def run(store, job_id, script, args) -> None:
               help="When the runner holding the job is alive but silent (no heartbeat), "
                    "wait until its lease expires, then take the job over (never a runner "
                    "that heartbeats).")
+@grace_option
 @click.argument("target")
-def resume(store, at, as_id, force, target) -> None:
+def resume(store, at, as_id, force, grace, target) -> None:
     """Continue job TARGET after its latest snapshot, or the snapshot FILE TARGET.
 
     A job whose runner was killed resumes without --force. A FILE from another store
@@ -215,7 +267,7 @@ def resume(store, at, as_id, force, target) -> None:
                                  f"{target}@SEQ` starts a copy from one of its snapshots)")
     except SnapstateError as exc:
         _fail(exc)
-    _run_job(job, lambda: job.resume(at, force=force))
+    _run_job(job, lambda: job.resume(at, force=force), grace)
 
 
 def _import_file(home: Home, path: str, as_id: str | None) -> tuple[Job, int]:
@@ -675,7 +727,19 @@ def keys_retire(store, key_id) -> None:
 
 
 def main() -> None:
-    cli(prog_name="snaprun")
+    # The last resort: an error escaping a command is snapstate's own (an agent's
+    # exceptions are reported by _run_job), so it gets a message and an exit code,
+    # never a traceback.
+    try:
+        cli(prog_name="snaprun")
+    except SnapstateError as exc:
+        _fail(exc)
+    except (sqlite3.DatabaseError, ValueError, RecursionError) as exc:
+        _damaged(exc)
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        _say(f"error: cannot read or write{where}: {exc.strerror or exc}")
+        sys.exit(EXIT_USAGE)
 
 
 if __name__ == "__main__":

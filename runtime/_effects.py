@@ -47,7 +47,7 @@ import greenlet
 
 from ..serializers._store import EffectRow
 from ._errors import (DivergenceError, EffectOutsideJob, RestoreError, SecretUnavailable,
-                      StaleWriter, TamperedSnapshot)
+                      StaleWriter, StoreFailure, TamperedSnapshot)
 from ._faults import fault_point
 from ._lease import dispatch_margin, send_guard
 
@@ -312,7 +312,11 @@ def _call(spec: _Spec, args: tuple, kwargs: dict, explicit_key: str | None):
     job = _current_job()
     if job is None:   # plain Python: no ledger
         return _invoke(spec, args, kwargs, f"adhoc-{_uuid.uuid4().hex}")
-    return job.ledger.call(spec, args, kwargs, explicit_key, _call_site())
+    try:
+        return job.ledger.call(spec, args, kwargs, explicit_key, _call_site())
+    except StoreFailure as exc:
+        job.store_failed(exc)       # the run stops here; the agent never sees it
+        raise
 
 
 # ------------------------------------------------------------------------ values
@@ -320,7 +324,11 @@ def _value(kind: str, produce):
     job = _current_job()
     if job is None:
         return produce()
-    return job.ledger.value(kind, produce, _call_site())
+    try:
+        return job.ledger.value(kind, produce, _call_site())
+    except StoreFailure as exc:
+        job.store_failed(exc)
+        raise
 
 
 def now() -> _datetime.datetime:

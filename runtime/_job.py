@@ -31,7 +31,8 @@ from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
 from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobParked, RestoreError,
-                      SnapshotError, SnapshotWriteError, SnapstateError, StaleWriter)
+                      SnapshotError, SnapshotWriteError, SnapstateError, StaleWriter,
+                      StoreFailure)
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
@@ -166,11 +167,19 @@ class Job:
         self.ledger = Ledger(self)
         self.replay_stop: str | None = None
         self._restart_at: float | None = None
+        # Called on the hub right after each snapshot is committed (SIGTERM --grace).
+        self.after_commit = None
+        self.finishing = False          # the run is over: recording its outcome
 
     @classmethod
     def create(cls, home: Home, entry: _agent.EntryPoint, argv: list[str],
                job_id: str | None = None) -> "Job":
         job_id = job_id or f"{entry.module.split('.')[-1]}-{secrets.token_hex(4)}"
+        # The entry point is loaded before the job exists: a script without main() or
+        # a missing module:function is refused (EntryPointError) leaving no job whose
+        # module code would re-run on every resume. Loading it again to run is free.
+        sys.argv = [entry.path or entry.module, *argv]
+        entry.load()
         home.catalog.create_job(job_id, entry.as_dict(), list(argv))
         return cls(home, job_id, entry, argv)
 
@@ -189,7 +198,7 @@ class Job:
     def resume(self, at: int | None = None, *, force: bool = False):
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
         later ones); with no snapshot yet, from the start of its entry function."""
-        self._acquire(force=force, resuming=True)
+        self._acquire(force=force, resuming=False)   # counted once the restore succeeded
         self._restart_at = time.time()
         self.ledger.restored = True
         return self._run_leased(lambda: self._restore_for_resume(at))
@@ -222,6 +231,11 @@ class Job:
     def end_replay(self, reason: str) -> None:
         self._hub.switch(_Stop(None, reason))
 
+    def store_failed(self, exc: StoreFailure) -> None:
+        """The store failed under the agent (recording an effect): stop the run here,
+        the agent paused, so none of its code (except/finally blocks) runs after it."""
+        self._hub.switch(_Stop(exc, "the store failed"))
+
     def progressed(self) -> None:
         """The first new durable progress after a restart: record how long it took."""
         if self._restart_at is not None:
@@ -245,11 +259,12 @@ class Job:
         elif rows:
             row = rows[-1]
         else:
-            self.home.catalog.log_event(self.job_id, "restarted", "no snapshot yet: from the "
-                                        "start of the entry function")
+            fn = self.prepare()
+            self.home.catalog.record_resume(self.job_id, self.epoch, "no snapshot yet: "
+                                            "restarted from the start of the entry function")
             self.say(f"job {self.job_id} has no snapshot yet: restarting its entry function "
                      "(the effect ledger keeps completed side effects from repeating)")
-            return self.prepare()
+            return fn
         path = self.home.absolute(row.file)
         header, payload = self.home.read(path)
         if header.get("seq") != row.seq:
@@ -264,7 +279,7 @@ class Job:
         if later:
             self.home.catalog.log_event(self.job_id, "rewound", f"to snapshot {row.seq}; "
                                         f"dropped {', '.join(str(r.seq) for r in later)}")
-        self.home.catalog.log_event(self.job_id, "resumed", f"from snapshot {row.seq}")
+        self.home.catalog.record_resume(self.job_id, self.epoch, f"from snapshot {row.seq}")
         self.say(f"job {self.job_id} resumed from snapshot {row.seq}")
         return outer
 
@@ -286,6 +301,10 @@ class Job:
         except JobParked as exc:
             outcome, error = "parked", str(exc)
             raise
+        except StoreFailure as exc:
+            # The store failed, not the agent: the job stays interrupted (resumable).
+            outcome, error = "interrupted", str(exc)
+            raise
         except SnapstateError as exc:
             if exc is self._hub_error or self._agent is None:
                 # the snapshot write failed, or the job could not even start/restore
@@ -300,6 +319,7 @@ class Job:
             self._finish(outcome, error)
 
     def _finish(self, outcome: str | None, error: str | None) -> None:
+        self.finishing = True
         lease = self.lease
         if lease is None:
             return
@@ -310,9 +330,20 @@ class Job:
             if outcome == "done":
                 self.ledger.flush()
             self.home.catalog.set_status(self.job_id, outcome, epoch=self.epoch, error=error)
-            lease.release()
         except StaleWriter:
-            pass
+            return
+        except StoreFailure:
+            # The outcome cannot be recorded: the job's status stays "running" under a
+            # lease whose runner is about to exit, which shows it as interrupted (and
+            # `snaprun resume` takes it over without --force). A finished run must not
+            # be reported as done, since its end is not durable: the failure propagates.
+            if outcome == "done":
+                raise
+            return
+        try:
+            lease.release()
+        except (StaleWriter, StoreFailure):
+            pass           # the outcome is recorded; the lease dies with this process
 
     def _loop(self, fn, args, kwargs):
         global _ACTIVE
@@ -353,13 +384,15 @@ class Job:
             self.ledger.flush()
             self.home.commit_snapshot(row)
             self.progressed()
-        except (SnapshotWriteError, StaleWriter) as exc:
+        except (SnapshotWriteError, StaleWriter, StoreFailure) as exc:
             # Fatal for this run: the agent stays paused and is never resumed here.
             self._hub_error = exc
             _PARKED_AGENTS.append(self._agent)
             raise
         self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
+        if self.after_commit is not None:
+            self.after_commit(seq)       # may end the process (SIGTERM --grace)
         return self._agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
 
     # ------------------------------------------------------------------ freezing

@@ -4,13 +4,15 @@ checks and their writes are atomic across processes."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
 import threading
 import time
 
-from ..runtime._errors import JobExists, JobNotFound, LeaseHeld, StaleWriter, StoreError
+from ..runtime._errors import (JobExists, JobNotFound, LeaseHeld, SnapstateError, StaleWriter,
+                               StoreDamaged, StoreError, StoreFailure)
 from . import _fs
 from ._sealing import PLAIN, Sealer
 from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
@@ -45,6 +47,39 @@ CREATE INDEX IF NOT EXISTS effects_by_key ON effects (job_id, key);
 CREATE TABLE IF NOT EXISTS metrics (
     job_id TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (job_id, name));
 """
+
+
+# SQLite messages of a failing store (the disk, the file system, permissions): the
+# store failed, not the agent, and the job stays resumable once the cause is fixed.
+_FAILURE_MESSAGES = ("database or disk is full", "disk i/o error", "readonly database",
+                     "unable to open database file", "read-only file system")
+# Messages of a catalog that is not (or no longer) a SQLite database: damage.
+_DAMAGE_MESSAGES = ("file is not a database", "database disk image is malformed")
+_FAILURE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EIO, errno.EDQUOT, errno.EFBIG,
+                   errno.EACCES, errno.EPERM}
+
+
+def store_failure(exc: BaseException, path: str) -> SnapstateError | None:
+    """The snapstate error for a low-level failure of the catalog at `path`, or None
+    when `exc` is no store failure (e.g. "database is locked": the busy timeout and
+    the callers handle that)."""
+    if isinstance(exc, sqlite3.DatabaseError):
+        text = str(exc).lower()
+        if any(m in text for m in _DAMAGE_MESSAGES):
+            return StoreDamaged(f"the catalog {path} is damaged or unreadable ({exc}); nothing "
+                                "was changed. Restore it from a backup, or run `snaprun "
+                                "repair`.")
+        if not isinstance(exc, sqlite3.OperationalError) or \
+                not any(m in text for m in _FAILURE_MESSAGES):
+            return None
+        reason = str(exc)
+    elif isinstance(exc, OSError) and exc.errno in _FAILURE_ERRNOS:
+        reason = exc.strerror or str(exc)
+    else:
+        return None
+    return StoreFailure(
+        f"the store failed: {reason} at {os.path.dirname(path)}; the job is left resumable: "
+        "free space / make it writable, then `snaprun resume JOB`")
 
 
 class SqliteStore(Store):
@@ -85,34 +120,82 @@ class SqliteStore(Store):
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            for attempt in range(200):   # switching to WAL is not covered by the busy timeout
-                try:
-                    db.execute("PRAGMA journal_mode=WAL")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or attempt == 199:
-                        raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
-                    time.sleep(0.01)
-            db.execute(f"PRAGMA synchronous={self.synchronous}")
-            db.execute("PRAGMA foreign_keys=ON")
+            try:
+                db = self._connect()
+            except (sqlite3.DatabaseError, OSError) as exc:
+                mapped = store_failure(exc, self.path)
+                if mapped is None:
+                    raise
+                raise mapped from exc
             self._local.db = db
         return db
 
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        for attempt in range(200):   # switching to WAL is not covered by the busy timeout
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    db.close()
+                    if store_failure(exc, self.path) is not None:
+                        raise
+                    raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
+                time.sleep(0.01)
+            except sqlite3.DatabaseError:
+                db.close()
+                raise
+        try:
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            db.execute("PRAGMA foreign_keys=ON")
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
     class _Tx:
-        def __init__(self, db: sqlite3.Connection, immediate: bool):
-            self.db, self.immediate = db, immediate
+        """A transaction; a failing disk or file system surfaces as StoreFailure (a
+        damaged catalog as StoreDamaged), never as a bare sqlite3 error."""
+
+        def __init__(self, db: sqlite3.Connection, immediate: bool, path: str):
+            self.db, self.immediate, self.path = db, immediate, path
 
         def __enter__(self) -> sqlite3.Connection:
-            self.db.execute("BEGIN IMMEDIATE" if self.immediate else "BEGIN")
+            try:
+                self.db.execute("BEGIN IMMEDIATE" if self.immediate else "BEGIN")
+            except (sqlite3.DatabaseError, OSError) as exc:
+                self._raise_mapped(exc)
             return self.db
 
         def __exit__(self, kind, exc, tb):
-            self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+            if kind is None:
+                try:
+                    self.db.execute("COMMIT")
+                    return False
+                except (sqlite3.DatabaseError, OSError) as commit_error:
+                    exc = commit_error
+            # SQLite may have rolled back by itself (e.g. on SQLITE_FULL).
+            if self.db.in_transaction:
+                try:
+                    self.db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            mapped = store_failure(exc, self.path)
+            if mapped is not None:
+                raise mapped from exc
+            if kind is None:
+                raise exc           # a COMMIT that failed otherwise (e.g. busy)
             return False
 
+        def _raise_mapped(self, exc: BaseException):
+            mapped = store_failure(exc, self.path)
+            if mapped is None:
+                raise exc
+            raise mapped from exc
+
     def _tx(self, immediate: bool = True) -> "_Tx":
-        return self._Tx(self._db(), immediate)
+        return self._Tx(self._db(), immediate, self.path)
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)
@@ -230,6 +313,13 @@ class SqliteStore(Store):
                 f"job {job_id}: this runner's lease epoch {epoch} is no longer current "
                 f"(current: {current}); another runner took the job over. This runner's write "
                 "was rejected; nothing changed.")
+
+    def record_resume(self, job_id, epoch, detail) -> None:
+        with self._tx() as db:
+            self._check_epoch(db, job_id, epoch)
+            db.execute("UPDATE jobs SET resume_count = resume_count + 1 WHERE job_id = ?",
+                       (job_id,))
+            self._event(db, job_id, "resumed", detail)
 
     def heartbeat(self, job_id, epoch, ttl) -> None:
         now = self.clock()

@@ -173,6 +173,11 @@ class Store(abc.ABC):
         runtime/_lease.py). `resuming` counts a resume."""
 
     @abc.abstractmethod
+    def record_resume(self, job_id: str, epoch: int, detail: str) -> None:
+        """Count a resume and log it (event "resumed"), once its restore succeeded;
+        StaleWriter if `epoch` no longer holds the lease."""
+
+    @abc.abstractmethod
     def heartbeat(self, job_id: str, epoch: int, ttl: float) -> None:
         """Extend the lease; LeaseLost (a StaleWriter) if the epoch no longer holds it."""
 
