@@ -35,6 +35,7 @@ from ._frames import FrameRecord
 from ._layout import nlocalsplus
 from ._lease import Lease
 from ._morph import build_resume_chain
+from ._repair import check_accepted
 
 __all__ = ["SnapshotInfo", "snapshot", "Job", "runtime_versions"]
 
@@ -178,6 +179,7 @@ class Job:
     def resume(self, at: int | None = None, *, force: bool = False):
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
         later ones); with no snapshot yet, from the start of its entry function."""
+        check_accepted(self.home.catalog, self.job_id)   # a job rebuilt by repair waits
         self._acquire(force=force, resuming=True)
         self._restart_at = time.time()
         self.ledger.restored = True
@@ -190,7 +192,7 @@ class Job:
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
         path = self.home.absolute(row.file)
-        header, payload = self.home.read(path)
+        header, payload = self.home.read_row(row)      # the very file the row recorded
         return self._loop(self.restore(header, payload, path), (), {})
 
     # called by the ledger, in the agent's greenlet
@@ -230,10 +232,8 @@ class Job:
                      "(the effect ledger keeps completed side effects from repeating)")
             return self.prepare()
         path = self.home.absolute(row.file)
-        header, payload = self.home.read(path)
-        if header.get("seq") != row.seq:
-            raise HeaderMismatch(f"{path} holds snapshot {header.get('seq')}, but the catalog "
-                                 f"lists it as snapshot {row.seq} of job {self.job_id}")
+        # Refuses another job's file, a dropped branch's file, any file but the row's.
+        header, payload = self.home.read_row(row)
         outer = self.restore(header, payload, path)
         # Only now that the snapshot is known good: rewinding drops the later ones.
         later = [r for r in rows if r.seq > row.seq]

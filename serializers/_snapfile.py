@@ -39,8 +39,8 @@ from ..runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused
 from . import _fs
 from ._keys import KeyRing
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "write", "verify", "read_payload", "peek_header",
-           "CHUNK_SIZE"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "write", "write_signed", "verify", "verify_digest",
+           "read_payload", "read_verified", "peek_header", "CHUNK_SIZE"]
 
 MAGIC = b"SNAPSTATE\0"
 FORMAT_VERSION = 2
@@ -79,7 +79,7 @@ def _compressed(payload) -> "iter[bytes]":
     yield from chunker.finish()
 
 
-def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes):
+def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes, out: list | None = None):
     header_digest = xxhash.xxh3_128_digest(header_bytes)
     body_hash = xxhash.xxh3_128()
     mac = hmac.new(mac_key, header_bytes, hashlib.sha256)
@@ -92,6 +92,8 @@ def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes):
     end = _LEN.pack(0)
     body_hash.update(end)
     mac.update(end)
+    if out is not None:
+        out.append(mac.hexdigest())
     yield end + header_digest + body_hash.digest() + mac.digest()
 
 
@@ -99,6 +101,14 @@ def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bo
           fs: _fs.FileSystem = _fs.OS) -> int:
     """Write a signed (and optionally encrypted) snapshot file atomically and durably;
     returns its size. `payload` is the pickle."""
+    return write_signed(path, header, payload, keys, encrypt=encrypt, fs=fs)[0]
+
+
+def write_signed(path: str, header: dict, payload: bytes, keys: KeyRing, *,
+                 encrypt: bool = False, fs: _fs.FileSystem = _fs.OS) -> tuple[int, str]:
+    """write(), returning (size, digest): the digest is the file's HMAC (hex), which
+    names the exact header and body; the catalog records it to bind its row to this
+    very file."""
     key = keys.current
     header = dict(header, key_id=key.key_id, chunk_size=CHUNK_SIZE,
                   codecs=[_PICKLE, _ZSTD] + ([_AEAD] if encrypt else []))
@@ -109,7 +119,9 @@ def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bo
     if encrypt:
         chunks = _sealed(chunks, key.aead_key, bytes.fromhex(header["nonce_prefix"]),
                          hashlib.sha256(header_bytes).digest())
-    return _fs.write_atomic(path, _file_bytes(header_bytes, chunks, key.mac_key), fs)
+    digest: list[str] = []
+    size = _fs.write_atomic(path, _file_bytes(header_bytes, chunks, key.mac_key, digest), fs)
+    return size, digest[0]
 
 
 # ------------------------------------------------------------------------ reading
@@ -211,7 +223,7 @@ def _read_verified(path: str, keys: KeyRing, require_encryption: bool):
     body_ok = body_hash.digest() == trailer[16:32]
     signed = hmac.compare_digest(mac.digest(), trailer[32:])
     if signed and header_ok and body_ok:
-        return header, header_bytes, key, chunks
+        return header, header_bytes, key, chunks, mac.hexdigest()
     if not body_ok:
         raise CorruptSnapshot(f"{path} is damaged: its body does not match its checksum. "
                               "Resume from an earlier snapshot of the job.")
@@ -229,6 +241,13 @@ def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dic
     return _read_verified(path, keys, require_encryption)[0]
 
 
+def verify_digest(path: str, keys: KeyRing, *, require_encryption: bool = False
+                  ) -> tuple[dict, str]:
+    """verify(), returning (header, digest): the digest as write_signed() returned it."""
+    header, _, _, _, digest = _read_verified(path, keys, require_encryption)
+    return header, digest
+
+
 def _with_last(items):
     """(item, is_last) pairs, looking one item ahead."""
     pending = None
@@ -244,7 +263,13 @@ def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
                  ) -> tuple[dict, bytes]:
     """Verify the file, then decrypt and decompress the very chunks that were
     verified: (header, pickle bytes)."""
-    header, header_bytes, key, chunks = _read_verified(path, keys, require_encryption)
+    return read_verified(path, keys, require_encryption=require_encryption)[:2]
+
+
+def read_verified(path: str, keys: KeyRing, *, require_encryption: bool = False
+                  ) -> tuple[dict, bytes, str]:
+    """read_payload(), returning (header, pickle bytes, digest)."""
+    header, header_bytes, key, chunks, digest = _read_verified(path, keys, require_encryption)
     out = bytearray()
     decompressor = zstandard.ZstdDecompressor().decompressobj()
     if _AEAD in header["codecs"]:
@@ -264,4 +289,4 @@ def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
         raise TamperedSnapshot(f"{path}: a body chunk fails authentication") from None
     except zstandard.ZstdError as exc:
         raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
-    return header, bytes(out)
+    return header, bytes(out), digest

@@ -9,13 +9,20 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 
-from ..runtime._errors import JobExists, JobNotFound, LeaseHeld, StaleWriter, StoreError
+from ..runtime._errors import (JobExists, JobNotFound, LeaseHeld, StaleWriter, StoreDamaged,
+                               StoreError)
 from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
 
 __all__ = ["SqliteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 (the previous release) lacks the snapshots' digest and origin columns; it is
+# upgraded in place by the first writable open.
+_UPGRADES = {1: ("ALTER TABLE snapshots ADD COLUMN digest TEXT",
+                 "ALTER TABLE snapshots ADD COLUMN origin TEXT")}
+_TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -25,7 +32,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS snapshots (
     job_id TEXT NOT NULL, seq INTEGER NOT NULL, label TEXT, file TEXT NOT NULL,
     size INTEGER NOT NULL, created REAL NOT NULL, epoch INTEGER NOT NULL,
-    PRIMARY KEY (job_id, seq));
+    digest TEXT, origin TEXT, PRIMARY KEY (job_id, seq));
 CREATE TABLE IF NOT EXISTS leases (
     job_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL,
     epoch INTEGER NOT NULL, expires REAL NOT NULL, heartbeat REAL NOT NULL);
@@ -46,37 +53,72 @@ CREATE TABLE IF NOT EXISTS metrics (
 
 
 class SqliteStore(Store):
-    def __init__(self, directory: str, *, clock=time.time, synchronous: str = "FULL"):
+    """`create=False`: the catalog must already exist with its schema (an existing
+    store's catalog is never re-created: StoreDamaged instead). `writable=False`: open
+    for reading only (no schema upgrade)."""
+
+    def __init__(self, directory: str, *, clock=time.time, synchronous: str = "FULL",
+                 create: bool = True, writable: bool = True):
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be FULL or NORMAL")
         self.synchronous = synchronous
         self.directory = os.path.abspath(directory)
-        os.makedirs(self.directory, exist_ok=True)
+        if create:
+            os.makedirs(self.directory, exist_ok=True)
         self.path = os.path.join(self.directory, "catalog.db")
         self.clock = clock
         self._local = threading.local()
+        self._snapshot_extra = "digest, origin"
+        self._create = create
+        if not create and not os.path.isfile(self.path):
+            raise StoreDamaged(f"the catalog {self.path} is missing")
         # Several processes may open a new store at once: the schema is checked and
         # created in one write transaction.
-        with self._tx() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'"
-                                ).fetchone()[0]
-            if tables and version != SCHEMA_VERSION:
-                raise StoreError(
-                    f"the catalog {self.path} has schema version {version}; this snapstate "
-                    f"uses {SCHEMA_VERSION}. Use the snapstate release that created it, or start "
-                    "a new store (--store DIR).")
-            if not tables:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
+        try:
+            with self._tx(immediate=writable) as db:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                self.schema_version = version if version else SCHEMA_VERSION
+                names = {r[0] for r in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not names and not create:
+                    raise StoreDamaged(f"the catalog {self.path} holds no tables (it was "
+                                       "emptied or re-created)")
+                if names and version not in (SCHEMA_VERSION, *_UPGRADES):
+                    raise StoreError(
+                        f"the catalog {self.path} has schema version {version}; this "
+                        f"snapstate uses {SCHEMA_VERSION}. Use the snapstate release that "
+                        "created it, or start a new store (--store DIR).")
+                if names and not _TABLES <= names:
+                    raise StoreDamaged(f"the catalog {self.path} lacks the tables "
+                                       f"{', '.join(sorted(_TABLES - names))}")
+                if not names:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                elif version != SCHEMA_VERSION and writable:
+                    for statement in _UPGRADES[version]:
                         db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    self.schema_version = SCHEMA_VERSION
+                elif version != SCHEMA_VERSION:
+                    self._snapshot_extra = "NULL, NULL"     # read-only over version 1
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise StoreDamaged(f"the catalog {self.path} is damaged ({exc})") from None
+        except BaseException:
+            self.close()
+            raise
 
     # One connection per thread (the lease heartbeat runs in its own thread).
     def _db(self) -> sqlite3.Connection:
         db = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            if self._create:
+                db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            else:     # an existing store's catalog: never create the file
+                db = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode=rw", uri=True,
+                                     timeout=30, isolation_level=None)
             for attempt in range(200):   # switching to WAL is not covered by the busy timeout
                 try:
                     db.execute("PRAGMA journal_mode=WAL")
@@ -234,7 +276,12 @@ class SqliteStore(Store):
     # ---------------------------------------------------------------- snapshots
     @staticmethod
     def _snapshot(row) -> SnapshotRow:
-        return SnapshotRow(*row)
+        return SnapshotRow(*row[:8], json.loads(row[8]) if row[8] else None)
+
+    @staticmethod
+    def _snapshot_values(row: SnapshotRow) -> tuple:
+        return (row.job_id, row.seq, row.label, row.file, row.size, row.created, row.epoch,
+                row.digest, json.dumps(row.origin, sort_keys=True) if row.origin else None)
 
     def commit_snapshot(self, row: SnapshotRow) -> None:
         with self._tx() as db:
@@ -246,16 +293,17 @@ class SqliteStore(Store):
                     f"job {row.job_id}: snapshot {row.seq} expected {row.seq - 1} to be the "
                     f"latest, but it is {latest}; another writer moved the job on. Nothing "
                     "changed.")
-            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (row.job_id, row.seq, row.label, row.file,
-                                                         row.size, row.created, row.epoch))
+            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
+                       "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       self._snapshot_values(row))
             db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (row.created, row.job_id))
             self._event(db, row.job_id, "snapshot",
                         f"{row.seq}" + (f" ({row.label})" if row.label else ""))
 
     def snapshots(self, job_id) -> list[SnapshotRow]:
-        rows = self._db().execute("SELECT job_id, seq, label, file, size, created, epoch FROM "
-                                  "snapshots WHERE job_id = ? ORDER BY seq", (job_id,))
+        rows = self._db().execute("SELECT job_id, seq, label, file, size, created, epoch, "
+                                  f"{self._snapshot_extra} FROM snapshots WHERE job_id = ? "
+                                  "ORDER BY seq", (job_id,))
         return [self._snapshot(r) for r in rows]
 
     def delete_snapshot(self, job_id, seq) -> None:
@@ -267,11 +315,31 @@ class SqliteStore(Store):
         with self._tx() as db:
             try:
                 db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
-                           "epoch) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (row.job_id, row.seq, row.label, row.file, row.size, row.created,
-                            row.epoch))
+                           "epoch, digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           self._snapshot_values(row))
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
+
+    def rebuild_job(self, job: JobRow, epoch: int, rows: list[SnapshotRow],
+                    metrics: dict | None = None) -> None:
+        """Recreate a job and its snapshot rows from its files (snaprun repair), in one
+        transaction; its next lease epoch is above every epoch its files carry."""
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone():
+                raise JobExists(f"a job named {job.job_id!r} already exists in "
+                                f"{self.directory}")
+            db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, "
+                       "resume_count, parent, fork_seq, error, epoch) VALUES "
+                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (job.job_id, json.dumps(job.entry), json.dumps(job.argv), job.status,
+                        job.created, job.updated, job.resume_count, job.parent, job.fork_seq,
+                        job.error, epoch))
+            db.executemany("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
+                           "epoch, digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [self._snapshot_values(r) for r in rows])
+            db.executemany("INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
+                           [(job.job_id, k, v) for k, v in (metrics or {}).items()])
+            self._event(db, job.job_id, "rebuilt", job.error or "")
 
     # ---------------------------------------------------------------- effect ledger
     _EFFECT_COLUMNS = ("job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
