@@ -20,7 +20,7 @@ import click
 from ..serializers._home import Home, default_home
 from . import _inspect
 from ._agent import EntryPoint, EntryPointError
-from ._errors import (DivergenceError, JobExists, JobParked, LeaseHeld, SnapshotNotFound,
+from ._errors import (CorruptSnapshot, DivergenceError, JobExists, JobParked, LeaseHeld, SnapshotNotFound,
                       SnapshotWriteError, SnapstateError, StaleWriter, StoreError)
 from ..serializers._store import SnapshotRow
 from ._job import Job
@@ -210,6 +210,8 @@ def resume(store, at, as_id, force, target) -> None:
 
     A job whose runner was killed resumes without --force. A FILE from another store
     (exported, or copied) is imported as its job (or --as NEW_ID) first."""
+    if not os.path.isfile(target) and (os.sep in target or target.endswith(".snap")):
+        _fail(CorruptSnapshot(f"no snapshot file at {target}"))    # not a job id either
     home = _home(store, target, create=os.path.isfile(target))
     try:
         if os.path.isfile(target):
@@ -665,7 +667,7 @@ def keys_list(store, as_json) -> None:
 @store_option
 def keys_rotate(store) -> None:
     """Make a new key current; snapshots signed with older keys still load."""
-    key = _home(store).keys.rotate()
+    key = _home(store, create=True).keys.rotate()
     _say(f"key {key.key_id} is now current")
 
 
@@ -675,7 +677,7 @@ def keys_rotate(store) -> None:
 def keys_retire(store, key_id) -> None:
     """Stop trusting KEY_ID: snapshots signed with it are refused."""
     try:
-        _home(store).keys.retire(key_id)
+        _home(store, create=True).keys.retire(key_id)
     except SnapstateError as exc:
         _fail(exc)
     _say(f"key {key_id} retired")

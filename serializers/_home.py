@@ -87,17 +87,20 @@ class Home:
                 "cannot be verified without it, and a new key would verify none of them, so "
                 "none was made. Restore keys.json from a backup (or import the store's key); "
                 "`snaprun repair` cannot recreate a key")
-        identity = _identity.load(directory)
+        self.identity = identity = _identity.load(directory)
+        self.keys = KeyRing(directory)
+        self._check_keys()
         try:
             self.catalog = catalog or SqliteStore(
                 directory, create=False, writable=self.writable and identity is not None)
         except StoreDamaged as exc:
             raise StoreDamaged(f"{exc}; " + _identity.repair_hint(directory)) from None
         if identity is None:
-            identity = self._adopt_identity(catalog is None)
-        self.identity = identity
-        self.keys = KeyRing(directory)
-        self._check_keys()
+            try:
+                self.identity = self._adopt_identity(catalog is None)
+            except BaseException:
+                self.catalog.close()
+                raise
 
     def _adopt_identity(self, own_catalog: bool):
         """An existing store without store.json: one of the previous release (schema

@@ -70,6 +70,7 @@ class SqliteStore(Store):
         self._local = threading.local()
         self._snapshot_extra = "digest, origin"
         self._create = create
+        self._checked = create      # switch to WAL only once the file is known ours
         if not create and not os.path.isfile(self.path):
             raise StoreDamaged(f"the catalog {self.path} is missing")
         # Several processes may open a new store at once: the schema is checked and
@@ -83,14 +84,14 @@ class SqliteStore(Store):
                 if not names and not create:
                     raise StoreDamaged(f"the catalog {self.path} holds no tables (it was "
                                        "emptied or re-created)")
+                if names and not _TABLES <= names:
+                    raise StoreDamaged(f"the catalog {self.path} lacks the tables "
+                                       f"{', '.join(sorted(_TABLES - names))}")
                 if names and version not in (SCHEMA_VERSION, *_UPGRADES):
                     raise StoreError(
                         f"the catalog {self.path} has schema version {version}; this "
                         f"snapstate uses {SCHEMA_VERSION}. Use the snapstate release that "
                         "created it, or start a new store (--store DIR).")
-                if names and not _TABLES <= names:
-                    raise StoreDamaged(f"the catalog {self.path} lacks the tables "
-                                       f"{', '.join(sorted(_TABLES - names))}")
                 if not names:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
@@ -103,6 +104,9 @@ class SqliteStore(Store):
                     self.schema_version = SCHEMA_VERSION
                 elif version != SCHEMA_VERSION:
                     self._snapshot_extra = "NULL, NULL"     # read-only over version 1
+            if not create:
+                self._checked = True        # WAL is persistent: usually already set
+                self._wal(self._db())
         except sqlite3.DatabaseError as exc:
             self.close()
             raise StoreDamaged(f"the catalog {self.path} is damaged ({exc})") from None
@@ -119,18 +123,22 @@ class SqliteStore(Store):
             else:     # an existing store's catalog: never create the file
                 db = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode=rw", uri=True,
                                      timeout=30, isolation_level=None)
-            for attempt in range(200):   # switching to WAL is not covered by the busy timeout
-                try:
-                    db.execute("PRAGMA journal_mode=WAL")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or attempt == 199:
-                        raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
-                    time.sleep(0.01)
+            if self._checked:
+                self._wal(db)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
             self._local.db = db
         return db
+
+    def _wal(self, db: sqlite3.Connection) -> None:
+        for attempt in range(200):   # switching to WAL is not covered by the busy timeout
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
+                time.sleep(0.01)
 
     class _Tx:
         def __init__(self, db: sqlite3.Connection, immediate: bool):
