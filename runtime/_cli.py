@@ -372,6 +372,9 @@ def fork(store, as_id, ref) -> None:
         path, job_id, seq, _ = _resolve(home, ref, need_seq=True)
         source = home.catalog.get_job(job_id)
         new_id = as_id or f"{job_id}-fork-{os.urandom(3).hex()}"
+        for row in home.catalog.snapshots(job_id):
+            if row.seq <= seq:
+                home.verify_row(row)     # no half-made fork of a swapped file
         home.catalog.create_job(new_id, source.entry, source.argv, parent=job_id, fork_seq=seq)
         for row in home.catalog.snapshots(job_id):
             if row.seq > seq:
