@@ -173,6 +173,7 @@ class Job:
     def run(self, *, force: bool = False):
         """Run the entry function from the start under the job's lease; returns its
         result and records the outcome in the catalog."""
+        check_accepted(self.home.catalog, self.job_id)   # a job rebuilt by repair waits
         self._acquire(force=force, resuming=False)
         return self._run_leased(self.prepare)
 

@@ -81,26 +81,36 @@ class Home:
                 raise StoreDamaged(f"{problem}, in the store {directory}; "
                                    + _identity.repair_hint(directory))
         keys_path = os.path.join(directory, _identity.KEYS_FILE)
-        if not os.path.exists(keys_path):
-            raise StoreDamaged(
-                f"the key file {keys_path} of the store {directory} is missing: its snapshots "
-                "cannot be verified without it, and a new key would verify none of them, so "
-                "none was made. Restore keys.json from a backup (or import the store's key); "
-                "`snaprun repair` cannot recreate a key")
+        keys_lost = (f"the key file {keys_path} of the store {directory} is missing: its "
+                     "snapshots cannot be verified without it, and a new key would verify none "
+                     "of them, so none was made. Restore keys.json from a backup (or import the "
+                     "store's key); `snaprun repair` cannot recreate a key")
         self.identity = identity = _identity.load(directory)
-        self.keys = KeyRing(directory)
-        self._check_keys()
+        # No identity and no snapshot: maybe a creation cut short (or a catalog passed in).
+        unfinished = identity is None and not _identity.has_snapshot_files(directory)
+        has_keys = os.path.exists(keys_path)
+        if not has_keys and not unfinished:
+            raise StoreDamaged(keys_lost)
+        if has_keys:
+            self.keys = KeyRing(directory)
+            self._check_keys()
         try:
             self.catalog = catalog or SqliteStore(
                 directory, create=False, writable=self.writable and identity is not None)
         except StoreDamaged as exc:
             raise StoreDamaged(f"{exc}; " + _identity.repair_hint(directory)) from None
-        if identity is None:
-            try:
+        try:
+            if not has_keys:
+                if not self.writable or self.catalog.list_jobs():
+                    raise StoreDamaged(keys_lost)
+                self.keys = KeyRing(directory)      # finish the creation: no job yet
+            if identity is None:
                 self.identity = self._adopt_identity(catalog is None)
-            except BaseException:
-                self.catalog.close()
-                raise
+        except BaseException:
+            self.catalog.close()
+            raise
+        if self.writable:
+            os.makedirs(os.path.join(directory, "snapshots"), exist_ok=True)
 
     def _adopt_identity(self, own_catalog: bool):
         """An existing store without store.json: one of the previous release (schema
