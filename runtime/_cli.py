@@ -334,7 +334,7 @@ def export(store, output, ref) -> None:
     home = _home(store, readonly=True)
     try:
         path, job_id, seq, row = _resolve(home, ref, need_seq=True)
-        home.verify_row(row)
+        home.verify(path) if row is None else home.verify_row(row)
     except SnapstateError as exc:
         _fail(exc)
     from ..serializers._fs import write_atomic
@@ -637,8 +637,9 @@ def repair(store, accept_id) -> None:
     for job in report.jobs:
         for path in job.left_alone:
             _say(f"left alone (not on job {job.job_id}'s latest branch): {path}")
-        click.echo(f"rebuilt job {job.job_id}: snapshots {', '.join(map(str, job.seqs))}, "
-                   f"parked")
+        copied = f" (its first files are copies of job {job.parent}'s)" if job.parent else ""
+        click.echo(f"rebuilt job {job.job_id}: snapshots {', '.join(map(str, job.seqs))}"
+                   f"{copied}, parked")
     _say(f"{len(report.jobs)} job(s) rebuilt and parked: their effect ledgers were lost, so "
          "what each sent after its latest snapshot is unknown. Check with the providers, "
          "then `snaprun repair --accept JOB` and `snaprun resume JOB`.")

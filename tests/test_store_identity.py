@@ -263,3 +263,47 @@ def test_catalog_problem_reads_the_header_only(tmp_path):
     home.close()
     assert _identity.catalog_problem(str(tmp_path / "s")) is None
     assert "missing" in _identity.catalog_problem(str(tmp_path))
+
+
+def test_concurrent_creation_never_sees_a_half_made_store(tmp_path):
+    """Eight threads open the same new store at once (each its own lock file handle,
+    as separate processes would): the creation is done under the store lock, so none
+    of them sees its catalog half-made and refuses it as damaged; all share one
+    identity and one key."""
+    import threading
+
+    store = str(tmp_path / "new")
+    results, errors = [], []
+
+    def open_it():
+        try:
+            home = Home(store)
+            results.append((home.store_id, home.keys.current.key_id))
+            home.close()
+        except Exception as exc:          # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(results)) == 1 and len(results) == 8
+
+
+def test_creation_cut_short_is_finished_not_refused(tmp_path):
+    """A store whose creation was cut short (catalog made, no keys.json, no store.json,
+    no job, no snapshot) is finished by the next writable open instead of being
+    refused; read-only opening still creates nothing."""
+    from snapstate.serializers._sqlite import SqliteStore
+
+    SqliteStore(str(tmp_path / "s")).close()
+    before = tree(tmp_path / "s")
+    with pytest.raises(StoreDamaged):
+        Home(str(tmp_path / "s"), create=False)
+    assert tree(tmp_path / "s") == before
+    home = Home(str(tmp_path / "s"))
+    try:
+        assert home.store_id and (tmp_path / "s" / "keys.json").exists()
+    finally:
+        home.close()
