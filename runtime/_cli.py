@@ -20,11 +20,12 @@ import click
 from ..serializers._home import Home, default_home
 from . import _inspect
 from ._agent import EntryPoint, EntryPointError
-from ._errors import (CorruptSnapshot, DivergenceError, JobExists, JobParked, LeaseHeld, SnapshotNotFound,
-                      SnapshotWriteError, SnapstateError, StaleWriter, StoreError)
+from ._errors import (CorruptSnapshot, DivergenceError, JobExists, JobParked, LeaseHeld,
+                      SnapshotNotFound, SnapshotWriteError, SnapstateError, StaleWriter,
+                      StoreError)
 from ..serializers._store import SnapshotRow
-from ._job import Job
 from . import _repair
+from ._job import Job
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 

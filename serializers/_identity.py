@@ -35,8 +35,8 @@ from ..runtime._errors import StoreDamaged
 from . import _fs
 
 __all__ = ["StoreIdentity", "IDENTITY_FILE", "CATALOG_FILE", "KEYS_FILE", "LOCK_FILE",
-           "load", "create", "save", "fingerprint", "key_fingerprints", "has_snapshot_files", "is_store",
-           "catalog_problem", "store_lock", "repair_hint"]
+           "load", "create", "save", "fingerprint", "key_fingerprints", "has_snapshot_files",
+           "is_store", "catalog_problem", "store_lock", "repair_hint"]
 
 IDENTITY_FILE = "store.json"
 CATALOG_FILE = "catalog.db"

@@ -113,7 +113,8 @@ def test_dropped_branch_file_at_the_new_rows_path_is_refused(root):
     snapshot 2 (epoch 2) is refused, saying the epochs differ (before, resume silently
     continued the dropped branch)."""
     store = root / "store"
-    shutil.copy(root / "dropped" / "000002-e1.snap", store / "snapshots" / "a" / "000002-e2.snap")
+    shutil.copy(root / "dropped" / "000002-e1.snap",
+                store / "snapshots" / "a" / "000002-e2.snap")
     _refused(root, "a", 2, "epoch 1", "epoch 2")
     run = snaprun("resume", "--store", store, "a", cwd=root)
     assert run.returncode == 2 and "epoch" in run.stderr and run.stdout == "", run.stderr
@@ -123,7 +124,8 @@ def test_dropped_branch_file_at_its_own_path_with_the_row_edited_is_refused(root
     """A rollback made in the catalog: the dropped snapshot 2 restored at its own old
     path and a's row 2 edited to name that file is refused (epoch and digest)."""
     store = root / "store"
-    shutil.copy(root / "dropped" / "000002-e1.snap", store / "snapshots" / "a" / "000002-e1.snap")
+    shutil.copy(root / "dropped" / "000002-e1.snap",
+                store / "snapshots" / "a" / "000002-e1.snap")
     db = sqlite3.connect(store / "catalog.db")
     db.execute("UPDATE snapshots SET file = 'snapshots/a/000002-e1.snap' WHERE job_id = 'a' "
                "AND seq = 2")
@@ -178,7 +180,8 @@ def test_forks_and_imports_keep_resuming(root, monkeypatch):
     run = snaprun("resume", "--store", store, "g", cwd=root)
     assert run.returncode == 0 and run.result == "13", run.stderr
     assert "resumed from snapshot 2" in run.stderr
-    shutil.copy(store / "snapshots" / "b" / "000001-e1.snap", store / "snapshots" / "f" / "000001-e0.snap")
+    shutil.copy(store / "snapshots" / "b" / "000001-e1.snap",
+                store / "snapshots" / "f" / "000001-e0.snap")
     _refused(root, "f", 1, "names job 'b'", "digest")
 
 
