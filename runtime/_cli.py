@@ -21,9 +21,11 @@ import click
 from ..serializers._home import Home, default_home
 from . import _inspect
 from ._agent import EntryPoint, EntryPointError
-from ._errors import (DivergenceError, JobExists, JobParked, LeaseHeld, SnapshotNotFound,
-                      SnapshotWriteError, SnapstateError, StaleWriter, StoreError,
-                      StoreFailure)
+from ._errors import (CorruptSnapshot, DivergenceError, JobExists, JobParked, LeaseHeld,
+                      SnapshotNotFound, SnapshotWriteError, SnapstateError, StaleWriter,
+                      StoreError, StoreFailure)
+from ..serializers._store import SnapshotRow
+from . import _repair
 from ._job import Job
 from ._lease import lease_ttl
 from ._signals import SigtermHandler
@@ -59,16 +61,21 @@ def _fail(exc: SnapstateError) -> None:
 _STORE_IN_USE: list[str] = []     # for the last-resort message in main()
 
 
-def _home(store: str | None, file: str | None = None) -> Home:
-    # `file` never chooses the store: a file is verified only with the keys of the
-    # store in use (--store, $SNAPSTATE_HOME, ./.snapstate) and SNAPSTATE_KEY, never
-    # with those of a directory that happens to lie around it.
+def _home(store: str | None, file: str | None = None, *, create: bool = False,
+          readonly: bool = False) -> Home:
+    """The store in use. Only `create` (run, init, resume FILE) makes a new store;
+    `readonly` commands write nothing to it at all. `file` never chooses the store: a
+    file is verified only with the keys of the store in use (--store, $SNAPSTATE_HOME,
+    ./.snapstate) and SNAPSTATE_KEY, never with those of a directory around it."""
     _STORE_IN_USE[:] = [default_home(store)]
     try:
-        return Home(default_home(store))
+        return Home(default_home(store), create=create, writable=not readonly)
     except StoreFailure as exc:
         _fail(exc)
-    except (StoreError, OSError) as exc:
+    except StoreError as exc:
+        _say(f"error: {exc}")
+        sys.exit(EXIT_USAGE)
+    except OSError as exc:
         _say(f"error: cannot open the store at {default_home(store)}: {exc}")
         sys.exit(EXIT_USAGE)
     except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
@@ -156,11 +163,12 @@ def _parse_ref(ref: str) -> tuple[str, int | None]:
     return match.group(1), int(match.group(2)) if match.group(2) else None
 
 
-def _resolve(home: Home, ref: str, *, need_seq: bool = False) -> tuple[str, str, int]:
-    """(path, job id, seq) of JOB, JOB@SEQ or a snapshot FILE."""
+def _resolve(home: Home, ref: str, *, need_seq: bool = False
+             ) -> tuple[str, str, int, SnapshotRow | None]:
+    """(path, job id, seq, catalog row or None for a FILE) of JOB, JOB@SEQ or FILE."""
     if os.path.isfile(ref):
         header = home.verify(ref)
-        return ref, header["job_id"], header["seq"]
+        return ref, header["job_id"], header["seq"], None
     job_id, seq = _parse_ref(ref)
     if need_seq and seq is None:
         raise click.UsageError(f"name a snapshot: {job_id}@SEQ (see `snaprun log {job_id}`)")
@@ -172,7 +180,7 @@ def _resolve(home: Home, ref: str, *, need_seq: bool = False) -> tuple[str, str,
         row = rows[-1]
     else:
         row = home.catalog.snapshot(job_id, seq)
-    return home.absolute(row.file), job_id, row.seq
+    return home.absolute(row.file), job_id, row.seq, row
 
 
 def _ago(seconds: float) -> str:
@@ -221,7 +229,7 @@ def run(store, job_id, grace, script, args) -> None:
         lease_ttl()                   # a bad SNAPSTATE_LEASE_TTL: refused before the job exists
     except SnapstateError as exc:
         _fail(exc)
-    home = _home(store)
+    home = _home(store, create=True)
     try:
         job = Job.create(home, entry, list(args), job_id)
     except EntryPointError as exc:
@@ -255,7 +263,9 @@ def resume(store, at, as_id, force, grace, target) -> None:
 
     A job whose runner was killed resumes without --force. A FILE from another store
     (exported, or copied) is imported as its job (or --as NEW_ID) first."""
-    home = _home(store, target)
+    if not os.path.isfile(target) and (os.sep in target or target.endswith(".snap")):
+        _fail(CorruptSnapshot(f"no snapshot file at {target}"))    # not a job id either
+    home = _home(store, target, create=os.path.isfile(target))
     try:
         if os.path.isfile(target):
             job, at = _import_file(home, target, as_id)
@@ -285,11 +295,8 @@ def _import_file(home: Home, path: str, as_id: str | None) -> tuple[Job, int]:
     entry = EntryPoint.from_dict(header["entry"])
     catalog.create_job(job_id, entry.as_dict(), header["argv"], parent=header["job_id"],
                        fork_seq=header["seq"])
-    from ..serializers._store import SnapshotRow
-    target = home.copy_snapshot(path, job_id, header["seq"])
-    catalog.add_snapshot_unfenced(SnapshotRow(job_id, header["seq"], header["label"],
-                                              home.relative(target), os.path.getsize(target),
-                                              header["created_at"], 0))
+    header, row = home.import_file(path, job_id)     # the row binds the copy's digest
+    catalog.add_snapshot_unfenced(row)
     catalog.log_event(job_id, "imported", f"from {os.path.abspath(path)}")
     return Job(home, job_id, entry, header["argv"]), header["seq"]
 
@@ -307,7 +314,7 @@ def _exists(home: Home, job_id: str) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
 def list_jobs(store, as_json) -> None:
     """List the store's jobs with their status and latest snapshot."""
-    home = _home(store)
+    home = _home(store, readonly=True)
     now = time.time()
     rows = []
     for job in home.catalog.list_jobs():
@@ -335,10 +342,10 @@ def list_jobs(store, as_json) -> None:
 @click.argument("ref")
 def inspect(store, as_json, ref) -> None:
     """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE."""
-    home = _home(store, ref)
+    home = _home(store, ref, readonly=True)
     try:
-        path, job_id, seq = _resolve(home, ref)
-        header, payload = home.read(path)
+        path, job_id, seq, row = _resolve(home, ref)
+        header, payload = home.read(path) if row is None else home.read_row(row)
     except SnapstateError as exc:
         _fail(exc)
     report = _inspect.describe(header, payload)
@@ -354,7 +361,7 @@ def inspect(store, as_json, ref) -> None:
 @click.argument("job_id")
 def log(store, as_json, job_id) -> None:
     """Show a job's timeline: creation, leases, snapshots, resumes, outcome."""
-    home = _home(store)
+    home = _home(store, readonly=True)
     try:
         home.catalog.get_job(job_id)
     except SnapstateError as exc:
@@ -377,10 +384,10 @@ def export(store, output, ref) -> None:
 
     The file is signed with this store's key: another store resumes it when it has
     the key (`snaprun keys export`/`keys import`, or SNAPSTATE_KEY)."""
-    home = _home(store)
+    home = _home(store, readonly=True)
     try:
-        path, job_id, seq = _resolve(home, ref, need_seq=True)
-        home.verify(path)
+        path, job_id, seq, row = _resolve(home, ref, need_seq=True)
+        home.verify(path) if row is None else home.verify_row(row)
     except SnapstateError as exc:
         _fail(exc)
     from ..serializers._fs import write_atomic
@@ -394,7 +401,7 @@ def export(store, output, ref) -> None:
 @click.argument("path", type=click.Path(dir_okay=False))
 def verify(store, path) -> None:
     """Check a snapshot file's integrity and signature without loading it."""
-    home = _home(store, path)
+    home = _home(store, path, readonly=True)
     try:
         header = home.verify(path)
     except SnapstateError as exc:
@@ -415,17 +422,18 @@ def fork(store, as_id, ref) -> None:
     Resume the new job with `snaprun resume NEW`."""
     home = _home(store)
     try:
-        path, job_id, seq = _resolve(home, ref, need_seq=True)
+        path, job_id, seq, _ = _resolve(home, ref, need_seq=True)
         source = home.catalog.get_job(job_id)
         new_id = as_id or f"{job_id}-fork-{os.urandom(3).hex()}"
+        for row in home.catalog.snapshots(job_id):
+            if row.seq <= seq:
+                home.verify_row(row)     # no half-made fork of a swapped file
         home.catalog.create_job(new_id, source.entry, source.argv, parent=job_id, fork_seq=seq)
-        from ..serializers._store import SnapshotRow
         for row in home.catalog.snapshots(job_id):
             if row.seq > seq:
                 break
-            target = home.copy_snapshot(home.absolute(row.file), new_id, row.seq)
-            home.catalog.add_snapshot_unfenced(SnapshotRow(
-                new_id, row.seq, row.label, home.relative(target), row.size, row.created, 0))
+            # checked against its row, copied, recorded with what its header says
+            home.catalog.add_snapshot_unfenced(home.copy_row(row, new_id))
         # Effects before the fork point are the new job's history; those after it are
         # the original's future: the fork makes its own, with its own keys.
         inherited = home.verify(path).get("effects", 0)
@@ -491,7 +499,7 @@ def prune(store, keep_last, older_than, finished) -> None:
 @click.argument("job_id")
 def effects(store, as_json, job_id) -> None:
     """List a job's effect ledger: each logical action, its state and key."""
-    home = _home(store)
+    home = _home(store, readonly=True)
     try:
         home.catalog.get_job(job_id)
     except SnapstateError as exc:
@@ -567,7 +575,7 @@ def replay(store, ref) -> None:
     """Run from snapshot JOB@SEQ with every effect served from the ledger and none
     dispatched, writing nothing; stops at the first divergence (exit 1) or where the
     recorded history ends (exit 0)."""
-    home = _home(store)
+    home = _home(store, readonly=True)
     try:
         job_id, seq = _parse_ref(ref)
         if seq is None:
@@ -604,7 +612,7 @@ def replay(store, ref) -> None:
 def stats(store, as_json, job_id) -> None:
     """Durability metrics per job: resumes, snapshot age, effects served from the
     ledger after a restore, reconciled and ambiguous actions, restart-to-progress."""
-    home = _home(store)
+    home = _home(store, readonly=True)
     try:
         jobs = [home.catalog.get_job(job_id)] if job_id else home.catalog.list_jobs()
     except SnapstateError as exc:
@@ -644,11 +652,50 @@ def stats(store, as_json, job_id) -> None:
               help="Require encryption: new snapshots are encrypted, plaintext ones refused.")
 def init(store, encrypt) -> None:
     """Create a store (and its key); stores are also created on first use."""
-    home = _home(store)
+    home = _home(store, create=True)
     if encrypt:
         home.set_encryption(True)
     _say(f"store {home.directory} ready (key {home.keys.current.key_id}, encryption "
          f"{'required' if home.encrypt else 'off'})")
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--accept", "accept_id", default=None, metavar="JOB",
+              help="Let a job rebuilt by repair resume, once you checked its providers.")
+def repair(store, accept_id) -> None:
+    """Rebuild a lost or damaged catalog from the signed snapshot files.
+
+    The damaged catalog is moved aside, never deleted. Every rebuilt job is parked:
+    its effect ledger was lost, so check with the providers what it already did, then
+    `snaprun repair --accept JOB` lets it resume."""
+    directory = default_home(store)
+    try:
+        if accept_id is not None:
+            _repair.accept(_home(store), accept_id)
+            _say(f"job {accept_id} accepted; continue it with: snaprun resume {accept_id}")
+            return
+        report = _repair.repair(directory)
+    except SnapstateError as exc:
+        _fail(exc)
+    for path, reason in report.unverifiable:
+        _say(f"left alone (not restored): {path}: {reason}")
+    if report.identity_restored:
+        _say(f"store identity {directory}/store.json written again")
+    if report.healthy:
+        _say(f"the catalog of {directory} is healthy; nothing to rebuild")
+        return
+    if report.moved_aside:
+        _say(f"the damaged catalog was moved to {report.moved_aside}")
+    for job in report.jobs:
+        for path in job.left_alone:
+            _say(f"left alone (not on job {job.job_id}'s latest branch): {path}")
+        copied = f" (its first files are copies of job {job.parent}'s)" if job.parent else ""
+        click.echo(f"rebuilt job {job.job_id}: snapshots {', '.join(map(str, job.seqs))}"
+                   f"{copied}, parked")
+    _say(f"{len(report.jobs)} job(s) rebuilt and parked: their effect ledgers were lost, so "
+         "what each sent after its latest snapshot is unknown. Check with the providers, "
+         "then `snaprun repair --accept JOB` and `snaprun resume JOB`.")
 
 
 @cli.group()
@@ -661,7 +708,7 @@ def keys() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
 def keys_list(store, as_json) -> None:
     """List key ids (never the secrets)."""
-    home = _home(store)
+    home = _home(store, readonly=True)
     current = home.keys.current.key_id
     rows = [{"key": k.key_id, "current": k.key_id == current, "retired": k.retired,
              "created": k.created} for k in home.keys.keys()]
@@ -678,7 +725,7 @@ def keys_list(store, as_json) -> None:
 def keys_rotate(store) -> None:
     """Make a new key current; snapshots signed with older keys still load."""
     try:
-        key = _home(store).keys.rotate()
+        key = _home(store, create=True).keys.rotate()
     except SnapstateError as exc:
         _fail(exc)
     _say(f"key {key.key_id} is now current")
@@ -720,7 +767,7 @@ def keys_import(store, path) -> None:
 def keys_retire(store, key_id) -> None:
     """Stop trusting KEY_ID: snapshots signed with it are refused."""
     try:
-        _home(store).keys.retire(key_id)
+        _home(store, create=True).keys.retire(key_id)
     except SnapstateError as exc:
         _fail(exc)
     _say(f"key {key_id} retired")

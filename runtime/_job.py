@@ -38,6 +38,7 @@ from ._frames import FrameRecord
 from ._layout import nlocalsplus
 from ._lease import Lease
 from ._morph import build_resume_chain
+from ._repair import check_accepted
 
 __all__ = ["SnapshotInfo", "snapshot", "Job", "runtime_versions"]
 
@@ -192,12 +193,14 @@ class Job:
     def run(self, *, force: bool = False):
         """Run the entry function from the start under the job's lease; returns its
         result and records the outcome in the catalog."""
+        check_accepted(self.home.catalog, self.job_id)   # a job rebuilt by repair waits
         self._acquire(force=force, resuming=False)
         return self._run_leased(self.prepare)
 
     def resume(self, at: int | None = None, *, force: bool = False):
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
         later ones); with no snapshot yet, from the start of its entry function."""
+        check_accepted(self.home.catalog, self.job_id)   # a job rebuilt by repair waits
         self._acquire(force=force, resuming=False)   # counted once the restore succeeded
         self._restart_at = time.time()
         self.ledger.restored = True
@@ -213,7 +216,7 @@ class Job:
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
         path = self.home.absolute(row.file)
-        header, payload = self.home.read(path)
+        header, payload = self.home.read_row(row)      # the very file the row recorded
         with tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch, \
                 scratch_copies(scratch):
             return self._loop(self.restore(header, payload, path), (), {})
@@ -266,10 +269,8 @@ class Job:
                      "(the effect ledger keeps completed side effects from repeating)")
             return fn
         path = self.home.absolute(row.file)
-        header, payload = self.home.read(path)
-        if header.get("seq") != row.seq:
-            raise HeaderMismatch(f"{path} holds snapshot {header.get('seq')}, but the catalog "
-                                 f"lists it as snapshot {row.seq} of job {self.job_id}")
+        # Refuses another job's file, a dropped branch's file, any file but the row's.
+        header, payload = self.home.read_row(row)
         outer = self.restore(header, payload, path)
         # Only now that the snapshot is known good: rewinding drops the later ones.
         later = [r for r in rows if r.seq > row.seq]

@@ -3,7 +3,15 @@
     <store>/catalog.db                    jobs, snapshots, leases, timeline (SQLite, WAL)
     <store>/keys.json                     signing/encryption keys (0600)
     <store>/config.json                   settings (encryption required or not)
+    <store>/store.json                    the store's identity (serializers/_identity.py)
+    <store>/store.lock                    held while a store is opened or created
     <store>/snapshots/<job>/<seq>-e<epoch>.snap
+
+Opening decides whether the directory is a new store or an existing one (store.json,
+catalog.db or snapshot files present). An existing store's missing or damaged
+catalog, or missing keys.json, is refused (StoreDamaged), never re-created.
+`create=False` never creates a store; `writable=False` (read-only commands) also
+writes nothing: no store.json for an old store, no schema upgrade, no temp sweep.
 
 A snapshot is durable in two steps: its file is written atomically (temp, fsync,
 rename, fsync the directory), then its catalog row is committed with compare-and-
@@ -17,10 +25,11 @@ import json
 import os
 import shutil
 
-from ..runtime._errors import HeaderMismatch, SnapshotWriteError, StaleWriter
-from . import _fs, _sealing, _snapfile
+from ..runtime._errors import (HeaderMismatch, SnapshotWriteError, StaleWriter, StoreDamaged,
+                               StoreError)
+from . import _binding, _fs, _identity, _sealing, _snapfile
 from ._keys import KeyRing
-from ._sqlite import SqliteStore
+from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._store import SnapshotRow, Store
 
 __all__ = ["Home", "default_home"]
@@ -34,16 +43,117 @@ def default_home(store: str | None = None) -> str:
 
 class Home:
     def __init__(self, directory: str, *, fs: _fs.FileSystem = _fs.OS,
-                 catalog: Store | None = None):
+                 catalog: Store | None = None, create: bool = True,
+                 writable: bool | None = None):
         self.directory = os.path.abspath(directory)
-        _fs.make_private_dir(self.directory)
-        _fs.make_private_dir(os.path.join(self.directory, "snapshots"))
+        self.writable = create if writable is None else writable
         self.fs = fs
-        self.catalog = catalog or SqliteStore(self.directory)
-        self.keys = KeyRing(self.directory)
+        if create:
+            _fs.make_private_dir(self.directory)
+        elif not os.path.isdir(self.directory) or not _identity.is_store(self.directory):
+            raise StoreError(
+                f"no store at {self.directory}: name an existing store with --store DIR or "
+                "SNAPSTATE_HOME (`snaprun ls --store DIR` lists its jobs); stores are created "
+                "by `snaprun run` and `snaprun init`")
+        with _identity.store_lock(self.directory, exclusive=self.writable,
+                                  create=self.writable):
+            if _identity.is_store(self.directory):
+                self._open_existing(catalog)
+            else:
+                self._create(catalog)
         self.config = self._load_config()
         self._seal_catalog()
-        self.sweep_temp_files()
+        if self.writable:
+            self.sweep_temp_files()
+
+    def _create(self, catalog: Store | None) -> None:
+        """A new store: catalog and keys first, store.json last (its presence means the
+        store is complete); all under the store lock."""
+        _fs.make_private_dir(os.path.join(self.directory, "snapshots"))
+        self.catalog = catalog or SqliteStore(self.directory)
+        self.keys = KeyRing(self.directory)
+        self.identity = _identity.create(self.directory, self._fingerprints())
+
+    def _open_existing(self, catalog: Store | None) -> None:
+        directory = self.directory
+        if catalog is None:
+            problem = _identity.catalog_problem(directory)
+            if problem:
+                raise StoreDamaged(f"{problem}, in the store {directory}; "
+                                   + _identity.repair_hint(directory))
+        keys_path = os.path.join(directory, _identity.KEYS_FILE)
+        keys_lost = (f"the key file {keys_path} of the store {directory} is missing: its "
+                     "snapshots cannot be verified without it, and a new key would verify none "
+                     "of them, so none was made. Restore keys.json from a backup (or import the "
+                     "store's key); `snaprun repair` cannot recreate a key")
+        self.identity = identity = _identity.load(directory)
+        # No identity and no snapshot: maybe a creation cut short (or a catalog passed in).
+        unfinished = identity is None and not _identity.has_snapshot_files(directory)
+        has_keys = os.path.exists(keys_path)
+        if not has_keys and not unfinished:
+            raise StoreDamaged(keys_lost)
+        if has_keys:
+            self.keys = KeyRing(directory)
+            self._check_keys()
+        try:
+            self.catalog = catalog or SqliteStore(
+                directory, create=False, writable=self.writable and identity is not None)
+        except StoreDamaged as exc:
+            raise StoreDamaged(f"{exc}; " + _identity.repair_hint(directory)) from None
+        try:
+            if not has_keys:
+                if not self.writable or self.catalog.list_jobs():
+                    raise StoreDamaged(keys_lost)
+                self.keys = KeyRing(directory)      # finish the creation: no job yet
+            if identity is None:
+                self.identity = self._adopt_identity(catalog is None)
+        except BaseException:
+            self.catalog.close()
+            raise
+        if self.writable:
+            _fs.make_private_dir(os.path.join(directory, "snapshots"))
+
+    def _adopt_identity(self, own_catalog: bool):
+        """An existing store without store.json: one of the previous release (schema
+        version 1), or one whose creation was cut short (no job yet), gets one on its
+        first writable open; any other lost its identity file."""
+        version = getattr(self.catalog, "schema_version", SCHEMA_VERSION)
+        if version == SCHEMA_VERSION and self.catalog.list_jobs():
+            path = os.path.join(self.directory, _identity.IDENTITY_FILE)
+            raise StoreDamaged(f"the store identity {path} is missing; "
+                               + _identity.repair_hint(self.directory))
+        if not self.writable:
+            return None
+        keys = KeyRing(self.directory)
+        identity = _identity.create(self.directory, self._fingerprints(keys))
+        if own_catalog and version != SCHEMA_VERSION:      # now upgrade the schema
+            self.catalog.close()
+            self.catalog = SqliteStore(self.directory, create=False, writable=True)
+        return identity
+
+    def _fingerprints(self, keys: KeyRing | None = None) -> dict[str, str]:
+        return _identity.key_fingerprints(keys or self.keys)
+
+    def _check_keys(self) -> None:
+        """keys.json must hold at least one of the keys the store was created with; a
+        writable open records keys added since (rotation, import)."""
+        if self.identity is None:
+            return
+        mine = self._fingerprints()
+        recorded = set(self.identity.keys.values())
+        if recorded and mine and not recorded & set(mine.values()):
+            raise StoreDamaged(
+                f"the key file {os.path.join(self.directory, _identity.KEYS_FILE)} holds none "
+                f"of the keys the store {self.directory} was created with (it was replaced); "
+                "restore the store's keys.json from a backup")
+        if self.writable and not set(mine.values()) <= recorded:
+            self.identity = _identity.StoreIdentity(
+                self.identity.store_id, self.identity.created, dict(self.identity.keys, **mine))
+            _identity.save(self.directory, self.identity)
+
+    @property
+    def store_id(self) -> str | None:
+        return self.identity.store_id if self.identity else None
 
     # ---------------------------------------------------------------- settings
     def _load_config(self) -> dict:
@@ -92,19 +202,21 @@ class Home:
         """Write the file durably (not yet in the catalog). SnapshotWriteError on any
         I/O failure: never retried."""
         path = self.snapshot_path(job_id, seq, epoch)
+        # The header binds the file to this store, job, sequence number and epoch.
+        header = dict(header, store_id=self.store_id, job_id=job_id, seq=seq, epoch=epoch)
         if self.encrypt:
             header = _sealing.seal_header(header, self.keys)
         try:
             _fs.make_private_dir(os.path.dirname(path))
-            size = _snapfile.write(path, header, payload, self.keys, encrypt=self.encrypt,
-                                   fs=self.fs)
+            size, digest = _snapfile.write_signed(path, header, payload, self.keys,
+                                                  encrypt=self.encrypt, fs=self.fs)
         except OSError as exc:
             raise SnapshotWriteError(
                 f"snapshot {seq} of job {job_id} could not be written to {path} "
                 f"({exc.strerror or exc}); it is not retried. The job stopped; its previous "
                 f"snapshot is intact: fix the cause, then `snaprun resume {job_id}`.") from exc
         return SnapshotRow(job_id, seq, label, self.relative(path), size, header["created_at"],
-                           epoch)
+                           epoch, digest)
 
     def commit_snapshot(self, row: SnapshotRow) -> None:
         """Make a written snapshot the job's latest (compare-and-swap); a refused
@@ -123,14 +235,60 @@ class Home:
         header = _snapfile.verify(path, self.keys, require_encryption=self.encrypt)
         return _job_header(path, _sealing.open_header(header, self.keys, path))
 
-    def read(self, path: str) -> tuple[dict, bytes]:
+    def read(self, path: str) -> tuple[dict, bytearray]:
         header, payload = _snapfile.read_payload(path, self.keys,
                                                  require_encryption=self.encrypt)
         return _job_header(path, _sealing.open_header(header, self.keys, path)), payload
 
-    def read_row(self, row: SnapshotRow) -> tuple[dict, bytes]:
-        header, payload = self.read(self.absolute(row.file))
+    def _check_row(self, row: SnapshotRow, header: dict, digest: str) -> None:
+        parent = None
+        if row.digest is None:      # a previous release's row: its job may be a fork
+            try:
+                parent = self.catalog.get_job(row.job_id).parent
+            except StoreError:
+                pass
+        _binding.check(row, header, digest, store_id=self.store_id,
+                       path=self.absolute(row.file), parent=parent)
+
+    def read_row(self, row: SnapshotRow) -> tuple[dict, bytearray]:
+        """Verify a row's file, check that it is the very file the row recorded (store,
+        job, seq, epoch, digest: HeaderMismatch otherwise), then decode its body."""
+        path = self.absolute(row.file)
+        header, payload, digest = _snapfile.read_verified(path, self.keys,
+                                                          require_encryption=self.encrypt)
+        header = _job_header(path, _sealing.open_header(header, self.keys, path))
+        self._check_row(row, header, digest)
         return header, payload
+
+    def verify_row(self, row: SnapshotRow) -> tuple[dict, str]:
+        """read_row() without decoding the body: (header, digest)."""
+        path = self.absolute(row.file)
+        header, digest = _snapfile.verify_digest(path, self.keys,
+                                                 require_encryption=self.encrypt)
+        header = _job_header(path, _sealing.open_header(header, self.keys, path))
+        self._check_row(row, header, digest)
+        return header, digest
+
+    def copy_row(self, row: SnapshotRow, job_id: str) -> SnapshotRow:
+        """Copy a job's snapshot (checked against its row first, so a swapped file is
+        never laundered) into another job (a fork); the new row expects what the file's
+        header says and binds its digest."""
+        _, digest = self.verify_row(row)
+        target = self.copy_snapshot(self.absolute(row.file), job_id, row.seq)
+        return SnapshotRow(job_id, row.seq, row.label, self.relative(target), row.size,
+                           row.created, 0, digest, _binding.expected(row, self.store_id))
+
+    def import_file(self, path: str, job_id: str) -> tuple[dict, SnapshotRow]:
+        """Copy a verified snapshot file from outside into job `job_id`: (its header, the
+        row to record; nothing is recorded here)."""
+        header, digest = _snapfile.verify_digest(path, self.keys,
+                                                 require_encryption=self.encrypt)
+        header = _job_header(path, _sealing.open_header(header, self.keys, path))
+        target = self.copy_snapshot(path, job_id, header["seq"])
+        return header, SnapshotRow(job_id, header["seq"], header["label"],
+                                   self.relative(target), os.path.getsize(target),
+                                   header["created_at"], 0, digest,
+                                   _binding.origin_of(header, self.store_id, job_id, 0))
 
     def copy_snapshot(self, source: str, job_id: str, seq: int, epoch: int = 0) -> str:
         """Copy (hard-link when possible) a verified snapshot file into a job's folder."""

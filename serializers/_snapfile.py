@@ -41,8 +41,8 @@ from ..runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused
 from . import _fs
 from ._keys import KeyRing
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "write", "verify", "read_payload", "peek_header",
-           "CHUNK_SIZE"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "write", "write_signed", "verify", "verify_digest",
+           "read_payload", "read_verified", "peek_header", "CHUNK_SIZE"]
 
 MAGIC = b"SNAPSTATE\0"
 FORMAT_VERSION = 2
@@ -81,7 +81,7 @@ def _compressed(payload) -> "iter[bytes]":
     yield from chunker.finish()
 
 
-def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes):
+def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes, out: list | None = None):
     header_digest = xxhash.xxh3_128_digest(header_bytes)
     body_hash = xxhash.xxh3_128()
     mac = hmac.new(mac_key, header_bytes, hashlib.sha256)
@@ -94,6 +94,8 @@ def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes):
     end = _LEN.pack(0)
     body_hash.update(end)
     mac.update(end)
+    if out is not None:
+        out.append(mac.hexdigest())
     yield end + header_digest + body_hash.digest() + mac.digest()
 
 
@@ -101,6 +103,14 @@ def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bo
           fs: _fs.FileSystem = _fs.OS) -> int:
     """Write a signed (and optionally encrypted) snapshot file atomically and durably;
     returns its size. `payload` is the pickle."""
+    return write_signed(path, header, payload, keys, encrypt=encrypt, fs=fs)[0]
+
+
+def write_signed(path: str, header: dict, payload: bytes, keys: KeyRing, *,
+                 encrypt: bool = False, fs: _fs.FileSystem = _fs.OS) -> tuple[int, str]:
+    """write(), returning (size, digest): the digest is the file's HMAC (hex), which
+    names the exact header and body; the catalog records it to bind its row to this
+    very file."""
     key = keys.current
     header = dict(header, key_id=key.key_id, chunk_size=CHUNK_SIZE,
                   codecs=[_PICKLE, _ZSTD] + ([_AEAD] if encrypt else []))
@@ -111,7 +121,9 @@ def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bo
     if encrypt:
         chunks = _sealed(chunks, key.aead_key, bytes.fromhex(header["nonce_prefix"]),
                          hashlib.sha256(header_bytes).digest())
-    return _fs.write_atomic(path, _file_bytes(header_bytes, chunks, key.mac_key), fs)
+    digest: list[str] = []
+    size = _fs.write_atomic(path, _file_bytes(header_bytes, chunks, key.mac_key, digest), fs)
+    return size, digest[0]
 
 
 # ------------------------------------------------------------------------ reading
@@ -266,9 +278,23 @@ def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dic
         return _verify_open(f, path, keys, require_encryption)[0]
 
 
+def verify_digest(path: str, keys: KeyRing, *, require_encryption: bool = False
+                  ) -> tuple[dict, str]:
+    """verify(), returning (header, digest): the digest as write_signed() returned it."""
+    with _open(path) as f:
+        header, _, _, _, digest = _verify_open(f, path, keys, require_encryption)
+    return header, digest.hex()
+
+
 def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
                  ) -> tuple[dict, bytearray]:
-    """(header, pickle bytes) of a verified file.
+    """(header, pickle bytes) of a verified file (see read_verified)."""
+    return read_verified(path, keys, require_encryption=require_encryption)[:2]
+
+
+def read_verified(path: str, keys: KeyRing, *, require_encryption: bool = False
+                  ) -> tuple[dict, bytearray, str]:
+    """(header, pickle bytes, digest) of a verified file.
 
     A first pass verifies the file in constant memory; a second pass over the same
     open file descriptor (never reopened by name: a swapped file is not seen)
@@ -303,4 +329,4 @@ def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
             raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
     if not hmac.compare_digest(mac.digest(), verified):
         raise TamperedSnapshot(f"{path} changed while it was being read; refusing it")
-    return header, out
+    return header, out, verified.hex()

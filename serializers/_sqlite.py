@@ -10,6 +10,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 
 from ..runtime._errors import (JobExists, JobNotFound, LeaseHeld, SnapstateError, StaleWriter,
                                StoreDamaged, StoreError, StoreFailure)
@@ -19,7 +20,12 @@ from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, S
 
 __all__ = ["SqliteStore"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version 1 (the previous release) lacks the snapshots' digest and origin columns; it is
+# upgraded in place by the first writable open.
+_UPGRADES = {1: ("ALTER TABLE snapshots ADD COLUMN digest TEXT",
+                 "ALTER TABLE snapshots ADD COLUMN origin TEXT")}
+_TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -29,7 +35,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE TABLE IF NOT EXISTS snapshots (
     job_id TEXT NOT NULL, seq INTEGER NOT NULL, label TEXT, file TEXT NOT NULL,
     size INTEGER NOT NULL, created REAL NOT NULL, epoch INTEGER NOT NULL,
-    PRIMARY KEY (job_id, seq));
+    digest TEXT, origin TEXT, PRIMARY KEY (job_id, seq));
 CREATE TABLE IF NOT EXISTS leases (
     job_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL,
     epoch INTEGER NOT NULL, expires REAL NOT NULL, heartbeat REAL NOT NULL);
@@ -85,36 +91,70 @@ def store_failure(exc: BaseException, path: str) -> SnapstateError | None:
 class SqliteStore(Store):
     """`sealer` seals what the agent produced (argv, errors, labels, event details, effect
     arguments, results, notes, external ids) on write and opens it on read, so callers
-    see plain rows (serializers._sealing; a pass-through in a plaintext store)."""
+    see plain rows (serializers._sealing; a pass-through in a plaintext store).
+    `create=False`: the catalog must already exist with its schema (an existing
+    store's catalog is never re-created: StoreDamaged instead). `writable=False`: open
+    for reading only (no schema upgrade)."""
 
     def __init__(self, directory: str, *, clock=time.time, synchronous: str = "FULL",
-                 sealer: Sealer = PLAIN):
+                 sealer: Sealer = PLAIN, create: bool = True, writable: bool = True):
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be FULL or NORMAL")
         self.synchronous = synchronous
         self.sealer = sealer
         self.directory = os.path.abspath(directory)
-        _fs.make_private_dir(self.directory)
+        if create:
+            _fs.make_private_dir(self.directory)
         self.path = os.path.join(self.directory, "catalog.db")
-        _fs.create_private_file(self.path)   # before SQLite: -wal and -shm get its mode
+        if not create and not os.path.isfile(self.path):
+            raise StoreDamaged(f"the catalog {self.path} is missing")
+        if create:
+            _fs.create_private_file(self.path)   # before SQLite: -wal and -shm get its mode
         self.clock = clock
         self._local = threading.local()
+        self._snapshot_extra = "digest, origin"
+        self._create = create
+        self._checked = create      # switch to WAL only once the file is known ours
         # Several processes may open a new store at once: the schema is checked and
         # created in one write transaction.
-        with self._tx() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'"
-                                ).fetchone()[0]
-            if tables and version != SCHEMA_VERSION:
-                raise StoreError(
-                    f"the catalog {self.path} has schema version {version}; this snapstate "
-                    f"uses {SCHEMA_VERSION}. Use the snapstate release that created it, or start "
-                    "a new store (--store DIR).")
-            if not tables:
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
+        try:
+            with self._tx(immediate=writable) as db:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                self.schema_version = version if version else SCHEMA_VERSION
+                names = {r[0] for r in db.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not names and not create:
+                    raise StoreDamaged(f"the catalog {self.path} holds no tables (it was "
+                                       "emptied or re-created)")
+                if names and not _TABLES <= names:
+                    raise StoreDamaged(f"the catalog {self.path} lacks the tables "
+                                       f"{', '.join(sorted(_TABLES - names))}")
+                if names and version not in (SCHEMA_VERSION, *_UPGRADES):
+                    raise StoreError(
+                        f"the catalog {self.path} has schema version {version}; this "
+                        f"snapstate uses {SCHEMA_VERSION}. Use the snapstate release that "
+                        "created it, or start a new store (--store DIR).")
+                if not names:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                elif version != SCHEMA_VERSION and writable:
+                    for statement in _UPGRADES[version]:
                         db.execute(statement)
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    self.schema_version = SCHEMA_VERSION
+                elif version != SCHEMA_VERSION:
+                    self._snapshot_extra = "NULL, NULL"     # read-only over version 1
+            if not create:
+                self._checked = True        # WAL is persistent: usually already set
+                self._wal(self._db())
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise StoreDamaged(f"the catalog {self.path} is damaged ({exc})") from None
+        except BaseException:
+            self.close()
+            raise
 
     # One connection per thread (the lease heartbeat runs in its own thread).
     def _db(self) -> sqlite3.Connection:
@@ -131,28 +171,32 @@ class SqliteStore(Store):
         return db
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        if self._create:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        else:     # an existing store's catalog: never create the file
+            db = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode=rw", uri=True,
+                                 timeout=30, isolation_level=None)
+        try:
+            if self._checked:
+                self._wal(db)
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            db.execute("PRAGMA foreign_keys=ON")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _wal(self, db: sqlite3.Connection) -> None:
         for attempt in range(200):   # switching to WAL is not covered by the busy timeout
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 break
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or attempt == 199:
-                    db.close()
                     if store_failure(exc, self.path) is not None:
                         raise
                     raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
                 time.sleep(0.01)
-            except sqlite3.DatabaseError:
-                db.close()
-                raise
-        try:
-            db.execute(f"PRAGMA synchronous={self.synchronous}")
-            db.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.DatabaseError:
-            db.close()
-            raise
-        return db
 
     class _Tx:
         """A transaction; a failing disk or file system surfaces as StoreFailure (a
@@ -355,7 +399,13 @@ class SqliteStore(Store):
     # ---------------------------------------------------------------- snapshots
     def _snapshot(self, row) -> SnapshotRow:
         label = self.sealer.open(row[2], "snapshots", "label", row[0], row[1])
-        return SnapshotRow(row[0], row[1], label, *row[3:])
+        return SnapshotRow(row[0], row[1], label, *row[3:8],
+                           json.loads(row[8]) if row[8] else None)
+
+    def _snapshot_values(self, row: SnapshotRow) -> tuple:
+        return (row.job_id, row.seq, self._label(row), row.file, row.size, row.created,
+                row.epoch, row.digest,
+                json.dumps(row.origin, sort_keys=True) if row.origin else None)
 
     def commit_snapshot(self, row: SnapshotRow) -> None:
         with self._tx() as db:
@@ -367,10 +417,9 @@ class SqliteStore(Store):
                     f"job {row.job_id}: snapshot {row.seq} expected {row.seq - 1} to be the "
                     f"latest, but it is {latest}; another writer moved the job on. Nothing "
                     "changed.")
-            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (row.job_id, row.seq, self._label(row),
-                                                         row.file, row.size, row.created,
-                                                         row.epoch))
+            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
+                       "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       self._snapshot_values(row))
             db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (row.created, row.job_id))
             self._event(db, row.job_id, "snapshot",
                         f"{row.seq}" + (f" ({row.label})" if row.label else ""))
@@ -379,8 +428,9 @@ class SqliteStore(Store):
         return self.sealer.seal(row.label, "snapshots", "label", row.job_id, row.seq)
 
     def snapshots(self, job_id) -> list[SnapshotRow]:
-        rows = self._db().execute("SELECT job_id, seq, label, file, size, created, epoch FROM "
-                                  "snapshots WHERE job_id = ? ORDER BY seq", (job_id,))
+        rows = self._db().execute("SELECT job_id, seq, label, file, size, created, epoch, "
+                                  f"{self._snapshot_extra} FROM snapshots WHERE job_id = ? "
+                                  "ORDER BY seq", (job_id,))
         return [self._snapshot(r) for r in rows]
 
     def delete_snapshot(self, job_id, seq) -> None:
@@ -392,11 +442,33 @@ class SqliteStore(Store):
         with self._tx() as db:
             try:
                 db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
-                           "epoch) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           (row.job_id, row.seq, self._label(row), row.file, row.size,
-                            row.created, row.epoch))
+                           "epoch, digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           self._snapshot_values(row))
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
+
+    def rebuild_job(self, job: JobRow, epoch: int, rows: list[SnapshotRow],
+                    metrics: dict | None = None) -> None:
+        """Recreate a job and its snapshot rows from its files (snaprun repair), in one
+        transaction; its next lease epoch is above every epoch its files carry."""
+        with self._tx() as db:
+            if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone():
+                raise JobExists(f"a job named {job.job_id!r} already exists in "
+                                f"{self.directory}")
+            db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, "
+                       "resume_count, parent, fork_seq, error, epoch) VALUES "
+                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (job.job_id, json.dumps(job.entry),
+                        self.sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
+                        job.status, job.created, job.updated, job.resume_count, job.parent,
+                        job.fork_seq, self.sealer.seal(job.error, "jobs", "error", job.job_id),
+                        epoch))
+            db.executemany("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
+                           "epoch, digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                           [self._snapshot_values(r) for r in rows])
+            db.executemany("INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
+                           [(job.job_id, k, v) for k, v in (metrics or {}).items()])
+            self._event(db, job.job_id, "rebuilt", job.error or "")
 
     # ---------------------------------------------------------------- effect ledger
     _EFFECT_COLUMNS = ("job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
@@ -483,8 +555,8 @@ class SqliteStore(Store):
                 jobs = [self._job(r) for r in db.execute(
                     f"SELECT {self._JOB_COLUMNS} FROM jobs").fetchall()]
                 snaps = [self._snapshot(r) for r in db.execute(
-                    "SELECT job_id, seq, label, file, size, created, epoch FROM snapshots"
-                    ).fetchall()]
+                    "SELECT job_id, seq, label, file, size, created, epoch, "
+                    f"{self._snapshot_extra} FROM snapshots").fetchall()]
                 effects = [self._effect(r) for r in db.execute(
                     f"SELECT {self._EFFECT_COLUMNS} FROM effects").fetchall()]
                 events = [(i, job_id, at, kind, self.sealer.open(

@@ -68,6 +68,11 @@ class SnapshotRow:
     size: int
     created: float
     epoch: int
+    # The file's digest (the HMAC of its trailer): binds the row to the exact file.
+    digest: str | None = None
+    # For a file copied in by fork or import, whose header names another job: what its
+    # header says ({"store": id or None, "job": id, "epoch": n}); None for the job's own.
+    origin: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,13 @@ class Store(abc.ABC):
     def add_snapshot_unfenced(self, row: SnapshotRow) -> None:
         """Record a snapshot copied in by fork or import, when no runner holds the
         job; StoreError if that sequence number is taken."""
+
+    @abc.abstractmethod
+    def rebuild_job(self, job: JobRow, epoch: int, rows: list[SnapshotRow],
+                    metrics: dict | None = None) -> None:
+        """Recreate a job (with the given status, error and lease epoch), its snapshot
+        rows and metrics in one transaction: `snaprun repair`. JobExists if the id is
+        taken."""
 
     # ---------------------------------------------------------------- effect ledger
     @abc.abstractmethod

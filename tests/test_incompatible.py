@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -86,7 +87,13 @@ def _resign(path: Path, edit) -> None:
     header, payload = _snapfile.read_payload(str(path), keys)
     header = {k: v for k, v in header.items() if k not in _ADDED}
     edit(header)
-    _snapfile.write(str(path), header, payload, keys)
+    _, digest = _snapfile.write_signed(str(path), header, payload, keys)
+    # ...and committed as such: the catalog binds each row to its file's digest
+    db = sqlite3.connect(path.parents[2] / "catalog.db")
+    db.execute("UPDATE snapshots SET digest = ? WHERE file = ?",
+               (digest, str(path.relative_to(path.parents[2]))))
+    db.commit()
+    db.close()
 
 
 def _rewrite_versions(path: Path, **versions: str) -> dict:

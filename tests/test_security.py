@@ -201,7 +201,9 @@ def test_flipped_length_refused_under_memory_limit(tmp_path, where):
     space: the reader never allocates what an unauthenticated length field asks for.
     Control: the intact file verifies under the same limit."""
     store = tmp_path / "store"
-    keys = _keys.KeyRing(str(store))
+    home = Home(str(store))           # a whole store: snapshots without a catalog are refused
+    keys = home.keys
+    home.close()
     path = store / "snapshots" / "job" / "000001-e1.snap"
     path.parent.mkdir(parents=True)
     _snapfile.write(str(path), _header(), pickle.dumps(list(range(100))), keys)
