@@ -276,7 +276,10 @@ def _reopen_named_temp(file_args, delete, delete_on_close):
             f"temporary file {path} (a NamedTemporaryFile open with mode {mode!r} at the "
             "snapshot) no longer exists, so it cannot be reopened. The snapshot is intact: "
             "put the file back and resume the job again.")
-    return _named_temp_wrapper(_reopen_file(*file_args), path, delete, delete_on_close)
+    f = _reopen_file(*file_args)
+    # In a replay `f` is a scratch copy: the wrapper deletes that copy on close, never
+    # the original.
+    return _named_temp_wrapper(f, getattr(f, "name", path), delete, delete_on_close)
 
 
 def _closed_named_temp(name, mode):

@@ -752,7 +752,7 @@ def keys_export(store, output, key_id) -> None:
 def keys_import(store, path) -> None:
     """Add the key of a file made by `snaprun keys export` (valid, not current)."""
     try:
-        key, added = _home(store).keys.import_file(path)
+        key, added = _home(store, create=True).keys.import_file(path)
     except SnapstateError as exc:
         _fail(exc)
     _say(f"key {key.key_id} " + ("imported: snapshots signed with it now verify here"

@@ -443,6 +443,11 @@ def _render_resource(obj: Inert, name: str) -> str:
     if name == "Handle" and a:
         label = a[2] if len(a) > 2 and isinstance(a[2], str) else _render(a[0], 1, set())
         return f"resource {label!r} (reopened by its factory on first use)"
+    if name == "_reopen_named_temp" and a and isinstance(a[0], tuple) and len(a[0]) >= 3:
+        path, mode, at = a[0][:3]
+        return f"named temporary file {_text(path)} (mode {_text(mode)}, at byte {_text(at)})"
+    if name == "_closed_named_temp" and len(a) >= 2:
+        return f"closed named temporary file {_text(a[0])} (mode {_text(a[1])})"
     if "temp" in name.lower() and a:
         return f"named temporary file {_text(a[0])}" + (
             f" (mode {_text(a[1])})" if len(a) > 1 else "")

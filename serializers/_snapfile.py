@@ -174,11 +174,11 @@ def _read_header(reader: _Reader) -> tuple[dict, bytes]:
     header_bytes = reader.exactly(length, "header")
     try:
         header = json.loads(header_bytes)
-    except (ValueError, RecursionError):
-        header = None
     except RecursionError:   # deeply nested JSON: hostile, never a snapshot header
         raise CorruptSnapshot(f"{path} is not a snapshot: its header is JSON nested too "
                               "deeply to be a snapshot header") from None
+    except ValueError:
+        header = None
     if not isinstance(header, dict) or not isinstance(header.get("key_id"), str) \
             or not isinstance(header.get("codecs"), list):
         raise HeaderMismatch(f"{path} has a damaged header (not a snapshot header); it was "

@@ -211,6 +211,7 @@ def _legacy_store(directory: pathlib.Path) -> tuple[str, bytes]:
     fd = os.open(directory / "keys.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
+    Home(str(directory)).close()        # the rest of the store, around that key file
     return key_id, secret
 
 
@@ -451,7 +452,7 @@ def test_concurrent_rotations_lose_no_key(tmp_path):
     read-modify-write outside a lock keeps only the last writer's keys) and every
     snapshot verifies with a fresh key ring of the store; keys.json.lock is 0600."""
     store = tmp_path / "store"
-    first = _keys.KeyRing(str(store)).current.key_id
+    first = _store(store).current.key_id
     go = tmp_path / "go"
     names = ["p0", "p1", "p2"]
     for name in names:
