@@ -24,11 +24,12 @@ import greenlet
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import JOB_HEADER_FIELDS, Home
+from ..serializers._ids import derive_job_id, validate_job_id
 from . import _agent
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
-from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobParked, RestoreError,
+from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobFinished, JobParked, RestoreError,
                       SnapshotError, SnapshotWriteError, SnapstateError, StaleWriter)
 from ._faults import fault_point
 from ._frames import FrameRecord
@@ -159,12 +160,15 @@ class Job:
     @classmethod
     def create(cls, home: Home, entry: _agent.EntryPoint, argv: list[str],
                job_id: str | None = None) -> "Job":
-        job_id = job_id or f"{entry.module.split('.')[-1]}-{secrets.token_hex(4)}"
+        if job_id is None:    # from the script's name, sanitized: `my agent!.py` is fine
+            job_id = derive_job_id(entry.module.split('.')[-1], secrets.token_hex(4))
+        validate_job_id(job_id)
         home.catalog.create_job(job_id, entry.as_dict(), list(argv))
         return cls(home, job_id, entry, argv)
 
     @classmethod
     def open(cls, home: Home, job_id: str) -> "Job":
+        validate_job_id(job_id)
         row = home.catalog.get_job(job_id)
         return cls(home, job_id, _agent.EntryPoint.from_dict(row.entry), row.argv)
 
@@ -177,7 +181,11 @@ class Job:
 
     def resume(self, at: int | None = None, *, force: bool = False):
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
-        later ones); with no snapshot yet, from the start of its entry function."""
+        later ones); with no snapshot yet, from the start of its entry function.
+        A done job never runs again (JobFinished), whichever way it is resumed."""
+        if self.home.catalog.get_job(self.job_id).status == "done":
+            raise JobFinished(f"job {self.job_id} is done; nothing to resume (`snaprun fork "
+                              f"{self.job_id}@SEQ` starts a copy from one of its snapshots)")
         self._acquire(force=force, resuming=True)
         self._restart_at = time.time()
         self.ledger.restored = True
