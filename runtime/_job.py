@@ -197,7 +197,7 @@ class Job:
         (self.replay_stop says why) or raises DivergenceError at the first divergence."""
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
-        path = self.home.absolute(row.file)
+        path = self.home.row_path(row)
         header, payload = self.home.read(path)
         return self._loop(self.restore(header, payload, path), (), {})
 
@@ -237,7 +237,7 @@ class Job:
             self.say(f"job {self.job_id} has no snapshot yet: restarting its entry function "
                      "(the effect ledger keeps completed side effects from repeating)")
             return self.prepare()
-        path = self.home.absolute(row.file)
+        path = self.home.row_path(row)
         header, payload = self.home.read(path)
         if header.get("seq") != row.seq:
             raise HeaderMismatch(f"{path} holds snapshot {header.get('seq')}, but the catalog "
