@@ -29,8 +29,10 @@ EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0
 _EXIT_HELP = """\b
 Exit codes:
   0  done
-  1  the agent raised an exception (or a snapshot could not be written)
-  2  usage error or invalid input (unknown job, tampered, truncated or foreign snapshot)
+  1  the agent raised an exception (or a snapshot could not be written, or the
+     store failed)
+  2  usage error or invalid input (unknown job, invalid job id, damaged or foreign
+     store, tampered, truncated or foreign snapshot, a done job resumed)
   3  waiting (approval, timer)
   4  parked (an ambiguous effect needs `snaprun reconcile`)
   5  conflict (another live runner holds the job, or won the race to resume it)

@@ -276,3 +276,26 @@ def test_stats(home):
     assert state(home, "job") == before
     with pytest.raises(InvalidJobId):
         _admin.stats(home, "..")
+
+
+# ------------------------------------------------------------------ the CLI's exit codes
+def test_one_exit_code_table_covers_every_error():
+    """The CLI maps errors to exit codes through one ordered table: store and write
+    failures 1, parked 4, lease conflicts 5, every other snapstate error 2; no entry is
+    shadowed by an earlier base class; every public error class gets a code; the
+    epilog of --help documents 130 and 143."""
+    import snapstate
+    from snapstate import (JobParked, SnapshotWriteError, SnapstateError, StaleWriter,
+                           StoreDamaged, StoreFailure)
+    from snapstate.runtime._cli import _EXIT_HELP, EXIT_CODES, exit_code
+    expected = {StoreFailure: 1, SnapshotWriteError: 1, JobParked: 4, LeaseHeld: 5,
+                StaleWriter: 5, InvalidJobId: 2, StoreDamaged: 2, JobFinished: 2,
+                JobExists: 2, SnapshotNotFound: 2, StoreError: 2}
+    assert {kind: exit_code(kind("x")) for kind in expected} == expected
+    for i, (kind, _) in enumerate(EXIT_CODES):
+        assert not any(issubclass(kind, earlier) for earlier, _ in EXIT_CODES[:i]), kind
+    errors = [getattr(snapstate, n) for n in snapstate.__all__
+              if isinstance(getattr(snapstate, n), type)
+              and issubclass(getattr(snapstate, n), SnapstateError)]
+    assert all(exit_code(kind("x")) in (1, 2, 4, 5) for kind in errors)
+    assert "130  interrupted by Ctrl-C" in _EXIT_HELP and "143  stopped by SIGTERM" in _EXIT_HELP
