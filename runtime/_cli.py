@@ -78,6 +78,8 @@ def _check_ids(*refs: str | None, file_ok: bool = False) -> None:
         try:
             _parse_ref(ref)
         except SnapstateError as exc:
+            if file_ok and (os.sep in ref or ref.endswith(".snap")):   # meant as a FILE
+                exc = SnapshotNotFound(f"no snapshot file at {ref}; as a job id: {exc}")
             _fail(exc)
 
 
