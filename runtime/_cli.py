@@ -7,7 +7,6 @@ stdout; with --json, as JSON.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -19,9 +18,10 @@ import traceback
 import click
 
 from ..serializers._home import Home, default_home
-from . import _inspect
+from ..serializers._ids import validate_job_id
+from . import _admin, _inspect
 from ._agent import EntryPoint, EntryPointError
-from ._errors import (CorruptSnapshot, DivergenceError, JobExists, JobParked, LeaseHeld,
+from ._errors import (CorruptSnapshot, DivergenceError, JobParked, LeaseHeld,
                       SnapshotNotFound, SnapshotWriteError, SnapstateError, StaleWriter,
                       StoreError, StoreFailure)
 from ..serializers._store import SnapshotRow
@@ -37,13 +37,32 @@ Exit codes:
   0  done
   1  the agent raised an exception (or a snapshot could not be written, or the
      store failed: disk full, read-only; the job stays resumable)
-  2  usage error or invalid input (unknown job, damaged store, tampered, truncated
-     or foreign snapshot)
+  2  usage error or invalid input (unknown job, invalid job id, damaged or foreign
+     store, tampered, truncated or foreign snapshot, a done job resumed)
   3  waiting (approval, timer)
   4  parked (an ambiguous effect needs `snaprun reconcile`)
   5  conflict (another live runner holds the job, or won the race to resume it)
   130  stopped by Ctrl-C (resumable)
   143  stopped by SIGTERM (resumable; see --grace)"""
+
+# The one exception -> exit code table of every command: the first class that matches
+# wins (so subclasses come before their bases).
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (StoreFailure, EXIT_FAILED),        # the store failed, not the input: job resumable
+    (SnapshotWriteError, EXIT_FAILED),
+    (JobParked, EXIT_PARKED),
+    (LeaseHeld, EXIT_CONFLICT),
+    (StaleWriter, EXIT_CONFLICT),
+    (SnapstateError, EXIT_USAGE),       # invalid input, damaged or foreign store or file
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a snapstate error, from EXIT_CODES."""
+    for kind, code in EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_FAILED
 
 
 def _say(message: str) -> None:
@@ -51,11 +70,32 @@ def _say(message: str) -> None:
 
 
 def _fail(exc: SnapstateError) -> None:
-    code = EXIT_CONFLICT if isinstance(exc, (LeaseHeld, StaleWriter)) else (
-        EXIT_FAILED if isinstance(exc, (SnapshotWriteError, StoreFailure)) else (
-            EXIT_PARKED if isinstance(exc, JobParked) else EXIT_USAGE))
     _say(f"error: {exc}")
-    sys.exit(code)
+    sys.exit(exit_code(exc))
+
+
+def _check_ids(*refs: str | None, file_ok: bool = False) -> None:
+    """Refuse an invalid job id in JOB or JOB@SEQ before the store is even opened:
+    nothing is created for a refused id. With file_ok, an existing file is a snapshot
+    FILE, not a job."""
+    for ref in refs:
+        if ref is None or (file_ok and os.path.isfile(ref)):
+            continue
+        try:
+            _parse_ref(ref)
+        except SnapstateError as exc:
+            if file_ok and (os.sep in ref or ref.endswith(".snap")):   # meant as a FILE
+                exc = SnapshotNotFound(f"no snapshot file at {ref}; as a job id: {exc}")
+            _fail(exc)
+
+
+def _check_new_id(job_id: str | None, option: str) -> None:
+    """Refuse an invalid new job id (--job, --as) before the store is opened."""
+    if job_id is not None:
+        try:
+            validate_job_id(job_id, what=f"the job id {option}")
+        except SnapstateError as exc:
+            _fail(exc)
 
 
 _STORE_IN_USE: list[str] = []     # for the last-resort message in main()
@@ -159,8 +199,12 @@ def _agent_failed(job: Job, exc: BaseException) -> None:
 
 
 def _parse_ref(ref: str) -> tuple[str, int | None]:
-    match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref)
-    return match.group(1), int(match.group(2)) if match.group(2) else None
+    """(job id, seq or None) of JOB or JOB@SEQ; InvalidJobId for a bad job id."""
+    match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref, re.DOTALL)
+    if match is None:
+        return validate_job_id(ref), None
+    return (validate_job_id(match.group(1)),
+            int(match.group(2)) if match.group(2) else None)
 
 
 def _resolve(home: Home, ref: str, *, need_seq: bool = False
@@ -180,7 +224,7 @@ def _resolve(home: Home, ref: str, *, need_seq: bool = False
         row = rows[-1]
     else:
         row = home.catalog.snapshot(job_id, seq)
-    return home.absolute(row.file), job_id, row.seq, row
+    return home.row_path(row), job_id, row.seq, row
 
 
 def _ago(seconds: float) -> str:
@@ -225,6 +269,7 @@ def run(store, job_id, grace, script, args) -> None:
         entry = EntryPoint.parse(script)
     except EntryPointError as exc:
         raise click.UsageError(str(exc)) from None
+    _check_new_id(job_id, "--job")
     try:
         lease_ttl()                   # a bad SNAPSTATE_LEASE_TTL: refused before the job exists
     except SnapstateError as exc:
@@ -235,7 +280,7 @@ def run(store, job_id, grace, script, args) -> None:
     except EntryPointError as exc:
         _say(f"error: {exc}; no job was created")
         sys.exit(EXIT_USAGE)
-    except (JobExists, StoreError, StoreFailure) as exc:
+    except SnapstateError as exc:
         _fail(exc)
     except Exception as exc:      # the agent's module raised while it was imported
         sys.stdout.flush()
@@ -265,48 +310,17 @@ def resume(store, at, as_id, force, grace, target) -> None:
     (exported, or copied) is imported as its job (or --as NEW_ID) first."""
     if not os.path.isfile(target) and (os.sep in target or target.endswith(".snap")):
         _fail(CorruptSnapshot(f"no snapshot file at {target}"))    # not a job id either
+    _check_ids(target, file_ok=True)
+    _check_new_id(as_id, "--as")
     home = _home(store, target, create=os.path.isfile(target))
     try:
         if os.path.isfile(target):
-            job, at = _import_file(home, target, as_id)
+            job, at = _admin.import_file(home, target, as_id)
         else:
-            job = Job.open(home, target)
-            status = home.catalog.get_job(target).status
-            if status == "done":
-                raise StoreError(f"job {target} is done; nothing to resume (`snaprun fork "
-                                 f"{target}@SEQ` starts a copy from one of its snapshots)")
+            job = Job.open(home, target)      # a done job is refused by job.resume()
     except SnapstateError as exc:
         _fail(exc)
     _run_job(job, lambda: job.resume(at, force=force), grace)
-
-
-def _import_file(home: Home, path: str, as_id: str | None) -> tuple[Job, int]:
-    header = home.verify(path)
-    catalog = home.catalog
-    own = [r for r in (catalog.snapshots(header["job_id"]) if _exists(home, header["job_id"])
-                       else []) if os.path.exists(home.absolute(r.file))
-           and os.path.samefile(home.absolute(r.file), path)]
-    if own and as_id is None:
-        return Job.open(home, header["job_id"]), own[0].seq
-    job_id = as_id or header["job_id"]
-    if _exists(home, job_id):
-        raise JobExists(f"this store already has a job {job_id!r}; import the file under "
-                        "another id with --as NEW_ID")
-    entry = EntryPoint.from_dict(header["entry"])
-    catalog.create_job(job_id, entry.as_dict(), header["argv"], parent=header["job_id"],
-                       fork_seq=header["seq"])
-    header, row = home.import_file(path, job_id)     # the row binds the copy's digest
-    catalog.add_snapshot_unfenced(row)
-    catalog.log_event(job_id, "imported", f"from {os.path.abspath(path)}")
-    return Job(home, job_id, entry, header["argv"]), header["seq"]
-
-
-def _exists(home: Home, job_id: str) -> bool:
-    try:
-        home.catalog.get_job(job_id)
-        return True
-    except SnapstateError:
-        return False
 
 
 @cli.command("ls", epilog=_EXIT_HELP)
@@ -342,6 +356,7 @@ def list_jobs(store, as_json) -> None:
 @click.argument("ref")
 def inspect(store, as_json, ref) -> None:
     """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE."""
+    _check_ids(ref, file_ok=True)
     home = _home(store, ref, readonly=True)
     try:
         path, job_id, seq, row = _resolve(home, ref)
@@ -361,6 +376,7 @@ def inspect(store, as_json, ref) -> None:
 @click.argument("job_id")
 def log(store, as_json, job_id) -> None:
     """Show a job's timeline: creation, leases, snapshots, resumes, outcome."""
+    _check_ids(job_id)
     home = _home(store, readonly=True)
     try:
         home.catalog.get_job(job_id)
@@ -384,6 +400,7 @@ def export(store, output, ref) -> None:
 
     The file is signed with this store's key: another store resumes it when it has
     the key (`snaprun keys export`/`keys import`, or SNAPSTATE_KEY)."""
+    _check_ids(ref, file_ok=True)
     home = _home(store, readonly=True)
     try:
         path, job_id, seq, row = _resolve(home, ref, need_seq=True)
@@ -420,29 +437,16 @@ def fork(store, as_id, ref) -> None:
     """Start a new job from snapshot JOB@SEQ; the original job is untouched.
 
     Resume the new job with `snaprun resume NEW`."""
+    _check_ids(ref)
+    _check_new_id(as_id, "--as")
+    job_id, seq = _parse_ref(ref)
+    if seq is None:
+        raise click.UsageError(f"name a snapshot: {job_id}@SEQ (see `snaprun log {job_id}`)")
     home = _home(store)
     try:
-        path, job_id, seq, _ = _resolve(home, ref, need_seq=True)
-        source = home.catalog.get_job(job_id)
-        new_id = as_id or f"{job_id}-fork-{os.urandom(3).hex()}"
-        for row in home.catalog.snapshots(job_id):
-            if row.seq <= seq:
-                home.verify_row(row)     # no half-made fork of a swapped file
-        home.catalog.create_job(new_id, source.entry, source.argv, parent=job_id, fork_seq=seq)
-        for row in home.catalog.snapshots(job_id):
-            if row.seq > seq:
-                break
-            # checked against its row, copied, recorded with what its header says
-            home.catalog.add_snapshot_unfenced(home.copy_row(row, new_id))
-        # Effects before the fork point are the new job's history; those after it are
-        # the original's future: the fork makes its own, with its own keys.
-        inherited = home.verify(path).get("effects", 0)
-        home.catalog.record_effects(
-            [dataclasses.replace(e, job_id=new_id) for e in home.catalog.effects(job_id)
-             if e.ordinal <= inherited], epoch=None)
+        new_id = _admin.fork(home, job_id, seq, as_id)
     except SnapstateError as exc:
         _fail(exc)
-    home.catalog.log_event(job_id, "forked", f"snapshot {seq} as job {new_id}")
     click.echo(new_id)
     _say(f"forked {job_id}@{seq} as {new_id}; continue it with: snaprun resume {new_id}")
 
@@ -463,34 +467,20 @@ def prune(store, keep_last, older_than, finished) -> None:
         raise click.BadParameter("--keep-last must be at least 1")
     cutoff = time.time() - _parse_duration(older_than) if older_than else None
     home = _home(store)
-    now = time.time()
-    dropped_jobs, dropped = [], 0
-    for job in home.catalog.list_jobs():
-        lease = home.catalog.get_lease(job.job_id)
-        if lease is not None and lease.is_live(now):
-            continue                      # never under a running job's feet
-        if finished and job.status in ("done", "failed"):
-            home.catalog.delete_job(job.job_id)
-            home.delete_job_files(job.job_id)
-            dropped_jobs.append(job.job_id)
-            continue
-        rows = home.catalog.snapshots(job.job_id)
-        keep = set(r.seq for r in rows[-keep_last:]) if keep_last else {r.seq for r in rows}
-        if cutoff is not None:
-            keep = {r.seq for r in rows if r.seq in keep and r.created >= cutoff}
-        if rows:
-            keep.add(rows[-1].seq)
-        for row in rows:
-            if row.seq not in keep:
-                home.catalog.delete_snapshot(job.job_id, row.seq)
-                home.delete_file(row.file)
-                dropped += 1
-        for orphan in home.orphan_files(job.job_id):
-            home.delete_file(orphan)
-    swept = home.sweep_temp_files()
-    click.echo(f"pruned {dropped} snapshot(s) and {len(dropped_jobs)} finished job(s)"
-               + (f": {', '.join(dropped_jobs)}" if dropped_jobs else "")
-               + (f"; removed {swept} temp file(s)" if swept else ""))
+    try:
+        report = _admin.prune(home, keep_last=keep_last, older_than=cutoff, finished=finished)
+    except SnapstateError as exc:
+        _fail(exc)
+    click.echo(f"pruned {report.snapshots} snapshot(s) and {len(report.jobs)} finished job(s)"
+               + (f": {', '.join(report.jobs)}" if report.jobs else "")
+               + (f"; removed {report.orphans} orphan file(s)" if report.orphans else "")
+               + (f"; removed {report.temp_files} temp file(s)" if report.temp_files else ""))
+    for job_id in report.running:
+        _say(f"job {job_id} is running: not pruned")
+    for problem in report.damaged:
+        _say(f"error: {problem}")
+    if report.damaged:
+        sys.exit(EXIT_USAGE)
 
 
 @cli.command(epilog=_EXIT_HELP)
@@ -499,6 +489,7 @@ def prune(store, keep_last, older_than, finished) -> None:
 @click.argument("job_id")
 def effects(store, as_json, job_id) -> None:
     """List a job's effect ledger: each logical action, its state and key."""
+    _check_ids(job_id)
     home = _home(store, readonly=True)
     try:
         home.catalog.get_job(job_id)
@@ -537,32 +528,12 @@ def reconcile(store, committed, result_json, job_id, effect) -> None:
         result = json.loads(result_json) if result_json is not None else None
     except ValueError as exc:
         raise click.BadParameter(f"--result is not JSON: {exc}") from None
+    _check_ids(job_id)
     home = _home(store)
     try:
-        job = home.catalog.get_job(job_id)
-        lease = home.catalog.get_lease(job_id)
-        if lease is not None and lease.is_live(time.time()):
-            raise LeaseHeld(f"job {job_id} is running ({lease.owner}); reconcile it once it "
-                            "has stopped")
-        row = home.catalog.effect(job_id, effect)
-        if row is None or row.kind == "value":
-            raise StoreError(f"job {job_id} has no effect {effect} (`snaprun effects {job_id}`)")
-        if row.state not in ("ambiguous", "dispatched", "failed"):
-            raise StoreError(f"effect {effect} of job {job_id} is {row.state}; only an "
-                             "ambiguous or failed effect can be reconciled")
+        _admin.reconcile(home, job_id, effect, committed=committed, result=result)
     except SnapstateError as exc:
         _fail(exc)
-    from ._effects import CONFIRMED, NOT_COMMITTED, seal
-    note = ("reconciled: committed" if committed else "reconciled: not committed") + " by hand"
-    home.catalog.record_effects([dataclasses.replace(
-        row, state=CONFIRMED if committed else NOT_COMMITTED,
-        result=seal(home.keys, result) if committed else None, updated=time.time(),
-        note=note)], epoch=None, replace=True)
-    home.catalog.bump_metric(job_id, "reconciled")
-    home.catalog.log_event(job_id, "reconciled", f"effect {effect}: "
-                           + ("committed" if committed else "not committed"))
-    if job.status == "parked":
-        home.catalog.set_status(job_id, "interrupted", error=None)
     _say(f"effect {effect} of job {job_id} reconciled as "
          f"{'committed' if committed else 'not committed'}; continue with: snaprun resume "
          f"{job_id}")
@@ -575,6 +546,7 @@ def replay(store, ref) -> None:
     """Run from snapshot JOB@SEQ with every effect served from the ledger and none
     dispatched, writing nothing; stops at the first divergence (exit 1) or where the
     recorded history ends (exit 0)."""
+    _check_ids(ref)
     home = _home(store, readonly=True)
     try:
         job_id, seq = _parse_ref(ref)
@@ -612,27 +584,12 @@ def replay(store, ref) -> None:
 def stats(store, as_json, job_id) -> None:
     """Durability metrics per job: resumes, snapshot age, effects served from the
     ledger after a restore, reconciled and ambiguous actions, restart-to-progress."""
+    _check_ids(job_id)
     home = _home(store, readonly=True)
     try:
-        jobs = [home.catalog.get_job(job_id)] if job_id else home.catalog.list_jobs()
+        rows = _admin.stats(home, job_id)
     except SnapstateError as exc:
         _fail(exc)
-    now = time.time()
-    rows = []
-    for job in jobs:
-        metrics = home.catalog.metrics(job.job_id)
-        latest = home.catalog.latest(job.job_id)
-        ledger = home.catalog.effects(job.job_id)
-        rows.append({
-            "job": job.job_id, "status": home.catalog.effective_status(job, now),
-            "resumes": job.resume_count,
-            "snapshot_age_s": None if latest is None else round(now - latest.created, 3),
-            "effects": sum(1 for e in ledger if e.kind != "value"),
-            "served_from_ledger": int(metrics.get("served_from_ledger", 0)),
-            "reconciled": int(metrics.get("reconciled", 0)),
-            "ambiguous": sum(1 for e in ledger if e.state == "ambiguous"),
-            "ambiguous_total": int(metrics.get("ambiguous", 0)),
-            "restart_to_progress_s": metrics.get("restart_to_progress_s")})
     if as_json:
         click.echo(json.dumps(rows if job_id is None else rows[0], indent=1))
         return

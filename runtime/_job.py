@@ -26,13 +26,14 @@ from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import JOB_HEADER_FIELDS, Home
+from ..serializers._ids import derive_job_id, validate_job_id
 from . import _agent
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
-from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobParked, RestoreError,
-                      SnapshotError, SnapshotWriteError, SnapstateError, StaleWriter,
-                      StoreFailure)
+from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobFinished, JobParked,
+                      RestoreError, SnapshotError, SnapshotWriteError, SnapstateError,
+                      StaleWriter, StoreFailure)
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
@@ -175,7 +176,9 @@ class Job:
     @classmethod
     def create(cls, home: Home, entry: _agent.EntryPoint, argv: list[str],
                job_id: str | None = None) -> "Job":
-        job_id = job_id or f"{entry.module.split('.')[-1]}-{secrets.token_hex(4)}"
+        if job_id is None:    # from the script's name, sanitized: `my agent!.py` is fine
+            job_id = derive_job_id(entry.module.split('.')[-1], secrets.token_hex(4))
+        validate_job_id(job_id)
         # The entry point is loaded before the job exists: a script without main() or
         # a missing module:function is refused (EntryPointError) leaving no job whose
         # module code would re-run on every resume. Loading it again to run is free.
@@ -186,6 +189,7 @@ class Job:
 
     @classmethod
     def open(cls, home: Home, job_id: str) -> "Job":
+        validate_job_id(job_id)
         row = home.catalog.get_job(job_id)
         return cls(home, job_id, _agent.EntryPoint.from_dict(row.entry), row.argv)
 
@@ -199,7 +203,11 @@ class Job:
 
     def resume(self, at: int | None = None, *, force: bool = False):
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
-        later ones); with no snapshot yet, from the start of its entry function."""
+        later ones); with no snapshot yet, from the start of its entry function.
+        A done job never runs again (JobFinished), whichever way it is resumed."""
+        if self.home.catalog.get_job(self.job_id).status == "done":
+            raise JobFinished(f"job {self.job_id} is done; nothing to resume (`snaprun fork "
+                              f"{self.job_id}@SEQ` starts a copy from one of its snapshots)")
         check_accepted(self.home.catalog, self.job_id)   # a job rebuilt by repair waits
         self._acquire(force=force, resuming=False)   # counted once the restore succeeded
         self._restart_at = time.time()
@@ -215,7 +223,7 @@ class Job:
         first divergence."""
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
-        path = self.home.absolute(row.file)
+        path = self.home.row_path(row)
         header, payload = self.home.read_row(row)      # the very file the row recorded
         with tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch, \
                 scratch_copies(scratch):
@@ -268,7 +276,7 @@ class Job:
             self.say(f"job {self.job_id} has no snapshot yet: restarting its entry function "
                      "(the effect ledger keeps completed side effects from repeating)")
             return fn
-        path = self.home.absolute(row.file)
+        path = self.home.row_path(row)
         # Refuses another job's file, a dropped branch's file, any file but the row's.
         header, payload = self.home.read_row(row)
         outer = self.restore(header, payload, path)

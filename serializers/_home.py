@@ -25,9 +25,10 @@ import json
 import os
 import shutil
 
-from ..runtime._errors import (HeaderMismatch, SnapshotWriteError, StaleWriter, StoreDamaged,
-                               StoreError)
+from ..runtime._errors import (HeaderMismatch, InvalidJobId, SnapshotWriteError, StaleWriter,
+                               StoreDamaged, StoreError)
 from . import _binding, _fs, _identity, _sealing, _snapfile
+from ._ids import validate_job_id
 from ._keys import KeyRing
 from ._sqlite import SCHEMA_VERSION, SqliteStore
 from ._store import SnapshotRow, Store
@@ -185,16 +186,57 @@ class Home:
         return bool(self.config.get("encrypt"))
 
     # ---------------------------------------------------------------- files
+    # Every path the store derives (from a job id or a catalog row's `file`) is proven
+    # to lie inside <store>/snapshots before it is read, written or deleted: ids are
+    # validated, and the real path (symlinks resolved) must be below the real snapshots
+    # folder. Catalog rows are hostile input too (a tampered catalog.db).
     def relative(self, path: str) -> str:
         return os.path.relpath(os.path.abspath(path), self.directory)
 
-    def absolute(self, file: str) -> str:
-        return os.path.join(self.directory, file)
+    def _confine(self, path: str, inside: str, what: str) -> str:
+        """`path`, if its real path lies strictly inside the real path of `inside`;
+        StoreDamaged naming `what` otherwise."""
+        root = os.path.realpath(inside)
+        real = os.path.realpath(path)
+        if os.path.commonpath([root, real]) != root or real == root:
+            raise StoreDamaged(
+                f"{what} resolves to {real}, outside {root}: the store {self.directory} is "
+                "damaged or was tampered with; refusing to read, write or delete it")
+        return path
 
-    def job_directory(self, job_id: str) -> str:
+    def absolute(self, file: str, job_id: str | None = None) -> str:
+        """The path of a catalog row's `file`, confined to <store>/snapshots (to the
+        job's own folder when `job_id` is given)."""
+        what = f"the catalog's file {file!r}" + (f" of job {job_id!r}" if job_id else "")
+        if not isinstance(file, str) or not file or "\0" in file or os.path.isabs(file):
+            raise StoreDamaged(f"{what} is not a path inside the store {self.directory}: the "
+                               "store is damaged or was tampered with; refusing it")
+        inside = (self._job_folder(job_id, what) if job_id is not None
+                  else os.path.join(self.directory, "snapshots"))
+        return self._confine(os.path.join(self.directory, file), inside, what)
+
+    def _job_folder(self, job_id: str, what: str) -> str:
+        try:
+            validate_job_id(job_id)
+        except InvalidJobId as exc:
+            raise StoreDamaged(f"{what}: {exc}") from None
         return os.path.join(self.directory, "snapshots", job_id)
 
+    def row_path(self, row: SnapshotRow) -> str:
+        """The file of a catalog row, confined to its job's folder."""
+        return self.absolute(row.file, row.job_id)
+
+    def job_directory(self, job_id: str) -> str:
+        """<store>/snapshots/<job>: InvalidJobId for an id outside the safe alphabet."""
+        validate_job_id(job_id)
+        return self._confine(os.path.join(self.directory, "snapshots", job_id),
+                             os.path.join(self.directory, "snapshots"),
+                             f"the folder of job {job_id!r}")
+
     def snapshot_path(self, job_id: str, seq: int, epoch: int) -> str:
+        if not isinstance(seq, int) or not isinstance(epoch, int) or seq < 0 or epoch < 0:
+            raise StoreDamaged(f"snapshot {seq!r} (epoch {epoch!r}) of job {job_id!r} is not a "
+                               "valid sequence number")
         return os.path.join(self.job_directory(job_id), f"{seq:06d}-e{epoch}.snap")
 
     def write_snapshot(self, job_id: str, seq: int, epoch: int, label: str | None,
@@ -225,7 +267,7 @@ class Home:
             self.catalog.commit_snapshot(row)
         except StaleWriter:
             try:
-                self.fs.unlink(self.absolute(row.file))
+                self.fs.unlink(self.row_path(row))
             except FileNotFoundError:
                 pass
             raise
@@ -248,12 +290,12 @@ class Home:
             except StoreError:
                 pass
         _binding.check(row, header, digest, store_id=self.store_id,
-                       path=self.absolute(row.file), parent=parent)
+                       path=self.row_path(row), parent=parent)
 
     def read_row(self, row: SnapshotRow) -> tuple[dict, bytearray]:
         """Verify a row's file, check that it is the very file the row recorded (store,
         job, seq, epoch, digest: HeaderMismatch otherwise), then decode its body."""
-        path = self.absolute(row.file)
+        path = self.row_path(row)
         header, payload, digest = _snapfile.read_verified(path, self.keys,
                                                           require_encryption=self.encrypt)
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
@@ -262,7 +304,7 @@ class Home:
 
     def verify_row(self, row: SnapshotRow) -> tuple[dict, str]:
         """read_row() without decoding the body: (header, digest)."""
-        path = self.absolute(row.file)
+        path = self.row_path(row)
         header, digest = _snapfile.verify_digest(path, self.keys,
                                                  require_encryption=self.encrypt)
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
@@ -274,7 +316,7 @@ class Home:
         never laundered) into another job (a fork); the new row expects what the file's
         header says and binds its digest."""
         _, digest = self.verify_row(row)
-        target = self.copy_snapshot(self.absolute(row.file), job_id, row.seq)
+        target = self.copy_snapshot(self.row_path(row), job_id, row.seq)
         return SnapshotRow(job_id, row.seq, row.label, self.relative(target), row.size,
                            row.created, 0, digest, _binding.expected(row, self.store_id))
 
@@ -291,23 +333,30 @@ class Home:
                                    _binding.origin_of(header, self.store_id, job_id, 0))
 
     def copy_snapshot(self, source: str, job_id: str, seq: int, epoch: int = 0) -> str:
-        """Copy (hard-link when possible) a verified snapshot file into a job's folder."""
+        """Copy a verified snapshot file into a job's folder (durably: temp, fsync,
+        rename). Never a hard link: the user's file (an import) or another job's (a
+        fork) stays independent of the store's copy."""
         target = self.snapshot_path(job_id, seq, epoch)
         _fs.make_private_dir(os.path.dirname(target))
-        try:
-            os.link(source, target)
-        except OSError:
-            _fs.write_atomic(target, _read_chunks(source), self.fs)
+        self._confine(target, os.path.join(self.directory, "snapshots"),
+                      f"snapshot {seq} of job {job_id!r}")
+        _fs.write_atomic(target, _read_chunks(source), self.fs)
         return target
 
-    def delete_file(self, file: str) -> None:
+    def delete_file(self, file: str, job_id: str | None = None) -> None:
+        """Delete a catalog row's file (confined like absolute())."""
         try:
-            os.unlink(self.absolute(file))
+            os.unlink(self.absolute(file, job_id))
         except FileNotFoundError:
             pass
 
     def delete_job_files(self, job_id: str) -> None:
-        shutil.rmtree(self.job_directory(job_id), ignore_errors=True)
+        """Delete a job's folder <store>/snapshots/<job> (never anything else)."""
+        folder = self.job_directory(job_id)
+        if os.path.islink(folder):
+            raise StoreDamaged(f"the folder of job {job_id!r} ({folder}) is a symbolic link: "
+                               "the store was tampered with; refusing to delete it")
+        shutil.rmtree(folder, ignore_errors=True)
 
     def sweep_temp_files(self) -> int:
         """Remove temp files left by writers that died (SIGKILL mid-write)."""
@@ -315,7 +364,7 @@ class Home:
         root = os.path.join(self.directory, "snapshots")
         for job in os.listdir(root):
             folder = os.path.join(root, job)
-            if not os.path.isdir(folder):
+            if not os.path.isdir(folder) or os.path.islink(folder):  # never sweep outside
                 continue
             for name in os.listdir(folder):
                 if _fs.writer_is_gone(name):
@@ -328,12 +377,14 @@ class Home:
 
     def orphan_files(self, job_id: str) -> list[str]:
         """Snapshot files of a job that the catalog does not list."""
-        known = {row.file for row in self.catalog.snapshots(job_id)}
         folder = self.job_directory(job_id)
+        known = {os.path.normpath(row.file) for row in self.catalog.snapshots(job_id)}
         if not os.path.isdir(folder):
             return []
         return [self.relative(os.path.join(folder, n)) for n in sorted(os.listdir(folder))
-                if n.endswith(".snap") and self.relative(os.path.join(folder, n)) not in known]
+                if n.endswith(".snap") and self.relative(os.path.join(folder, n)) not in known
+                and os.path.isfile(os.path.join(folder, n))
+                and not os.path.islink(os.path.join(folder, n))]
 
     def close(self) -> None:
         self.catalog.close()

@@ -12,7 +12,7 @@ import re
 
 from ..runtime._errors import InvalidJobId
 
-__all__ = ["MAX_LENGTH", "validate_job_id", "is_valid_job_id"]
+__all__ = ["MAX_LENGTH", "validate_job_id", "is_valid_job_id", "derive_job_id"]
 
 MAX_LENGTH = 128
 _PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -33,3 +33,12 @@ def validate_job_id(job_id: object, *, what: str = "job id") -> str:
     raise InvalidJobId(
         f"{what} {shown} is not allowed: use letters, digits, '.', '_' and '-', starting "
         f"with a letter or digit, at most {MAX_LENGTH} characters")
+
+
+def derive_job_id(base: str, suffix: str) -> str:
+    """A valid generated id `<base>-<suffix>`: characters outside the alphabet in `base`
+    become '-', and `base` is shortened so the whole id fits MAX_LENGTH (a script named
+    `my agent!.py`, the fork of a fork of a fork). `suffix` must itself be valid."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", base).lstrip("._-") or "job"
+    safe = safe[:MAX_LENGTH - len(suffix) - 1].rstrip("-")
+    return validate_job_id(f"{safe or 'job'}-{suffix}")

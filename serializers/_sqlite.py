@@ -5,6 +5,7 @@ checks and their writes are atomic across processes."""
 from __future__ import annotations
 
 import errno
+import dataclasses
 import json
 import os
 import sqlite3
@@ -12,8 +13,9 @@ import threading
 import time
 import urllib.parse
 
-from ..runtime._errors import (JobExists, JobNotFound, LeaseHeld, SnapstateError, StaleWriter,
-                               StoreDamaged, StoreError, StoreFailure)
+from ..runtime._errors import (JobExists, JobNotFound, LeaseHeld, SnapshotNotFound,
+                               SnapstateError, StaleWriter, StoreDamaged, StoreError,
+                               StoreFailure)
 from . import _fs
 from ._sealing import PLAIN, Sealer
 from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
@@ -469,6 +471,136 @@ class SqliteStore(Store):
             db.executemany("INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
                            [(job.job_id, k, v) for k, v in (metrics or {}).items()])
             self._event(db, job.job_id, "rebuilt", job.error or "")
+
+    # ---------------------------------------------------------------- admin operations
+    def _insert_job(self, db, job_id, entry, argv, parent, fork_seq, now) -> None:
+        if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone():
+            raise JobExists(f"a job named {job_id!r} already exists in {self.directory}; "
+                            "choose another id")
+        db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
+                   " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+                   (job_id, json.dumps(entry),
+                    self.sealer.seal(json.dumps(argv), "jobs", "argv", job_id), now, now, parent,
+                    fork_seq))
+
+    def _live_lease(self, db, job_id) -> LeaseRow | None:
+        row = db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
+                         (job_id,)).fetchone()
+        lease = self._lease(row) if row else None
+        return lease if lease is not None and lease.is_live(self.clock()) else None
+
+    def fork_job(self, parent, fork_seq, job_id, copies, inherited_effects) -> JobRow:
+        now = self.clock()
+        with self._tx() as db:
+            source = db.execute("SELECT entry, argv FROM jobs WHERE job_id = ?",
+                                (parent,)).fetchone()
+            if source is None:
+                raise JobNotFound(f"no job {parent!r} in {self.directory}")
+            rows = [self._snapshot(r) for r in db.execute(
+                "SELECT job_id, seq, label, file, size, created, epoch, "
+                f"{self._snapshot_extra} FROM snapshots WHERE job_id = ? AND seq <= ? "
+                "ORDER BY seq", (parent, fork_seq))]
+            if not rows or rows[-1].seq != fork_seq:
+                raise SnapshotNotFound(f"job {parent} has no snapshot {fork_seq}; `snaprun log "
+                                       f"{parent}` lists its snapshots")
+            if sorted(copies) != [r.seq for r in rows] or any(
+                    copies[r.seq].digest is not None and r.digest is not None
+                    and copies[r.seq].digest != r.digest for r in rows):
+                raise StoreError(f"the snapshots of job {parent} changed during the fork "
+                                 "(pruned or rewound); nothing was forked, try again")
+            argv = json.loads(self.sealer.open(source[1], "jobs", "argv", parent))
+            self._insert_job(db, job_id, json.loads(source[0]), argv, parent, fork_seq, now)
+            db.executemany(
+                "INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
+                "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [self._snapshot_values(copies[r.seq]) for r in rows])
+            # Effects before the fork point are the new job's history; those after it
+            # are the original's future: the fork makes its own, with its own keys.
+            # Re-sealed for the new job (a sealed value is bound to its row).
+            inherited = [self._effect(r) for r in db.execute(
+                f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? AND ordinal <= ? "
+                "ORDER BY ordinal", (parent, inherited_effects))]
+            db.executemany(
+                f"INSERT INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [self._effect_values(dataclasses.replace(e, job_id=job_id)) for e in inherited])
+            self._event(db, job_id, "created", f"forked from {parent}@{fork_seq}")
+            self._event(db, parent, "forked", f"snapshot {fork_seq} as job {job_id}")
+        return self.get_job(job_id)
+
+    def import_job(self, job_id, entry, argv, row, *, parent, source) -> JobRow:
+        now = self.clock()
+        with self._tx() as db:
+            self._insert_job(db, job_id, entry, argv, parent, row.seq, now)
+            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
+                       "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       self._snapshot_values(row))
+            self._event(db, job_id, "created", f"imported snapshot {row.seq} of {parent}")
+            self._event(db, job_id, "imported", f"from {source}")
+        return self.get_job(job_id)
+
+    def reconcile_effect(self, job_id, ordinal, *, state, result, note) -> EffectRow:
+        now = self.clock()
+        with self._tx() as db:
+            job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if job is None:
+                raise JobNotFound(f"no job {job_id!r} in {self.directory} (`snaprun ls` lists "
+                                  "the jobs)")
+            lease = self._live_lease(db, job_id)
+            if lease is not None:
+                raise LeaseHeld(f"job {job_id} is running ({lease.owner}); reconcile it once "
+                                "it has stopped")
+            found = db.execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
+                               "AND ordinal = ?", (job_id, ordinal)).fetchone()
+            effect = self._effect(found) if found else None
+            if effect is None or effect.kind == "value":
+                raise StoreError(f"job {job_id} has no effect {ordinal} (`snaprun effects "
+                                 f"{job_id}`)")
+            if effect.state not in ("ambiguous", "dispatched", "failed"):
+                raise StoreError(f"effect {ordinal} of job {job_id} is {effect.state}; only an "
+                                 "ambiguous or failed effect can be reconciled")
+            settled = dataclasses.replace(effect, state=state, result=result, note=note,
+                                          updated=now)
+            db.execute(f"INSERT OR REPLACE INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       self._effect_values(settled))
+            db.execute("INSERT INTO metrics (job_id, name, value) VALUES (?, 'reconciled', 1) "
+                       "ON CONFLICT (job_id, name) DO UPDATE SET value = value + 1", (job_id,))
+            self._event(db, job_id, "reconciled", f"effect {ordinal}: {note}")
+            if job[0] == "parked":
+                db.execute("UPDATE jobs SET status = 'interrupted', error = NULL, updated = ? "
+                           "WHERE job_id = ?", (now, job_id))
+                self._event(db, job_id, "interrupted", "")
+        return settled
+
+    def prune_job(self, job_id, *, finished, keep_last, older_than):
+        with self._tx() as db:
+            job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if job is None:
+                raise JobNotFound(f"no job {job_id!r} in {self.directory}")
+            lease = self._live_lease(db, job_id)
+            if lease is not None:
+                raise LeaseHeld(f"job {job_id} is running ({lease.owner}); it is not pruned")
+            rows = [self._snapshot(r) for r in db.execute(
+                "SELECT job_id, seq, label, file, size, created, epoch, "
+                f"{self._snapshot_extra} FROM snapshots WHERE job_id = ? ORDER BY seq",
+                (job_id,))]
+            if finished and job[0] in ("done", "failed"):
+                for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
+                    db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+                return True, rows
+            keep = {r.seq for r in rows[-keep_last:]} if keep_last else {r.seq for r in rows}
+            if older_than is not None:
+                keep = {r.seq for r in rows if r.seq in keep and r.created >= older_than}
+            if rows:
+                keep.add(rows[-1].seq)       # a resumable job keeps its latest snapshot
+            dropped = [r for r in rows if r.seq not in keep]
+            db.executemany("DELETE FROM snapshots WHERE job_id = ? AND seq = ?",
+                           [(job_id, r.seq) for r in dropped])
+            if dropped:
+                self._event(db, job_id, "pruned",
+                            f"snapshots {', '.join(str(r.seq) for r in dropped)}")
+            return False, dropped
 
     # ---------------------------------------------------------------- effect ledger
     _EFFECT_COLUMNS = ("job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "

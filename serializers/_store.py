@@ -221,6 +221,44 @@ class Store(abc.ABC):
         rows and metrics in one transaction: `snaprun repair`. JobExists if the id is
         taken."""
 
+    # ---------------------------------------------------------------- admin operations
+    # Each is one transaction with its checks inside it (runtime/_admin.py calls them):
+    # a check made in one transaction and acted on in another could be overtaken by a
+    # runner starting in between.
+    @abc.abstractmethod
+    def fork_job(self, parent: str, fork_seq: int, job_id: str, copies: dict[int, SnapshotRow],
+                 inherited_effects: int) -> JobRow:
+        """Create job `job_id` as a fork of `parent` at its snapshot `fork_seq`: for each
+        of the parent's snapshot rows up to fork_seq the row `copies[seq]` (its file copied
+        in and checked by the caller beforehand, its digest bound), and the parent's ledger rows
+        with ordinal <= inherited_effects. JobExists if the id is taken, JobNotFound /
+        SnapshotNotFound for a missing parent or snapshot, StoreError if the parent's
+        rows are no longer those of `files`; nothing changed then."""
+
+    @abc.abstractmethod
+    def import_job(self, job_id: str, entry: dict, argv: list, row: SnapshotRow, *,
+                   parent: str | None, source: str) -> JobRow:
+        """Create job `job_id` holding the one snapshot `row` (its file copied in by the
+        caller beforehand), imported from `source`. JobExists if the id is taken."""
+
+    @abc.abstractmethod
+    def reconcile_effect(self, job_id: str, ordinal: int, *, state: str,
+                         result: bytes | None, note: str) -> EffectRow:
+        """Settle an effect whose outcome is unknown: only while no live lease holds the
+        job (LeaseHeld), only a recorded write/read effect (StoreError otherwise) that
+        is ambiguous, dispatched or failed (StoreError otherwise). Sets its state,
+        result and note, counts it in the "reconciled" metric, logs it, and turns a
+        parked job interrupted (resumable). Returns the new row."""
+
+    @abc.abstractmethod
+    def prune_job(self, job_id: str, *, finished: bool, keep_last: int | None,
+                  older_than: float | None) -> tuple[bool, list[SnapshotRow]]:
+        """Drop what the rules say, only while no live lease holds the job (LeaseHeld):
+        with `finished`, a done or failed job entirely; otherwise its snapshots beyond
+        the `keep_last` latest and those created before `older_than` (a timestamp),
+        never the latest. Returns (job dropped, snapshot rows dropped); the caller
+        deletes their files after this commits."""
+
     # ---------------------------------------------------------------- effect ledger
     @abc.abstractmethod
     def effect(self, job_id: str, ordinal: int) -> EffectRow | None:

@@ -26,6 +26,7 @@ import pytest
 
 from conftest import AGENTS, Run, snaprun, snapshot_files
 from snapstate.serializers import _keys, _snapfile
+from snapstate.serializers._sqlite import SqliteStore
 
 NO_ENV_KEY = {"SNAPSTATE_KEY": ""}          # the store's own keys.json signs and verifies
 NO_PYC = dict(NO_ENV_KEY, PYTHONDONTWRITEBYTECODE="1")   # edits never hidden by a stale .pyc
@@ -64,11 +65,12 @@ def _state(path: Path) -> tuple[bytes, list[str]]:
 # ------------------------------------------------------------------ runtime versions
 @pytest.fixture(scope="module")
 def loops_store(tmp_path_factory) -> Path:
-    """A store with tests/agents/loops.py run to completion by snaprun (6 snapshots)."""
+    """A store with tests/agents/loops.py run by snaprun (6 snapshots) and killed right
+    after its last one: resumable (a done job never resumes)."""
     root = tmp_path_factory.mktemp("loops")
     run = snaprun("run", "--store", root / "store", "--job", "job", AGENTS / "loops.py",
-                  cwd=root, env=NO_ENV_KEY)
-    assert run.returncode == 0, run.stderr
+                  cwd=root, env=NO_ENV_KEY, fault="after-snapshot:6")
+    assert run.returncode == -9, run.stderr
     assert len(snapshot_files(root / "store", "job")) == 6
     return root / "store"
 
@@ -222,7 +224,9 @@ class CompatJob:
 
 @pytest.fixture
 def compat(tmp_path) -> CompatJob:
-    """Copies of compat_agent.py and compat_helper.py run to completion by snaprun."""
+    """Copies of compat_agent.py and compat_helper.py run to completion by snaprun,
+    then marked interrupted as a kill after the last snapshot leaves it (a done job
+    never resumes)."""
     src = tmp_path / "agent"
     src.mkdir()
     for name in ("compat_agent.py", "compat_helper.py"):
@@ -233,6 +237,9 @@ def compat(tmp_path) -> CompatJob:
     assert run.result == RESULT
     files = snapshot_files(tmp_path / "store", "job")
     assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap", "000003-e1.snap"]
+    catalog = SqliteStore(str(tmp_path / "store"))
+    catalog.set_status("job", "interrupted")
+    catalog.close()
     agent, helper = src / "compat_agent.py", src / "compat_helper.py"
     return CompatJob(tmp_path, agent, helper, agent.read_text(), helper.read_text(), files[1])
 

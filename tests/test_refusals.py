@@ -47,10 +47,12 @@ def test_agent_catches_every_refusal_and_finishes(refusals):
 
 
 def test_earlier_snapshot_still_resumes(refusals):
-    """The snapshot taken before the refusals resumes and replays them identically."""
+    """The snapshot taken before the refusals resumes (as a copy: the job is done)
+    and replays them identically."""
     run, _, workdir = refusals
     first = snapshot_files(workdir / "store", "job")[0]
-    resumed = snaprun("resume", "--store", workdir / "store", first, cwd=workdir)
+    resumed = snaprun("resume", "--store", workdir / "store", "--as", "again", first,
+                      cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == run.stdout
 

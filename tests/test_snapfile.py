@@ -45,13 +45,13 @@ def _no_inherited_env_key(monkeypatch):
 
 @pytest.fixture(scope="module")
 def real_store(tmp_path_factory):
-    """A store holding a real job's snapshots (tests/agents/loops.py run to completion
-    by snaprun)."""
+    """A store holding a real job's snapshots (tests/agents/loops.py run by snaprun and
+    killed right after its last snapshot: resumable, as a done job never resumes)."""
     root = tmp_path_factory.mktemp("snapfile")
     store = root / "store"
     run = snaprun("run", "--store", store, "--job", "job", AGENTS / "loops.py", cwd=root,
-                  env=NO_ENV_KEY)
-    assert run.returncode == 0, run.stderr
+                  env=NO_ENV_KEY, fault="after-snapshot:6")
+    assert run.returncode == -9, run.stderr
     assert len(snapshot_files(store, "job")) == 6
     return store
 

@@ -533,6 +533,114 @@ def test_add_snapshot_unfenced(store, live_pid):
     assert [r.seq for r in store.snapshots("job")] == [1, 3, 4]
 
 
+# ------------------------------------------------------------------ admin operations
+def test_fork_job_copies_rows_and_inherited_effects_in_one_transaction(store, live_pid):
+    """fork_job creates the job with the parent's snapshot rows up to the fork point
+    (files as given, epoch 0) and its ledger rows up to the inherited count, whatever
+    the parent's lease; a taken id, a missing parent or snapshot, or files that no
+    longer match the parent's rows raise with nothing changed."""
+    make_job(store)
+    epoch = store.acquire_lease("job", live_owner(live_pid), 30)
+    for seq in (1, 2, 3):
+        store.commit_snapshot(row(seq, epoch, label=f"l{seq}"))
+    store.record_effects([effect(1), effect(2), effect(3)], epoch=epoch)
+    make_job(store, "taken")
+    before = state(store), state(store, "taken"), store.effects("job")
+    files = {1: "snapshots/twin/1", 2: "snapshots/twin/2"}
+    for args, error in ((("job", 2, "taken", files, 1), JobExists),
+                        (("nope", 2, "twin", files, 1), JobNotFound),
+                        (("job", 7, "twin", files, 1), SnapshotNotFound),
+                        (("job", 3, "twin", files, 1), StoreError)):
+        with pytest.raises(error):
+            store.fork_job(*args)
+        with pytest.raises(JobNotFound):
+            store.get_job("twin")
+        assert (state(store), state(store, "taken"), store.effects("job")) == before
+    twin = store.fork_job("job", 2, "twin", files, 1)
+    assert (twin.job_id, twin.parent, twin.fork_seq, twin.status, twin.entry, twin.argv) == (
+        "twin", "job", 2, "running", ENTRY, ["--x", "1"])
+    assert [(r.seq, r.label, r.file, r.epoch) for r in store.snapshots("twin")] == [
+        (1, "l1", "snapshots/twin/1", 0), (2, "l2", "snapshots/twin/2", 0)]
+    assert store.effects("twin") == [dataclasses.replace(effect(1), job_id="twin")]
+    assert store.get_lease("twin") is None
+    assert ("forked", "snapshot 2 as job twin") in [(e.kind, e.detail)
+                                                   for e in store.events("job")]
+
+
+def test_import_job_creates_the_job_and_its_row_in_one_transaction(store):
+    """import_job creates a job holding one snapshot row; a taken id raises JobExists
+    and changes nothing."""
+    make_job(store)
+    before = state(store)
+    with pytest.raises(JobExists):
+        store.import_job("job", ENTRY, [], row(3, 0), parent="x", source="/tmp/f.snap")
+    assert state(store) == before
+    job = store.import_job("copy", ENTRY, ["a"], row(3, 0, "copy", label="c"), parent="job",
+                           source="/tmp/f.snap")
+    assert (job.parent, job.fork_seq, job.argv) == ("job", 3, ["a"])
+    assert store.snapshots("copy") == [row(3, 0, "copy", label="c")]
+    assert [e.kind for e in store.events("copy")] == ["created", "imported"]
+
+
+def test_reconcile_effect_checks_the_lease_and_writes_in_one_transaction(store, clock,
+                                                                         live_pid):
+    """reconcile_effect is refused (LeaseHeld) while a live lease holds the job, with
+    the ledger, metrics and job unchanged; once the lease has expired it sets
+    the effect's state, result and note, counts it and turns a parked job
+    interrupted. An unknown job, an unknown or value effect, or a settled effect is
+    refused with nothing changed."""
+    make_job(store)
+    store.record_effects([effect(1, state="ambiguous"), effect(2, state="confirmed"),
+                          dataclasses.replace(effect(3, state="ambiguous"), kind="value")],
+                         epoch=None)
+    epoch = store.acquire_lease("job", live_owner(live_pid), 30)
+    store.set_status("job", "parked", epoch=epoch)
+    before = state(store), store.effects("job"), store.metrics("job")
+    args = dict(state="confirmed", result=b"sealed", note="by hand")
+    with pytest.raises(LeaseHeld):
+        store.reconcile_effect("job", 1, **args)
+    assert (state(store), store.effects("job"), store.metrics("job")) == before
+    clock.advance(31)                   # the holder's lease expired (not released)
+    for ordinal, error in ((2, "confirmed"), (3, "no effect 3"), (9, "no effect 9")):
+        with pytest.raises(StoreError, match=error):
+            store.reconcile_effect("job", ordinal, **args)
+    with pytest.raises(JobNotFound):
+        store.reconcile_effect("nope", 1, **args)
+    assert (state(store), store.effects("job"), store.metrics("job")) == before
+    settled = store.reconcile_effect("job", 1, **args)
+    assert (settled.state, settled.result, settled.note, settled.updated) == (
+        "confirmed", b"sealed", "by hand", T0 + 31)
+    assert store.effect("job", 1) == settled and store.metrics("job") == {"reconciled": 1}
+    assert store.get_job("job").status == "interrupted"
+
+
+def test_prune_job_is_guarded_by_the_lease(store, clock, live_pid):
+    """prune_job drops a done job entirely (with finished) or the snapshots beyond the
+    rules, never the latest, and returns what it dropped; while a live lease holds the
+    job it raises LeaseHeld with nothing changed."""
+    make_job(store)
+    epoch = store.acquire_lease("job", live_owner(live_pid), 30)
+    for seq in (1, 2, 3, 4):
+        store.commit_snapshot(row(seq, epoch, created=T0 + seq))
+    before = state(store)
+    with pytest.raises(LeaseHeld):
+        store.prune_job("job", finished=True, keep_last=1, older_than=None)
+    assert state(store) == before
+    store.release_lease("job", epoch)
+    assert store.prune_job("job", finished=False, keep_last=None, older_than=None) == (False, [])
+    dropped, rows = store.prune_job("job", finished=False, keep_last=3, older_than=T0 + 3)
+    assert (dropped, [r.seq for r in rows]) == (False, [1, 2])
+    dropped, rows = store.prune_job("job", finished=False, keep_last=None, older_than=T0 + 99)
+    assert (dropped, [r.seq for r in rows]) == (False, [3])
+    assert [r.seq for r in store.snapshots("job")] == [4]
+    assert store.prune_job("job", finished=True, keep_last=None, older_than=None) == (False, [])
+    store.set_status("job", "done")
+    dropped, rows = store.prune_job("job", finished=True, keep_last=None, older_than=None)
+    assert (dropped, [r.seq for r in rows]) == (True, [4])
+    with pytest.raises(JobNotFound):
+        store.get_job("job")
+
+
 def test_events_are_kept_in_order(backend):
     """events() returns the job's timeline in the order it happened, even when the
     clock stands still or goes backwards; other jobs' events are not mixed in."""
