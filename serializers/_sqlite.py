@@ -261,14 +261,7 @@ class SqliteStore(Store):
     def create_job(self, job_id, entry, argv, *, parent=None, fork_seq=None) -> JobRow:
         now = self.clock()
         with self._tx() as db:
-            if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone():
-                raise JobExists(f"a job named {job_id!r} already exists in {self.directory}; "
-                                "choose another id")
-            db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
-                       " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
-                       (job_id, json.dumps(entry),
-                        self.sealer.seal(json.dumps(argv), "jobs", "argv", job_id), now, now,
-                        parent, fork_seq))
+            self._insert_job(db, job_id, entry, argv, parent, fork_seq, now)
             self._event(db, job_id, "created", f"forked from {parent}@{fork_seq}" if parent
                         else f"entry {entry.get('path') or entry.get('module')}")
         return self.get_job(job_id)
