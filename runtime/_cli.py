@@ -18,10 +18,11 @@ import traceback
 import click
 
 from ..serializers._home import Home, default_home
+from ..serializers._sqlite import store_failure
 from ..serializers._ids import validate_job_id
 from . import _admin, _inspect
 from ._agent import EntryPoint, EntryPointError
-from ._errors import (CorruptSnapshot, DivergenceError, JobParked, LeaseHeld,
+from ._errors import (DivergenceError, JobParked, LeaseHeld,
                       SnapshotNotFound, SnapshotWriteError, SnapstateError, StaleWriter,
                       StoreError, StoreFailure)
 from ..serializers._store import SnapshotRow
@@ -102,7 +103,7 @@ _STORE_IN_USE: list[str] = []     # for the last-resort message in main()
 
 
 def _home(store: str | None, file: str | None = None, *, create: bool = False,
-          readonly: bool = False) -> Home:
+          readonly: bool = False, job: str | None = None) -> Home:
     """The store in use. Only `create` (run, init, resume FILE) makes a new store;
     `readonly` commands write nothing to it at all. `file` never chooses the store: a
     file is verified only with the keys of the store in use (--store, $SNAPSTATE_HOME,
@@ -116,6 +117,14 @@ def _home(store: str | None, file: str | None = None, *, create: bool = False,
         _say(f"error: {exc}")
         sys.exit(EXIT_USAGE)
     except OSError as exc:
+        # A full, read-only or failing file system is the store failing (exit 1, the
+        # jobs stay resumable), not bad input.
+        failure = store_failure(exc, os.path.join(default_home(store), "catalog.db"))
+        if isinstance(failure, StoreFailure):
+            if job is not None:       # the resume command names the job
+                failure = StoreFailure(str(failure).replace("snaprun resume JOB",
+                                                            f"snaprun resume {job}"))
+            _fail(failure)
         _say(f"error: cannot open the store at {default_home(store)}: {exc}")
         sys.exit(EXIT_USAGE)
     except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
@@ -308,11 +317,10 @@ def resume(store, at, as_id, force, grace, target) -> None:
 
     A job whose runner was killed resumes without --force. A FILE from another store
     (exported, or copied) is imported as its job (or --as NEW_ID) first."""
-    if not os.path.isfile(target) and (os.sep in target or target.endswith(".snap")):
-        _fail(CorruptSnapshot(f"no snapshot file at {target}"))    # not a job id either
     _check_ids(target, file_ok=True)
     _check_new_id(as_id, "--as")
-    home = _home(store, target, create=os.path.isfile(target))
+    home = _home(store, target, create=os.path.isfile(target),
+                 job=None if os.path.isfile(target) else target)
     try:
         if os.path.isfile(target):
             job, at = _admin.import_file(home, target, as_id)

@@ -298,4 +298,4 @@ def test_one_exit_code_table_covers_every_error():
               if isinstance(getattr(snapstate, n), type)
               and issubclass(getattr(snapstate, n), SnapstateError)]
     assert all(exit_code(kind("x")) in (1, 2, 4, 5) for kind in errors)
-    assert "130  interrupted by Ctrl-C" in _EXIT_HELP and "143  stopped by SIGTERM" in _EXIT_HELP
+    assert "130  stopped by Ctrl-C" in _EXIT_HELP and "143  stopped by SIGTERM" in _EXIT_HELP

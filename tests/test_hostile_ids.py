@@ -205,8 +205,8 @@ def tampered(world, tmp_path):
             db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated) "
                        "VALUES (?, ?, ?, 'done', 0, 0)", (job_id, *job))
         db.execute("INSERT INTO snapshots VALUES ('../outside', 1, NULL, "
-                   "'snapshots/../../outside/000001-e1.snap', 8, 0, 1)")
-        db.execute("INSERT INTO snapshots VALUES ('job', 4, NULL, ?, 8, 0, 1)",
+                   "'snapshots/../../outside/000001-e1.snap', 8, 0, 1, NULL, NULL)")
+        db.execute("INSERT INTO snapshots VALUES ('job', 4, NULL, ?, 8, 0, 1, NULL, NULL)",
                    (f"snapshots/job/../../../victim/000004-e1.snap",))
     db.close()
     (copy / "snapshots" / "finished").mkdir()

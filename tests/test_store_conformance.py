@@ -536,7 +536,7 @@ def test_add_snapshot_unfenced(store, live_pid):
 # ------------------------------------------------------------------ admin operations
 def test_fork_job_copies_rows_and_inherited_effects_in_one_transaction(store, live_pid):
     """fork_job creates the job with the parent's snapshot rows up to the fork point
-    (files as given, epoch 0) and its ledger rows up to the inherited count, whatever
+    (the copies as given, epoch 0) and its ledger rows up to the inherited count, whatever
     the parent's lease; a taken id, a missing parent or snapshot, or files that no
     longer match the parent's rows raise with nothing changed."""
     make_job(store)
@@ -546,7 +546,8 @@ def test_fork_job_copies_rows_and_inherited_effects_in_one_transaction(store, li
     store.record_effects([effect(1), effect(2), effect(3)], epoch=epoch)
     make_job(store, "taken")
     before = state(store), state(store, "taken"), store.effects("job")
-    files = {1: "snapshots/twin/1", 2: "snapshots/twin/2"}
+    files = {seq: dataclasses.replace(row(seq, 0, label=f"l{seq}"), job_id="twin",
+                                      file=f"snapshots/twin/{seq}") for seq in (1, 2)}
     for args, error in ((("job", 2, "taken", files, 1), JobExists),
                         (("nope", 2, "twin", files, 1), JobNotFound),
                         (("job", 7, "twin", files, 1), SnapshotNotFound),
