@@ -20,11 +20,11 @@ from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import EffectRow
 from . import _agent
 from ._errors import (HeaderMismatch, InvalidJobId, JobExists, JobNotFound, LeaseHeld,
-                      StoreDamaged)
+                      StoreDamaged, StoreError)
 from ._job import Job
 
 __all__ = ["fork", "import_file", "prune", "PruneReport", "reconcile", "stats",
-           "ORPHAN_GRACE_S"]
+           "check_export_target", "ORPHAN_GRACE_S"]
 
 # A file no catalog row names is swept only once it is this old: younger, it may be a
 # snapshot being written or a fork being copied whose row is about to be committed.
@@ -65,6 +65,20 @@ def fork(home: Home, job_id: str, seq: int, new_id: str | None = None) -> str:
     copies = {row.seq: home.copy_row(row, new_id) for row in sources}
     home.catalog.fork_job(job_id, seq, new_id, copies, inherited)
     return new_id
+
+
+# ---------------------------------------------------------------------------- export
+def check_export_target(home: Home, output: str) -> None:
+    """An exported file is new and lies outside the store: `export -o` never replaces
+    a file (the catalog, another snapshot, the user's data)."""
+    target = os.path.realpath(output)
+    store = os.path.realpath(home.directory)
+    if target == store or target.startswith(store + os.sep):
+        raise StoreError(f"{output} lies inside the store {home.directory}; export to a file "
+                         "outside it")
+    if os.path.lexists(output):
+        raise StoreError(f"{output} already exists; it was not overwritten. Choose a new file "
+                         "name (or remove that file first)")
 
 
 # ---------------------------------------------------------------------------- import

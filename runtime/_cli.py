@@ -8,6 +8,7 @@ stdout; with --json, as JSON.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -131,12 +132,19 @@ def _home(store: str | None, file: str | None = None, *, create: bool = False,
         _damaged(exc)      # the last resort: store files the code did not expect
 
 
+def _finite_grace(ctx, param, value):
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter("must be a number of seconds", ctx, param)
+    return value
+
+
 def grace_option(fn):
     return click.option(
-        "--grace", type=click.FloatRange(min=0, min_open=True), default=None,
+        "--grace", type=click.FloatRange(min=0, max=7 * 86400, min_open=True), default=None,
         metavar="SECONDS",
         help="On SIGTERM, run on to the next snapshot() and stop right after it is "
-             "committed (exit 143); stop at once if the grace runs out first.")(fn)
+             "committed (exit 143); stop at once if the grace runs out first.",
+        callback=_finite_grace)(fn)
 
 
 def store_option(fn):
@@ -171,6 +179,8 @@ def _run_job(job: Job, action, grace: float | None = None) -> None:
         sys.stdout.flush()
         _say(f"job {job.job_id} interrupted; continue it with: snaprun resume {job.job_id}")
         sys.exit(130)
+    except SystemExit as exc:       # the agent's sys.exit(): its failure, never our code
+        _agent_failed(job, exc)
     except StoreFailure as exc:
         sys.stdout.flush()
         _say(f"error: {exc}")
@@ -291,7 +301,7 @@ def run(store, job_id, grace, script, args) -> None:
         sys.exit(EXIT_USAGE)
     except SnapstateError as exc:
         _fail(exc)
-    except Exception as exc:      # the agent's module raised while it was imported
+    except (Exception, SystemExit) as exc:   # the agent's module raised while imported
         sys.stdout.flush()
         sys.stderr.write(_agent_traceback(exc))
         _say(f"the agent's module raised {type(exc).__name__} while it was loaded; no job "
@@ -415,6 +425,10 @@ def export(store, output, ref) -> None:
         home.verify(path) if row is None else home.verify_row(row)
     except SnapstateError as exc:
         _fail(exc)
+    try:
+        _admin.check_export_target(home, output)
+    except SnapstateError as exc:
+        _fail(exc)
     from ..serializers._fs import write_atomic
     from ..serializers._home import _read_chunks
     write_atomic(output, _read_chunks(path))
@@ -525,7 +539,7 @@ def effects(store, as_json, job_id) -> None:
 @click.option("--result", "result_json", default=None,
               help="With --committed: the provider's result, as JSON (default: None).")
 @click.argument("job_id")
-@click.argument("effect", type=int)
+@click.argument("effect", type=click.IntRange(1, 2**63 - 1))
 def reconcile(store, committed, result_json, job_id, effect) -> None:
     """Say what happened to an effect whose outcome is unknown, so the job can resume."""
     if committed is None:

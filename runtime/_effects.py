@@ -432,7 +432,10 @@ class Ledger:
         row = EffectRow(self.job.job_id, ordinal, key, spec.name, call_site, digest, shown,
                         spec.kind, DISPATCHED, None, None, 1, t, t, "")
         fault_point("effect-before-prepare", ordinal)
-        self.flush()
+        try:
+            self.flush()
+        except StaleWriter as exc:
+            self.job.fenced(exc)
         self._fence(row, replace=False)
         self.job.progressed()
         fault_point("effect-after-prepare", ordinal)
@@ -513,10 +516,15 @@ class Ledger:
         except Exception as exc:   # an unpicklable result: keep the fact, not the value
             sealed, note = None, f"result not stored ({type(exc).__name__}: {exc})"
         t = time.time()
-        self.catalog.record_effects([EffectRow(
-            row.job_id, row.ordinal, row.key, row.name, row.call_site, row.args_digest,
-            row.args_repr, row.kind, state, sealed, row.external_id, attempts, row.created, t,
-            note)], epoch=self.job.epoch, replace=True)
+        try:
+            self.catalog.record_effects([EffectRow(
+                row.job_id, row.ordinal, row.key, row.name, row.call_site, row.args_digest,
+                row.args_repr, row.kind, state, sealed, row.external_id, attempts, row.created,
+                t, note)], epoch=self.job.epoch, replace=True)
+        except StaleWriter as exc:
+            # Taken over while the call was out: the outcome is the new runner's to find
+            # out; this runner stops here, no agent code runs after it.
+            self.job.fenced(exc)
 
     def _served(self, row: EffectRow, call_site: str):
         if self.restored and not self.replay:

@@ -13,6 +13,7 @@ builds the chain of morph frames and runs it in a fresh agent greenlet.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import tempfile
@@ -31,9 +32,9 @@ from . import _agent
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
-from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobFinished, JobParked,
+from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobFinished, JobNotFound, JobParked,
                       RestoreError, SnapshotError, SnapshotWriteError, SnapstateError,
-                      StaleWriter, StoreFailure)
+                      StaleWriter, StoreDamaged, StoreFailure)
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
@@ -179,6 +180,7 @@ class Job:
         if job_id is None:    # from the script's name, sanitized: `my agent!.py` is fine
             job_id = derive_job_id(entry.module.split('.')[-1], secrets.token_hex(4))
         validate_job_id(job_id)
+        _refuse_leftover_files(home, job_id)
         # The entry point is loaded before the job exists: a script without main() or
         # a missing module:function is refused (EntryPointError) leaving no job whose
         # module code would re-run on every resume. Loading it again to run is free.
@@ -522,6 +524,30 @@ class Job:
         header = self._resumed
         return SnapshotInfo(True, max(0.0, time.time() - header["created_at"]), header["seq"],
                             header["label"])
+
+
+def _refuse_leftover_files(home: Home, job_id: str) -> None:
+    """A new job never takes over the folder of an earlier job of that id whose
+    snapshots a runner wrote (epoch >= 1): the catalog that lost it is stale, and the
+    new job would overwrite them."""
+    try:
+        home.catalog.get_job(job_id)
+        return                  # a known job: creating it again is JobExists
+    except JobNotFound:
+        pass
+    folder = home.job_directory(job_id)
+    try:
+        names = os.listdir(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    written = [n for n in names if n.endswith(".snap") and not n.endswith("-e0.snap")]
+    if written:
+        raise StoreDamaged(
+            f"the store {home.directory} holds snapshot files of a job {job_id!r} its catalog "
+            f"does not know ({', '.join(sorted(written)[:3])}{', ...' if len(written) > 3 else ''}"
+            f" in {folder}): the catalog may be stale (a lost catalog.db-wal, a restored "
+            "backup). Nothing was created; `snaprun repair` rebuilds lost jobs from their files, "
+            "or choose another id.")
 
 
 # Agents whose run stopped on a fatal store error stay paused forever: letting them be

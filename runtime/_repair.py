@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..serializers import _binding, _fs, _identity, _snapfile
+from ..serializers import _binding, _fs, _identity, _sealing, _snapfile
 from ..serializers._home import Home, _job_header
 from ..serializers._ids import is_valid_job_id
 from ..serializers._keys import KeyRing
@@ -140,7 +140,7 @@ def _scan(directory: str, keys: KeyRing, encrypt: bool, report: RepairReport) ->
             seq, epoch = int(match.group(1)), int(match.group(2))
             try:
                 header, digest = _snapfile.verify_digest(path, keys, require_encryption=encrypt)
-                header = _job_header(path, header)
+                header = _job_header(path, _sealing.open_header(header, keys, path))
             except SnapstateError as exc:
                 report.unverifiable.append((path, str(exc)))
                 continue
@@ -233,7 +233,9 @@ def repair(directory: str) -> RepairReport:
             return report
         now = time.time()
         scratch = os.path.join(directory, f"{_SCRATCH}{os.getpid()}")
-        catalog = SqliteStore(scratch)
+        # In an encrypted store the rebuilt rows are sealed like every other row.
+        catalog = SqliteStore(scratch, sealer=_sealing.Sealer(keys, _load_config_encrypt(
+            directory)))
         try:
             for job in sorted(found):
                 rebuilt, job_row, rows = _branch(job, found[job], store_id, now)

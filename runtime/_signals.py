@@ -10,6 +10,10 @@ finally blocks, which run again after the resume.
 With `--grace SECONDS` the job runs on to its next snapshot() and stops right after
 that snapshot is committed (a deploy loses no work); if the grace runs out first, or
 a second SIGTERM comes, it stops as without grace.
+
+Ctrl-C (SIGINT) stops the job at once the same way, with exit code 130: a
+KeyboardInterrupt raised into the agent would run (and could swallow) its except and
+finally blocks, which would then run again after the resume.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ import threading
 from ..serializers._sqlite import SqliteStore
 from ._errors import StaleWriter
 
-__all__ = ["EXIT_SIGTERM", "SigtermHandler"]
+__all__ = ["EXIT_SIGTERM", "EXIT_SIGINT", "SigtermHandler"]
 
 EXIT_SIGTERM = 128 + signal.SIGTERM      # 143, as a shell reports a process it stopped
+EXIT_SIGINT = 128 + signal.SIGINT        # 130
 
 
 class SigtermHandler:
@@ -36,9 +41,11 @@ class SigtermHandler:
         self.pending = False          # a SIGTERM came; waiting for the next snapshot
         self._timer: threading.Timer | None = None
         self._previous = None
+        self._previous_int = None
 
     def install(self) -> None:
         self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._previous_int = signal.signal(signal.SIGINT, self._on_sigint)
 
     def disarm(self) -> None:
         if self._timer is not None:
@@ -46,6 +53,15 @@ class SigtermHandler:
         if self._previous is not None:
             signal.signal(signal.SIGTERM, self._previous)
             self._previous = None
+        if getattr(self, "_previous_int", None) is not None:
+            signal.signal(signal.SIGINT, self._previous_int)
+            self._previous_int = None
+
+    def _on_sigint(self, signum, frame) -> None:
+        if self.job.finishing:
+            return          # the run is over and its outcome is being recorded
+        self._abandon_transaction()
+        self._stop("Ctrl-C: stopped", code=EXIT_SIGINT, signal_name="Ctrl-C")
 
     # ------------------------------------------------------------ the signal
     def _on_sigterm(self, signum, frame) -> None:
@@ -88,7 +104,8 @@ class SigtermHandler:
             except Exception:
                 pass
 
-    def _stop(self, detail: str) -> None:
+    def _stop(self, detail: str, code: int = EXIT_SIGTERM,
+              signal_name: str = "SIGTERM") -> None:
         job = self.job
         try:
             sys.stdout.flush()     # the agent's output so far (not agent code)
@@ -98,16 +115,16 @@ class SigtermHandler:
             _record_stop(job, detail)
         except Exception as exc:   # a failing store: the dead runner shows interrupted
             _write(f"snaprun: could not record the stop in the store ({exc})\n")
-        _write(f"snaprun: job {job.job_id} stopped by SIGTERM (left interrupted); continue "
-               f"it with: snaprun resume {job.job_id}\n")
-        os._exit(EXIT_SIGTERM)
+        _write(f"snaprun: job {job.job_id} stopped by {signal_name} (left interrupted); "
+               f"continue it with: snaprun resume {job.job_id}\n")
+        os._exit(code)
 
 
 def _record_stop(job, detail: str) -> None:
     catalog = job.home.catalog
     if isinstance(catalog, SqliteStore):   # a connection of its own, no shared state
         catalog = SqliteStore(catalog.directory, clock=catalog.clock,
-                              synchronous=catalog.synchronous)
+                              synchronous=catalog.synchronous, sealer=catalog.sealer)
     if job.epoch is None:      # no lease taken yet: the job is not this runner's
         catalog.log_event(job.job_id, "interrupted", detail)
         return

@@ -244,6 +244,13 @@ class Home:
         """Write the file durably (not yet in the catalog). SnapshotWriteError on any
         I/O failure: never retried."""
         path = self.snapshot_path(job_id, seq, epoch)
+        if os.path.lexists(path):
+            # Never written over: a file there that no row names means the catalog is
+            # stale (a lost WAL, a catalog restored from an old backup).
+            raise SnapshotWriteError(
+                f"snapshot {seq} of job {job_id} was not written: {path} already exists and "
+                "the catalog does not list it, so the catalog may be stale; nothing was "
+                f"overwritten. Check the store (`snaprun repair --store {self.directory}`).")
         # The header binds the file to this store, job, sequence number and epoch.
         header = dict(header, store_id=self.store_id, job_id=job_id, seq=seq, epoch=epoch)
         if self.encrypt:

@@ -162,7 +162,12 @@ def catalog_problem(directory: str) -> str | None:
     change_counter = struct.unpack(">I", head[24:28])[0]
     if page_size < 512 or page_size & (page_size - 1):
         return f"the catalog {path} has a damaged header"
-    if size % page_size or (valid_for == change_counter and size < pages * page_size):
+    wal = path + "-wal"
+    # A checkpoint cut short (disk full, kill -9) leaves the file shorter than its
+    # header says while the WAL still holds the pages: SQLite recovers that itself.
+    wal_holds_pages = os.path.isfile(wal) and os.path.getsize(wal) > 32
+    if size % page_size or (valid_for == change_counter and size < pages * page_size
+                            and not wal_holds_pages):
         return (f"the catalog {path} is truncated ({size} bytes; its header says "
                 f"{pages * page_size})")
     return None

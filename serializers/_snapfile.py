@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import json
 import os
+import stat
 import struct
 
 import xxhash
@@ -151,12 +152,18 @@ class _Reader:
 
 
 def _open(path: str):
+    # O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read.
     try:
-        return open(path, "rb", buffering=_READ_BUFFER)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise CorruptSnapshot(f"no snapshot file at {path}") from None
     except IsADirectoryError:
         raise CorruptSnapshot(f"{path} is a directory, not a snapshot file") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CorruptSnapshot(f"{path} is not a regular file, so not a snapshot file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb", buffering=_READ_BUFFER)
 
 
 def _read_header(reader: _Reader) -> tuple[dict, bytes]:

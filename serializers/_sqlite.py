@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.parse
 
-from ..runtime._errors import (JobExists, JobNotFound, LeaseHeld, SnapshotNotFound,
+from ..runtime._errors import (JobExists, JobFinished, JobNotFound, LeaseHeld, SnapshotNotFound,
                                SnapstateError, StaleWriter, StoreDamaged, StoreError,
                                StoreFailure)
 from . import _fs
@@ -116,6 +116,7 @@ class SqliteStore(Store):
         self._local = threading.local()
         self._snapshot_extra = "digest, origin"
         self._create = create
+        self._writable = writable
         self._checked = create      # switch to WAL only once the file is known ours
         # Several processes may open a new store at once: the schema is checked and
         # created in one write transaction.
@@ -150,7 +151,8 @@ class SqliteStore(Store):
                     self._snapshot_extra = "NULL, NULL"     # read-only over version 1
             if not create:
                 self._checked = True        # WAL is persistent: usually already set
-                self._wal(self._db())
+                if writable:
+                    self._wal(self._db())
         except sqlite3.DatabaseError as exc:
             self.close()
             raise StoreDamaged(f"the catalog {self.path} is damaged ({exc})") from None
@@ -175,11 +177,13 @@ class SqliteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         if self._create:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        else:     # an existing store's catalog: never create the file
-            db = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode=rw", uri=True,
+        else:     # an existing store's catalog: never create the file; a read-only
+            # opening never writes it either (no checkpoint when it closes)
+            mode = "rw" if self._writable else "ro"
+            db = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode={mode}", uri=True,
                                  timeout=30, isolation_level=None)
         try:
-            if self._checked:
+            if self._checked and self._writable:
                 self._wal(db)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
@@ -309,9 +313,13 @@ class SqliteStore(Store):
     def acquire_lease(self, job_id, owner, ttl, *, force=False, resuming=False) -> int:
         now = self.clock()
         with self._tx() as db:
-            job = db.execute("SELECT epoch FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            job = db.execute("SELECT epoch, status FROM jobs WHERE job_id = ?",
+                             (job_id,)).fetchone()
             if job is None:
                 raise JobNotFound(f"no job {job_id!r} in {self.directory}")
+            if job[1] == "done":     # checked where the lease is taken: no race with a finish
+                raise JobFinished(f"job {job_id} is done; it never runs again (`snaprun fork "
+                                  f"{job_id}@SEQ` starts a copy from one of its snapshots)")
             row = db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
                              (job_id,)).fetchone()
             if row is not None:

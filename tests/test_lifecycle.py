@@ -187,3 +187,43 @@ def test_named_temporary_file_resumes_and_is_deleted_at_its_close(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.result == "'before;after;'"
     assert not path.exists()          # delete-on-close kept
+
+
+def test_ctrl_c_stops_at_once_like_sigterm_without_running_finally_blocks(tmp_path):
+    """Ctrl-C (SIGINT) stops the job as SIGTERM does: exit 130 with the resume command,
+    recorded, lease released, left interrupted, and none of the agent's except/finally
+    code runs (before: a KeyboardInterrupt ran the finally block, which ran again after
+    the resume); resuming ends with exactly the uninterrupted output."""
+    proc = start("run", "--job", "c", STEPS, tmp_path, cwd=tmp_path)
+    wait_for(tmp_path / "ready", proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "snaprun resume c" in err and "Traceback" not in err, err
+    store = catalog(tmp_path)
+    row = store.get_job("c")
+    assert row.status == "interrupted" and "Ctrl-C" in (row.error or ""), row
+    assert store.get_lease("c") is None
+    store.close()
+    assert not (tmp_path / "finally").exists(), "agent code ran after Ctrl-C"
+    finish(tmp_path, "c", out)
+
+
+def test_sigterm_in_an_encrypted_store_keeps_the_catalog_sealed(tmp_path):
+    """The stop recorded by the SIGTERM handler (on a connection of its own) is sealed
+    like every other row of an encrypted store: afterwards ls, log and resume work
+    (before: the error and event were written in clear and every command refused the
+    store as edited)."""
+    assert snaprun("init", "--encrypt", cwd=tmp_path).returncode == 0
+    proc = start("run", "--job", "e", STEPS, tmp_path, cwd=tmp_path)
+    wait_for(tmp_path / "ready", proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    for command in (("ls",), ("log", "e"), ("stats", "e")):
+        shown = snaprun(*command, cwd=tmp_path)
+        assert shown.returncode == 0, (command, shown.stderr)
+    assert "SIGTERM: stopped" in snaprun("log", "e", cwd=tmp_path).stdout
+    catalog_bytes = b"".join(p.read_bytes() for p in (tmp_path / ".snapstate").glob("catalog.db*"))
+    assert b"SIGTERM: stopped" not in catalog_bytes
+    finish(tmp_path, "e", out)
