@@ -45,9 +45,13 @@ def store(pristine, tmp_path) -> Path:
 
 
 def tree(root: Path) -> dict[str, str]:
-    """Every file under root (relative path -> SHA-256 of its bytes)."""
+    """Every file under root (relative path -> SHA-256 of its bytes), but SQLite's own
+    side files when they hold nothing of the store: its shared-memory index (-shm) and
+    an empty WAL, which a read-only connection leaves behind."""
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+            for p in sorted(root.rglob("*")) if p.is_file()
+            and not p.name.endswith("-shm")
+            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
 
 
 def cli_run(*args, cwd: Path, monkeypatch) -> "click.testing.Result":
