@@ -111,7 +111,11 @@ def _home(store: str | None, file: str | None = None, *, create: bool = False,
     ./.snapstate) and SNAPSTATE_KEY, never with those of a directory around it."""
     _STORE_IN_USE[:] = [default_home(store)]
     try:
-        return Home(default_home(store), create=create, writable=not readonly)
+        home = Home(default_home(store), create=create, writable=not readonly)
+        context = click.get_current_context(silent=True)
+        if context is not None:         # closed with the command, however it ends
+            context.call_on_close(home.close)
+        return home
     except StoreFailure as exc:
         _fail(exc)
     except StoreError as exc:
