@@ -165,7 +165,10 @@ def catalog_problem(directory: str) -> str | None:
     wal = path + "-wal"
     # A checkpoint cut short (disk full, kill -9) leaves the file shorter than its
     # header says while the WAL still holds the pages: SQLite recovers that itself.
-    wal_holds_pages = os.path.isfile(wal) and os.path.getsize(wal) > 32
+    try:        # (another process may checkpoint and remove it meanwhile)
+        wal_holds_pages = os.stat(wal).st_size > 32
+    except OSError:
+        wal_holds_pages = False
     if size % page_size or (valid_for == change_counter and size < pages * page_size
                             and not wal_holds_pages):
         return (f"the catalog {path} is truncated ({size} bytes; its header says "
