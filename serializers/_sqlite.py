@@ -400,6 +400,15 @@ class SqliteStore(Store):
             db.execute("DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch))
 
     # ---------------------------------------------------------------- snapshots
+    _INSERT_SNAPSHOT = ("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
+                        "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+    @property
+    def _select_snapshots(self) -> str:
+        # a read-only opening of a schema-1 catalog has no digest/origin columns
+        return ("SELECT job_id, seq, label, file, size, created, epoch, "
+                f"{self._snapshot_extra} FROM snapshots")
+
     def _snapshot(self, row) -> SnapshotRow:
         label = self.sealer.open(row[2], "snapshots", "label", row[0], row[1])
         return SnapshotRow(row[0], row[1], label, *row[3:8],
@@ -420,9 +429,7 @@ class SqliteStore(Store):
                     f"job {row.job_id}: snapshot {row.seq} expected {row.seq - 1} to be the "
                     f"latest, but it is {latest}; another writer moved the job on. Nothing "
                     "changed.")
-            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
-                       "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       self._snapshot_values(row))
+            db.execute(self._INSERT_SNAPSHOT, self._snapshot_values(row))
             db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (row.created, row.job_id))
             self._event(db, row.job_id, "snapshot",
                         f"{row.seq}" + (f" ({row.label})" if row.label else ""))
@@ -431,8 +438,7 @@ class SqliteStore(Store):
         return self.sealer.seal(row.label, "snapshots", "label", row.job_id, row.seq)
 
     def snapshots(self, job_id) -> list[SnapshotRow]:
-        rows = self._db().execute("SELECT job_id, seq, label, file, size, created, epoch, "
-                                  f"{self._snapshot_extra} FROM snapshots WHERE job_id = ? "
+        rows = self._db().execute(f"{self._select_snapshots} WHERE job_id = ? "
                                   "ORDER BY seq", (job_id,))
         return [self._snapshot(r) for r in rows]
 
@@ -444,9 +450,7 @@ class SqliteStore(Store):
         """Record a snapshot copied in by fork or import (no runner, no lease)."""
         with self._tx() as db:
             try:
-                db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
-                           "epoch, digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                           self._snapshot_values(row))
+                db.execute(self._INSERT_SNAPSHOT, self._snapshot_values(row))
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
 
@@ -466,8 +470,7 @@ class SqliteStore(Store):
                         job.status, job.created, job.updated, job.resume_count, job.parent,
                         job.fork_seq, self.sealer.seal(job.error, "jobs", "error", job.job_id),
                         epoch))
-            db.executemany("INSERT INTO snapshots (job_id, seq, label, file, size, created, "
-                           "epoch, digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            db.executemany(self._INSERT_SNAPSHOT,
                            [self._snapshot_values(r) for r in rows])
             db.executemany("INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
                            [(job.job_id, k, v) for k, v in (metrics or {}).items()])
@@ -498,8 +501,7 @@ class SqliteStore(Store):
             if source is None:
                 raise JobNotFound(f"no job {parent!r} in {self.directory}")
             rows = [self._snapshot(r) for r in db.execute(
-                "SELECT job_id, seq, label, file, size, created, epoch, "
-                f"{self._snapshot_extra} FROM snapshots WHERE job_id = ? AND seq <= ? "
+                f"{self._select_snapshots} WHERE job_id = ? AND seq <= ? "
                 "ORDER BY seq", (parent, fork_seq))]
             if not rows or rows[-1].seq != fork_seq:
                 raise SnapshotNotFound(f"job {parent} has no snapshot {fork_seq}; `snaprun log "
@@ -511,10 +513,8 @@ class SqliteStore(Store):
                                  "(pruned or rewound); nothing was forked, try again")
             argv = json.loads(self.sealer.open(source[1], "jobs", "argv", parent))
             self._insert_job(db, job_id, json.loads(source[0]), argv, parent, fork_seq, now)
-            db.executemany(
-                "INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
-                "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [self._snapshot_values(copies[r.seq]) for r in rows])
+            db.executemany(self._INSERT_SNAPSHOT,
+                           [self._snapshot_values(copies[r.seq]) for r in rows])
             # Effects before the fork point are the new job's history; those after it
             # are the original's future: the fork makes its own, with its own keys.
             # Re-sealed for the new job (a sealed value is bound to its row).
@@ -533,9 +533,7 @@ class SqliteStore(Store):
         now = self.clock()
         with self._tx() as db:
             self._insert_job(db, job_id, entry, argv, parent, row.seq, now)
-            db.execute("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
-                       "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       self._snapshot_values(row))
+            db.execute(self._INSERT_SNAPSHOT, self._snapshot_values(row))
             self._event(db, job_id, "created", f"imported snapshot {row.seq} of {parent}")
             self._event(db, job_id, "imported", f"from {source}")
         return self.get_job(job_id)
@@ -583,8 +581,7 @@ class SqliteStore(Store):
             if lease is not None:
                 raise LeaseHeld(f"job {job_id} is running ({lease.owner}); it is not pruned")
             rows = [self._snapshot(r) for r in db.execute(
-                "SELECT job_id, seq, label, file, size, created, epoch, "
-                f"{self._snapshot_extra} FROM snapshots WHERE job_id = ? ORDER BY seq",
+                f"{self._select_snapshots} WHERE job_id = ? ORDER BY seq",
                 (job_id,))]
             if finished and job[0] in ("done", "failed"):
                 for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
@@ -688,8 +685,7 @@ class SqliteStore(Store):
                 jobs = [self._job(r) for r in db.execute(
                     f"SELECT {self._JOB_COLUMNS} FROM jobs").fetchall()]
                 snaps = [self._snapshot(r) for r in db.execute(
-                    "SELECT job_id, seq, label, file, size, created, epoch, "
-                    f"{self._snapshot_extra} FROM snapshots").fetchall()]
+                    self._select_snapshots).fetchall()]
                 effects = [self._effect(r) for r in db.execute(
                     f"SELECT {self._EFFECT_COLUMNS} FROM effects").fetchall()]
                 events = [(i, job_id, at, kind, self.sealer.open(

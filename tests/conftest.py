@@ -57,6 +57,19 @@ def snaprun(*args, cwd, fault: str | None = None, env: dict | None = None,
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
+def clean_refusal(run: Run, *needles: str) -> str:
+    """exit 2, exactly one `snaprun: error:` line holding every needle, no traceback,
+    nothing on stdout; returns the error line."""
+    assert run.returncode == 2, (run.returncode, run.stderr)
+    assert "Traceback" not in run.stderr, run.stderr
+    assert run.stdout == "", run.stdout
+    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
+    assert len(errors) == 1, run.stderr
+    for needle in needles:
+        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
+    return errors[0]
+
+
 def snapshot_files(store: Path, job: str) -> list[Path]:
     """The job's snapshot files in the store, by sequence number."""
     return sorted((Path(store) / "snapshots" / job).glob("*.snap"))

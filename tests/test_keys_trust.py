@@ -33,7 +33,7 @@ import textwrap
 
 import pytest
 
-from conftest import AGENTS, Run, snaprun, snapshot_files
+from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
 from snapstate.runtime._errors import StoreDamaged, StoreError, UnknownKey
 from snapstate.runtime._job import runtime_versions
 from snapstate.serializers import _keys, _snapfile
@@ -76,19 +76,6 @@ def _verify(store: pathlib.Path, path: pathlib.Path) -> dict:
         return home.verify(str(path))
     finally:
         home.close()
-
-
-def _refusal(run: Run, *needles: str) -> str:
-    """exit 2, exactly one `snaprun: error:` line holding every needle, no traceback,
-    nothing on stdout; returns the error line."""
-    assert run.returncode == 2, (run.returncode, run.stderr)
-    assert "Traceback" not in run.stderr, run.stderr
-    assert run.stdout == "", run.stdout
-    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
-    assert len(errors) == 1, run.stderr
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
-    return errors[0]
 
 
 # ------------------------------------------------------------------ a file brings no key
@@ -144,7 +131,7 @@ def test_store_shaped_directory_never_lends_its_keys(attacker):
             assert "Traceback" not in run.stderr and "ok:" not in run.stdout, (where, name)
             assert not sentinel.exists(), f"{name} from {where} ran the file's payload"
             if where != "attacker's parent":   # there is no store in use there
-                _refusal(run, str(snap), key, "keys export", "keys import")
+                clean_refusal(run, str(snap), key, "keys export", "keys import")
     home = Home(victim)
     try:
         assert home.catalog.list_jobs() == []           # resume FILE imported nothing
@@ -268,7 +255,7 @@ def test_cli_export_import_moves_a_key(tmp_path):
     exported = out.read_bytes()
     assert json.loads(exported)["key_id"] == key_id
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("key.json")] == ["key.json"]
-    _refusal(snaprun("keys", "export", "--store", a, key_id, "-o", out, cwd=tmp_path,
+    clean_refusal(snaprun("keys", "export", "--store", a, key_id, "-o", out, cwd=tmp_path,
                      env=NO_ENV_KEY), str(out), "exists")
     assert out.read_bytes() == exported
 
@@ -320,7 +307,7 @@ def test_import_refuses_bad_key_files(tmp_path):
     with pytest.raises(StoreError, match="chmod 600"):
         ring.import_file(str(shared))
     assert pathlib.Path(ring.path).read_bytes() == before
-    _refusal(snaprun("keys", "import", "--store", store, tmp_path / "not-json.json",
+    clean_refusal(snaprun("keys", "import", "--store", store, tmp_path / "not-json.json",
                      cwd=tmp_path, env=NO_ENV_KEY), "not-json.json")
     assert pathlib.Path(ring.path).read_bytes() == before
     # control: the valid file imports
@@ -355,7 +342,7 @@ def test_cli_keys_json_open_to_others(tmp_path):
     ring = _store(store)
     path = _sign(tmp_path / "file.snap", ring)
     os.chmod(ring.path, 0o644)
-    _refusal(snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+    clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
              f"chmod 600 {ring.path}")
 
 
@@ -408,7 +395,7 @@ def test_cli_corrupt_keys_json(tmp_path):
     snap = _sign(tmp_path / "file.snap", _store(store))
     path = _key_file(store / "keys.json", "{\"current\": ")
     for args in (["verify", "--store", store, snap], ["keys", "list", "--store", store]):
-        _refusal(snaprun(*args, cwd=tmp_path, env=NO_ENV_KEY), str(path), "corrupt")
+        clean_refusal(snaprun(*args, cwd=tmp_path, env=NO_ENV_KEY), str(path), "corrupt")
     assert path.read_text() == "{\"current\": "
 
 

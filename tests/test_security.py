@@ -38,7 +38,7 @@ import pytest
 import zstandard
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from conftest import AGENTS, Run, snaprun, snapshot_files
+from conftest import AGENTS, Run, clean_refusal, snaprun, snapshot_files
 from snapstate.runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused,
                                        RetiredKey, SnapshotRejected, SnapstateError,
                                        TruncatedSnapshot, UnknownKey)
@@ -108,19 +108,6 @@ def _flipped(data: bytes, pos: int, mask: int = 0xFF) -> bytes:
     damaged = bytearray(data)
     damaged[pos] ^= mask
     return bytes(damaged)
-
-
-def _clean_refusal(run: Run, *needles: str) -> str:
-    """exit 2, exactly one `snaprun: error:` line holding every needle, no traceback,
-    nothing on stdout; returns the error line."""
-    assert run.returncode == 2, (run.returncode, run.stderr)
-    assert "Traceback" not in run.stderr, run.stderr
-    assert run.stdout == "", run.stdout
-    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
-    assert len(errors) == 1, run.stderr
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
-    return errors[0]
 
 
 class _Trap:
@@ -225,7 +212,7 @@ def test_flipped_length_refused_under_memory_limit(tmp_path, where):
     assert control.stdout.startswith("ok: job job snapshot 1")
     pos = _positions(data)[where] + 3          # the most significant byte (little endian)
     path.write_bytes(_flipped(data, pos))
-    _clean_refusal(verify(), str(path), "truncated")
+    clean_refusal(verify(), str(path), "truncated")
 
 
 @pytest.fixture(scope="module")
@@ -278,10 +265,10 @@ def test_cli_flipped_trap_snapshot_refused(trap_job, sentinel_of, where):
     path = store / "snapshots" / f"flipped-{where}" / "000001-e1.snap"
     path.parent.mkdir()
     path.write_bytes(_flipped(data, _positions(data)[where]))
-    _clean_refusal(snaprun("inspect", "--store", store, path, cwd=root, env=NO_ENV_KEY),
+    clean_refusal(snaprun("inspect", "--store", store, path, cwd=root, env=NO_ENV_KEY),
                    str(path))
     assert not sentinel.exists()
-    _clean_refusal(snaprun("resume", "--store", store, "--as", f"imported-{where}", path,
+    clean_refusal(snaprun("resume", "--store", store, "--as", f"imported-{where}", path,
                            cwd=root, env=NO_ENV_KEY), str(path))
     assert not sentinel.exists()
 
@@ -349,7 +336,7 @@ def test_swapped_headers_are_a_header_mismatch(tmp_path):
             _snapfile.read_payload(str(path), keys)
         assert type(info.value) is HeaderMismatch
         assert str(path) in str(info.value)
-        _clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path,
+        clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path,
                                env=NO_ENV_KEY), str(path), "header does not belong")
 
 
@@ -460,9 +447,9 @@ def test_cli_plaintext_refused_in_encryption_required_store(tmp_path):
                    env=NO_ENV_KEY).returncode == 0
     init = snaprun("init", "--store", store, "--encrypt", cwd=tmp_path, env=NO_ENV_KEY)
     assert init.returncode == 0, init.stderr
-    _clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+    clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
                    str(path), "not encrypted")
-    _clean_refusal(snaprun("resume", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+    clean_refusal(snaprun("resume", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
                    str(path), "not encrypted")
     assert path.read_bytes() == before
 
@@ -565,7 +552,7 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
 
     retired = snaprun("keys", "retire", old_id, "--store", store, cwd=tmp_path, env=env)
     assert retired.returncode == 0, retired.stderr
-    _clean_refusal(snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env),
+    clean_refusal(snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env),
                    str(snap2), old_id, "retired")
     home = Home(str(store))
     try:
@@ -585,7 +572,7 @@ def test_current_key_cannot_be_retired(tmp_path):
     store = tmp_path / "store"
     ring = _keys.KeyRing(str(store))
     current = ring.current.key_id
-    _clean_refusal(snaprun("keys", "retire", current, "--store", store, cwd=tmp_path,
+    clean_refusal(snaprun("keys", "retire", current, "--store", store, cwd=tmp_path,
                            env=NO_ENV_KEY), current, "rotate")
     again = _keys.KeyRing(str(store))
     assert again.current.key_id == current and not again.get(current).retired
@@ -609,7 +596,7 @@ def test_shared_env_key_resumes_export_in_another_store(tmp_path):
     assert key_id == _keys.key_id_of(bytes.fromhex(key))
 
     refused = snaprun("resume", "--store", c, exported, cwd=tmp_path, env=NO_ENV_KEY)
-    _clean_refusal(refused, str(exported), key_id, "SNAPSTATE_KEY")
+    clean_refusal(refused, str(exported), key_id, "SNAPSTATE_KEY")
     home = Home(str(c))
     try:
         with pytest.raises(SnapstateError) as info:
