@@ -41,46 +41,81 @@ import weakref
 
 from ._registry import ResourceReopenError
 
-__all__ = ["register_adapter", "reducer_for", "UNTRACKED", "scratch_copies", "scratch_path"]
+__all__ = ["register_adapter", "register_optional", "reducer_for", "UNTRACKED", "scratch_copies",
+           "scratch_path"]
 
 _ADAPTERS: dict[type, object] = {}
+_SUBCLASS_ADAPTERS: dict[type, object] = {}     # adapters that also take subclasses
+_RESOLVED: dict[type, object] = {}             # type -> adapter found through its MRO
+
+# Adapters for optional libraries, loaded only once the agent imported the library
+# (snapstate never imports them itself): module name -> function registering them.
+OPTIONAL_LOADERS: dict[str, object] = {}
 _OPTIONAL_LOADED: set[str] = set()
 
 # Live handles no adapter can reopen faithfully: refused with a pointer to resource().
 UNTRACKED: dict[type, str] = {
     socket.socket: "a socket",
-    type(threading.Lock()): "a lock",
-    type(threading.RLock()): "a lock",
     threading.Thread: "a thread",
-    threading.Condition: "a condition variable",
-    threading.Semaphore: "a semaphore",
-    threading.Event: "an event",
     subprocess.Popen: "a subprocess",
 }
 
 
-def register_adapter(cls: type, reduce) -> None:
-    """Teach the pickler to save objects of exactly type `cls`: reduce(obj) returns
-    (callable, args); callable(*args) reopens the object after a restore."""
+def register_adapter(cls: type, reduce, *, subclasses: bool = False) -> None:
+    """Teach the pickler to save objects of type `cls`: reduce(obj) returns
+    (callable, args); callable(*args) reopens the object after a restore.
+
+    subclasses=True: the adapter also saves instances of subclasses of `cls` (the
+    closest registered class in the MRO wins); reduce must then rebuild type(obj)."""
     _ADAPTERS[cls] = reduce
+    if subclasses:
+        _SUBCLASS_ADAPTERS[cls] = reduce
+    else:
+        _SUBCLASS_ADAPTERS.pop(cls, None)
+    _RESOLVED.clear()
+
+
+def register_optional(module: str, loader) -> None:
+    """Call loader() (which registers adapters) once `module` has been imported."""
+    OPTIONAL_LOADERS[module] = loader
+    _OPTIONAL_LOADED.discard(module)
 
 
 def _refuse(obj, what: str):
     raise pickle.PicklingError(f"{what} is a live handle that cannot be saved in a snapshot")
 
 
+def _load_optional() -> None:
+    """Register the adapters of optional libraries the agent has imported since."""
+    for module, loader in list(OPTIONAL_LOADERS.items()):
+        if module not in _OPTIONAL_LOADED and module in sys.modules:
+            _OPTIONAL_LOADED.add(module)
+            loader()
+            _RESOLVED.clear()
+
+
 def reducer_for(t: type):
-    """The adapter for objects of exact type t, or None."""
+    """The adapter for objects of type t (an exact registration, else the closest
+    subclass-accepting registration in t's MRO), or None."""
     hit = _ADAPTERS.get(t)
     if hit is not None:
         return hit
     what = UNTRACKED.get(t)
     if what is not None:
         return lambda obj: _refuse(obj, what)
-    if len(_OPTIONAL_LOADED) < 2:
-        _load_optional()
-        return _ADAPTERS.get(t)
-    return None
+    try:
+        return _RESOLVED[t]
+    except KeyError:
+        pass
+    _load_optional()           # a type seen for the first time: its library may be new
+    found = _ADAPTERS.get(t)
+    if found is None:
+        for base in t.__mro__[1:]:
+            found = _SUBCLASS_ADAPTERS.get(base)
+            if found is not None:
+                break
+    _RESOLVED[t] = found
+    return found
 
 
 # ------------------------------------------------------------------------ scratch
@@ -119,6 +154,31 @@ def scratch_path(path: str, suffixes: tuple[str, ...] = ("",)) -> str:
                 shutil.copy2(path + suffix, copy + suffix)
         _SCRATCH[path] = copy
     return copy
+
+
+# ------------------------------------------------------------------------ locks
+# A lock nobody holds is all its state: it comes back as a new unheld lock (one object
+# for every reference, as any object). Condition variables, semaphores and events are
+# plain Python objects around such locks and pickle with them. A held lock is refused:
+# its holder (this task inside a `with lock:`, or another thread) does not come back.
+_LOCK_TYPE, _RLOCK_TYPE = type(threading.Lock()), type(threading.RLock())
+
+
+def _reduce_lock(lock):
+    if isinstance(lock, _RLOCK_TYPE) and lock._is_owned():
+        raise pickle.PicklingError(
+            "a lock (threading.RLock) is held by the agent at the snapshot; leave the "
+            "`with lock:` block (release it) before snapshot()")
+    if not lock.acquire(blocking=False):
+        raise pickle.PicklingError(
+            "a lock is held at the snapshot (by the agent or by another thread); release it "
+            "before snapshot(): a lock's holder cannot be restored")
+    lock.release()
+    return (threading.RLock if isinstance(lock, _RLOCK_TYPE) else threading.Lock, ())
+
+
+register_adapter(_LOCK_TYPE, _reduce_lock)
+register_adapter(_RLOCK_TYPE, _reduce_lock)
 
 
 # ------------------------------------------------------------------------ files
@@ -294,19 +354,20 @@ register_adapter(tempfile._TemporaryFileWrapper, _reduce_named_temp)
 
 
 # ------------------------------------------------------------------------ HTTP clients
-def _load_optional() -> None:
-    """Adapters for libraries the agent imported (never imported by snapstate itself)."""
-    if "httpx" not in _OPTIONAL_LOADED and "httpx" in sys.modules:
-        import httpx
-        register_adapter(httpx.Client, _reduce_httpx)
-        for response in (httpx.Response,):
-            register_adapter(response, _reduce_httpx_response)
-        _OPTIONAL_LOADED.add("httpx")
-    if "requests" not in _OPTIONAL_LOADED and "requests" in sys.modules:
-        import requests
-        register_adapter(requests.Session, _reduce_requests)
-        register_adapter(requests.Response, _reduce_requests_response)
-        _OPTIONAL_LOADED.add("requests")
+def _load_httpx() -> None:
+    import httpx
+    register_adapter(httpx.Client, _reduce_httpx)
+    register_adapter(httpx.Response, _reduce_httpx_response)
+
+
+def _load_requests() -> None:
+    import requests
+    register_adapter(requests.Session, _reduce_requests)
+    register_adapter(requests.Response, _reduce_requests_response)
+
+
+register_optional("httpx", _load_httpx)
+register_optional("requests", _load_requests)
 
 
 def _reduce_httpx(client):

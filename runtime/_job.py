@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import cloudpickle
 import greenlet
 
+from ..resources import _secrets
 from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
@@ -421,6 +422,7 @@ class Job:
                  "handled": request.handled, "label": request.label,
                  "effects": self.ledger.ordinal}
         try:
+            _secrets.bind(self.home.keys)      # credentials in SDK clients are sealed
             payload = _pickler.dumps(state, roots=lambda: self._roots(state))
         except _pickler.UnpicklableError as exc:
             raise SnapshotError(
@@ -484,6 +486,7 @@ class Job:
                 "job.") from None
         self._check_code(header, where)
         try:
+            _secrets.bind(self.home.keys)
             state = _pickler.loads(payload)
         except SnapstateError:
             raise

@@ -105,10 +105,26 @@ def test_dill_only_as_fallback():
 
 
 def test_live_handles_never_use_the_fallback():
-    """A lock is refused with its path even though dill could pickle it."""
+    """A held lock is refused with its path even though dill could pickle it."""
     import threading
-    with pytest.raises(_pickler.UnpicklableError, match=r"value\['lock'\] -> _thread.RLock"):
-        _pickler.dumps({"lock": threading.RLock()})
+    lock = threading.RLock()
+    with lock, pytest.raises(_pickler.UnpicklableError,
+                             match=r"value\['lock'\] -> _thread.RLock"):
+        _pickler.dumps({"lock": lock})
+
+
+def test_unheld_locks_come_back_unheld_and_shared():
+    """Locks nobody holds are saved as new unheld locks, one object per lock;
+    conditions, semaphores and events keep their state."""
+    import threading
+    lock, rlock, event, sem = (threading.Lock(), threading.RLock(), threading.Event(),
+                               threading.Semaphore(3))
+    event.set()
+    copy = roundtrip({"a": lock, "b": lock, "r": rlock, "c": threading.Condition(rlock),
+                      "e": event, "s": sem})
+    assert copy["a"] is copy["b"] and not copy["a"].locked()
+    assert copy["c"]._lock is copy["r"] and copy["r"].acquire(blocking=False)
+    assert copy["e"].is_set() and copy["s"]._value == 3
 
 
 def test_exception_keeps_cause_context_and_notes():

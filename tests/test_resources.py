@@ -142,7 +142,7 @@ def test_no_fd_growth_over_100_snapshot_restore_cycles(tmp_path, monkeypatch):
 
 
 def test_each_untracked_handle_is_named(tmp_path, echo_server):
-    """No crash window: a socket, a lock, a thread, a subprocess and a streaming
+    """No crash window: a socket, a held lock, a thread, a subprocess and a streaming
     response each give a SnapshotError naming the local, its type and resource()."""
     run = snaprun("run", "--store", tmp_path / "s", "--job", "job", AGENTS / "res_untracked.py",
                   cwd=tmp_path, env={"SERVER_URL": echo_server})
@@ -150,7 +150,7 @@ def test_each_untracked_handle_is_named(tmp_path, echo_server):
     refused = dict(line.split(": ", 1)[0].split()[1:2] + [line.split(": ", 1)[1]]
                    for line in run.stdout.splitlines() if line.startswith("REFUSED"))
     expected = {"socket": ("local 'sock'", "socket.socket", "a socket"),
-                "lock": ("local 'lock'", "_thread.lock", "a lock"),
+                "lock": ("local 'lock'", "_thread.lock", "a lock is held at the snapshot"),
                 "thread": ("local 'worker'", "threading.Thread", "a thread"),
                 "subprocess": ("local 'proc'", "subprocess.Popen", "a subprocess"),
                 "streaming-response": ("local 'response'", "httpx.Response",
@@ -159,4 +159,4 @@ def test_each_untracked_handle_is_named(tmp_path, echo_server):
     for case, (local, type_name, what) in expected.items():
         message = refused[case]
         assert f"{local} -> {type_name}" in message, message
-        assert f"{what} is a live handle" in message and "snapstate.resource()" in message
+        assert what in message and "snapstate.resource()" in message

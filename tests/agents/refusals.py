@@ -68,7 +68,9 @@ def main():
         print("coroutine", stop.value, flush=True)
 
     lock = threading.Lock()
+    lock.acquire()              # an unheld lock is saved; a held one is refused
     attempt("lock-local")
+    lock.release()
     del lock
 
     holder = {"client": Holder(socket.socket())}
@@ -86,7 +88,8 @@ def main():
 
     global LOCK_AT_MODULE_LEVEL
     LOCK_AT_MODULE_LEVEL = threading.RLock()
-    attempt("global-lock")
+    with LOCK_AT_MODULE_LEVEL:
+        attempt("global-lock")
     LOCK_AT_MODULE_LEVEL = None
 
     snapshot("good-after")

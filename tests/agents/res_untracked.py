@@ -22,7 +22,9 @@ def main():
     sock.close()
     del sock
     lock = threading.Lock()
+    lock.acquire()              # a lock is saved unless it is held
     attempt("lock")
+    lock.release()
     del lock
     worker = threading.Thread(target=lambda: None)
     attempt("thread")

@@ -1,0 +1,94 @@
+"""Credentials inside objects the adapters rebuild (an SDK client's API key, an HTTP
+auth's password, a token in a header) are never written into a snapshot in clear.
+
+    credential(value, env=("OPENAI_API_KEY",))
+        returns an object that pickles as
+          - a reference to the environment variable the value came from (the first
+            of `env`, or any variable given to `from_env`, whose current value is
+            exactly `value`): after a restore the variable is read again, so a key
+            rotated in the meantime is the one used;
+          - otherwise the value sealed with AES-256-GCM under a key derived from the
+            store's current key (serializers._sealing.Sealer): the snapshot file
+            holds ciphertext only, in encrypted and plain stores alike.
+        Unpickled, it is the plain str.
+
+The runtime binds the store's keys with `bind(keys)` before it pickles or unpickles a
+job's state; without a binding, sealing refuses (a snapshot would otherwise hold the
+secret in clear).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+from ..runtime._errors import ResourceReopenError
+
+__all__ = ["bind", "credential", "Credential"]
+
+_PLACE = ("snapshot", "credential", "-")
+_STATE: dict = {"keys": None}
+
+
+def bind(keys) -> None:
+    """Seal and open credentials with this store's KeyRing (None: unbind)."""
+    _STATE["keys"] = keys
+
+
+def _sealer():
+    from ..serializers._sealing import Sealer
+    keys = _STATE["keys"]
+    if keys is None:
+        return None
+    return Sealer(keys, True)
+
+
+class Credential:
+    """A credential inside an adapter's reduce tuple; see the module doc. It unpickles
+    as the plain str (an adapter wraps it again at the next snapshot)."""
+
+    __slots__ = ("value", "env")
+
+    def __init__(self, value: str, env: tuple[str, ...] = ()):
+        self.value, self.env = value, tuple(env)
+
+    def __repr__(self) -> str:
+        return "Credential(<hidden>)"
+
+    def __reduce__(self):
+        for name in self.env:
+            if os.environ.get(name) == self.value:
+                return (_from_env, (name,))
+        sealer = _sealer()
+        if sealer is None:
+            raise pickle.PicklingError(
+                "a credential cannot be saved: no store keys are bound to seal it (snapstate "
+                "bug: the runtime binds them before every snapshot)")
+        return (_unseal, (sealer.seal(self.value, *_PLACE),))
+
+
+def credential(value, env: tuple[str, ...] = ()):
+    """`value` wrapped to pickle as an environment reference or sealed; None stays None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"a credential is a str, not {type(value).__name__}")
+    return Credential(value, env)
+
+
+def _from_env(name: str) -> str:
+    try:
+        return os.environ[name]
+    except KeyError:
+        raise ResourceReopenError(
+            f"the environment variable {name} is not set; a client in this snapshot took its "
+            f"key from {name}, and the key is never saved. Set {name} and resume the job "
+            "again (the snapshot is intact).") from None
+
+
+def _unseal(blob: bytes) -> str:
+    sealer = _sealer()
+    if sealer is None:
+        raise ResourceReopenError("a sealed credential cannot be opened: no store keys are "
+                                  "bound (snapstate bug)")
+    return sealer.open(blob, *_PLACE)
