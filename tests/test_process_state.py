@@ -131,3 +131,21 @@ def test_removed_working_directory_is_refused_clearly(baseline, tmp_path):
     resumed = _resume(store, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert killed.stdout + resumed.stdout == base.stdout
+
+
+def test_snapstate_random_leaves_the_global_random_sequence_alone():
+    """snapstate.random() draws from its own generator: after a restore it is served
+    from the ledger without drawing, so drawing from the global `random` state (which
+    a snapshot saves) would make the agent's own random sequence differ from the
+    uninterrupted run's. Here (plain Python) the global sequence is unaffected."""
+    import random
+
+    import snapstate
+    random.seed(5)
+    expected = [random.random() for _ in range(3)]
+    random.seed(5)
+    drawn = []
+    for _ in range(3):
+        snapstate.random()
+        drawn.append(random.random())
+    assert drawn == expected
