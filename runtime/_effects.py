@@ -336,9 +336,15 @@ def now() -> _datetime.datetime:
     return _value("now", lambda: _datetime.datetime.now(_datetime.timezone.utc))
 
 
+# snapstate.random() draws from its own generator, never the global `random` state a
+# snapshot saves: a value served from the ledger after a restore (not drawn again)
+# leaves the agent's own random sequence as the uninterrupted run had it.
+_VALUES = _random.Random()
+
+
 def random() -> float:
     """A random float in [0, 1), recorded like now()."""
-    return _value("random", _random.random)
+    return _value("random", _VALUES.random)
 
 
 def uuid4() -> _uuid.UUID:

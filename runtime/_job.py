@@ -29,7 +29,7 @@ from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
-from . import _agent
+from . import _agent, _process
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
@@ -259,6 +259,7 @@ class Job:
 
     def prepare(self):
         """Load the entry point; returns the function to run."""
+        _process.begin(self)       # the environment the job's changes are measured against
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
         return self.entry.load()
 
@@ -418,7 +419,8 @@ class Job:
         except SnapshotError as exc:
             raise SnapshotError(f"{label} failed: {exc}") from None
         modules = _agent.agent_modules(self.entry)
-        state = {"frames": frames, "globals": _agent.capture_globals(modules),
+        state = {"process": _process.capture(self),    # first: its env is applied first
+                 "frames": frames, "globals": _agent.capture_globals(modules),
                  "handled": request.handled, "label": request.label,
                  "effects": self.ledger.ordinal}
         try:
@@ -498,6 +500,7 @@ class Job:
             raise RestoreError(f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
                                "resume from an earlier snapshot of the job.") from None
         _agent.restore_globals(state["globals"])
+        _process.restore(self, state.get("process"))   # cwd, random; env applied by loads
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
         frames: list[FrameRecord] = state["frames"]

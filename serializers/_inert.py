@@ -421,6 +421,9 @@ def _render_special(obj: Inert, depth: int, seen: set) -> str | None:
 
 def _render_resource(obj: Inert, name: str) -> str:
     a = obj._args
+    if name == "rebuild_view" and len(a) >= 5:       # resources/_numpy.py
+        return (f"numpy view (shape {_text(a[2])}, strides {_text(a[3])}, offset "
+                f"{_text(a[4])}) of {_render(a[0], 1, set())}")
     if name == "_reopen_file" and len(a) >= 3:
         return f"open file {_text(a[0])} (mode {_text(a[1])}, at byte {_text(a[2])})"
     if name == "_closed_file" and len(a) >= 3:

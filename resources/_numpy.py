@@ -1,0 +1,125 @@
+"""numpy arrays that share memory keep sharing it after a restore.
+
+numpy pickles a view as a copy of its elements, so after a restore a view no longer
+writes through to its base. This adapter (registered once the agent has imported
+numpy) saves a view as (root, dtype, shape, strides, byte offset, writeable), where
+the root is the object at the end of the view's base chain: an ndarray that owns its
+data, or the bytes/bytearray an array was made over (np.frombuffer; numpy's own
+unpickling puts a restored array over a bytearray too). The root is pickled once, as
+any shared object, and every view of it is rebuilt over the restored root: no copy
+of the data is made, and the root is not saved twice.
+
+A base chain ending in anything else (an mmap, a numpy.memmap's file, a buffer
+another library owns) cannot be rebuilt over the same memory: refused, naming the
+kind of base and the fix. Views of ndarray subclasses are rebuilt for np.matrix and
+np.recarray (no state beyond the array) and refused for others (a masked array keeps
+a mask beside its data); subclass instances owning their data pickle as numpy
+pickles them. Arrays owning their data are left to numpy's pickling (the fast path:
+one attribute check).
+"""
+
+from __future__ import annotations
+
+import pickle
+
+from ._adapters import register_adapter, register_optional
+
+__all__ = ["rebuild_view"]
+
+# Subclasses whose view is the ndarray view re-typed with .view(cls): no other state.
+_VIEW_SUBCLASSES: tuple[type, ...] = ()
+
+
+def _load_numpy() -> None:
+    global _VIEW_SUBCLASSES
+    import numpy as np
+    _VIEW_SUBCLASSES = (np.matrix, np.recarray)
+    register_adapter(np.ndarray, _reduce_array, subclasses=True)
+
+
+register_optional("numpy", _load_numpy)
+
+
+def _kind(obj) -> str:
+    t = type(obj)
+    name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    if name == "mmap.mmap":
+        return "an mmap.mmap (a memory-mapped file)"
+    return f"a {name}"
+
+
+_COPY = ("copy it deliberately before snapshot() with np.array(view) (the copy no longer "
+         "shares that memory), or open its source through snapstate.resource() so it is "
+         "reopened after a restore")
+_SUBCLASS_COPY = ("copy it deliberately before snapshot() with view.copy() (the copy no "
+                  "longer shares memory with its base), or hold a plain ndarray view")
+
+
+def _refuse(array, why: str, fix: str = _COPY):
+    raise pickle.PicklingError(
+        f"a numpy array (shape {array.shape}, dtype {array.dtype}) {why}, so a restore could "
+        f"not rebuild it sharing that memory; {fix}")
+
+
+def _root(array):
+    """The object owning the memory `array` views: an ndarray owning its data, or a
+    bytes/bytearray; anything else is refused."""
+    import numpy as np
+    base = array.base
+    while True:
+        if isinstance(base, np.ndarray):
+            if base.base is None:
+                return base
+            base = base.base
+        elif type(base).__name__ == "DummyArray" and hasattr(base, "__array_interface__"):
+            base = base.base        # np.lib.stride_tricks.as_strided's holder of the base
+        elif isinstance(base, memoryview):
+            base = base.obj         # np.frombuffer's view of the exporting object
+        elif type(base) in (bytes, bytearray):
+            return base
+        else:
+            _refuse(array, f"is a view of memory owned by {_kind(base)}")
+
+
+def _address(root) -> int:
+    import numpy as np
+    if isinstance(root, np.ndarray):
+        return root.__array_interface__["data"][0]
+    return np.frombuffer(root, dtype=np.uint8).__array_interface__["data"][0]
+
+
+def _reduce_array(array):
+    if array.base is None:
+        return NotImplemented          # owns its data: numpy's own pickling
+    import numpy as np
+    t = type(array)
+    if t is not np.ndarray and not issubclass(t, _VIEW_SUBCLASSES):
+        name = f"{t.__module__}.{t.__qualname__}"
+        if isinstance(array, np.memmap):
+            _refuse(array, f"is a {name} over a file")
+        _refuse(array, f"of subclass {name} is a view of another array (its extra state "
+                       "cannot be rebuilt around the shared memory)", _SUBCLASS_COPY)
+    root = _root(array)
+    offset = array.__array_interface__["data"][0] - _address(root) if array.size else 0
+    shape, strides, dtype = array.shape, array.strides, array.dtype
+    writeable = array.flags.writeable
+    try:                      # the same view over the live root: proves the layout fits
+        probe = rebuild_view(root, dtype, shape, strides, offset, writeable, np.ndarray)
+    except (TypeError, ValueError) as exc:
+        _refuse(array, f"has a layout that cannot be rebuilt over its base ({exc})")
+    if array.size and probe.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
+        _refuse(array, "has a layout that cannot be rebuilt over its base")
+    return (rebuild_view, (root, dtype, shape, strides, offset, writeable,
+                           None if t is np.ndarray else t))
+
+
+def rebuild_view(root, dtype, shape, strides, offset, writeable, cls=None):
+    """The view of `root` that was saved: same dtype, shape, strides and byte offset;
+    read-only when it was; re-typed as `cls` (np.matrix, np.recarray) when given."""
+    import numpy as np
+    view = np.ndarray(shape, dtype=dtype, buffer=root, offset=offset, strides=strides)
+    if view.flags.writeable != writeable:
+        view.flags.writeable = writeable    # raises if the root is read-only: never silent
+    if cls is not None and cls is not np.ndarray:
+        view = view.view(cls)
+    return view

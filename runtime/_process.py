@@ -1,0 +1,139 @@
+"""Process state a job owns, saved at each snapshot and put back at a restore.
+
+    random          the global `random` state (random.getstate()), and numpy's legacy
+                    global RandomState (np.random.get_state()) when numpy.random is
+                    imported: a resumed job draws the same numbers as an uninterrupted run
+    environment     the variables the job set or removed, relative to the environment
+                    its process started with (the baseline, taken before the agent runs);
+                    applied on top of the resuming process's environment, so a variable
+                    the job never touched keeps the resuming process's value
+    working dir     os.getcwd() at the snapshot; a restore changes into it, and refuses
+                    (ResourceReopenError) when it no longer exists
+
+SNAPSTATE_* variables are snapstate's own (store, key, faults, lease TTL): never saved,
+never changed by a restore.
+
+The environment diff is applied while the snapshot is unpickled, before the frames and
+globals (the record is the first entry of the state), so a value pickled as a reference
+to an environment variable (Secret.from_env, SDK credentials) resolves against the
+job's environment, as it would have in the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+from ._errors import ResourceReopenError, SnapshotError
+
+__all__ = ["ProcessState", "begin", "capture", "restore"]
+
+_OWN_PREFIX = "SNAPSTATE_"
+
+
+class ProcessState:
+    """What a snapshot records of the process. Unpickling it applies the environment
+    diff at once (see the module docstring); `restore` does the rest."""
+
+    __slots__ = ("random", "numpy_random", "env_set", "env_removed", "cwd", "baseline")
+
+    def __init__(self, random_state, numpy_random, env_set: dict[str, str],
+                 env_removed: list[str], cwd: str):
+        self.random, self.numpy_random = random_state, numpy_random
+        self.env_set, self.env_removed, self.cwd = env_set, env_removed, cwd
+        self.baseline: dict[str, str] | None = None   # set when unpickled: env before the diff
+
+    def __reduce__(self):
+        return (_loaded, (self.random, self.numpy_random, self.env_set, self.env_removed,
+                          self.cwd))
+
+
+def _loaded(random_state, numpy_random, env_set, env_removed, cwd) -> ProcessState:
+    state = ProcessState(random_state, numpy_random, env_set, env_removed, cwd)
+    state.baseline = dict(os.environ)
+    _apply_env(env_set, env_removed)
+    return state
+
+
+def _apply_env(env_set: dict[str, str], env_removed: list[str]) -> None:
+    for name, value in env_set.items():
+        if not name.startswith(_OWN_PREFIX):
+            os.environ[name] = value
+    for name in env_removed:
+        if not name.startswith(_OWN_PREFIX):
+            os.environ.pop(name, None)
+
+
+def _revert_env(baseline: dict[str, str]) -> None:
+    for name in [k for k in os.environ if k not in baseline]:
+        del os.environ[name]
+    for name, value in baseline.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
+class _Tracker:
+    """Per job: the environment the job's process started with, the environment right
+    after a restore applied its diff, and the names that diff owned (carried forward
+    into every later snapshot, so a chain of restores keeps the job's changes)."""
+
+    __slots__ = ("after_restore", "owned")
+
+    def __init__(self, after_restore: dict[str, str], owned: set[str]):
+        self.after_restore, self.owned = after_restore, owned
+
+
+def begin(job) -> None:
+    """The job starts from its entry function: the current environment is its baseline."""
+    job._process_tracker = _Tracker(dict(os.environ), set())
+
+
+def capture(job) -> ProcessState:
+    """The process state at a snapshot. A variable is saved when the job changed it since
+    its start or last restore, or when the restored snapshot carried it."""
+    tracker = getattr(job, "_process_tracker", None) or _Tracker(dict(os.environ), set())
+    env, before = os.environ, tracker.after_restore
+    names = set(tracker.owned)
+    names.update(k for k, v in env.items() if before.get(k) != v)
+    names.update(k for k in before if k not in env)
+    env_set = {k: env[k] for k in sorted(names) if k in env and not k.startswith(_OWN_PREFIX)}
+    removed = [k for k in sorted(names) if k not in env and not k.startswith(_OWN_PREFIX)]
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise SnapshotError("the job's working directory was removed while it ran; change "
+                            "into an existing directory (os.chdir) before snapshot()") from None
+    numpy_random = None
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        numpy_random = np_random.get_state()
+    return ProcessState(random.getstate(), numpy_random, env_set, removed, cwd)
+
+
+def restore(job, state: ProcessState | None) -> None:
+    """Put back the working directory and random states of a restored snapshot (its
+    environment diff was applied when it was unpickled); refuses a working directory
+    that no longer exists. A snapshot taken before process state was saved restores
+    nothing and starts tracking from here."""
+    if state is None:
+        begin(job)
+        return
+    try:
+        os.chdir(state.cwd)
+    except OSError as exc:
+        if state.baseline is not None:        # leave the process's environment as it was
+            _revert_env(state.baseline)
+        gone = isinstance(exc, (FileNotFoundError, NotADirectoryError))
+        raise ResourceReopenError(
+            f"the job's working directory {state.cwd} "
+            + ("no longer exists" if gone else f"cannot be entered ({exc.strerror})")
+            + ", so the job cannot continue where it was. The snapshot is intact: "
+            + ("recreate the directory" if gone else "fix its permissions")
+            + " and resume the job again.") from None
+    random.setstate(state.random)
+    if state.numpy_random is not None:
+        import numpy.random      # the job had imported it: its state was saved
+        numpy.random.set_state(state.numpy_random)
+    owned = set(state.env_set) | set(state.env_removed)
+    job._process_tracker = _Tracker(dict(os.environ), owned)
