@@ -29,7 +29,7 @@ from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
-from . import _agent
+from . import _agent, _defstate
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
@@ -419,6 +419,7 @@ class Job:
             raise SnapshotError(f"{label} failed: {exc}") from None
         modules = _agent.agent_modules(self.entry)
         state = {"frames": frames, "globals": _agent.capture_globals(modules),
+                 "defs": _defstate.capture(modules),     # functions' and classes' state
                  "handled": request.handled, "label": request.label,
                  "effects": self.ledger.ordinal}
         try:
@@ -462,6 +463,7 @@ class Job:
         for module, values in state["globals"].items():
             for name, value in values.items():
                 roots.append((f"module {module}, global {name!r}", value))
+        roots.extend(_defstate.roots(state.get("defs", {})))
         roots.append(("the exception being handled", state["handled"]))
         return roots
 
@@ -498,6 +500,7 @@ class Job:
             raise RestoreError(f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
                                "resume from an earlier snapshot of the job.") from None
         _agent.restore_globals(state["globals"])
+        _defstate.restore(state.get("defs", {}))    # onto the fresh functions and classes
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
         frames: list[FrameRecord] = state["frames"]
