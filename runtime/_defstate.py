@@ -176,18 +176,23 @@ class _Capture:
         self.files = {f for m in modules if (f := getattr(m, "__file__", None))}
 
     def function(self, fn: types.FunctionType, path: str, out: dict) -> None:
-        depth = 0
-        while isinstance(fn, types.FunctionType) and fn.__code__.co_filename in self.files:
-            attrs = {k: v for k, v in fn.__dict__.items() if not _dunder(k)}
-            if fn.__defaults__ is not None or fn.__kwdefaults__ is not None or attrs:
-                code = fn.__code__
-                out[path] = (code_digest(code), _def_digest(code), fn.__defaults__,
-                             fn.__kwdefaults__, attrs)
+        for _ in range(8):          # the function, then its __wrapped__ chain
+            attrs = fn.__dict__
+            defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
+            if defaults is None and kwdefaults is None and not attrs:
+                return              # the common case: nothing to save, nothing wrapped
+            code = fn.__code__
+            if code.co_filename not in self.files:
+                return              # generated code (dataclass, namedtuple), a library's
+            if attrs:
+                attrs = {k: v for k, v in attrs.items() if not _dunder(k)}
+            if defaults is not None or kwdefaults is not None or attrs:
+                out[path] = (code_digest(code), _def_digest(code), defaults, kwdefaults,
+                             dict(attrs))
             fn = fn.__dict__.get("__wrapped__")
+            if type(fn) is not types.FunctionType:
+                return
             path += ".__wrapped__"
-            depth += 1
-            if depth > 8:
-                break
 
     def klass(self, cls: type, path: str, module: str, functions: dict, classes: dict) -> None:
         if _skipped_class(cls):
@@ -195,22 +200,25 @@ class _Capture:
         data = _own_data_class(cls, self.names)
         saved = {}
         prefix = cls.__qualname__ + "."
-        for name, value in list(vars(cls).items()):
-            if isinstance(value, (staticmethod, classmethod)):
-                value = value.__func__
-            if isinstance(value, types.FunctionType):
+        for name, raw in vars(cls).items():
+            value = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+            if type(value) is types.FunctionType:
                 if value.__qualname__.startswith(prefix):
-                    self.function(value, f"{path}.{name}", functions)
+                    if value.__defaults__ is not None or value.__kwdefaults__ is not None \
+                            or value.__dict__:
+                        self.function(value, f"{path}.{name}", functions)
                     continue
             elif isinstance(value, type) and value.__module__ == module \
                     and value.__qualname__ == prefix + name:
                 self.klass(value, f"{path}.{name}", module, functions, classes)
                 continue
-            if data and not _dunder(name) and name not in _SKIP_CLASS_ATTRS \
-                    and _is_data(vars(cls)[name]):
+            if data and not (name[:2] == "__" and name[-2:] == "__") \
+                    and name not in _SKIP_CLASS_ATTRS and _is_data(raw):
                 saved[name] = value
         if data:
-            classes[path] = (saved, _class_digests(cls))
+            digests = _class_digests(cls)
+            if saved or digests:    # else nothing to put back nor to delete again
+                classes[path] = (saved, digests)
 
 
 def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
@@ -219,19 +227,21 @@ def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
     if not modules:
         return {}
     cap = _Capture(modules)
+    function_type = types.FunctionType
     out = {}
     for module in modules:
         name = module.__name__
         functions: dict = {}
         classes: dict = {}
-        for key, value in list(vars(module).items()):
-            if getattr(value, "__module__", None) != name \
-                    or getattr(value, "__qualname__", None) != key:
-                continue
-            if isinstance(value, types.FunctionType):
-                cap.function(value, key, functions)
+        for key, value in vars(module).items():
+            if type(value) is function_type:
+                if (value.__defaults__ is not None or value.__kwdefaults__ is not None
+                        or value.__dict__) and value.__module__ == name \
+                        and value.__qualname__ == key:
+                    cap.function(value, key, functions)
             elif isinstance(value, type):
-                cap.klass(value, key, name, functions, classes)
+                if value.__module__ == name and value.__qualname__ == key:
+                    cap.klass(value, key, name, functions, classes)
         if functions or classes:
             out[name] = {"functions": functions, "classes": classes}
     return out
