@@ -200,7 +200,7 @@ class _Capture:
         data = _own_data_class(cls, self.names)
         saved = {}
         prefix = cls.__qualname__ + "."
-        for name, raw in vars(cls).items():
+        for name, raw in list(vars(cls).items()):
             value = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
             if type(value) is types.FunctionType:
                 if value.__qualname__.startswith(prefix):
@@ -233,7 +233,7 @@ def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
         name = module.__name__
         functions: dict = {}
         classes: dict = {}
-        for key, value in vars(module).items():
+        for key, value in list(vars(module).items()):
             if type(value) is function_type:
                 if (value.__defaults__ is not None or value.__kwdefaults__ is not None
                         or value.__dict__) and value.__module__ == name \
@@ -301,11 +301,34 @@ def _restore_function(module: str, path: str, fn, state: FunctionState) -> None:
     if "__wrapped__" not in path and (fn.__module__ != module or fn.__qualname__ != path):
         return          # another object now lives at that path: never put state on it
     code = fn.__code__
+    # The definition digest covers the number of defaults; without source, check it.
     if code_digest(code) == saved_code and _def_digest(code) == saved_def \
-            and _same_shape(fn, defaults, kwdefaults):
+            and (saved_def is not None or _same_shape(fn, defaults, kwdefaults)):
+        if defaults is not None and fn.__defaults__ is not None \
+                and len(defaults) == len(fn.__defaults__):
+            defaults = tuple(_pick(new, old) for new, old in zip(fn.__defaults__, defaults))
+        if kwdefaults is not None and fn.__kwdefaults__ is not None:
+            fresh = fn.__kwdefaults__
+            kwdefaults = {k: _pick(fresh.get(k, _MISSING), v) for k, v in kwdefaults.items()}
         fn.__defaults__ = defaults
         fn.__kwdefaults__ = kwdefaults
     fn.__dict__.update(attrs)
+
+
+def _pick(fresh, saved):
+    """The saved value, unless it is a copy of a library's module-level object (a
+    sentinel such as dataclasses.MISSING) that the fresh import references: the
+    pickler copies such objects, and `x is SENTINEL` tests must keep working."""
+    if fresh is saved or fresh is _MISSING or type(fresh) is not type(saved):
+        return saved
+    kind = type(fresh)
+    module = sys.modules.get(kind.__module__)
+    if module is None or kind.__module__ == "builtins" or kind.__module__ in _AGENT_MODULES:
+        return saved
+    try:
+        return fresh if any(v is fresh for v in vars(module).values()) else saved
+    except TypeError:
+        return saved
 
 
 def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
@@ -323,7 +346,7 @@ def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
         if current is not _MISSING and (not _is_data(current) or isinstance(current, type)
                                         and current.__qualname__ == f"{path}.{name}"):
             continue            # now a method, descriptor or nested class
-        setattr(cls, name, value)
+        setattr(cls, name, _pick(current, value))
     if known:
         for name, current in list(own.items()):
             if (name not in attrs and name in old and old[name] == new.get(name)
@@ -332,8 +355,14 @@ def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
                 delattr(cls, name)      # deleted by the job; the class body is unchanged
 
 
-def restore(defs: dict) -> None:
-    """Put the saved state onto the freshly imported functions and classes."""
+_AGENT_MODULES: set[str] = set()
+
+
+def restore(defs: dict, agent_modules=()) -> None:
+    """Put the saved state onto the freshly imported functions and classes (after the
+    agent's module globals were restored)."""
+    _AGENT_MODULES.update(defs)
+    _AGENT_MODULES.update(agent_modules)
     for module_name, parts in defs.items():
         module = sys.modules.get(module_name)
         if module is None:

@@ -500,7 +500,7 @@ class Job:
             raise RestoreError(f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
                                "resume from an earlier snapshot of the job.") from None
         _agent.restore_globals(state["globals"])
-        _defstate.restore(state.get("defs", {}))    # onto the fresh functions and classes
+        _defstate.restore(state.get("defs", {}), state["globals"])   # onto the fresh import
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
         frames: list[FrameRecord] = state["frames"]

@@ -50,7 +50,7 @@ def _freeze(module) -> bytes:
 def _thaw(blob: bytes) -> None:
     state = _pickler.loads(blob)
     _agent.restore_globals(state["globals"])
-    _defstate.restore(state["defs"])
+    _defstate.restore(state["defs"], state["globals"])
 
 
 BASE = """
@@ -226,3 +226,29 @@ def test_enum_abc_dataclass_namedtuple_pydantic_left_alone(tmp_path, modname):
     _defstate.restore({modname: _pickler.loads(blob)})
     assert mod.Color.RED.value == 1 and mod.Point().tags == [] and mod.Pair().a == 1
     assert mod.Model().name == "n"
+
+
+def test_library_sentinels_in_defaults_and_class_attributes_keep_identity(tmp_path, modname):
+    """A default or class attribute that is a library's module-level sentinel
+    (dataclasses.MISSING) is still that very object after a restore, while the
+    mutable default next to it gets its saved value."""
+    source = """
+        import dataclasses
+
+        def f(x=dataclasses.MISSING, acc=[]):
+            acc.append(x)
+            return x is dataclasses.MISSING
+
+        class C:
+            marker = dataclasses.MISSING
+            hits = 0
+    """
+    v1 = _load(tmp_path, "v1", modname, source)
+    v1.f(1)
+    v1.C.hits = 4
+    blob = _freeze(v1)
+    v2 = _load(tmp_path, "v2", modname, source)
+    _thaw(blob)
+    import dataclasses
+    assert v2.f() is True and v2.f.__defaults__[1] == [1, dataclasses.MISSING]
+    assert v2.C.marker is dataclasses.MISSING and v2.C.hits == 4
