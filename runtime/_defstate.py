@@ -46,6 +46,7 @@ import enum
 import linecache
 import sys
 import types
+from collections.abc import Iterable
 
 import xxhash
 
@@ -358,7 +359,7 @@ def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
 _AGENT_MODULES: set[str] = set()
 
 
-def restore(defs: dict, agent_modules=()) -> None:
+def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
     """Put the saved state onto the freshly imported functions and classes (after the
     agent's module globals were restored)."""
     _AGENT_MODULES.update(defs)
