@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 
-from snapstate.runtime import _agent, _capture, _job, _morph
+from snapstate.runtime import _agent, _capture, _defstate, _job, _morph
 from snapstate.serializers import _fs, _pickler, _snapfile
 from snapstate.serializers._home import Home
 
@@ -124,6 +124,7 @@ class TimedJob(_job.Job):
         def capture():   # mirrors the first half of Job._freeze
             frames = _capture.capture_stack(top, stop, request.handled)
             return {"frames": frames, "globals": _agent.capture_globals(modules),
+                    "defs": _defstate.capture(modules),
                     "handled": request.handled, "label": request.label}
 
         state = capture()

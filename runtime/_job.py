@@ -29,7 +29,7 @@ from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
-from . import _agent, _process
+from . import _agent, _defstate, _process
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
@@ -421,6 +421,7 @@ class Job:
         modules = _agent.agent_modules(self.entry)
         state = {"process": _process.capture(self),    # first: its env is applied first
                  "frames": frames, "globals": _agent.capture_globals(modules),
+                 "defs": _defstate.capture(modules),     # functions' and classes' state
                  "handled": request.handled, "label": request.label,
                  "effects": self.ledger.ordinal}
         try:
@@ -464,6 +465,7 @@ class Job:
         for module, values in state["globals"].items():
             for name, value in values.items():
                 roots.append((f"module {module}, global {name!r}", value))
+        roots.extend(_defstate.roots(state.get("defs", {})))
         roots.append(("the exception being handled", state["handled"]))
         return roots
 
@@ -500,6 +502,7 @@ class Job:
             raise RestoreError(f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
                                "resume from an earlier snapshot of the job.") from None
         _agent.restore_globals(state["globals"])
+        _defstate.restore(state.get("defs", {}), state["globals"])   # onto the fresh import
         _process.restore(self, state.get("process"))   # cwd, random; env applied by loads
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True

@@ -9,7 +9,8 @@ import pytest
 from conftest import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = ["nested", "loops", "contexts", "closures", "comprehensions", "generators",
-            "exceptions", "recursion", "passthrough", "globals_state", "fallback"]
+            "exceptions", "recursion", "passthrough", "globals_state", "fallback",
+            "fn_defaults", "fn_classes"]
 
 
 def _baseline(program, tmp_path):
