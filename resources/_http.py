@@ -428,10 +428,7 @@ def _reduce_session(base: type, session):
     state["proxies"] = {k: sealed(v) if isinstance(v, str) and "@" in v else v
                         for k, v in state["proxies"].items()}
     for prefix, adapter in state["adapters"].items():
-        if type(adapter) is not requests.adapters.HTTPAdapter:
-            _check(what, f"adapter mounted at {prefix!r}", adapter)
-        else:
-            _check(what, f"adapter mounted at {prefix!r} (its max_retries)", adapter.max_retries)
+        _check(what, f"adapter mounted at {prefix!r}", adapter)
     for event, functions in state["hooks"].items():
         for i, hook in enumerate(functions):
             _check(what, f"hooks[{event!r}][{i}]", hook)
@@ -469,6 +466,15 @@ def _rebuilt_requests_response(state):
     return response
 
 
+def _reduce_prepared_request(request):
+    """A requests.PreparedRequest (a response's .request): its Authorization and other
+    sensitive headers sealed."""
+    state = dict(request.__dict__)
+    if state.get("headers") is not None:
+        state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
+    return (_rebuild_state, (type(request), state))
+
+
 def _reduce_requests_digest(auth):
     # Its per-thread challenge state is a threading.local: a new auth answers the next
     # challenge afresh, as after any restart.
@@ -480,11 +486,33 @@ def _rebuilt_requests_digest(username, password):
     return requests.auth.HTTPDigestAuth(username, password)
 
 
+_ADAPTER_ATTRS = frozenset({"max_retries", "config", "_pool_connections", "_pool_maxsize",
+                            "_pool_block", "poolmanager", "proxy_manager"})
+
+
+def _reduce_http_adapter(adapter):
+    """An HTTPAdapter (or subclass): its pickle state (max_retries, pool settings) plus
+    a subclass's own attributes, which HTTPAdapter.__getstate__ would drop."""
+    import requests
+    state = requests.adapters.HTTPAdapter.__getstate__(adapter)
+    extras = {k: v for k, v in adapter.__dict__.items() if k not in _ADAPTER_ATTRS}
+    return (_new_shell, (type(adapter),), {"state": state, "extras": extras}, None, None,
+            _configure_http_adapter)
+
+
+def _configure_http_adapter(adapter, state: dict) -> None:
+    import requests
+    requests.adapters.HTTPAdapter.__setstate__(adapter, state["state"])
+    adapter.__dict__.update(state["extras"])
+
+
 def _load_requests() -> None:
     import requests
+    register_adapter(requests.adapters.HTTPAdapter, _reduce_http_adapter, subclasses=True)
     register_adapter(requests.Session, partial(_reduce_session, requests.Session),
                      subclasses=True)
     register_adapter(requests.Response, _reduce_requests_response)
+    register_adapter(requests.PreparedRequest, _reduce_prepared_request)
     for cls in (requests.auth.HTTPBasicAuth, requests.auth.HTTPProxyAuth):
         register_adapter(cls, partial(_reduce_with_secrets, secrets=("username", "password")))
     register_adapter(requests.auth.HTTPDigestAuth, _reduce_requests_digest)
