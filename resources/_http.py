@@ -41,12 +41,14 @@ Registered with register_optional: snapstate never imports httpx, httpx2 or requ
 
 from __future__ import annotations
 
+import hashlib
 import http.cookiejar
 import importlib
 import os
 import pickle
 import ssl
 import sys
+import types
 from functools import partial
 
 from ._adapters import register_adapter, register_optional
@@ -188,7 +190,8 @@ def _fingerprint(ctx: ssl.SSLContext) -> tuple:
             ctx.post_handshake_auth, ctx.hostname_checks_common_name,
             getattr(ctx, "keylog_filename", None), ctx.sni_callback,
             tuple(c["name"] for c in ctx.get_ciphers()),
-            tuple(sorted(ctx.cert_store_stats().items())), repr(ctx.get_ca_certs()))
+            tuple(sorted(ctx.cert_store_stats().items())),
+            hashlib.sha256(b"".join(ctx.get_ca_certs(binary_form=True))).digest())
 
 
 def _reference(lib: str, verify: bool, trust_env: bool) -> tuple:
@@ -354,6 +357,7 @@ def _reduce_client(lib, base: type, client):
               "transport": _reduce_transport(lib, what, "transport", attrs["_transport"]),
               "mounts": mounts}
     extras = {k: v for k, v in attrs.items() if k not in _CLIENT_ATTRS}
+    extras.update(_slot_values(client, base))
     for name, value in extras.items():
         _check(what, f"attribute {name!r}", value)
     state = {"config": config, "headers": _seal_items(attrs["_headers"].raw),
@@ -361,6 +365,41 @@ def _reduce_client(lib, base: type, client):
              "extras": extras}
     return (_new_shell, (type(client),), state, None, None,
             partial(_configure_client, lib.__name__, base.__name__))
+
+
+_SLOTS: dict[tuple[type, type], tuple[str, ...]] = {}
+
+
+def _slot_values(obj, base: type) -> dict:
+    """The values of the __slots__ a subclass adds below `base` (set ones only)."""
+    key = (type(obj), base)
+    names = _SLOTS.get(key)
+    if names is None:
+        found: list[str] = []
+        for cls in type(obj).__mro__:
+            if cls is base:
+                break
+            slots = cls.__dict__.get("__slots__", ())
+            for name in (slots,) if isinstance(slots, str) else slots:
+                if name not in ("__dict__", "__weakref__"):
+                    found.append(name)
+        names = _SLOTS[key] = tuple(found)
+    values = {}
+    for name in names:
+        try:
+            values[name] = getattr(obj, name)
+        except AttributeError:
+            pass
+    return values
+
+
+def _set_extras(obj, extras: dict) -> None:
+    """A subclass's own attributes back on the rebuilt object (slots through setattr)."""
+    for name, value in extras.items():
+        if isinstance(getattr(type(obj), name, None), types.MemberDescriptorType):
+            object.__setattr__(obj, name, value)
+        else:
+            obj.__dict__[name] = value
 
 
 def _new_shell(cls: type):
@@ -376,7 +415,7 @@ def _configure_client(libname: str, basename: str, client, state: dict) -> None:
     client._headers = lib.Headers(list(state["headers"]))
     client._cookies = lib.Cookies(state["cookies"])
     client._state = getattr(type(client._state), state["state"])
-    client.__dict__.update(state["extras"])
+    _set_extras(client, state["extras"])
 
 
 def _reduce_response(libname: str, response):
@@ -514,7 +553,8 @@ def _load_requests() -> None:
     register_adapter(requests.Response, _reduce_requests_response)
     register_adapter(requests.PreparedRequest, _reduce_prepared_request)
     for cls in (requests.auth.HTTPBasicAuth, requests.auth.HTTPProxyAuth):
-        register_adapter(cls, partial(_reduce_with_secrets, secrets=("username", "password")))
+        register_adapter(cls, partial(_reduce_with_secrets, secrets=("username", "password")),
+                         subclasses=True)
     register_adapter(requests.auth.HTTPDigestAuth, _reduce_requests_digest)
 
 

@@ -463,3 +463,21 @@ def test_cookie_jars_keep_domains_paths_and_seal_values(keys):
     assert restored[1].cookies.jar is restored[0]          # the same jar, shared
     client.close()
     restored[1].close()
+
+
+class Slotted(httpx.Client):
+    __slots__ = ("quota", "unset")
+
+    def __init__(self, quota):
+        super().__init__()
+        self.quota = quota
+
+
+def test_subclass_slots_round_trip():
+    """A subclass's __slots__ values come back (an unset slot stays unset)."""
+    client = Slotted(42)
+    restored, _ = round_trip(client)
+    assert type(restored) is Slotted and restored.quota == 42
+    assert not hasattr(restored, "unset")
+    client.close()
+    restored.close()
