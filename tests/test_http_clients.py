@@ -481,3 +481,45 @@ def test_subclass_slots_round_trip():
     assert not hasattr(restored, "unset")
     client.close()
     restored.close()
+
+
+class Audited(httpx2.Client):
+    """Registers its own bound method as an event hook (the hook refers to the client)."""
+
+    def __init__(self):
+        super().__init__(event_hooks={"request": [self.audit]})
+        self.audited = []
+
+    def audit(self, request):
+        self.audited.append(request.url.path)
+
+
+def test_hook_bound_to_the_client_itself_keeps_identity():
+    """An event hook that is a bound method of the client comes back bound to the
+    rebuilt client itself (one object, not a copy)."""
+    client = Audited()
+    restored, _ = round_trip(client)
+    [hook_method] = restored.event_hooks["request"]
+    assert hook_method.__self__ is restored and hook_method.__func__ is Audited.audit
+    client.close()
+    restored.close()
+
+
+def test_netrc_and_digest_credentials_sealed(tmp_path, keys):
+    """httpx NetRCAuth (the parsed .netrc) and requests HTTPDigestAuth come back with
+    their credentials; neither password is in the payload."""
+    netrc_file = tmp_path / "netrc"
+    netrc_file.write_text(f"machine svc.test login nora password {PASSWORD}\n")
+    netrc_file.chmod(0o600)
+    client = httpx.Client(auth=httpx.NetRCAuth(str(netrc_file)))
+    session = requests.Session()
+    session.auth = requests.auth.HTTPDigestAuth("dan", TOKEN)
+    (c, s), data = round_trip((client, session))
+    assert PASSWORD.encode() not in data and TOKEN.encode() not in data
+    assert c.auth._netrc_info.authenticators("svc.test") == ("nora", "", PASSWORD)
+    assert type(s.auth) is requests.auth.HTTPDigestAuth
+    assert (s.auth.username, s.auth.password) == ("dan", TOKEN)
+    client.close()
+    c.close()
+    session.close()
+    s.close()
