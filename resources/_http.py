@@ -27,7 +27,9 @@ Credentials are never written in clear: BasicAuth/DigestAuth/NetRCAuth (httpx) a
 HTTPBasicAuth/HTTPDigestAuth/HTTPProxyAuth (requests) secrets, sensitive header values
 (Authorization, Proxy-Authorization, Cookie, X-Api-Key, Api-Key, any name with token,
 secret, password, auth or key in it), proxy credentials and every cookie's value go
-through resources._secrets.credential (an env reference or sealed with the store key).
+through resources._secrets.credential: a value equal to an environment variable's (at
+least 8 characters; never a cookie) is saved as a reference to that variable and read
+again on restore, any other is sealed with the store's key.
 
 What cannot be rebuilt exactly refuses the snapshot, naming the client and the part:
 a transport, mount, auth, event hook, default_encoding or subclass attribute that does
@@ -85,12 +87,20 @@ def is_sensitive_header(name) -> bool:
 class _SealedBytes:
     """A bytes credential inside a reduce tuple (credential() takes str)."""
 
-    __slots__ = ("value",)
+    __slots__ = ("value", "from_env")
 
-    def __init__(self, value: bytes):
-        self.value = value
+    def __init__(self, value: bytes, from_env: bool):
+        self.value, self.from_env = value, from_env
 
     def __reduce__(self):
+        if self.from_env:
+            try:
+                text = self.value.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            env = _env_names(text) if text is not None else ()
+            if env:
+                return (_utf8, (credential(text, env=env),))
         return (_latin1, (credential(self.value.decode("latin-1")),))
 
 
@@ -98,16 +108,40 @@ def _latin1(text: str) -> bytes:
     return text.encode("latin-1")
 
 
-def sealed(value):
-    """`value` (str, bytes or None) wrapped to pickle as an env reference or sealed."""
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+_MIN_ENV_SECRET = 8      # shorter values ("1", "true") may equal a variable by chance
+
+
+def _env_names(value: str) -> tuple[str, ...]:
+    """The environment variables whose value is exactly `value` (a key taken from the
+    environment is saved as a reference to its variable, and read again on restore)."""
+    if len(value) < _MIN_ENV_SECRET:
+        return ()
+    return tuple(name for name, current in os.environ.items() if current == value)
+
+
+def sealed(value, *, from_env: bool = True):
+    """`value` (str, bytes or None) wrapped to pickle as a reference to the environment
+    variable holding it (from_env), otherwise sealed with the store's key."""
     if isinstance(value, bytes):
-        return _SealedBytes(value)
-    return credential(value)
+        return _SealedBytes(value, from_env)
+    if value is None or not from_env:
+        return credential(value)
+    return credential(value, env=_env_names(value))
 
 
 def _seal_items(items) -> list:
-    """Header (name, value) pairs with the sensitive values sealed."""
-    return [(k, sealed(v) if is_sensitive_header(k) else v) for k, v in items]
+    """Header (name, value) pairs with the sensitive values sealed (Cookie and
+    Set-Cookie values are never taken for environment references)."""
+    return [(k, sealed(v, from_env=_lower(k) not in ("cookie", "set-cookie"))
+             if is_sensitive_header(k) else v) for k, v in items]
+
+
+def _lower(name) -> str:
+    return (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
 
 
 def _rebuild_state(cls: type, state: dict):
@@ -116,12 +150,12 @@ def _rebuild_state(cls: type, state: dict):
     return obj
 
 
-def _reduce_with_secrets(obj, secrets: tuple[str, ...]):
+def _reduce_with_secrets(obj, secrets: tuple[str, ...], from_env: bool = True):
     """type(obj) rebuilt from its __dict__, the attributes named in `secrets` sealed."""
     state = dict(obj.__dict__)
     for name in secrets:
         if state.get(name) is not None:
-            state[name] = sealed(state[name])
+            state[name] = sealed(state[name], from_env=from_env)
     return (_rebuild_state, (type(obj), state))
 
 
@@ -136,7 +170,8 @@ def _unseal_object(data: bytes):
 
 # Cookies anywhere (an httpx jar, a requests jar, a bare CookieJar): the value sealed,
 # every other field (domain, path, expiry, flags, rest) kept as it is.
-register_adapter(http.cookiejar.Cookie, partial(_reduce_with_secrets, secrets=("value",)))
+register_adapter(http.cookiejar.Cookie,
+                 partial(_reduce_with_secrets, secrets=("value",), from_env=False))
 
 
 # ------------------------------------------------------------------------ checks

@@ -523,3 +523,25 @@ def test_netrc_and_digest_credentials_sealed(tmp_path, keys):
     c.close()
     session.close()
     s.close()
+
+
+def test_key_from_the_environment_saved_as_a_reference(keys, monkeypatch):
+    """A header value or password equal to an environment variable is saved as a
+    reference to it (the value is not in the payload) and read again on restore: a key
+    rotated in the meantime is the one used. Other values are sealed."""
+    monkeypatch.setenv("HTTP_TEST_KEY", KEY)
+    monkeypatch.setenv("HTTP_TEST_PASSWORD", PASSWORD)
+    client = httpx2.Client(headers={"X-Api-Key": KEY, "Authorization": f"Bearer {TOKEN}"},
+                           auth=httpx2.DigestAuth("dana", PASSWORD))
+    data = _pickler.dumps(client)
+    assert KEY.encode() not in data and PASSWORD.encode() not in data
+    assert TOKEN.encode() not in data
+    assert b"HTTP_TEST_KEY" in data and b"HTTP_TEST_PASSWORD" in data
+    monkeypatch.setenv("HTTP_TEST_KEY", "key-rotated-1234")
+    monkeypatch.setenv("HTTP_TEST_PASSWORD", "pw-rotated-1234")
+    restored = _pickler.loads(data)
+    assert restored.headers["x-api-key"] == "key-rotated-1234"
+    assert restored.headers["authorization"] == f"Bearer {TOKEN}"
+    assert restored.auth._password == b"pw-rotated-1234"
+    client.close()
+    restored.close()
