@@ -7,8 +7,8 @@
                                at the snapshot, since what followed is written again by
                                the re-executed code. A closed file restores closed.
     sqlite3.Connection         reopened by path; refused inside an open transaction
-    httpx.Client,              recreated with the same base URL, headers, cookies and
-    requests.Session           timeouts (loaded only when the library is imported)
+    httpx/httpx2 clients,      rebuilt from their whole configuration, subclasses too
+    requests.Session           (resources/_http.py; loaded only once the library is imported)
     tempfile.TemporaryDirectory  the same directory, recreated if missing
     tempfile.NamedTemporaryFile  the same path reopened at its position, still deleted
                                on close (ResourceReopenError if it is gone)
@@ -354,77 +354,6 @@ register_adapter(tempfile._TemporaryFileWrapper, _reduce_named_temp)
 
 
 # ------------------------------------------------------------------------ HTTP clients
-def _load_httpx() -> None:
-    import httpx
-    register_adapter(httpx.Client, _reduce_httpx)
-    register_adapter(httpx.Response, _reduce_httpx_response)
-
-
-def _load_requests() -> None:
-    import requests
-    register_adapter(requests.Session, _reduce_requests)
-    register_adapter(requests.Response, _reduce_requests_response)
-
-
-register_optional("httpx", _load_httpx)
-register_optional("requests", _load_requests)
-
-
-def _reduce_httpx(client):
-    config = {"base_url": str(client.base_url), "headers": dict(client.headers),
-              "cookies": dict(client.cookies), "timeout": client.timeout,
-              "follow_redirects": client.follow_redirects, "params": dict(client.params)}
-    return (_new_httpx, (config,))
-
-
-def _new_httpx(config):
-    import httpx
-    return httpx.Client(**config)
-
-
-def _reduce_httpx_response(response):
-    if not response.is_stream_consumed and not response.is_closed:
-        _refuse(response, "a streaming httpx response")
-    return (_rebuilt_httpx_response, (response.status_code, dict(response.headers),
-                                      response.content, str(response.request.url)
-                                      if response._request is not None else None))
-
-
-def _rebuilt_httpx_response(status, headers, content, url):
-    import httpx
-    request = httpx.Request("GET", url) if url else None
-    return httpx.Response(status, headers=headers, content=content, request=request)
-
-
-def _reduce_requests(session):
-    config = {"headers": dict(session.headers), "cookies": session.cookies.get_dict(),
-              "auth": session.auth, "verify": session.verify, "params": dict(session.params),
-              "proxies": dict(session.proxies)}
-    return (_new_requests, (config,))
-
-
-def _new_requests(config):
-    import requests
-    session = requests.Session()
-    session.headers.clear()
-    session.headers.update(config["headers"])
-    session.cookies.update(config["cookies"])
-    session.auth, session.verify = config["auth"], config["verify"]
-    session.params.update(config["params"])
-    session.proxies.update(config["proxies"])
-    return session
-
-
-def _reduce_requests_response(response):
-    if not response._content_consumed:
-        _refuse(response, "a streaming requests response")
-    state = response.__getstate__()
-    return (_rebuilt_requests_response, (state,))
-
-
-def _rebuilt_requests_response(state):
-    import requests
-    response = requests.Response()
-    response.__setstate__(state)
-    return response
-
+# httpx/httpx2 clients, requests sessions, their auths, responses and cookies: _http.py
+# (registered with register_optional, once the agent imported the library).
+from . import _http  # noqa: E402,F401

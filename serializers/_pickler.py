@@ -178,7 +178,8 @@ def dumps(obj, *, roots=None) -> bytes:
             return _dump(obj)
         except _PICKLE_ERRORS as exc:
             path, culprit, error = find_unpicklable(roots() if roots else [("value", obj)], exc)
-            if culprit is None or isinstance(culprit, HANDLE_TYPES) or type(culprit) in _DILL_TYPES:
+            if (culprit is None or isinstance(culprit, HANDLE_TYPES) or type(culprit) in _DILL_TYPES
+                    or reducer_for(type(culprit)) is not None):   # refused by its adapter
                 raise UnpicklableError(path, culprit, error) from None
             try:
                 dill.loads(dill.dumps(culprit, protocol=5))

@@ -1,0 +1,596 @@
+"""Adapters for HTTP clients: httpx and httpx2 (the same API, used by openai and
+anthropic) Client and AsyncClient with every subclass, their auths and responses,
+requests.Session (and subclasses), requests auths and responses, and cookies.
+
+A client is rebuilt after a restore from its whole configuration, read from the live
+object (not from what its constructor was once given):
+
+    httpx/httpx2 Client, AsyncClient   base_url, auth, params, headers (raw, in order),
+                                       cookies (the whole jar: domains, paths, expiry),
+                                       timeout (all four), follow_redirects,
+                                       max_redirects, event_hooks, trust_env,
+                                       default_encoding, open/closed state, the transport
+                                       (an HTTPTransport: verify, http1/http2, limits,
+                                       retries, uds, local_address, socket_options, an
+                                       HTTP proxy) and every mount. A subclass is rebuilt
+                                       as its own type WITHOUT calling its __init__ (its
+                                       parameters are unknown and it may have side
+                                       effects): object.__new__(cls), the library base
+                                       class's __init__ with the configuration, then the
+                                       subclass's own instance attributes by value.
+    requests.Session (+ subclasses)    its pickle state (headers, cookies, auth, proxies,
+                                       hooks, params, verify, cert, mounted adapters with
+                                       their Retry and pool settings, stream, trust_env,
+                                       max_redirects) plus a subclass's own attributes.
+
+Credentials are never written in clear: BasicAuth/DigestAuth/NetRCAuth (httpx) and
+HTTPBasicAuth/HTTPDigestAuth/HTTPProxyAuth (requests) secrets, sensitive header values
+(Authorization, Proxy-Authorization, Cookie, X-Api-Key, Api-Key, any name with token,
+secret, password, auth or key in it), proxy credentials and every cookie's value go
+through resources._secrets.credential: a value equal to an environment variable's (at
+least 8 characters; never a cookie) is saved as a reference to that variable and read
+again on restore, any other is sealed with the store's key.
+
+What cannot be rebuilt exactly refuses the snapshot, naming the client and the part:
+a transport, mount, auth, event hook, default_encoding or subclass attribute that does
+not pickle; an SSL context the user built (verify=<SSLContext>, a CA bundle path, a
+client certificate); a custom network backend; a SOCKS proxy. A user Auth subclass or
+FunctionAuth is saved by value (its functions by reference). Nothing is rebuilt
+half-configured. Open streaming responses are refused by their own adapter.
+
+Registered with register_optional: snapstate never imports httpx, httpx2 or requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.cookiejar
+import importlib
+import os
+import pickle
+import ssl
+import sys
+import types
+from functools import partial
+
+from ._adapters import register_adapter, register_optional
+from ._secrets import credential
+
+__all__ = ["sealed", "is_sensitive_header"]
+
+_SENSITIVE = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
+                        "x-api-key", "api-key"})
+_SENSITIVE_WORDS = ("token", "secret", "password", "auth", "key")
+
+# The attributes httpx's and httpx2's BaseClient/Client/AsyncClient __init__ set: all
+# rebuilt from the configuration below; any other instance attribute (a subclass's own)
+# is carried by value.
+_CLIENT_ATTRS = frozenset({"_auth", "_base_url", "_cookies", "_default_encoding",
+                           "_event_hooks", "_headers", "_mounts", "_params", "_state",
+                           "_timeout", "_transport", "_trust_env", "follow_redirects",
+                           "max_redirects"})
+_SESSION_ATTRS = frozenset({"adapters", "auth", "cert", "cookies", "headers", "hooks",
+                            "max_redirects", "params", "proxies", "stream", "trust_env",
+                            "verify"})
+_FIX = "create the client after the snapshot (or inside snapstate.resource())"
+
+
+# ------------------------------------------------------------------------ secrets
+def is_sensitive_header(name) -> bool:
+    """True for header names whose values are credentials (sealed in a snapshot)."""
+    if isinstance(name, bytes):
+        name = name.decode("latin-1")
+    name = name.lower()
+    return name in _SENSITIVE or any(word in name for word in _SENSITIVE_WORDS)
+
+
+class _SealedBytes:
+    """A bytes credential inside a reduce tuple (credential() takes str)."""
+
+    __slots__ = ("value", "from_env")
+
+    def __init__(self, value: bytes, from_env: bool):
+        self.value, self.from_env = value, from_env
+
+    def __reduce__(self):
+        if self.from_env:
+            try:
+                text = self.value.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            env = _env_names(text) if text is not None else ()
+            if env:
+                return (_utf8, (credential(text, env=env),))
+        return (_latin1, (credential(self.value.decode("latin-1")),))
+
+
+def _latin1(text: str) -> bytes:
+    return text.encode("latin-1")
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8")
+
+
+_MIN_ENV_SECRET = 8      # shorter values ("1", "true") may equal a variable by chance
+
+
+def _env_names(value: str) -> tuple[str, ...]:
+    """The environment variables whose value is exactly `value` (a key taken from the
+    environment is saved as a reference to its variable, and read again on restore)."""
+    if len(value) < _MIN_ENV_SECRET:
+        return ()
+    return tuple(name for name, current in os.environ.items() if current == value)
+
+
+def sealed(value, *, from_env: bool = True):
+    """`value` (str, bytes or None) wrapped to pickle as a reference to the environment
+    variable holding it (from_env), otherwise sealed with the store's key."""
+    if isinstance(value, bytes):
+        return _SealedBytes(value, from_env)
+    if value is None or not from_env:
+        return credential(value)
+    return credential(value, env=_env_names(value))
+
+
+def _seal_items(items) -> list:
+    """Header (name, value) pairs with the sensitive values sealed (Cookie and
+    Set-Cookie values are never taken for environment references)."""
+    return [(k, sealed(v, from_env=_lower(k) not in ("cookie", "set-cookie"))
+             if is_sensitive_header(k) else v) for k, v in items]
+
+
+def _lower(name) -> str:
+    return (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
+
+
+def _rebuild_state(cls: type, state: dict):
+    obj = object.__new__(cls)
+    obj.__dict__.update(state)
+    return obj
+
+
+def _reduce_with_secrets(obj, secrets: tuple[str, ...], from_env: bool = True):
+    """type(obj) rebuilt from its __dict__, the attributes named in `secrets` sealed."""
+    state = dict(obj.__dict__)
+    for name in secrets:
+        if state.get(name) is not None:
+            state[name] = sealed(state[name], from_env=from_env)
+    return (_rebuild_state, (type(obj), state))
+
+
+def _reduce_whole_sealed(obj):
+    """An object full of secrets (a parsed .netrc): pickled, then the bytes sealed."""
+    return (_unseal_object, (sealed(pickle.dumps(obj, protocol=5)),))
+
+
+def _unseal_object(data: bytes):
+    return pickle.loads(data)
+
+
+# Cookies anywhere (an httpx jar, a requests jar, a bare CookieJar): the value sealed,
+# every other field (domain, path, expiry, flags, rest) kept as it is.
+register_adapter(http.cookiejar.Cookie,
+                 partial(_reduce_with_secrets, secrets=("value",), from_env=False))
+
+
+# ------------------------------------------------------------------------ checks
+_CHECKING = [0]      # > 0 while a part is test-pickled (its own clients are not re-checked)
+
+
+class _Refused(pickle.PicklingError):
+    pass
+
+
+def _describe(obj, base: type) -> str:
+    lib = base.__module__.split(".")[0]
+    what = f"an {lib}.{base.__name__}" if lib[0] in "aeiouh" else f"a {lib}.{base.__name__}"
+    cls = type(obj)
+    if cls is not base:
+        what += f" (subclass {cls.__module__}.{cls.__qualname__})"
+    return what
+
+
+def _check(what: str, part: str, value) -> None:
+    """Refuse naming the client and the part unless `value` pickles (with the
+    snapshot's own pickler, so functions go by reference)."""
+    if _CHECKING[0]:
+        return
+    from ..serializers import _pickler      # import here: the pickler imports the adapters
+    _CHECKING[0] += 1
+    try:
+        _pickler.dumps(value)
+    except _pickler.UnpicklableError as exc:
+        raise _Refused(f"{what} whose {part} is a {_type_name(value)} that cannot be saved "
+                       f"({exc.error}); {_FIX}, or give it a {part} that pickles") from None
+    finally:
+        _CHECKING[0] -= 1
+
+
+def _type_name(value) -> str:
+    t = type(value)
+    return t.__qualname__ if t.__module__ in ("builtins", "__main__") else \
+        f"{t.__module__}.{t.__qualname__}"
+
+
+# ------------------------------------------------------------------------ SSL contexts
+_REFERENCE: dict[tuple, tuple] = {}
+
+
+def _fingerprint(ctx: ssl.SSLContext) -> tuple:
+    """Everything observable about an SSL context (a client certificate is not: see
+    _has_client_cert)."""
+    return (type(ctx), ctx.protocol, ctx.verify_mode, ctx.check_hostname, int(ctx.options),
+            ctx.minimum_version, ctx.maximum_version, int(ctx.verify_flags),
+            ctx.post_handshake_auth, ctx.hostname_checks_common_name,
+            getattr(ctx, "keylog_filename", None), ctx.sni_callback,
+            tuple(c["name"] for c in ctx.get_ciphers()),
+            tuple(sorted(ctx.cert_store_stats().items())),
+            hashlib.sha256(b"".join(ctx.get_ca_certs(binary_form=True))).digest())
+
+
+def _reference(lib: str, verify: bool, trust_env: bool) -> tuple:
+    key = (lib, verify, trust_env, os.environ.get("SSL_CERT_FILE"),
+           os.environ.get("SSL_CERT_DIR"))
+    found = _REFERENCE.get(key)
+    if found is None:
+        config = importlib.import_module(f"{lib}._config")
+        found = _REFERENCE[key] = _fingerprint(
+            config.create_ssl_context(verify=verify, trust_env=trust_env))
+    return found
+
+
+def _ssl_probe():
+    """SSL_CTX_get0_certificate from the libssl the ssl module uses, or None."""
+    try:
+        import _ssl
+        import ctypes
+        lib = ctypes.CDLL(_ssl.__file__)
+        get_cert, get_options = lib.SSL_CTX_get0_certificate, lib.SSL_CTX_get_options
+    except (OSError, AttributeError, ImportError):
+        return None
+    get_cert.restype, get_cert.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+    get_options.restype, get_options.argtypes = ctypes.c_uint64, [ctypes.c_void_p]
+    return ctypes, get_cert, get_options
+
+
+_PROBE: list = []
+
+
+def _has_client_cert(ctx: ssl.SSLContext) -> bool | None:
+    """Whether a client certificate is loaded (cert=... or load_cert_chain), read from
+    the OpenSSL context behind `ctx`; None when that cannot be read safely."""
+    if not _PROBE:
+        _PROBE.append(_ssl_probe())
+    probe = _PROBE[0]
+    if probe is None:
+        return None
+    ctypes, get_cert, get_options = probe
+    # CPython's PySSLContext is {PyObject_HEAD; SSL_CTX *ctx; ...}: checked through the
+    # options OpenSSL reports for it before the pointer is trusted.
+    pointer = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
+    if not pointer or get_options(pointer) != int(ctx.options):
+        return None
+    return bool(get_cert(pointer))
+
+
+def _verify_of(lib: str, ctx, what: str, part: str) -> tuple[bool, bool]:
+    """(verify, trust_env) that make an SSL context equal to `ctx`, or a refusal."""
+    if ctx is not None and _has_client_cert(ctx):
+        raise _Refused(f"{what} whose {part} has a client certificate (cert=... or an "
+                       "SSLContext with load_cert_chain), which cannot be read back from its "
+                       f"SSL context; {_FIX}")
+    if ctx is not None:
+        seen = _fingerprint(ctx)
+        for verify, trust_env in ((True, True), (True, False), (False, True)):
+            if seen == _reference(lib, verify, trust_env):
+                return verify, trust_env
+    raise _Refused(f"{what} whose {part} uses an SSL context built by the user (verify=<"
+                   "ssl.SSLContext> or a CA bundle path), which cannot be saved; " + _FIX +
+                   ", or use verify=True/False")
+
+
+# ------------------------------------------------------------------------ httpx, httpx2
+def _pool_backend_ok(pool) -> bool:
+    backend = type(pool._network_backend)
+    return backend.__name__ in ("SyncBackend", "AutoBackend") and \
+        backend.__module__.startswith("httpcore")
+
+
+def _reduce_transport(lib, what: str, part: str, transport):
+    """A transport as (callable, args) pieces: an HTTPTransport from its pool's
+    settings; any other transport by value if it pickles, else a refusal."""
+    if transport is None:
+        return None
+    cls = type(transport)
+    if cls is not lib.HTTPTransport and cls is not lib.AsyncHTTPTransport:
+        _check(what, part, transport)
+        return transport
+    pool = transport._pool
+    kind = type(pool).__name__.removeprefix("Async")
+    if kind == "SOCKSProxy":
+        raise _Refused(f"{what} whose {part} goes through a SOCKS proxy, which this adapter "
+                       f"cannot rebuild; {_FIX}")
+    if kind not in ("ConnectionPool", "HTTPProxy") or getattr(pool, "_proxy", None) is not None:
+        raise _Refused(f"{what} whose {part} has a connection pool of unknown kind "
+                       f"({type(pool).__qualname__}); {_FIX}")
+    if not _pool_backend_ok(pool):
+        raise _Refused(f"{what} whose {part} uses a custom network backend "
+                       f"({_type_name(pool._network_backend)}), which cannot be saved; {_FIX}")
+    verify, trust_env = _verify_of(lib.__name__, pool._ssl_context, what, part)
+    unlimited = sys.maxsize
+    config = {"verify": verify, "trust_env": trust_env, "http1": pool._http1,
+              "http2": pool._http2,
+              "limits": (None if pool._max_connections == unlimited else pool._max_connections,
+                         None if pool._max_keepalive_connections == unlimited
+                         else pool._max_keepalive_connections, pool._keepalive_expiry),
+              "uds": pool._uds, "local_address": pool._local_address,
+              "retries": pool._retries, "socket_options": pool._socket_options}
+    if kind == "HTTPProxy":
+        if pool._proxy_ssl_context is not None:
+            raise _Refused(f"{what} whose {part} has a proxy SSL context built by the user, "
+                           f"which cannot be saved; {_FIX}")
+        url = pool._proxy_url
+        port = f":{url.port}" if url.port is not None else ""
+        config["proxy"] = (f"{url.scheme.decode()}://{url.host.decode()}{port}"
+                           f"{url.target.decode()}", _seal_items(pool._proxy_headers))
+    return _Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
+
+
+def _rebuild_transport(libname: str, is_async: bool, config: dict):
+    lib = importlib.import_module(libname)
+    config = dict(config)
+    config["limits"] = lib.Limits(max_connections=config["limits"][0],
+                                  max_keepalive_connections=config["limits"][1],
+                                  keepalive_expiry=config["limits"][2])
+    proxy = config.pop("proxy", None)
+    if proxy is not None:
+        config["proxy"] = lib.Proxy(url=proxy[0], headers=list(proxy[1]))
+        for unused in ("uds", "local_address", "retries"):   # not used through a proxy
+            config.pop(unused)
+    cls = lib.AsyncHTTPTransport if is_async else lib.HTTPTransport
+    return cls(**config)
+
+
+class _Part:
+    """A (callable, args) reduction nested inside a client's state."""
+
+    __slots__ = ("reduced",)
+
+    def __init__(self, *reduced):
+        self.reduced = reduced
+
+    def __reduce__(self):
+        return self.reduced
+
+
+def _reduce_client(lib, base: type, client):
+    """httpx/httpx2 Client or AsyncClient (or a subclass) -> a shell of type(client)
+    configured by _configure_client from the state read here."""
+    what = _describe(client, base)
+    attrs = client.__dict__
+    auth = attrs["_auth"]
+    if auth is not None and not isinstance(auth, (lib.BasicAuth, lib.DigestAuth, lib.NetRCAuth)):
+        _check(what, "auth", auth)
+    hooks = {}
+    for event, functions in attrs["_event_hooks"].items():
+        for i, hook in enumerate(functions):
+            _check(what, f"event_hooks[{event!r}][{i}]", hook)
+        hooks[event] = list(functions)
+    encoding = attrs["_default_encoding"]
+    if not isinstance(encoding, str):
+        _check(what, "default_encoding", encoding)
+    timeout = attrs["_timeout"]
+    mounts = {pattern.pattern: _reduce_transport(lib, what, f"mount {pattern.pattern!r}", t)
+              for pattern, t in attrs["_mounts"].items()}
+    config = {"base_url": str(attrs["_base_url"]), "auth": auth,
+              "params": attrs["_params"].multi_items(),
+              "timeout": (timeout.connect, timeout.read, timeout.write, timeout.pool),
+              "follow_redirects": attrs["follow_redirects"],
+              "max_redirects": attrs["max_redirects"], "event_hooks": hooks,
+              "trust_env": attrs["_trust_env"], "default_encoding": encoding,
+              "transport": _reduce_transport(lib, what, "transport", attrs["_transport"]),
+              "mounts": mounts}
+    extras = {k: v for k, v in attrs.items() if k not in _CLIENT_ATTRS}
+    extras.update(_slot_values(client, base))
+    for name, value in extras.items():
+        _check(what, f"attribute {name!r}", value)
+    state = {"config": config, "headers": _seal_items(attrs["_headers"].raw),
+             "cookies": attrs["_cookies"].jar, "state": attrs["_state"].name,
+             "extras": extras}
+    return (_new_shell, (type(client),), state, None, None,
+            partial(_configure_client, lib.__name__, base.__name__))
+
+
+_SLOTS: dict[tuple[type, type], tuple[str, ...]] = {}
+
+
+def _slot_values(obj, base: type) -> dict:
+    """The values of the __slots__ a subclass adds below `base` (set ones only)."""
+    key = (type(obj), base)
+    names = _SLOTS.get(key)
+    if names is None:
+        found: list[str] = []
+        for cls in type(obj).__mro__:
+            if cls is base:
+                break
+            slots = cls.__dict__.get("__slots__", ())
+            for name in (slots,) if isinstance(slots, str) else slots:
+                if name not in ("__dict__", "__weakref__"):
+                    found.append(name)
+        names = _SLOTS[key] = tuple(found)
+    values = {}
+    for name in names:
+        try:
+            values[name] = getattr(obj, name)
+        except AttributeError:
+            pass
+    return values
+
+
+def _set_extras(obj, extras: dict) -> None:
+    """A subclass's own attributes back on the rebuilt object (slots through setattr)."""
+    for name, value in extras.items():
+        if isinstance(getattr(type(obj), name, None), types.MemberDescriptorType):
+            object.__setattr__(obj, name, value)
+        else:
+            obj.__dict__[name] = value
+
+
+def _new_shell(cls: type):
+    return object.__new__(cls)
+
+
+def _configure_client(libname: str, basename: str, client, state: dict) -> None:
+    lib = importlib.import_module(libname)
+    base = getattr(lib, basename)
+    config = dict(state["config"])
+    config["timeout"] = lib.Timeout(tuple(config["timeout"]))     # all four, as they were
+    base.__init__(client, **config)
+    client._headers = lib.Headers(list(state["headers"]))
+    client._cookies = lib.Cookies(state["cookies"])
+    client._state = getattr(type(client._state), state["state"])
+    _set_extras(client, state["extras"])
+
+
+def _reduce_response(libname: str, response):
+    if not response.is_stream_consumed and not response.is_closed:
+        raise pickle.PicklingError(f"a streaming {libname} response is a live handle that "
+                                   "cannot be saved in a snapshot")
+    return (_rebuilt_response, (libname, response.status_code,
+                                _seal_items(response.headers.raw), response.content,
+                                str(response.request.url)
+                                if response._request is not None else None))
+
+
+def _rebuilt_response(libname, status, headers, content, url):
+    lib = importlib.import_module(libname)
+    request = lib.Request("GET", url) if url else None
+    return lib.Response(status, headers=list(headers), content=content, request=request)
+
+
+def _load(libname: str) -> None:
+    lib = sys.modules[libname]
+    for base in (lib.Client, lib.AsyncClient):
+        register_adapter(base, partial(_reduce_client, lib, base), subclasses=True)
+    register_adapter(lib.BasicAuth, partial(_reduce_with_secrets, secrets=("_auth_header",)),
+                     subclasses=True)
+    register_adapter(lib.DigestAuth,
+                     partial(_reduce_with_secrets, secrets=("_username", "_password")),
+                     subclasses=True)
+    register_adapter(lib.NetRCAuth, _reduce_whole_sealed, subclasses=True)
+    register_adapter(lib.Response, partial(_reduce_response, libname))
+
+
+register_optional("httpx", partial(_load, "httpx"))
+register_optional("httpx2", partial(_load, "httpx2"))
+
+
+# ------------------------------------------------------------------------ requests
+def _reduce_session(base: type, session):
+    """requests.Session (or a subclass): its pickle state with credentials sealed, every
+    mounted adapter and hook checked, plus a subclass's own attributes."""
+    import requests
+    what = _describe(session, base)
+    state = base.__getstate__(session)
+    state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
+    auth = state["auth"]
+    if isinstance(auth, tuple):
+        state["auth"] = tuple(sealed(v) if isinstance(v, (str, bytes)) else v for v in auth)
+    elif auth is not None and not isinstance(auth, (requests.auth.HTTPBasicAuth,)):
+        _check(what, "auth", auth)
+    state["proxies"] = {k: sealed(v) if isinstance(v, str) and "@" in v else v
+                        for k, v in state["proxies"].items()}
+    for prefix, adapter in state["adapters"].items():
+        _check(what, f"adapter mounted at {prefix!r}", adapter)
+    for event, functions in state["hooks"].items():
+        for i, hook in enumerate(functions):
+            _check(what, f"hooks[{event!r}][{i}]", hook)
+    extras = {k: v for k, v in session.__dict__.items() if k not in _SESSION_ATTRS}
+    for name, value in extras.items():
+        _check(what, f"attribute {name!r}", value)
+    return (_new_shell, (type(session),), {"state": state, "extras": extras}, None, None,
+            _configure_session)
+
+
+def _rebuild_headers(items):
+    from requests.structures import CaseInsensitiveDict
+    return CaseInsensitiveDict(list(items))
+
+
+def _configure_session(session, state: dict) -> None:
+    import requests
+    requests.Session.__setstate__(session, state["state"])
+    session.__dict__.update(state["extras"])
+
+
+def _reduce_requests_response(response):
+    if not response._content_consumed:
+        raise pickle.PicklingError("a streaming requests response is a live handle that "
+                                   "cannot be saved in a snapshot")
+    state = response.__getstate__()
+    state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
+    return (_rebuilt_requests_response, (state,))
+
+
+def _rebuilt_requests_response(state):
+    import requests
+    response = requests.Response()
+    response.__setstate__(state)
+    return response
+
+
+def _reduce_prepared_request(request):
+    """A requests.PreparedRequest (a response's .request): its Authorization and other
+    sensitive headers sealed."""
+    state = dict(request.__dict__)
+    if state.get("headers") is not None:
+        state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
+    return (_rebuild_state, (type(request), state))
+
+
+def _reduce_requests_digest(auth):
+    # Its per-thread challenge state is a threading.local: a new auth answers the next
+    # challenge afresh, as after any restart.
+    return (_rebuilt_requests_digest, (sealed(auth.username), sealed(auth.password)))
+
+
+def _rebuilt_requests_digest(username, password):
+    import requests
+    return requests.auth.HTTPDigestAuth(username, password)
+
+
+_ADAPTER_ATTRS = frozenset({"max_retries", "config", "_pool_connections", "_pool_maxsize",
+                            "_pool_block", "poolmanager", "proxy_manager"})
+
+
+def _reduce_http_adapter(adapter):
+    """An HTTPAdapter (or subclass): its pickle state (max_retries, pool settings) plus
+    a subclass's own attributes, which HTTPAdapter.__getstate__ would drop."""
+    import requests
+    state = requests.adapters.HTTPAdapter.__getstate__(adapter)
+    extras = {k: v for k, v in adapter.__dict__.items() if k not in _ADAPTER_ATTRS}
+    return (_new_shell, (type(adapter),), {"state": state, "extras": extras}, None, None,
+            _configure_http_adapter)
+
+
+def _configure_http_adapter(adapter, state: dict) -> None:
+    import requests
+    requests.adapters.HTTPAdapter.__setstate__(adapter, state["state"])
+    adapter.__dict__.update(state["extras"])
+
+
+def _load_requests() -> None:
+    import requests
+    register_adapter(requests.adapters.HTTPAdapter, _reduce_http_adapter, subclasses=True)
+    register_adapter(requests.Session, partial(_reduce_session, requests.Session),
+                     subclasses=True)
+    register_adapter(requests.Response, _reduce_requests_response)
+    register_adapter(requests.PreparedRequest, _reduce_prepared_request)
+    for cls in (requests.auth.HTTPBasicAuth, requests.auth.HTTPProxyAuth):
+        register_adapter(cls, partial(_reduce_with_secrets, secrets=("username", "password")),
+                         subclasses=True)
+    register_adapter(requests.auth.HTTPDigestAuth, _reduce_requests_digest)
+
+
+register_optional("requests", _load_requests)
