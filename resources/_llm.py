@@ -19,9 +19,9 @@ attributes a subclass added.
     saved as a reference to that variable and read again at the restore; any other
     value is sealed with the store's key. Never in clear;
   - what cannot be rebuilt exactly (an api_key provider that does not pickle, workload
-    identity, anthropic credential providers / profiles, middleware, Azure / Bedrock /
-    Vertex / Foundry clients, provider= integrations) refuses the snapshot, naming the
-    client and that part: a client is never rebuilt half-configured.
+    identity, anthropic credential providers / profiles, middleware that does not pickle,
+    Azure / Bedrock / Vertex / Foundry clients, provider= integrations) refuses the
+    snapshot, naming the client and that part: a client is never rebuilt half-configured.
 
 A raw response keeps everything parse() reads (the cast type, the client, the request
 options, the parsed cache) and its HTTP response rebuilt from status, headers, body,
@@ -36,6 +36,7 @@ import datetime
 import functools
 import os
 import pickle
+import sys
 
 from ._adapters import register_adapter, register_optional
 from ._secrets import credential
@@ -46,8 +47,8 @@ __all__: list[str] = []
 _SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key",
                              "cookie", "set-cookie", "x-goog-api-key", "openai-admin-key"})
 
-_RESOURCE_FIX = ("create the client inside a function passed to snapstate.resource() so it "
-                 "is created again after a restore")
+_RESOURCE_FIX = ("create the client in a module-level function passed to snapstate.resource() "
+                 "so it is created again after a restore")
 
 
 # ------------------------------------------------------------------------ shared parts
@@ -68,22 +69,30 @@ def _headers(headers) -> dict:
 
 
 def _public_name(t: type) -> str:
+    """The name users write: openai.AzureOpenAI, not openai.lib.azure.AzureOpenAI."""
+    top = t.__module__.split(".")[0]
+    if getattr(sys.modules.get(top), t.__name__, None) is t:
+        return f"{top}.{t.__name__}"
     return f"{t.__module__}.{t.__qualname__}"
 
 
+def _a(name: str) -> str:
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
 def _describe(client, sdk_base: type) -> str:
-    """'an openai.OpenAI client', or for a subclass 'a app.MyClient client (an
+    """'an openai.OpenAI client', or for a subclass 'an app.MyClient client (an
     openai.OpenAI subclass)'."""
     t = type(client)
     if t is sdk_base:
-        return f"an {_public_name(t)} client"
-    return f"a {_public_name(t)} client (an {_public_name(sdk_base)} subclass)"
+        return _a(f"{_public_name(t)} client")
+    return _a(f"{_public_name(t)} client ({_a(_public_name(sdk_base))} subclass)")
 
 
 def _refuse(client, sdk_base: type, part: str, fix: str):
     raise pickle.PicklingError(
-        f"this is {_describe(client, sdk_base)} whose {part} cannot be saved in a snapshot "
-        f"(it could not be rebuilt exactly after a restore); {fix}")
+        f"{_describe(client, sdk_base)} whose {part} cannot be saved in a snapshot (it "
+        f"could not be rebuilt exactly after a restore); {fix}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,15 +116,15 @@ def _sdk_base(client, bases: tuple[type, ...]) -> type:
     raise TypeError(type(client))    # pragma: no cover - the adapter is registered on bases
 
 
-def _check_api_key_provider(client, sdk_base: type, provider, env: str) -> None:
-    """An api_key callable is saved if it pickles (a module-level function); else refused."""
+def _check_callable(client, sdk_base: type, part: str, fn, fix: str) -> None:
+    """A callable the client holds (an api_key provider, a middleware) is saved with it
+    if it pickles (a module-level function, an object of plain values); else the
+    snapshot is refused, naming it: the client is never rebuilt without it."""
     from ..serializers import _pickler
     try:
-        _pickler._dump(provider)
+        _pickler._dump(fn)
     except Exception as exc:   # noqa: BLE001 - any failure means it cannot be saved
-        _refuse(client, sdk_base, f"api_key provider ({provider!r}: {exc})",
-                f"pass api_key as a string or set {env}, or use a module-level function as the "
-                f"provider, or {_RESOURCE_FIX}")
+        _refuse(client, sdk_base, f"{part} ({exc})", fix)
 
 
 def _finish(client, attrs: dict, extras: dict, closed: bool):
@@ -171,7 +180,9 @@ def _load_openai() -> None:
                     "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX)
         provider = client._api_key_provider
         if provider is not None:
-            _check_api_key_provider(client, base, provider, "OPENAI_API_KEY")
+            _check_callable(client, base, f"api_key provider {provider!r}", provider,
+                            "pass api_key as a string or set OPENAI_API_KEY, or use a "
+                            "module-level function as the provider, or " + _RESOURCE_FIX)
         http = _http_client(client, defaults)
         kwargs = {"api_key": provider if provider is not None else _secret(client.api_key,
                                                                            "OPENAI_API_KEY"),
@@ -239,13 +250,15 @@ def _load_anthropic() -> None:
             _refuse(client, base, f"credentials provider ({type(client.credentials).__name__}, "
                     "from credentials=, config=, profile= or a profile on disk)",
                     "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX)
-        if client._middleware:
-            _refuse(client, base, f"middleware ({len(client._middleware)} function(s))",
-                    "add the middleware after the restore, or " + _RESOURCE_FIX)
+        for middleware in client._middleware:
+            _check_callable(client, base, f"middleware {middleware!r}", middleware,
+                            "use module-level middleware functions or Middleware objects "
+                            "holding plain values, or " + _RESOURCE_FIX)
         http = _http_client(client, defaults)
         kwargs = {"base_url": str(client._base_url), "timeout": client._timeout,
                   "max_retries": client.max_retries,
                   "open_telemetry": client._open_telemetry,
+                  "middleware": client._middleware,
                   "_strict_response_validation": client._strict_response_validation}
         if http is not None:
             kwargs["http_client"] = http

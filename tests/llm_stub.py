@@ -5,7 +5,9 @@ two shapes agents use:
     POST /v1/messages           Anthropic messages (a Message body)
 
 Replies are deterministic: the text echoes the last user message, so a resumed agent
-that sends the same request gets the same answer. Every request is recorded (method,
+that sends the same request gets the same answer. A message "flaky-N ..." is answered
+503 (with retry-after-ms: 1, so the SDK retries at once) N times before it succeeds:
+how many attempts the stub sees shows the client's max_retries. Every request is recorded (method,
 path with its query, headers, parsed JSON body) for the tests to compare a plain run
 with a killed-and-resumed one.
 """
@@ -20,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class LLMStub:
     def __init__(self):
         self.requests: list[dict] = []
+        self.failures: dict[str, int] = {}      # "flaky-N" message -> 503s sent so far
         self.lock = threading.Lock()
         stub = self
 
@@ -35,7 +38,10 @@ class LLMStub:
                                           "headers": {k.lower(): v for k, v in self.headers.items()},
                                           "body": body})
                 path = self.path.split("?", 1)[0]
-                if path.endswith("/chat/completions"):
+                text = _text(body)
+                if text.startswith("flaky-") and stub._fail(text):
+                    status, reply = 503, {"error": {"message": "overloaded, retry"}}
+                elif path.endswith("/chat/completions"):
                     status, reply = 200, _chat_completion(body)
                 elif path.endswith("/messages"):
                     status, reply = 200, _message(body)
@@ -45,7 +51,8 @@ class LLMStub:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
-                self.send_header("x-request-id", f"req-{_text(body)[:16]}")
+                self.send_header("x-request-id", f"req-{text[:16]}")
+                self.send_header("retry-after-ms", "1")
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -61,6 +68,21 @@ class LLMStub:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join()
+
+    def _fail(self, text: str) -> bool:
+        """Whether this attempt of a "flaky-N" message fails (the first N do)."""
+        times = int(text.split()[0].removeprefix("flaky-"))
+        with self.lock:
+            done = self.failures.get(text, 0)
+            if done < times:
+                self.failures[text] = done + 1
+                return True
+        return False
+
+    def reset(self) -> None:
+        """Forget the requests and the flaky messages' failures (a new run starts)."""
+        with self.lock:
+            self.requests, self.failures = [], {}
 
     def take(self) -> list[dict]:
         """The requests seen so far (then forgotten)."""
