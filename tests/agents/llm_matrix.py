@@ -93,7 +93,6 @@ def main():
     print("async anthropic:", asyncio.run(ask_claude_async(aclaude, "twelve")))
     print("agent:", agent.ask("thirteen"), [a.id for a in agent.answers])
     print("raw again:", raw.parse() is raw.parse(), mraw.request_id)
-    snapshot("last")
     print("plain:", plain.chat.completions.create(
         model="gpt-stub", messages=[{"role": "user", "content": "fourteen"}]).choices[0].message.content)
     plain.close()
