@@ -38,7 +38,7 @@ import os
 import pickle
 import sys
 
-from ._adapters import register_adapter, register_optional
+from ._adapters import reducer_for, register_adapter, register_optional
 from ._secrets import credential
 
 __all__: list[str] = []
@@ -138,10 +138,17 @@ def _finish(client, attrs: dict, extras: dict, closed: bool):
     return client
 
 
-def _http_client(client, default_types: tuple[type, ...]):
-    """The user's own http_client=, or None for the SDK's default one (dropped)."""
+def _http_client(client, sdk_base: type, default_types: tuple[type, ...]):
+    """The user's own http_client=, or None for the SDK's default one (dropped). A user's
+    client is saved through its own adapter (the HTTP adapters); without one, refused."""
     http = client._client
-    return None if type(http) in default_types else http
+    if type(http) in default_types:
+        return None
+    if reducer_for(type(http)) is None:
+        _refuse(client, sdk_base, f"http_client ({_public_name(type(http))})",
+                "pass no http_client= (the SDK's default one is made again after a restore), "
+                "or " + _RESOURCE_FIX)
+    return http
 
 
 def _is_closed(http) -> bool:
@@ -183,7 +190,7 @@ def _load_openai() -> None:
             _check_callable(client, base, f"api_key provider {provider!r}", provider,
                             "pass api_key as a string or set OPENAI_API_KEY, or use a "
                             "module-level function as the provider, or " + _RESOURCE_FIX)
-        http = _http_client(client, defaults)
+        http = _http_client(client, base, defaults)
         kwargs = {"api_key": provider if provider is not None else _secret(client.api_key,
                                                                            "OPENAI_API_KEY"),
                   "base_url": str(client._base_url), "timeout": client.timeout,
@@ -254,7 +261,7 @@ def _load_anthropic() -> None:
             _check_callable(client, base, f"middleware {middleware!r}", middleware,
                             "use module-level middleware functions or Middleware objects "
                             "holding plain values, or " + _RESOURCE_FIX)
-        http = _http_client(client, defaults)
+        http = _http_client(client, base, defaults)
         kwargs = {"base_url": str(client._base_url), "timeout": client._timeout,
                   "max_retries": client.max_retries,
                   "open_telemetry": client._open_telemetry,
@@ -315,7 +322,7 @@ def _load_responses(sdk) -> None:
 
 def _reduce_raw_response(raw):
     http = raw.http_response
-    if not http.is_stream_consumed and not getattr(http, "_content", None) is not None:
+    if not hasattr(http, "_content"):           # httpx2 sets it once the body is read
         raise pickle.PicklingError(
             f"this is a {_public_name(type(raw))} (a raw SDK response) whose body was not read "
             "(a streaming response); read it (.read() or .parse()) or close it before "

@@ -373,8 +373,17 @@ def test_raw_responses_parse_the_same_after_a_restore(keys, stub):
 
 
 def test_parts_that_cannot_be_rebuilt_are_refused(keys, stub):
-    """Refusals in-process: an anthropic credentials provider and a streaming (unread)
-    raw response are refused naming what they are and the fix, never saved half-made."""
+    """Refusals in-process: an anthropic credentials provider, an OpenAI workload
+    identity, an api_key provider closing over a socket and a streaming (unread) raw
+    response are refused naming what they are and the fix, never saved half-made."""
+    from openai.auth import k8s_service_account_token_provider
+    identity = openai.OpenAI(base_url=stub.url, workload_identity={
+        "identity_provider_id": "idp", "service_account_id": "sa",
+        "provider": k8s_service_account_token_provider("/nonexistent/token")})
+    with pytest.raises(_pickler.UnpicklableError,
+                       match=r"openai\.OpenAI client whose workload identity .*pass api_key"):
+        _pickler.dumps(identity)
+    identity.close()
     provider = anthropic.Anthropic(credentials=anthropic.lib.credentials.StaticToken("t"),
                                    base_url=stub.url)
     with pytest.raises(_pickler.UnpicklableError,
@@ -394,3 +403,28 @@ def test_parts_that_cannot_be_rebuilt_are_refused(keys, stub):
         with pytest.raises(_pickler.UnpicklableError, match=r"body was not read .* read it"):
             _pickler.dumps(streaming)
     client.close()
+
+
+def test_user_http_client_goes_through_the_http_adapters(keys, stub):
+    """A user's own http_client= is never dropped: it is saved through the HTTP
+    adapters (its headers still sent after the restore) or, where no adapter for its
+    type exists, the snapshot is refused naming http_client and the fix."""
+    from snapstate.resources._adapters import reducer_for
+    own = httpx2.Client(headers={"X-Own": "yes"}, timeout=3.0)
+    client = openai.OpenAI(api_key="sk-own", base_url=stub.url + "/v1", http_client=own)
+    try:
+        if reducer_for(httpx2.Client) is None:
+            with pytest.raises(_pickler.UnpicklableError,
+                               match=r"openai\.OpenAI client whose http_client \(httpx2\.Client\)"
+                                     r".*pass no http_client="):
+                _pickler.dumps(client)
+            return
+        copy = _round_trip(client, "sk-own")
+        try:
+            assert copy._client is not own and copy.timeout == client.timeout
+            copy.chat.completions.create(model="m", messages=[{"role": "user", "content": "o"}])
+            assert stub.take()[-1]["headers"]["x-own"] == "yes"
+        finally:
+            copy.close()
+    finally:
+        client.close()
