@@ -171,14 +171,23 @@ def _load_openai() -> None:
 
     bases = (openai.OpenAI, openai.AsyncOpenAI)
     defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
-    refused = {getattr(openai, name, None): name for name in ("AzureOpenAI", "AsyncAzureOpenAI")}
+    # Azure clients subclass OpenAI / AsyncOpenAI but hold an api_version, a deployment
+    # and Azure AD token providers this adapter does not rebuild: refused by name.
+    azure = tuple(c for c in (getattr(openai, "AzureOpenAI", None),
+                              getattr(openai, "AsyncAzureOpenAI", None)) if isinstance(c, type))
+
+    module_clients = tuple(c for c in (getattr(openai, n, None) for n in (
+        "_ModuleClient", "_AzureModuleClient", "_BedrockModuleClient")) if isinstance(c, type))
 
     def reduce(client):
         base = _sdk_base(client, bases)
-        for klass in type(client).__mro__:
-            if klass in refused and klass is not None:
-                _refuse(client, base, "Azure configuration (api_version, deployment, Azure AD "
-                        "token provider)", _RESOURCE_FIX)
+        if isinstance(client, module_clients):
+            _refuse(client, base, "settings live in the openai module's globals (the "
+                    "module-level client behind openai.chat...)",
+                    "create an openai.OpenAI client and hold that, or " + _RESOURCE_FIX)
+        if isinstance(client, azure):
+            _refuse(client, base, "Azure configuration (api_version, deployment, Azure AD "
+                    "token provider)", _RESOURCE_FIX)
         if client._provider is not None or client._provider_runtime is not None:
             _refuse(client, base, f"provider= integration ({type(client._provider).__name__})",
                     _RESOURCE_FIX)
@@ -191,8 +200,8 @@ def _load_openai() -> None:
                             "pass api_key as a string or set OPENAI_API_KEY, or use a "
                             "module-level function as the provider, or " + _RESOURCE_FIX)
         http = _http_client(client, base, defaults)
-        kwargs = {"api_key": provider if provider is not None else _secret(client.api_key,
-                                                                           "OPENAI_API_KEY"),
+        # The key itself is put back with the other attributes below (`attrs`).
+        kwargs = {"api_key": provider if provider is not None else "",
                   "base_url": str(client._base_url), "timeout": client.timeout,
                   "max_retries": client.max_retries,
                   "websocket_base_url": client.websocket_base_url,
