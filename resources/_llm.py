@@ -23,6 +23,9 @@ attributes a subclass added.
     Azure / Bedrock / Vertex / Foundry clients, provider= integrations) refuses the
     snapshot, naming the client and that part: a client is never rebuilt half-configured.
 
+A stream (create(stream=True)) read to its end is saved as an ended stream; one still
+open is refused (the rest of an HTTP stream cannot be read in another process).
+
 A raw response keeps everything parse() reads (the cast type, the client, the request
 options, the parsed cache) and its HTTP response rebuilt from status, headers, body,
 HTTP version and request (credential headers sealed or referenced as above); parse()
@@ -327,13 +330,63 @@ def _load_responses(sdk) -> None:
         except (ImportError, AttributeError):
             continue
         register_adapter(cls, _reduce_raw_response, subclasses=True)
+    _load_streams(sdk)
+
+
+def _load_streams(sdk) -> None:
+    """Adapters for the SDK's server-sent-event streams (create(stream=True))."""
+    import importlib
+    try:
+        module = importlib.import_module(f"{sdk.__name__}._streaming")
+    except ImportError:
+        return
+    for name in ("Stream", "AsyncStream"):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            register_adapter(cls, _reduce_stream, subclasses=True)
+
+
+def _reduce_stream(stream):
+    """A stream read to its end (its response closed, its iterator finished) is saved
+    as such; one still open is refused: the rest of an HTTP stream cannot be read in
+    another process, and a restored stream that just ended early would be wrong."""
+    iterator = getattr(stream, "_iterator", None)
+    frame = getattr(iterator, "gi_frame", getattr(iterator, "ag_frame", False))
+    if frame is not None or not stream.response.is_closed:
+        raise pickle.PicklingError(
+            f"{_a(_public_name(type(stream)))} (a streaming completion) is still open; read it to its end (or drop it: del) before snapshot(), and keep the text "
+            "you collected: the rest of an HTTP stream cannot be read after a restore")
+    state = dict(vars(stream))
+    state["_iterator"] = None
+    state["response"] = _SavedResponse(stream.response)
+    return (_rebuild_stream, (type(stream), state,
+                              hasattr(iterator, "ag_frame")))
+
+
+def _rebuild_stream(cls, state, asynchronous):
+    stream = object.__new__(cls)
+    stream.__dict__.update(state)
+    stream._iterator = _finished_async_iterator() if asynchronous else iter(())
+    return stream
+
+
+def _finished_async_iterator():
+    async def finished():
+        return
+        yield                       # an async generator that ends at once
+    iterator = finished()
+    try:
+        iterator.asend(None).send(None)     # run to its end without an event loop
+    except StopAsyncIteration:
+        pass
+    return iterator
 
 
 def _reduce_raw_response(raw):
     http = raw.http_response
     if not hasattr(http, "_content"):           # httpx2 sets it once the body is read
         raise pickle.PicklingError(
-            f"this is a {_public_name(type(raw))} (a raw SDK response) whose body was not read "
+            f"{_a(_public_name(type(raw)))} (a raw SDK response) whose body was not read "
             "(a streaming response); read it (.read() or .parse()) or close it before "
             "snapshot(), or keep only the parsed result")
     state = dict(vars(raw))
@@ -363,8 +416,11 @@ class _SavedResponse:
         saved_request = None if request is None else (
             request.method, str(request.url), _header_list(request.headers))
         elapsed = getattr(r, "_elapsed", None)
+        # A read body as it was read; a streamed one (only kept for a finished stream)
+        # was consumed chunk by chunk and is not kept.
+        content = getattr(r, "_content", b"")
         return (_rebuild_http_response, (type(r).__module__.split(".")[0], r.status_code,
-                                         _header_list(r.headers), r.content, r.http_version,
+                                         _header_list(r.headers), content, r.http_version,
                                          saved_request, elapsed, r.default_encoding
                                          if isinstance(r.default_encoding, str) else None))
 

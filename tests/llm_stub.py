@@ -1,7 +1,8 @@
 """A stub LLM provider on 127.0.0.1, run in a thread of the test process, speaking the
 two shapes agents use:
 
-    POST /v1/chat/completions   OpenAI chat completions (a ChatCompletion body)
+    POST /v1/chat/completions   OpenAI chat completions (a ChatCompletion body; with
+                                "stream": true, chunks as server-sent events)
     POST /v1/messages           Anthropic messages (a Message body)
 
 Replies are deterministic: the text echoes the last user message, so a resumed agent
@@ -47,9 +48,12 @@ class LLMStub:
                     status, reply = 200, _message(body)
                 else:
                     status, reply = 404, {"error": {"message": f"no route {path}"}}
+                kind = "application/json"
                 data = json.dumps(reply).encode()
+                if status == 200 and path.endswith("/chat/completions") and body.get("stream"):
+                    kind, data = "text/event-stream", _chunks(reply)
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("x-request-id", f"req-{text[:16]}")
                 self.send_header("retry-after-ms", "1")
@@ -107,6 +111,16 @@ def _chat_completion(body: dict) -> dict:
                          "message": {"role": "assistant", "content": f"echo: {text}"}}],
             "usage": {"prompt_tokens": len(text), "completion_tokens": len(text) + 6,
                       "total_tokens": 2 * len(text) + 6}}
+
+
+def _chunks(completion: dict) -> bytes:
+    """A chat completion as server-sent events (stream=True): one chunk per word."""
+    words = completion["choices"][0]["message"]["content"].split(" ")
+    events = [{"id": completion["id"], "object": "chat.completion.chunk",
+               "created": completion["created"], "model": completion["model"],
+               "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
+              for word in words]
+    return ("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode()
 
 
 def _message(body: dict) -> dict:

@@ -438,3 +438,35 @@ def test_user_http_client_goes_through_the_http_adapters(keys, stub):
             copy.close()
     finally:
         client.close()
+
+
+def test_streams_saved_only_when_read_to_the_end(keys, stub):
+    """A streaming completion (create(stream=True)) still open is refused (its rest
+    cannot be read in another process); read to its end it is saved as an ended stream
+    (iterating it again yields nothing, as before the snapshot), sync and async."""
+    client = openai.OpenAI(api_key="k", base_url=stub.url + "/v1")
+    aclient = openai.AsyncOpenAI(api_key="k", base_url=stub.url + "/v1")
+    ask = {"model": "m", "messages": [{"role": "user", "content": "three streamed words"}],
+           "stream": True}
+    stream = client.chat.completions.create(**ask)
+    with pytest.raises(_pickler.UnpicklableError,
+                       match=r"openai\.Stream \(a streaming completion\) is still open; read "
+                             r"it to its end"):
+        _pickler.dumps({"stream": stream})
+    words = [chunk.choices[0].delta.content for chunk in stream]
+    assert words == ["echo:", "three", "streamed", "words"]
+    ended = _round_trip(stream)
+    assert type(ended) is openai.Stream and list(ended) == []
+    assert ended.response.status_code == 200
+
+    async def read_async():
+        astream = await aclient.chat.completions.create(**ask)
+        got = [chunk.choices[0].delta.content async for chunk in astream]
+        again = _round_trip(astream)
+        rest = [chunk async for chunk in again]
+        await aclient.close()
+        await again._client.close()
+        return got, rest
+    assert asyncio.run(read_async()) == (words, [])
+    client.close()
+    ended._client.close()
