@@ -354,8 +354,9 @@ def _reduce_stream(stream):
     frame = getattr(iterator, "gi_frame", getattr(iterator, "ag_frame", False))
     if frame is not None or not stream.response.is_closed:
         raise pickle.PicklingError(
-            f"{_a(_public_name(type(stream)))} (a streaming completion) is still open; read it to its end (or drop it: del) before snapshot(), and keep the text "
-            "you collected: the rest of an HTTP stream cannot be read after a restore")
+            f"{_a(_public_name(type(stream)))} (a streaming completion) is still open; read "
+            "it to its end (or drop it: del) before snapshot(), and keep the text you "
+            "collected: the rest of an HTTP stream cannot be read after a restore")
     state = dict(vars(stream))
     state["_iterator"] = None
     state["response"] = _SavedResponse(stream.response)

@@ -35,9 +35,9 @@ class LLMStub:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = json.loads(raw) if raw else None
                 with stub.lock:
+                    headers = {k.lower(): v for k, v in self.headers.items()}
                     stub.requests.append({"method": "POST", "path": self.path,
-                                          "headers": {k.lower(): v for k, v in self.headers.items()},
-                                          "body": body})
+                                          "headers": headers, "body": body})
                 path = self.path.split("?", 1)[0]
                 text = _text(body)
                 if text.startswith("flaky-") and stub._fail(text):

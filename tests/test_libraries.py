@@ -360,7 +360,8 @@ def test_raw_responses_parse_the_same_after_a_restore(keys, stub):
     """with_raw_response results (openai LegacyAPIResponse, anthropic APIResponse) keep
     their status, headers, body, request and client: parse() gives an equal object,
     already-parsed results stay cached, and the request's Authorization header is not
-    in the payload (it comes back unsealed)."""
+    in the payload (it comes back unsealed); the response's client is the restored
+    client the agent holds."""
     client = openai.OpenAI(api_key="sk-raw-lit", base_url=stub.url + "/v1")
     claude = anthropic.Anthropic(api_key="ak-raw-lit", base_url=stub.url)
     raw = client.chat.completions.with_raw_response.create(
@@ -368,8 +369,10 @@ def test_raw_responses_parse_the_same_after_a_restore(keys, stub):
     parsed = raw.parse()
     mraw = claude.messages.with_raw_response.create(
         model="x", max_tokens=4, messages=[{"role": "user", "content": "mraw"}])
-    copy, mcopy, pcopy = _round_trip([raw, mraw, parsed], "sk-raw-lit", "ak-raw-lit")
+    copy, mcopy, pcopy, ccopy = _round_trip([raw, mraw, parsed, client], "sk-raw-lit",
+                                            "ak-raw-lit")
     try:
+        assert copy._client is ccopy          # the client the agent holds, not a second one
         assert copy.parse() == parsed and copy.parse() is pcopy
         assert mcopy.parse() == mraw.parse()
         assert (copy.status_code, dict(copy.headers)) == (raw.status_code, dict(raw.headers))

@@ -34,6 +34,12 @@ class Agent:
         return reply.choices[0].message.content
 
 
+def chat(client, text):
+    reply = client.chat.completions.create(model="gpt-stub",
+                                           messages=[{"role": "user", "content": text}])
+    return reply.choices[0].message.content
+
+
 def literal_key():
     with open(os.environ["KEY_FILE"]) as f:
         return f.read().strip()
@@ -83,8 +89,7 @@ def main():
     snapshot("clients-held")
     print("raw after:", raw.parse().choices[0].message.content, raw.http_request.url,
           mraw.parse().content[0].text, mraw.status_code)
-    print("plain:", plain.chat.completions.create(
-        model="gpt-stub", messages=[{"role": "user", "content": "eight"}]).choices[0].message.content)
+    print("plain:", chat(plain, "eight"))
     print("agent:", agent.ask("flaky-3 nine"), describe(agent), len(agent.answers))
     print("first kept:", first.choices[0].message.content, first.usage.total_tokens)
     snapshot("after-second-round")
@@ -93,8 +98,7 @@ def main():
     print("async anthropic:", asyncio.run(ask_claude_async(aclaude, "twelve")))
     print("agent:", agent.ask("thirteen"), [a.id for a in agent.answers])
     print("raw again:", raw.parse() is raw.parse(), mraw.request_id)
-    print("plain:", plain.chat.completions.create(
-        model="gpt-stub", messages=[{"role": "user", "content": "fourteen"}]).choices[0].message.content)
+    print("plain:", chat(plain, "fourteen"))
     plain.close()
     agent.client.close()
     claude.close()
