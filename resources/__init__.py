@@ -2,4 +2,6 @@
 (resource()), and the adapters that save open files, sqlite3 connections, HTTP
 clients and temporary directories without wrapping."""
 
-from . import _numpy  # noqa: F401  (registers the numpy adapter, loaded once numpy is imported)
+# Adapters of optional libraries, registered with register_optional (loaded once the
+# agent imported the library): numpy views, openai / anthropic clients.
+from . import _llm, _numpy  # noqa: F401

@@ -1,0 +1,457 @@
+"""Adapters for the LLM SDK clients agents hold without wrapping them: openai.OpenAI /
+AsyncOpenAI and anthropic.Anthropic / AsyncAnthropic (and subclasses), and the SDKs'
+raw responses (`with_raw_response`).
+
+A client is saved as its constructor configuration, read off the live client as the
+SDK's own copy() reads it: base URL, timeout, max_retries, the user's default headers
+and query (never the SDK's generated ones), organization / project, websocket URL,
+_strict_response_validation, OpenTelemetry options. After a restore the SDK's own
+__init__ builds it again on an instance of the same class, then the saved attributes are
+put back exactly (so environment variables read by the constructor, e.g.
+OPENAI_CUSTOM_HEADERS or OPENAI_ORG_ID, cannot change a restored client), then the
+attributes a subclass added.
+
+  - the SDK's default HTTP client is dropped (the rebuilt client makes its own); one
+    the user passed (http_client=) is saved with the client (through the HTTP adapters);
+  - the API key, admin key, auth token, webhook secrets and credential headers
+    (Authorization, x-api-key...) go through resources._secrets.credential: a value
+    equal to an environment variable (the SDK's own variable first, then any other) is
+    saved as a reference to that variable and read again at the restore; any other
+    value is sealed with the store's key. Never in clear;
+  - what cannot be rebuilt exactly (an api_key provider that does not pickle, workload
+    identity, anthropic credential providers / profiles, middleware that does not pickle,
+    Azure / Bedrock / Vertex / Foundry clients, provider= integrations) refuses the
+    snapshot, naming the client and that part: a client is never rebuilt half-configured.
+
+A stream (create(stream=True)) read to its end is saved as an ended stream; one still
+open is refused (the rest of an HTTP stream cannot be read in another process).
+
+A raw response keeps everything parse() reads (the cast type, the client, the request
+options, the parsed cache) and its HTTP response rebuilt from status, headers, body,
+HTTP version and request (credential headers sealed or referenced as above); parse()
+after a restore gives an equal object. A response whose body was not read (streaming)
+is refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import pickle
+import sys
+
+from ._adapters import reducer_for, register_adapter, register_optional
+from ._secrets import credential
+
+__all__: list[str] = []
+
+# Header names whose values are credentials: never saved in clear.
+_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key",
+                             "cookie", "set-cookie", "x-goog-api-key", "openai-admin-key"})
+
+_RESOURCE_FIX = ("create the client in a module-level function passed to snapstate.resource() "
+                 "so it is created again after a restore")
+
+
+# ------------------------------------------------------------------------ shared parts
+def _secret(value, default_env: str | None):
+    """`value` as a credential: an env reference (default_env first, then any variable
+    holding exactly that value) or sealed; None and '' stay as they are."""
+    if not isinstance(value, str) or not value:
+        return value
+    names = [default_env] if default_env else []
+    names += sorted(k for k, v in os.environ.items() if v == value and k != default_env)
+    return credential(value, env=tuple(names))
+
+
+def _headers(headers) -> dict:
+    """A copy of a header mapping with credential values wrapped (see _secret)."""
+    return {k: _secret(v, None) if isinstance(k, str) and k.lower() in _SECRET_HEADERS else v
+            for k, v in dict(headers).items()}
+
+
+def _public_name(t: type) -> str:
+    """The name users write: openai.AzureOpenAI, not openai.lib.azure.AzureOpenAI."""
+    top = t.__module__.split(".")[0]
+    if getattr(sys.modules.get(top), t.__name__, None) is t:
+        return f"{top}.{t.__name__}"
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _a(name: str) -> str:
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
+def _describe(client, sdk_base: type) -> str:
+    """'an openai.OpenAI client', or for a subclass 'an app.MyClient client (an
+    openai.OpenAI subclass)'."""
+    t = type(client)
+    if t is sdk_base:
+        return _a(f"{_public_name(t)} client")
+    return _a(f"{_public_name(t)} client ({_a(_public_name(sdk_base))} subclass)")
+
+
+def _refuse(client, sdk_base: type, part: str, fix: str):
+    raise pickle.PicklingError(
+        f"{_describe(client, sdk_base)} whose {part} cannot be saved in a snapshot (it "
+        f"could not be rebuilt exactly after a restore); {fix}")
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_properties(t: type) -> frozenset:
+    """Names of t's cached properties (client.chat, client.messages...): SDK resource
+    objects the rebuilt client creates again on first use."""
+    return frozenset(name for klass in t.__mro__ for name, value in vars(klass).items()
+                     if isinstance(value, functools.cached_property))
+
+
+def _extras(client, known: frozenset) -> dict:
+    """Attributes the SDK's constructor does not set (a subclass's own state)."""
+    skip = known | _cached_properties(type(client))
+    return {k: v for k, v in vars(client).items() if k not in skip}
+
+
+def _sdk_base(client, bases: tuple[type, ...]) -> type:
+    for klass in type(client).__mro__:
+        if klass in bases:
+            return klass
+    raise TypeError(type(client))    # pragma: no cover - the adapter is registered on bases
+
+
+def _check_callable(client, sdk_base: type, part: str, fn, fix: str) -> None:
+    """A callable the client holds (an api_key provider, a middleware) is saved with it
+    if it pickles (a module-level function, an object of plain values); else the
+    snapshot is refused, naming it: the client is never rebuilt without it."""
+    from ..serializers import _pickler
+    try:
+        _pickler._dump(fn)
+    except Exception as exc:   # noqa: BLE001 - any failure means it cannot be saved
+        _refuse(client, sdk_base, f"{part} ({exc})", fix)
+
+
+def _finish(client, attrs: dict, extras: dict, closed: bool):
+    for name, value in attrs.items():
+        setattr(client, name, value)
+    for name, value in extras.items():
+        setattr(client, name, value)
+    if closed:              # closed at the snapshot: closed after the restore too
+        from httpx2._client import ClientState
+        client._client._state = ClientState.CLOSED
+    return client
+
+
+def _http_client(client, sdk_base: type, default_types: tuple[type, ...]):
+    """The user's own http_client=, or None for the SDK's default one (dropped). A user's
+    client is saved through its own adapter (the HTTP adapters); without one, refused."""
+    http = client._client
+    if type(http) in default_types:
+        return None
+    if reducer_for(type(http)) is None:
+        _refuse(client, sdk_base, f"http_client ({_public_name(type(http))})",
+                "pass no http_client= (the SDK's default one is made again after a restore), "
+                "or " + _RESOURCE_FIX)
+    return http
+
+
+def _is_closed(http) -> bool:
+    return bool(getattr(http, "is_closed", False))
+
+
+# ------------------------------------------------------------------------ openai
+_OPENAI_KNOWN = frozenset({
+    "_ambient_authorizations", "_api_key_provider", "_base_url", "_base_url_was_default",
+    "_client", "_custom_headers", "_custom_query", "_data_residency", "_default_stream_cls",
+    "_idempotency_header", "_platform", "_provider", "_provider_runtime",
+    "_strict_response_validation", "_version", "_workload_identity_auth", "admin_api_key",
+    "api_key", "max_retries", "organization", "project", "timeout", "webhook_secret",
+    "websocket_base_url", "workload_identity"})
+
+
+def _load_openai() -> None:
+    import openai
+    from openai import _base_client
+
+    bases = (openai.OpenAI, openai.AsyncOpenAI)
+    defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
+    # Azure clients subclass OpenAI / AsyncOpenAI but hold an api_version, a deployment
+    # and Azure AD token providers this adapter does not rebuild: refused by name.
+    azure = tuple(c for c in (getattr(openai, "AzureOpenAI", None),
+                              getattr(openai, "AsyncAzureOpenAI", None)) if isinstance(c, type))
+
+    module_clients = tuple(c for c in (getattr(openai, n, None) for n in (
+        "_ModuleClient", "_AzureModuleClient", "_BedrockModuleClient")) if isinstance(c, type))
+
+    def reduce(client):
+        base = _sdk_base(client, bases)
+        if isinstance(client, module_clients):
+            _refuse(client, base, "settings live in the openai module's globals (the "
+                    "module-level client behind openai.chat...)",
+                    "create an openai.OpenAI client and hold that, or " + _RESOURCE_FIX)
+        if isinstance(client, azure):
+            _refuse(client, base, "Azure configuration (api_version, deployment, Azure AD "
+                    "token provider)", _RESOURCE_FIX)
+        if client._provider is not None or client._provider_runtime is not None:
+            _refuse(client, base, f"provider= integration ({type(client._provider).__name__})",
+                    _RESOURCE_FIX)
+        if client.workload_identity is not None or client._workload_identity_auth is not None:
+            _refuse(client, base, "workload identity (a token exchanged at run time)",
+                    "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX)
+        provider = client._api_key_provider
+        if provider is not None:
+            _check_callable(client, base, f"api_key provider {provider!r}", provider,
+                            "pass api_key as a string or set OPENAI_API_KEY, or use a "
+                            "module-level function as the provider, or " + _RESOURCE_FIX)
+        http = _http_client(client, base, defaults)
+        # The key itself is put back with the other attributes below (`attrs`).
+        kwargs = {"api_key": provider if provider is not None else "",
+                  "base_url": str(client._base_url), "timeout": client.timeout,
+                  "max_retries": client.max_retries,
+                  "websocket_base_url": client.websocket_base_url,
+                  "_strict_response_validation": client._strict_response_validation}
+        if http is not None:
+            kwargs["http_client"] = http
+        attrs = {"api_key": _secret(client.api_key, "OPENAI_API_KEY"),
+                 "admin_api_key": _secret(client.admin_api_key, "OPENAI_ADMIN_KEY"),
+                 "webhook_secret": _secret(client.webhook_secret, "OPENAI_WEBHOOK_SECRET"),
+                 "organization": client.organization, "project": client.project,
+                 "_custom_headers": _headers(client._custom_headers),
+                 "_custom_query": dict(client._custom_query),
+                 "_base_url_was_default": client._base_url_was_default,
+                 "_data_residency": client._data_residency,
+                 "_ambient_authorizations": frozenset(
+                     _secret(v, None) for v in client._ambient_authorizations)}
+        return (_rebuild_openai, (type(client), base, kwargs, attrs,
+                                  _extras(client, _OPENAI_KNOWN),
+                                  http is None and _is_closed(client._client)))
+
+    for base in bases:
+        register_adapter(base, reduce, subclasses=True)
+    _load_responses(openai)
+
+
+def _rebuild_openai(cls, base, kwargs, attrs, extras, closed):
+    client = object.__new__(cls)
+    # The SDK's own constructor on the saved class (a subclass's __init__ may take other
+    # arguments; its own attributes come back from `extras`).
+    base.__init__(client, _enforce_credentials=False, **kwargs)
+    attrs["_ambient_authorizations"] = frozenset(attrs["_ambient_authorizations"])
+    return _finish(client, attrs, extras, closed)
+
+
+# ------------------------------------------------------------------------ anthropic
+_ANTHROPIC_KNOWN = frozenset({
+    "_base_url", "_client", "_credential_headers", "_custom_auth", "_custom_headers",
+    "_custom_query", "_default_stream_cls", "_idempotency_header", "_lazy_tracer",
+    "_middleware", "_middleware_chain", "_open_telemetry", "_otel", "_platform",
+    "_strict_response_validation", "_timeout", "_timeout_overridden", "_token_cache",
+    "_unchosen_base_url", "_version", "api_key", "auth_token", "credentials", "max_retries",
+    "webhook_key"})
+
+# Clients of the SDK that are not (plain) Anthropic clients: their cloud credentials
+# (AWS, Google, Azure) are resolved at run time and cannot be rebuilt here.
+_ANTHROPIC_PLATFORMS = ("AnthropicBedrock", "AsyncAnthropicBedrock", "AnthropicBedrockMantle",
+                        "AsyncAnthropicBedrockMantle", "AnthropicVertex", "AsyncAnthropicVertex",
+                        "AnthropicFoundry", "AsyncAnthropicFoundry")
+
+
+def _load_anthropic() -> None:
+    import anthropic
+    from anthropic import _base_client
+
+    bases = (anthropic.Anthropic, anthropic.AsyncAnthropic)
+    defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
+
+    def reduce(client):
+        base = _sdk_base(client, bases)
+        if client.credentials is not None or client._token_cache is not None \
+                or client._custom_auth is not None or client._credential_headers:
+            _refuse(client, base, f"credentials provider ({type(client.credentials).__name__}, "
+                    "from credentials=, config=, profile= or a profile on disk)",
+                    "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX)
+        for middleware in client._middleware:
+            _check_callable(client, base, f"middleware {middleware!r}", middleware,
+                            "use module-level middleware functions or Middleware objects "
+                            "holding plain values, or " + _RESOURCE_FIX)
+        http = _http_client(client, base, defaults)
+        kwargs = {"base_url": str(client._base_url), "timeout": client._timeout,
+                  "max_retries": client.max_retries,
+                  "open_telemetry": client._open_telemetry,
+                  "middleware": client._middleware,
+                  "_strict_response_validation": client._strict_response_validation}
+        if http is not None:
+            kwargs["http_client"] = http
+        attrs = {"api_key": _secret(client.api_key, "ANTHROPIC_API_KEY"),
+                 "auth_token": _secret(client.auth_token, "ANTHROPIC_AUTH_TOKEN"),
+                 "webhook_key": _secret(client.webhook_key, "ANTHROPIC_WEBHOOK_SIGNING_KEY"),
+                 "_custom_headers": _headers(client._custom_headers),
+                 "_custom_query": dict(client._custom_query),
+                 "_timeout_overridden": client._timeout_overridden,
+                 "_unchosen_base_url": None if client._unchosen_base_url is None
+                 else str(client._unchosen_base_url)}
+        return (_rebuild_anthropic, (type(client), base, kwargs, attrs,
+                                     _extras(client, _ANTHROPIC_KNOWN),
+                                     http is None and _is_closed(client._client)))
+
+    for base in bases:
+        register_adapter(base, reduce, subclasses=True)
+
+    def refuse_platform(client):
+        _refuse(client, type(client), "cloud platform credentials (AWS / Google / Azure, "
+                "resolved at run time)", _RESOURCE_FIX)
+
+    for name in _ANTHROPIC_PLATFORMS:
+        cls = getattr(anthropic, name, None)
+        if isinstance(cls, type):
+            register_adapter(cls, refuse_platform, subclasses=True)
+    _load_responses(anthropic)
+
+
+def _rebuild_anthropic(cls, base, kwargs, attrs, extras, closed):
+    import httpx2
+    client = object.__new__(cls)
+    # An explicit (empty) credential: the constructor then reads no environment variable
+    # and no profile from disk; the saved credentials are put back below.
+    base.__init__(client, api_key="", **kwargs)
+    if attrs["_unchosen_base_url"] is not None:
+        attrs["_unchosen_base_url"] = httpx2.URL(attrs["_unchosen_base_url"])
+    return _finish(client, attrs, extras, closed)
+
+
+# ------------------------------------------------------------------------ raw responses
+def _load_responses(sdk) -> None:
+    """Adapters for the SDK's raw response classes (with_raw_response /
+    with_streaming_response results)."""
+    import importlib
+    for module, name in (("_response", "BaseAPIResponse"), ("_legacy_response",
+                                                            "LegacyAPIResponse")):
+        try:
+            cls = getattr(importlib.import_module(f"{sdk.__name__}.{module}"), name)
+        except (ImportError, AttributeError):
+            continue
+        register_adapter(cls, _reduce_raw_response, subclasses=True)
+    _load_streams(sdk)
+
+
+def _load_streams(sdk) -> None:
+    """Adapters for the SDK's server-sent-event streams (create(stream=True))."""
+    import importlib
+    try:
+        module = importlib.import_module(f"{sdk.__name__}._streaming")
+    except ImportError:
+        return
+    for name in ("Stream", "AsyncStream"):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type):
+            register_adapter(cls, _reduce_stream, subclasses=True)
+
+
+def _reduce_stream(stream):
+    """A stream read to its end (its response closed, its iterator finished) is saved
+    as such; one still open is refused: the rest of an HTTP stream cannot be read in
+    another process, and a restored stream that just ended early would be wrong."""
+    iterator = getattr(stream, "_iterator", None)
+    frame = getattr(iterator, "gi_frame", getattr(iterator, "ag_frame", False))
+    if frame is not None or not stream.response.is_closed:
+        raise pickle.PicklingError(
+            f"{_a(_public_name(type(stream)))} (a streaming completion) is still open; read "
+            "it to its end (or drop it: del) before snapshot(), and keep the text you "
+            "collected: the rest of an HTTP stream cannot be read after a restore")
+    state = dict(vars(stream))
+    state["_iterator"] = None
+    state["response"] = _SavedResponse(stream.response)
+    return (_rebuild_stream, (type(stream), state,
+                              hasattr(iterator, "ag_frame")))
+
+
+def _rebuild_stream(cls, state, asynchronous):
+    stream = object.__new__(cls)
+    stream.__dict__.update(state)
+    stream._iterator = _finished_async_iterator() if asynchronous else iter(())
+    return stream
+
+
+def _finished_async_iterator():
+    async def finished():
+        return
+        yield                       # an async generator that ends at once
+    iterator = finished()
+    try:
+        iterator.asend(None).send(None)     # run to its end without an event loop
+    except StopAsyncIteration:
+        pass
+    return iterator
+
+
+def _reduce_raw_response(raw):
+    http = raw.http_response
+    if not hasattr(http, "_content"):           # httpx2 sets it once the body is read
+        raise pickle.PicklingError(
+            f"{_a(_public_name(type(raw)))} (a raw SDK response) whose body was not read "
+            "(a streaming response); read it (.read() or .parse()) or close it before "
+            "snapshot(), or keep only the parsed result")
+    state = dict(vars(raw))
+    state["http_response"] = _SavedResponse(http)
+    options = state.get("_options")
+    headers = getattr(options, "headers", None)
+    if isinstance(headers, dict) and any(str(k).lower() in _SECRET_HEADERS for k in headers):
+        state["_options"] = options.model_copy(update={"headers": _headers(headers)})
+    return (_rebuild_raw_response, (type(raw), state))
+
+
+def _rebuild_raw_response(cls, state):
+    raw = object.__new__(cls)
+    raw.__dict__.update(state)
+    return raw
+
+
+class _SavedResponse:
+    """An SDK's (read) httpx2.Response, saved as status, headers, body and request."""
+
+    def __init__(self, response):
+        self.response = response
+
+    def __reduce__(self):
+        r = self.response
+        request = r._request
+        saved_request = None if request is None else (
+            request.method, str(request.url), _header_list(request.headers))
+        elapsed = getattr(r, "_elapsed", None)
+        # A read body as it was read; a streamed one (only kept for a finished stream)
+        # was consumed chunk by chunk and is not kept.
+        content = getattr(r, "_content", b"")
+        return (_rebuild_http_response, (type(r).__module__.split(".")[0], r.status_code,
+                                         _header_list(r.headers), content, r.http_version,
+                                         saved_request, elapsed, r.default_encoding
+                                         if isinstance(r.default_encoding, str) else None))
+
+
+def _header_list(headers) -> list:
+    return [(k, _secret(v, None) if k.lower() in _SECRET_HEADERS else v)
+            for k, v in headers.multi_items()]
+
+
+def _rebuild_http_response(library: str, status: int, headers: list, content: bytes,
+                           http_version: str, request, elapsed: datetime.timedelta | None,
+                           default_encoding: str | None):
+    import importlib
+    httpx = importlib.import_module(library)
+    if request is not None:
+        request = httpx.Request(request[0], request[1], headers=request[2])
+    response = httpx.Response(status, headers=headers, request=request,
+                              extensions={"http_version": http_version.encode()})
+    # The body as it was read (decoded): set directly, so a Content-Encoding header is
+    # kept without being applied a second time.
+    response._content = content
+    response.stream = httpx.ByteStream(content)
+    response.is_stream_consumed = True
+    response.is_closed = True
+    if elapsed is not None:
+        response.elapsed = elapsed
+    if default_encoding is not None:
+        response.default_encoding = default_encoding
+    return response
+
+
+register_optional("openai", _load_openai)
+register_optional("anthropic", _load_anthropic)
