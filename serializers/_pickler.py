@@ -28,6 +28,7 @@ from ..resources._adapters import UNTRACKED, reducer_for
 from ..runtime._capture import capture_generator
 from ..runtime._codeid import code_ref, find_code, CodeRef
 from ..runtime._morph import is_morph, rebuild_generator
+from . import _refs
 from ._tracebacks import rebuild_traceback, save_traceback
 
 __all__ = ["dumps", "loads", "find_unpicklable", "HANDLE_TYPES"]
@@ -99,6 +100,9 @@ def _is_importable(fn) -> bool:
 
 class FreezePickler(cloudpickle.Pickler):
     def reducer_override(self, obj):
+        where = _refs.INDEX.get(id(obj))      # a non-agent module's object: by reference
+        if where is not None and (reduced := _refs.reduce(obj, where)) is not None:
+            return reduced
         t = type(obj)
         if t is types.CellType:
             try:
@@ -160,7 +164,9 @@ class FreezePickler(cloudpickle.Pickler):
 
 def _dump(obj) -> bytes:
     buf = io.BytesIO()
-    FreezePickler(buf, protocol=5).dump(obj)
+    pickler = FreezePickler(buf, protocol=5)
+    _refs.prepare(pickler, buf)      # module sentinels: memo seeded, their table first
+    pickler.dump(obj)
     return buf.getvalue()
 
 

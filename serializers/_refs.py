@@ -1,0 +1,180 @@
+"""Objects of imported modules outside the agent, saved by reference.
+
+A sentinel (`argparse.SUPPRESS`, `dataclasses.MISSING`, a library's
+`_sentinel = object()`) or a module singleton (`logging.root`, `sys.__stdout__`)
+is compared by identity by the code that defines it. Saved by value it comes back
+as a copy, and `value is not SUPPRESS` silently turns true. So an object that is an
+attribute of a non-agent module is saved as "module.name" and comes back as that
+attribute of the new process's module.
+
+  - Objects that reach the pickler's reducer_override (everything but atoms, str,
+    bytes and exact builtin containers) are found with one dict lookup in an index
+    id(obj) -> (module, name) of the non-agent modules' attributes, kept per module
+    and refreshed when a module's dict grows (never walked per object); a hit is
+    verified (`module.name is obj`) before it is used.
+  - str sentinels never reach reducer_override (the C pickler saves exact str before
+    it), but it checks its memo for them: the memo is seeded with the few module
+    strings that look like sentinels, so each is written as a memo GET. The payload
+    starts with a preamble that puts the new process's `module.name` objects in the
+    loader's memo at the same indices (GLOBAL, MEMOIZE, POP for each; the state pickle
+    follows in the same stream), so plain pickle.loads needs no help, and the inert
+    reader shows them by name.
+
+Not by reference: the agent's own modules (their globals are saved by value with the
+job), `__main__`, objects of a class the agent defined (the agent made them; a fresh
+import cannot have them), functions, classes and modules (pickle already saves them by
+name), and objects whose own __reduce__ already names them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import pickle
+import re
+import sys
+import types
+
+__all__ = ["INDEX", "bind", "prepare", "reduce", "module_attribute"]
+
+# id(obj) -> (module name, attribute name): attributes of non-agent modules.
+INDEX: dict[int, tuple[str, str]] = {}
+_SEEN: dict[str, tuple[types.ModuleType, int]] = {}   # module name -> (module, dict size)
+_STRINGS: dict[int, tuple[str, str, str]] = {}        # id(str) -> (module, name, value)
+_EXCLUDED: set[str] = {"__main__"}
+_BY_NAME: dict[type, bool] = {}
+
+# Types the pickler never passes to reducer_override, or saves by name itself.
+_SKIP = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list,
+                   dict, set, frozenset, types.ModuleType, types.FunctionType,
+                   types.BuiltinFunctionType, types.CodeType, type(Ellipsis),
+                   type(NotImplemented)})
+# A str that is a sentinel: '==SUPPRESS==', '--unknown--', '@@@SKIP_HEADER@@@',
+# '<missing API key>', or a name saying so.
+_SENTINEL_TEXT = re.compile(r"(\W)\1+\w[\w -]*\1\1+|<\w[\w -]*>")
+# sys's streams are indexed under their original names only: a redirected
+# sys.stdout (a StringIO the agent set) is the agent's object, saved by value.
+_SYS_STREAMS = frozenset({"stdin", "stdout", "stderr"})
+
+
+def bind(agent_modules) -> None:
+    """Say which modules are the agent's (their objects are saved by value)."""
+    names = {m.__name__ for m in agent_modules} | {"__main__"}
+    if names != _EXCLUDED:
+        _EXCLUDED.clear()
+        _EXCLUDED.update(names)
+        for name in names:
+            _forget(name)
+
+
+def _forget(name: str) -> None:
+    if _SEEN.pop(name, None) is not None:
+        for key in [k for k, v in INDEX.items() if v[0] == name]:
+            del INDEX[key]
+        for key in [k for k, v in _STRINGS.items() if v[0] == name]:
+            del _STRINGS[key]
+
+
+def _index_module(name: str, module: types.ModuleType, attrs: dict) -> None:
+    for attr, value in list(attrs.items()):
+        t = type(value)             # never isinstance(): it asks lazy proxies __class__
+        if t is str:
+            if (_SENTINEL_TEXT.fullmatch(value) or "sentinel" in attr.lower()) \
+                    and not attr.startswith("__"):
+                _STRINGS[id(value)] = (name, attr, value)
+            continue
+        if t in _SKIP or issubclass(t, type):
+            continue
+        if name == "sys" and attr in _SYS_STREAMS:
+            continue
+        INDEX[id(value)] = (name, attr)
+
+
+def refresh() -> None:
+    """Index the non-agent modules loaded or grown since the last call: one length
+    check per module."""
+    seen = _SEEN
+    for name, module in list(sys.modules.items()):
+        if not issubclass(type(module), types.ModuleType) or name in _EXCLUDED:
+            continue
+        attrs = module.__dict__
+        if attrs.get("__name__") in _EXCLUDED:
+            continue            # an alias (multiprocessing's __mp_main__ is __main__)
+        hit = seen.get(name)
+        if hit is not None and hit[0] is module and hit[1] == len(attrs):
+            continue
+        seen[name] = (module, len(attrs))
+        _index_module(name, module, attrs)
+
+
+def prepare(pickler: pickle.Pickler, buf: io.BytesIO) -> None:
+    """Before a dump: refresh the index, seed the pickler's memo with the sentinel
+    strings and write the preamble that loads them at the start of `buf`."""
+    refresh()
+    strings = []
+    for key, (module, attr, value) in list(_STRINGS.items()):
+        current = sys.modules.get(module)
+        if current is not None and current.__dict__.get(attr) is value:
+            strings.append((module, attr, value))
+        else:
+            del _STRINGS[key]
+    if not strings:
+        return
+    pickler.memo = {id(s[2]): (i, s[2]) for i, s in enumerate(strings)}
+    buf.write(_preamble(tuple((m, a) for m, a, _ in strings)))
+
+
+_PREAMBLES: dict[tuple, bytes] = {}
+
+
+def _preamble(names: tuple[tuple[str, str], ...]) -> bytes:
+    """PROTO 5, then GLOBAL module name, MEMOIZE, POP per entry (memo 0, 1, ...);
+    no STOP: the state pickle continues the stream (PROTO may repeat)."""
+    out = _PREAMBLES.get(names)
+    if out is None:
+        parts = [pickle.PROTO + b"\x05"]
+        for module, attr in names:
+            parts.append(pickle.GLOBAL + module.encode() + b"\n" + attr.encode() + b"\n"
+                         + pickle.MEMOIZE + pickle.POP)
+        out = _PREAMBLES[names] = b"".join(parts)
+    return out
+
+
+def reduce(obj, where: tuple[str, str]):
+    """The reduction of an indexed object (None: save it by value after all)."""
+    module, attr = where
+    current = sys.modules.get(module)
+    if current is None or current.__dict__.get(attr) is not obj or module in _EXCLUDED:
+        return None
+    t = type(obj)
+    if t.__module__ in _EXCLUDED:
+        return None        # the agent's own object that a library holds
+    by_name = _BY_NAME.get(t)
+    if by_name is None:
+        by_name = _BY_NAME[t] = _pickles_by_name(obj)
+    if by_name:
+        return None
+    return (module_attribute, (module, attr))
+
+
+def _pickles_by_name(obj) -> bool:
+    """Whether obj's own __reduce__ names it (e.g. snapstate's NULL): pickle keeps
+    its identity already and readers know it by that name."""
+    t = type(obj)
+    if t.__reduce_ex__ is object.__reduce_ex__ and t.__reduce__ is object.__reduce__:
+        return False
+    try:
+        return isinstance(obj.__reduce_ex__(5), str)
+    except Exception:
+        return False
+
+
+def module_attribute(module: str, attr: str):
+    """The object `module.attr` of this process (a snapshot's reference to it)."""
+    mod = importlib.import_module(module)
+    try:
+        return getattr(mod, attr)
+    except AttributeError:
+        raise AttributeError(
+            f"the snapshot refers to {module}.{attr} (an object of module {module}), which "
+            f"module {module} no longer has") from None
