@@ -15,10 +15,9 @@ attribute of the new process's module.
   - str sentinels never reach reducer_override (the C pickler saves exact str before
     it), but it checks its memo for them: the memo is seeded with the few module
     strings that look like sentinels, so each is written as a memo GET. The payload
-    starts with a preamble that puts the new process's `module.name` objects in the
-    loader's memo at the same indices (GLOBAL, MEMOIZE, POP for each; the state pickle
-    follows in the same stream), so plain pickle.loads needs no help, and the inert
-    reader shows them by name.
+    starts with a preamble that puts the new process's `module.name` strings in the
+    loader's memo at the same indices (the state pickle follows in the same stream),
+    so plain pickle.loads needs no help, and the inert reader shows them by name.
 
 Not by reference: the agent's own modules (their globals are saved by value with the
 job), `__main__`, objects of a class the agent defined (the agent made them; a fresh
@@ -32,10 +31,11 @@ import importlib
 import io
 import pickle
 import re
+import struct
 import sys
 import types
 
-__all__ = ["INDEX", "bind", "prepare", "reduce", "module_attribute"]
+__all__ = ["INDEX", "bind", "prepare", "reduce", "module_attribute", "module_string"]
 
 # id(obj) -> (module name, attribute name): attributes of non-agent modules.
 INDEX: dict[int, tuple[str, str]] = {}
@@ -121,23 +121,42 @@ def prepare(pickler: pickle.Pickler, buf: io.BytesIO) -> None:
     if not strings:
         return
     pickler.memo = {id(s[2]): (i, s[2]) for i, s in enumerate(strings)}
-    buf.write(_preamble(tuple((m, a) for m, a, _ in strings)))
+    buf.write(_preamble(tuple(strings)))
 
 
 _PREAMBLES: dict[tuple, bytes] = {}
+_STRING = struct.Struct("<I")
 
 
-def _preamble(names: tuple[tuple[str, str], ...]) -> bytes:
-    """PROTO 5, then GLOBAL module name, MEMOIZE, POP per entry (memo 0, 1, ...);
-    no STOP: the state pickle continues the stream (PROTO may repeat)."""
-    out = _PREAMBLES.get(names)
+def _preamble(entries: tuple[tuple[str, str, str], ...]) -> bytes:
+    """PROTO 5, then module_string(module, name, value) put in memo 0, 1, ... and
+    popped; no STOP: the state pickle continues the stream (PROTO may repeat)."""
+    out = _PREAMBLES.get(entries)
     if out is None:
-        parts = [pickle.PROTO + b"\x05"]
-        for module, attr in names:
-            parts.append(pickle.GLOBAL + module.encode() + b"\n" + attr.encode() + b"\n"
-                         + pickle.MEMOIZE + pickle.POP)
-        out = _PREAMBLES[names] = b"".join(parts)
+        parts = [pickle.PROTO + b"\x05", pickle.GLOBAL + f"{__name__}\nmodule_string\n".encode()]
+        for entry in entries:
+            parts.append(pickle.DUP)
+            for text in entry:
+                data = text.encode("utf-8", "surrogatepass")
+                parts.append(pickle.BINUNICODE + _STRING.pack(len(data)) + data)
+            parts.append(pickle.TUPLE3 + pickle.REDUCE + pickle.MEMOIZE + pickle.POP)
+        parts.append(pickle.POP)
+        out = _PREAMBLES[entries] = b"".join(parts)
     return out
+
+
+def module_string(module: str, attr: str, value: str) -> str:
+    """`module.attr` of this process when it is still a str (a sentinel keeps its
+    identity), else the saved value (the library dropped it: an equal copy, as
+    before). Unused entries cost nothing more, so a missing one is no error."""
+    mod = sys.modules.get(module)
+    if mod is None:
+        try:
+            mod = importlib.import_module(module)
+        except Exception:
+            return value
+    current = getattr(mod, attr, None)
+    return current if type(current) is str else value
 
 
 def reduce(obj, where: tuple[str, str]):
