@@ -52,6 +52,7 @@ _SKIP = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray,
 # A str that is a sentinel: '==SUPPRESS==', '--unknown--', '@@@SKIP_HEADER@@@',
 # '<missing API key>', or a name saying so.
 _SENTINEL_TEXT = re.compile(r"(\W)\1+\w[\w -]*\1\1+|<\w[\w -]*>")
+_SENTINEL_NAME = re.compile("sentinel", re.IGNORECASE)
 # sys's streams are indexed under their original names only: a redirected
 # sys.stdout (a StringIO the agent set) is the agent's object, saved by value.
 _SYS_STREAMS = frozenset({"stdin", "stdout", "stderr"})
@@ -65,6 +66,7 @@ def bind(agent_modules) -> None:
         _EXCLUDED.update(names)
         for name in names:
             _forget(name)
+        _WALKED[0] = -1
 
 
 def _forget(name: str) -> None:
@@ -76,33 +78,41 @@ def _forget(name: str) -> None:
 
 
 def _index_module(name: str, module: types.ModuleType, attrs: dict) -> None:
+    in_sys = name == "sys"
     for attr, value in list(attrs.items()):
         t = type(value)             # never isinstance(): it asks lazy proxies __class__
-        if t is str:
-            if (_SENTINEL_TEXT.fullmatch(value) or "sentinel" in attr.lower()) \
-                    and not attr.startswith("__"):
+        if t in _SKIP or issubclass(t, type):
+            if t is str and (_SENTINEL_TEXT.fullmatch(value) or _SENTINEL_NAME.search(attr)) \
+                    and attr[:2] != "__":
                 _STRINGS[id(value)] = (name, attr, value)
             continue
-        if t in _SKIP or issubclass(t, type):
-            continue
-        if name == "sys" and attr in _SYS_STREAMS:
+        if attr[:2] == "__" and not in_sys:
+            continue                # __spec__, __loader__: nobody compares them
+        if in_sys and attr in _SYS_STREAMS:
             continue
         INDEX[id(value)] = (name, attr)
 
 
+_WALKED = [-1]          # len(sys.modules) at the last walk
+
+
 def refresh() -> None:
-    """Index the non-agent modules loaded or grown since the last call: one length
-    check per module."""
+    """Index the non-agent modules loaded or grown since the last walk. Modules are
+    walked only when sys.modules changed size (a new import): attributes a module gains
+    later without any import are not indexed, and are saved by value as before."""
+    if len(sys.modules) == _WALKED[0]:
+        return
+    _WALKED[0] = len(sys.modules)
     seen = _SEEN
     for name, module in list(sys.modules.items()):
         if not issubclass(type(module), types.ModuleType) or name in _EXCLUDED:
             continue
         attrs = module.__dict__
-        if attrs.get("__name__") in _EXCLUDED:
-            continue            # an alias (multiprocessing's __mp_main__ is __main__)
         hit = seen.get(name)
         if hit is not None and hit[0] is module and hit[1] == len(attrs):
             continue
+        if attrs.get("__name__") in _EXCLUDED:
+            continue            # an alias (multiprocessing's __mp_main__ is __main__)
         seen[name] = (module, len(attrs))
         _index_module(name, module, attrs)
 
