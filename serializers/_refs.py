@@ -20,7 +20,8 @@ attribute of the new process's module.
     so plain pickle.loads needs no help, and the inert reader shows them by name.
 
 Not by reference: the agent's own modules (their globals are saved by value with the
-job), `__main__`, objects of a class the agent defined (the agent made them; a fresh
+job), `__main__`, modules a new process could not import by their sys.modules name
+(aliases, modules built at run time without a spec), objects of a class the agent defined (the agent made them; a fresh
 import cannot have them), functions, classes and modules (pickle already saves them by
 name), and objects whose own __reduce__ already names them.
 """
@@ -111,10 +112,12 @@ def refresh() -> None:
         hit = seen.get(name)
         if hit is not None and hit[0] is module and hit[1] == len(attrs):
             continue
-        if attrs.get("__name__") in _EXCLUDED:
-            continue            # an alias (multiprocessing's __mp_main__ is __main__)
         seen[name] = (module, len(attrs))
-        _index_module(name, module, attrs)
+        # Only modules the import system made under their own name: a new process can
+        # import them by that name. Not aliases (__mp_main__ is __main__, requests'
+        # copies of urllib3's modules) nor modules built at run time.
+        if attrs.get("__name__") == name and attrs.get("__spec__") is not None:
+            _index_module(name, module, attrs)
 
 
 def prepare(pickler: pickle.Pickler, buf: io.BytesIO) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.machinery
 import io
 import logging
 import pickle
@@ -28,10 +29,14 @@ def no_agent_modules():
     _refs.bind([])
     yield
     _refs.bind([])
+    for name in [n for n in sys.modules if n.startswith("ident_")]:
+        del sys.modules[name]
 
 
-def _module(name: str, **attrs) -> types.ModuleType:
+def _module(name: str, *, spec: bool = True, **attrs) -> types.ModuleType:
+    """A module in sys.modules; with a spec, as the import system makes them."""
     module = types.ModuleType(name)
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None) if spec else None
     module.__dict__.update(attrs)
     sys.modules[name] = module
     return module
@@ -93,11 +98,15 @@ def test_a_gone_attribute_fails_clearly():
 def test_only_current_non_agent_objects_go_by_reference():
     """Saved by value: the agent's modules' objects, objects of the agent's classes
     that a library module holds (a fresh import cannot have them), a module attribute
-    rebound since it was indexed (no longer the module's object) and a StringIO set as
-    sys.stdout (the agent's object); saved by reference: the library's own object."""
+    rebound since it was indexed (no longer the module's object), a StringIO set as
+    sys.stdout (the agent's object) and the object of a module built at run time (no
+    spec: a new process could not import it); saved by reference: the library's own
+    object, under its module's own name (never under an alias in sys.modules)."""
     agent_cls = type("Job", (), {"__module__": "ident_agent_mod"})
     agent = _module("ident_agent_mod", CONFIG=Marker(), Job=agent_cls)
     lib = _module("ident_lib_b", current=agent_cls(), shared=Marker(), box=Marker())
+    built = _module("ident_built_at_run_time", spec=False, thing=Marker())
+    sys.modules["ident_alias_of_b"] = lib
     _refs.bind([agent])
     old = lib.box
     _pickler.dumps(old)                  # indexed as ident_lib_b.box
@@ -106,7 +115,7 @@ def test_only_current_non_agent_objects_go_by_reference():
     buffer.write("kept")
     saved, sys.stdout = sys.stdout, buffer
     try:
-        data = _pickler.dumps([agent.CONFIG, lib.current, lib.shared, old, buffer])
+        data = _pickler.dumps([agent.CONFIG, lib.current, lib.shared, old, buffer, built.thing])
     finally:
         sys.stdout = saved
     back = _pickler.loads(data)
@@ -115,6 +124,8 @@ def test_only_current_non_agent_objects_go_by_reference():
     assert back[2] is lib.shared
     assert back[3] is not old and back[3] is not lib.box
     assert back[4] is not buffer and back[4].getvalue() == "kept"
+    assert back[5] is not built.thing and type(back[5]) is Marker
+    assert b"ident_alias_of_b" not in data
 
 
 def test_inert_reader_shows_references_by_name():
