@@ -67,7 +67,7 @@ def bind(agent_modules) -> None:
         _EXCLUDED.update(names)
         for name in names:
             _forget(name)
-        _WALKED[0] = -1
+        _WALKED[0] = None
 
 
 def _forget(name: str) -> None:
@@ -94,16 +94,27 @@ def _index_module(name: str, module: types.ModuleType, attrs: dict) -> None:
         INDEX[id(value)] = (name, attr)
 
 
-_WALKED = [-1]          # len(sys.modules) at the last walk
+_WALKED: list = [None]      # sys.modules' signature at the last walk
+
+
+def _signature() -> tuple:
+    """Changes with any import or removal: the size and the last-inserted entry."""
+    modules = sys.modules
+    try:
+        last = next(reversed(modules))
+    except (StopIteration, RuntimeError):
+        return (len(modules), None, None)
+    return (len(modules), last, id(modules.get(last)))
 
 
 def refresh() -> None:
     """Index the non-agent modules loaded or grown since the last walk. Modules are
-    walked only when sys.modules changed size (a new import): attributes a module gains
-    later without any import are not indexed, and are saved by value as before."""
-    if len(sys.modules) == _WALKED[0]:
+    walked only when sys.modules changed (an import): attributes a module gains later
+    without any import are not indexed, and are saved by value as before."""
+    signature = _signature()
+    if signature == _WALKED[0]:
         return
-    _WALKED[0] = len(sys.modules)
+    _WALKED[0] = signature
     seen = _SEEN
     for name, module in list(sys.modules.items()):
         if not issubclass(type(module), types.ModuleType) or name in _EXCLUDED:
