@@ -8,6 +8,8 @@ frames (self, cells, lists, module globals) keep their identity, and that
     globals and the same cells;
   - rebuilds suspended generators held as values, paused at the same yield;
   - keeps an exception's cause, context, notes and traceback;
+  - saves objects of imported non-agent modules (sentinels such as argparse.SUPPRESS,
+    singletons such as logging.root) by reference, so identity checks hold (_refs);
   - saves open files, sqlite3 connections, HTTP clients and temp directories through
     the resource adapters (snapstate.resources), and refuses live handles by name;
   - falls back to dill only for an object type cloudpickle refuses (dill is ~30x

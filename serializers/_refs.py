@@ -10,8 +10,8 @@ attribute of the new process's module.
   - Objects that reach the pickler's reducer_override (everything but atoms, str,
     bytes and exact builtin containers) are found with one dict lookup in an index
     id(obj) -> (module, name) of the non-agent modules' attributes, kept per module
-    and refreshed when a module's dict grows (never walked per object); a hit is
-    verified (`module.name is obj`) before it is used.
+    and brought up to date before a dump only when sys.modules changed (never walked
+    per object); a hit is verified (`module.name is obj`) before it is used.
   - str sentinels never reach reducer_override (the C pickler saves exact str before
     it), but it checks its memo for them: the memo is seeded with the few module
     strings that look like sentinels, so each is written as a memo GET. The payload
@@ -21,9 +21,11 @@ attribute of the new process's module.
 
 Not by reference: the agent's own modules (their globals are saved by value with the
 job), `__main__`, modules a new process could not import by their sys.modules name
-(aliases, modules built at run time without a spec), objects of a class the agent defined (the agent made them; a fresh
-import cannot have them), functions, classes and modules (pickle already saves them by
-name), and objects whose own __reduce__ already names them.
+(aliases, modules built at run time without a spec), objects of a class the agent
+defined (the agent made them; a fresh import cannot have them), functions, classes
+and modules (pickle already saves them by name), objects whose own __reduce__ already
+names them, and strings that do not look like sentinels, exact lists, dicts and tuples
+(seeding the memo with every module's containers would cost every snapshot).
 """
 
 from __future__ import annotations
@@ -116,6 +118,8 @@ def refresh() -> None:
         return
     _WALKED[0] = signature
     seen = _SEEN
+    for name in [n for n, (m, _) in seen.items() if sys.modules.get(n) is not m]:
+        del seen[name]          # removed or replaced: let the old module go
     for name, module in list(sys.modules.items()):
         if not issubclass(type(module), types.ModuleType) or name in _EXCLUDED:
             continue
