@@ -167,7 +167,7 @@ class FreezePickler(cloudpickle.Pickler):
 def _dump(obj) -> bytes:
     buf = io.BytesIO()
     pickler = FreezePickler(buf, protocol=5)
-    _refs.prepare(pickler, buf)      # module sentinels: memo seeded, their table first
+    _refs.prepare(pickler, buf)      # module sentinel strings: memo seeded, preamble first
     pickler.dump(obj)
     return buf.getvalue()
 
