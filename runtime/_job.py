@@ -26,7 +26,7 @@ import greenlet
 from ..resources import _secrets
 from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
-from ..serializers import _pickler
+from ..serializers import _pickler, _refs
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from . import _agent, _defstate, _process
@@ -426,6 +426,7 @@ class Job:
                  "effects": self.ledger.ordinal}
         try:
             _secrets.bind(self.home.keys)      # credentials in SDK clients are sealed
+            _refs.bind(modules)     # other modules' objects are saved by reference
             payload = _pickler.dumps(state, roots=lambda: self._roots(state))
         except _pickler.UnpicklableError as exc:
             raise SnapshotError(

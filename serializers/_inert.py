@@ -392,6 +392,8 @@ def _render_special(obj: Inert, depth: int, seen: set) -> str | None:
         return f"{_render(obj._args[0], depth - 1, seen)}.{_text(obj._args[1], False)}"
     if kind.startswith("snapstate.resources."):
         return _render_resource(obj, name)
+    if kind.startswith("snapstate.serializers._refs.module_") and len(obj._args) >= 2:
+        return f"<{_text(obj._args[0], False)}.{_text(obj._args[1], False)}>"
     if kind == "snapstate.runtime._morph.rebuild_generator":
         record = attributes(_arg(obj, 0))
         ref = attributes(record.get("code"))

@@ -8,6 +8,8 @@ frames (self, cells, lists, module globals) keep their identity, and that
     globals and the same cells;
   - rebuilds suspended generators held as values, paused at the same yield;
   - keeps an exception's cause, context, notes and traceback;
+  - saves objects of imported non-agent modules (sentinels such as argparse.SUPPRESS,
+    singletons such as logging.root) by reference, so identity checks hold (_refs);
   - saves open files, sqlite3 connections, HTTP clients and temp directories through
     the resource adapters (snapstate.resources), and refuses live handles by name;
   - falls back to dill only for an object type cloudpickle refuses (dill is ~30x
@@ -28,6 +30,7 @@ from ..resources._adapters import UNTRACKED, reducer_for
 from ..runtime._capture import capture_generator
 from ..runtime._codeid import code_ref, find_code, CodeRef
 from ..runtime._morph import is_morph, rebuild_generator
+from . import _refs
 from ._tracebacks import rebuild_traceback, save_traceback
 
 __all__ = ["dumps", "loads", "find_unpicklable", "HANDLE_TYPES"]
@@ -99,6 +102,9 @@ def _is_importable(fn) -> bool:
 
 class FreezePickler(cloudpickle.Pickler):
     def reducer_override(self, obj):
+        where = _refs.INDEX.get(id(obj))      # a non-agent module's object: by reference
+        if where is not None and (reduced := _refs.reduce(obj, where)) is not None:
+            return reduced
         t = type(obj)
         if t is types.CellType:
             try:
@@ -160,7 +166,9 @@ class FreezePickler(cloudpickle.Pickler):
 
 def _dump(obj) -> bytes:
     buf = io.BytesIO()
-    FreezePickler(buf, protocol=5).dump(obj)
+    pickler = FreezePickler(buf, protocol=5)
+    _refs.prepare(pickler, buf)      # module sentinel strings: memo seeded, preamble first
+    pickler.dump(obj)
     return buf.getvalue()
 
 
