@@ -428,3 +428,8 @@ def _rebuilt_requests_response(state):
     response.__setstate__(state)
     return response
 
+
+
+# Standard-library adapters (logging handlers and loggers, sqlite3 cursors, csv writers)
+# live in their own module; importing it registers them.
+from . import _stdlib  # noqa: E402,F401
