@@ -180,12 +180,9 @@ register_kind("threading.Thread", "a thread",
 register_kind("subprocess.Popen", "a subprocess",
               "A running process cannot be restored: wait for it (proc.wait()) before "
               "snapshot(), or start it after the snapshot.")
-register_kind("_thread.lock", "a lock (threading.Lock)",
-              "Release it before snapshot() (leave its `with lock:` block): a lock's holder "
-              "cannot be restored.")
-register_kind("_thread.RLock", "a lock (threading.RLock)",
-              "Release it before snapshot() (leave its `with lock:` block): a lock's holder "
-              "cannot be restored.")
+# Only a held lock is refused, and its adapter's error says to release it.
+register_kind("_thread.lock", "a lock (threading.Lock)", None)
+register_kind("_thread.RLock", "a lock (threading.RLock)", None)
 register_kind("_io._IOBase", _type_is("file object"),
               "Open the file by its path with open(path) (reopened at its position after a "
               "restore), or through snapstate.resource(factory).")
