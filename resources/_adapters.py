@@ -12,6 +12,7 @@
     tempfile.TemporaryDirectory  the same directory, recreated if missing
     tempfile.NamedTemporaryFile  the same path reopened at its position, still deleted
                                on close (ResourceReopenError if it is gone)
+    logging handlers, loggers, sqlite3.Cursor, csv.writer: see resources._stdlib
 
 In a replay (`scratch_copies(directory)`, used by Job.replay) the writable files,
 sqlite3 databases and temp directories these adapters reopen are scratch copies made
