@@ -113,7 +113,10 @@ def _public_prefixes(module: str) -> list[str]:
 
 
 def article(noun: str) -> str:
-    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+    """"a"/"an" + noun; an acronym goes by its first letter's sound ("an HTTP ...")."""
+    word = noun.split(" ", 1)[0]
+    vowel_sound = "AEFHILMNORSX" if word.isupper() and len(word) > 1 else "aeiouAEIOU"
+    return ("an " if noun[:1] in vowel_sound else "a ") + noun
 
 
 def explain(chain: list[tuple[str, object]], path: str, culprit, error) -> tuple[str, str | None]:
@@ -148,7 +151,8 @@ def _type_is(noun: str) -> Callable[[object], str]:
 
 
 def _client(obj) -> str:
-    return f"{article(user_type_name(type(obj)))} client"
+    name = user_type_name(type(obj))
+    return article(name) if name.endswith(("Client", "Session")) else f"{article(name)} client"
 
 
 register_kind("asyncio.events.AbstractEventLoop", "an asyncio event loop",
@@ -186,6 +190,10 @@ register_kind("_thread.RLock", "a lock (threading.RLock)", None)
 register_kind("_io._IOBase", _type_is("file object"),
               "Open the file by its path with open(path) (reopened at its position after a "
               "restore), or through snapstate.resource(factory).")
+# Their own refusals say what to do (await it, run it to the end, commit, fetch...).
+for _builtin, _noun in (("coroutine", "a coroutine"), ("generator", "a generator"),
+                        ("async_generator", "an async generator")):
+    register_kind(f"builtins.{_builtin}", _noun, None)
 register_kind("sqlite3.Connection", "a sqlite3 connection", None)   # the error says what to do
 register_kind("sqlite3.Cursor", "a sqlite3 cursor", None)
 register_kind(lambda t: t.__module__.split(".")[0] in ("openai", "anthropic", "httpx", "httpx2",
@@ -198,6 +206,6 @@ register_kind(lambda t: t.__module__.split(".")[0] in ("openai", "anthropic", "h
               "(snapstate.register_adapter).")
 register_kind(lambda t: t.__name__ == "Response"
               and t.__module__.split(".")[0] in ("httpx", "httpx2", "requests"),
-              _type_is("streaming HTTP response"),
+              _type_is("HTTP response"),
               "Read the body (response.read()) or leave its `with client.stream(...)` block "
               "before snapshot(): a response still streaming cannot be restored.")

@@ -159,7 +159,7 @@ def test_each_untracked_handle_is_named(tmp_path, echo_server):
                 "subprocess": ("local 'proc'", "subprocess.Popen", "a subprocess",
                                "wait for it (proc.wait()) before snapshot()"),
                 "streaming-response": ("local 'response'", "httpx.Response",
-                                       "a streaming HTTP response (httpx.Response)",
+                                       "an HTTP response (httpx.Response)",
                                        "Read the body (response.read())")}
     assert sorted(refused) == sorted(expected)
     for case, (local, type_name, what, fix) in expected.items():
