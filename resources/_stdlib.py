@@ -40,6 +40,14 @@ from ._adapters import _refuse, _reopen_file, register_adapter, scratch_path
 __all__: list[str] = []
 
 
+def _std_stream(stream) -> str | None:
+    """"stdout"/"stderr" when `stream` is this process's (current or original) one."""
+    for name in ("stdout", "stderr"):
+        if stream is getattr(sys, name) or stream is getattr(sys, f"__{name}__"):
+            return name
+    return None
+
+
 # ------------------------------------------------------------------------ logging handlers
 def _stream_spec(handler) -> tuple:
     """How a handler's stream comes back: ("none",), ("std", "stdout"|"stderr"),
@@ -47,9 +55,8 @@ def _stream_spec(handler) -> tuple:
     stream = handler.stream
     if stream is None:
         return ("none",)
-    for name in ("stdout", "stderr"):
-        if stream is getattr(sys, name) or stream is getattr(sys, f"__{name}__"):
-            return ("std", name)
+    if _std_stream(stream):
+        return ("std", _std_stream(stream))
     if (isinstance(handler, logging.FileHandler) and not stream.closed
             and os.path.abspath(getattr(stream, "name", "")) == handler.baseFilename):
         stream.flush()
@@ -181,7 +188,13 @@ def _reduce_csv_writer(writer):
     if target is None:
         _refuse(writer, "a csv.writer whose output is not a file object's write method")
     dialect = {field: getattr(writer.dialect, field) for field in _DIALECT_FIELDS}
+    if _std_stream(target):                # writes on to the resumed process's stdout
+        return (_new_csv_writer_on_std, (_std_stream(target), dialect))
     return (_new_csv_writer, (target, dialect))
+
+
+def _new_csv_writer_on_std(name: str, dialect):
+    return csv.writer(getattr(sys, name), **dialect)
 
 
 def _new_csv_writer(target, dialect):

@@ -28,7 +28,7 @@ def _outputs(directory) -> dict[str, str]:
 
 def test_handlers_cursor_and_csv_writers_survive_a_kill_after_each_snapshot(tmp_path):
     """Crash window: killed right after snapshot k (every k) and resumed, the agent's
-    stdout (a StreamHandler on sys.stdout plus prints), its log file (a FileHandler
+    stdout (a StreamHandler and a csv.writer on sys.stdout, prints), its log file (a FileHandler
     attached at run time), and its two csv files (csv.writer, csv.DictWriter) are
     byte-identical to an uninterrupted run: no line lost or written twice; handlers stay
     on their logger with level, formatter, filter and encoding, the cursor keeps its
@@ -42,7 +42,7 @@ def test_handlers_cursor_and_csv_writers_survive_a_kill_after_each_snapshot(tmp_
     expected = _outputs(tmp_path / "base")
     assert expected["agent.log"].count("\n") == 12 and "secret" not in expected["agent.log"]
     count = len(snapshot_files(tmp_path / "s", "base"))
-    assert count == 4
+    assert count == 4 and "report|3|9\n" in base.stdout
     for k in range(1, count + 1):
         out = tmp_path / f"kill{k}"
         out.mkdir()
@@ -54,6 +54,28 @@ def test_handlers_cursor_and_csv_writers_survive_a_kill_after_each_snapshot(tmp_
         assert killed.stdout + resumed.stdout == base.stdout, f"stdout diverged after {k}"
         assert _outputs(out) == expected, f"files diverged after snapshot {k}"
         assert resumed.result == base.result == "3"
+
+
+def test_handlers_cursor_and_csv_writers_survive_a_chain_of_kills(tmp_path):
+    """Crash window, chained: killed after snapshot 1, resumed and killed after 2, ...
+    each restore saving objects that were themselves restored; stdout and files end
+    identical to an uninterrupted run."""
+    (tmp_path / "base").mkdir()
+    base = snaprun("run", "--store", tmp_path / "s", "--job", "base", OBJECTS,
+                   tmp_path / "base", cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    (tmp_path / "chain").mkdir()
+    run = snaprun("run", "--store", tmp_path / "s", "--job", "chain", OBJECTS,
+                  tmp_path / "chain", cwd=tmp_path, fault="after-snapshot:1")
+    output = run.stdout
+    for k in range(1, 5):
+        assert run.returncode == -9, run.stderr
+        run = snaprun("resume", "--store", tmp_path / "s", "chain", cwd=tmp_path,
+                      fault=f"after-snapshot:{k + 1}")
+        output += run.stdout
+    assert run.returncode == 0, run.stderr
+    assert output == base.stdout
+    assert _outputs(tmp_path / "chain") == _outputs(tmp_path / "base")
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Holds standard-library objects across snapshots: a FileHandler and a StreamHandler
 (attached at run time, kept in module globals), a fully fetched sqlite3 cursor, and a
-csv.writer and csv.DictWriter over open files. Every step logs, inserts, queries and
+csv.writer and csv.DictWriter over open files, a csv.writer on sys.stdout. Every step logs, inserts, queries and
 writes a row, then snapshots; after each snapshot it checks the objects kept their
 configuration and identity."""
 
@@ -51,6 +51,7 @@ def main():
     named = open(os.path.join(out, "named.csv"), "w", newline="", encoding="utf-8")
     dict_writer = csv.DictWriter(named, fieldnames=["n", "label"], extrasaction="ignore")
     dict_writer.writeheader()
+    report = csv.writer(sys.stdout, delimiter="|", lineterminator="\n")
     for n in range(4):
         LOG.debug("step %d starts", n)
         LOG.info("step %d", n)
@@ -64,6 +65,7 @@ def main():
         print("step", n, rows, flush=True)
         snapshot(f"step {n}")
         LOG.info("after snapshot %d", n)
+        report.writerow(["report", n, n * n])
         print("checks", LOG.handlers == [FILE_HANDLER, STREAM_HANDLER],
               LOG.level, LOG.propagate, FILE_HANDLER.level, FILE_HANDLER.formatter._fmt,
               FILE_HANDLER.filters == [no_secrets], FILE_HANDLER.encoding,
