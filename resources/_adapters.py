@@ -22,7 +22,9 @@ reading is read in place).
 Handles that hold a live connection or thread (sockets, locks, threads, subprocesses,
 streaming responses) are refused, naming the path to them and suggesting resource().
 register_adapter(cls, reduce) adds an adapter: reduce(obj) returns a pickle reduce
-tuple (callable, args) that reopens the object.
+tuple (callable, args) that reopens the object. A reduce function with a `parts`
+attribute (obj -> [(".attr", value), ...], what it saves) lets a refusal point at the
+part inside obj that cannot be saved; otherwise obj itself is named.
 """
 
 from __future__ import annotations

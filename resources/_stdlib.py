@@ -99,6 +99,10 @@ def _set_handler_state(handler, state) -> None:
         handler._statstream()              # WatchedFileHandler: the reopened file's inode
 
 
+# A refusal looks for the part that cannot be saved among what the adapter saves.
+_reduce_handler.parts = lambda h: [(f".{k}", v) for k, v in h.__dict__.items()  # type: ignore
+                                   if k not in ("lock", "stream")] + (
+    [(".stream", h.stream)] if _stream_spec(h)[0] == "object" else [])
 register_adapter(logging.StreamHandler, _reduce_handler, subclasses=True)
 
 
@@ -130,6 +134,8 @@ def _used_elsewhere(handler) -> bool:
     return any(handler in getattr(lg, "handlers", ()) for lg in loggers)
 
 
+_reduce_logger.parts = lambda lg: [(".handlers", lg.handlers),  # type: ignore[attr-defined]
+                                   (".filters", lg.filters)]
 register_adapter(logging.Logger, _reduce_logger, subclasses=True)
 
 

@@ -172,9 +172,15 @@ register_kind("concurrent.futures._base.Future", "a concurrent.futures Future",
               "Wait for its result (future.result()) before snapshot() and keep the result, "
               "not the future.")
 register_kind("logging.Handler", _type_is("logging handler"),
-              "snapstate saves file and stream handlers, not this one: remove it from its "
-              "logger before snapshot() (logger.removeHandler(handler)) and add a new one "
-              "after it, or create it in a function called after the snapshot.")
+              "snapstate saves stream and file handlers by their settings, and this handler "
+              "holds something it cannot save: remove it from its logger before snapshot() "
+              "(logger.removeHandler(handler)) and add a new one after it, or create it in a "
+              "function called after the snapshot.")
+# A logger is saved with its handlers (resources._stdlib): the one refused is among them.
+register_kind("logging.Logger", lambda obj: f"the logger {obj.name!r} (logging.Logger)",
+              "A logger is saved with its level and handlers, and one of its handlers cannot "
+              "be saved: remove that handler from the logger before snapshot() "
+              "(logger.removeHandler(handler)) and add a new one after it.")
 register_kind("socket.socket", "a socket",
               "Close it before snapshot() and connect again after it, or open the connection "
               "through snapstate.resource(factory), which reopens it after a restore.")

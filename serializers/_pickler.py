@@ -248,9 +248,13 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0, chain: list | Non
             return path, obj, exc
         if chain is not None:
             chain.append((path, obj))
-        if isinstance(obj, HANDLE_TYPES) or reducer_for(type(obj)) is not None or _depth > 40:
+        adapter = reducer_for(type(obj))
+        parts = getattr(adapter, "parts", None)   # what an adapter saves of obj, if it says
+        if (isinstance(obj, HANDLE_TYPES) or _depth > 40
+                or (adapter is not None and parts is None)):
             return path, obj, error     # refused by its own adapter: it is the culprit
-        deeper = find_unpicklable([(path + name, child) for name, child in _children(obj)],
+        deeper = find_unpicklable([(path + name, child) for name, child in
+                                   (parts(obj) if parts else _children(obj))],
                                   error, _depth + 1, chain)
         if deeper[1] is not None:
             return deeper

@@ -227,3 +227,22 @@ def test_csv_writer_keeps_its_file_and_dialect(tmp_path):
         copy["f"].close()
     assert (tmp_path / "o.csv").read_text() == 'a\tsay \\"hi\\"\nb\t"tab\tin"\n'
     assert copy["b"].getvalue() == "1,2\r\n3,4\r\n"
+
+
+def test_logger_with_a_handler_that_cannot_be_saved_is_refused_naming_both(tmp_path):
+    """A logger is saved with its handlers, so one it cannot save refuses the snapshot
+    (never a logger silently missing a handler): the refusal names the logger, the path
+    to the bad part inside the handler, and says to remove that handler first."""
+    import queue
+    log = logging.getLogger("snapstate-test.queue-handler")
+    handler = logging.handlers.QueueHandler(queue.SimpleQueue())
+    log.addHandler(handler)
+    try:
+        with pytest.raises(_pickler.UnpicklableError) as info:
+            _pickler.dumps(log, roots=lambda: [("module agent, global 'LOG'", log)])
+    finally:
+        log.removeHandler(handler)
+    assert str(info.value).startswith(
+        "global 'LOG' is the logger 'snapstate-test.queue-handler' (logging.Logger), which "
+        "cannot be saved: module agent, global 'LOG'.handlers[0].queue -> _queue.SimpleQueue")
+    assert "remove that handler from the logger before snapshot()" in info.value.fix
