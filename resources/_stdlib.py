@@ -16,9 +16,9 @@ sqlite3 cursors, csv writers (registered on import; resources._adapters imports 
                                the agent attached at run time come back on it (those the
                                fresh import attached instead are removed, and closed
                                unless another logger uses them).
-    sqlite3.Cursor             a new cursor on the (reopened) connection with the same
-                               row_factory and arraysize; refused while a statement has
-                               rows left to fetch.
+    sqlite3.Cursor             a new cursor (of the same class) on the (reopened)
+                               connection with the same row_factory and arraysize;
+                               refused while a statement has rows left to fetch.
     csv.writer                 a new writer over the same (reopened) file with the same
                                dialect parameters; csv.DictWriter is a Python object
                                around one and follows. csv.reader is refused.
@@ -26,6 +26,7 @@ sqlite3 cursors, csv writers (registered on import; resources._adapters imports 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gc
 import logging
@@ -51,9 +52,18 @@ def _std_stream(stream) -> str | None:
 # ------------------------------------------------------------------------ logging handlers
 def _stream_spec(handler) -> tuple:
     """How a handler's stream comes back: ("none",), ("std", "stdout"|"stderr"),
-    ("append", path, position, text) for a file handler's own file, ("object", stream)."""
+    ("append", path, position, text) for a file handler's own file, ("delayed", path,
+    size) for one not opened yet, ("object", stream)."""
     stream = handler.stream
     if stream is None:
+        if (isinstance(handler, logging.FileHandler) and not getattr(handler, "_closed", False)
+                and "a" in handler.mode):
+            # delay=True, not opened yet: what the log gets after the snapshot is logged
+            # again by the re-executed code, so its size at the snapshot is kept too.
+            try:
+                return ("delayed", handler.baseFilename, os.path.getsize(handler.baseFilename))
+            except OSError:
+                return ("delayed", handler.baseFilename, 0)
         return ("none",)
     if _std_stream(stream):
         return ("std", _std_stream(stream))
@@ -87,6 +97,13 @@ def _set_handler_state(handler, state) -> None:
         # A replay writes a scratch copy, never the original log (as the file adapter).
         attrs["baseFilename"] = scratch_path(attrs.get("baseFilename", path))
         stream = _reopen_file(path, "a", position, False, text, False)
+    elif spec[0] == "delayed":
+        path, size = scratch_path(spec[1]), spec[2]
+        attrs["baseFilename"] = path
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) > size:
+                os.truncate(path, size)
+        stream = None
     elif spec[0] == "std":
         stream = getattr(sys, spec[1])     # the resumed process's stdout/stderr
     else:
@@ -160,22 +177,26 @@ def _reduce_cursor(cursor):
         closed = False
     except sqlite3.ProgrammingError:       # a closed cursor or connection
         closed = True
-    return (_new_cursor, (conn, cursor.row_factory, cursor.arraysize, closed))
+    attrs = dict(getattr(cursor, "__dict__", {}))     # a subclass's own attributes
+    return (_new_cursor, (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed),
+            attrs or None)
 
 
-def _new_cursor(conn, row_factory, arraysize, closed):
+def _new_cursor(cls, conn, row_factory, arraysize, closed):
+    cursor = cls.__new__(cls)
     try:
-        cursor = sqlite3.Cursor(conn)
+        sqlite3.Cursor.__init__(cursor, conn)
     except sqlite3.ProgrammingError:       # its connection was closed at the snapshot
-        cursor = sqlite3.Cursor(sqlite3.connect(":memory:"))
-        cursor.connection.close()
+        other = sqlite3.connect(":memory:")
+        sqlite3.Cursor.__init__(cursor, other)
+        other.close()
     cursor.row_factory, cursor.arraysize = row_factory, arraysize
     if closed:
         cursor.close()
     return cursor
 
 
-register_adapter(sqlite3.Cursor, _reduce_cursor)
+register_adapter(sqlite3.Cursor, _reduce_cursor, subclasses=True)
 
 
 # ------------------------------------------------------------------------ csv

@@ -246,3 +246,39 @@ def test_logger_with_a_handler_that_cannot_be_saved_is_refused_naming_both(tmp_p
         "global 'LOG' is the logger 'snapstate-test.queue-handler' (logging.Logger), which "
         "cannot be saved: module agent, global 'LOG'.handlers[0].queue -> _queue.SimpleQueue")
     assert "remove that handler from the logger before snapshot()" in info.value.fix
+
+
+def test_delayed_file_handler_and_cursor_subclass(tmp_path):
+    """A FileHandler made with delay=True and not opened yet keeps the log's size at the
+    snapshot: lines written after it (before a crash) are cut off on restore, so the
+    re-executed code does not log them twice. A cursor of a sqlite3.Cursor subclass comes
+    back as that class with its own attributes."""
+    log_path = tmp_path / "delayed.log"
+    log_path.write_text("earlier run\n")
+    handler = logging.FileHandler(log_path, delay=True)
+
+    class Tagged(sqlite3.Cursor):
+        pass
+
+    conn = sqlite3.connect(tmp_path / "db")
+    cursor = conn.cursor(Tagged)
+    cursor.tag = "mine"
+    try:
+        data = _pickler.dumps({"handler": handler, "conn": conn, "cursor": cursor})
+        with open(log_path, "a") as f:
+            f.write("logged after the snapshot\n")
+        copy = _pickler.loads(data)
+    finally:
+        handler.close()
+        cursor.close()
+        conn.close()
+    try:
+        assert log_path.read_text() == "earlier run\n"
+        copy["handler"].emit(logging.makeLogRecord({"msg": "again"}))
+        assert log_path.read_text() == "earlier run\nagain\n"
+        assert type(copy["cursor"]) is Tagged and copy["cursor"].tag == "mine"
+        assert copy["cursor"].connection is copy["conn"]
+    finally:
+        copy["handler"].close()
+        copy["cursor"].close()
+        copy["conn"].close()
