@@ -36,7 +36,7 @@ import sqlite3
 import sys
 
 from ..serializers._describe import register_kind
-from ._adapters import _refuse, _reopen_file, register_adapter, scratch_path
+from ._adapters import _reopen_file, register_adapter, scratch_path
 
 __all__: list[str] = []
 
@@ -213,7 +213,10 @@ def _reduce_csv_writer(writer):
                    if getattr(r, "__name__", None) == "write"
                    and getattr(r, "__self__", None) is not None), None)
     if target is None:
-        _refuse(writer, "a csv.writer whose output is not a file object's write method")
+        raise pickle.PicklingError(
+            "a csv.writer writing through something other than a file object's write method "
+            "(e.g. a NamedTemporaryFile wrapper) cannot be rebuilt; create the writer again "
+            "after snapshot(), or write to a file from open()")
     dialect = {field: getattr(writer.dialect, field) for field in _DIALECT_FIELDS}
     if _std_stream(target):                # writes on to the resumed process's stdout
         return (_new_csv_writer_on_std, (_std_stream(target), dialect))
