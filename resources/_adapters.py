@@ -432,7 +432,6 @@ def _rebuilt_requests_response(state):
     return response
 
 
-
 # Standard-library adapters (logging handlers and loggers, sqlite3 cursors, csv writers)
 # live in their own module; importing it registers them.
 from . import _stdlib  # noqa: E402,F401
