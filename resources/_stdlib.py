@@ -22,10 +22,17 @@ sqlite3 cursors, csv writers (registered on import; resources._adapters imports 
     csv.writer                 a new writer over the same (reopened) file with the same
                                dialect parameters; csv.DictWriter is a Python object
                                around one and follows. csv.reader is refused.
+    ThreadPoolExecutor         an idle or shut-down executor comes back as a new one with
+                               the same configuration (shut down if it was: `with
+                               ThreadPoolExecutor() as pool:` before a snapshot); one with
+                               work queued or running is refused.
+    concurrent.futures.Future  a done future is saved as is; a pending or running one is
+                               refused (its work cannot continue in another process).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import csv
 import gc
@@ -242,3 +249,38 @@ register_adapter(_CSV_WRITER, _reduce_csv_writer)
 register_adapter(_CSV_READER, _refuse_csv_reader)
 register_kind("_csv.writer", "a csv.writer", None)
 register_kind("_csv.reader", "a csv.reader", None)
+
+
+# ------------------------------------------------------------------------ executors, futures
+def _reduce_thread_pool(pool):
+    if not pool._shutdown and (not pool._work_queue.empty()
+                               or pool._idle_semaphore._value < len(pool._threads)):
+        raise pickle.PicklingError(
+            "the ThreadPoolExecutor has work queued or running at the snapshot; wait for its "
+            "futures (future.result(), or concurrent.futures.wait()) before snapshot(): "
+            "work in its threads cannot continue in another process")
+    config = {"max_workers": pool._max_workers, "thread_name_prefix": pool._thread_name_prefix,
+              "initializer": pool._initializer, "initargs": pool._initargs}
+    return (_new_thread_pool, (type(pool), config, pool._shutdown, pool._broken))
+
+
+def _new_thread_pool(cls, config, shutdown, broken):
+    """A new executor (threads start on the first submit, as in any new process)."""
+    pool = cls(**config)
+    pool._broken = broken
+    if shutdown:
+        pool.shutdown()
+    return pool
+
+
+def _reduce_future(future):
+    if not future.done():
+        raise pickle.PicklingError(
+            "a concurrent.futures Future is still pending or running at the snapshot; wait "
+            "for it (result = future.result()) before snapshot() and keep the result: its "
+            "work cannot continue in another process")
+    return future.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
+
+
+register_adapter(concurrent.futures.ThreadPoolExecutor, _reduce_thread_pool)
+register_adapter(concurrent.futures.Future, _reduce_future, subclasses=True)

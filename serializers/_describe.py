@@ -159,18 +159,17 @@ register_kind("asyncio.events.AbstractEventLoop", "an asyncio event loop",
               "An event loop, its tasks and its selector cannot be restored: close it "
               "(loop.close()) before snapshot() and create a new one after it, or create it "
               "after the snapshot (asyncio.run() in a function called after snapshot()).")
-_EXECUTOR_FIX = ("Its worker threads or processes cannot be restored: shut it down before "
-                 "snapshot() (executor.shutdown(), or leave its `with` block) and create a "
-                 "new one after it, or create it after the snapshot.")
-register_kind("concurrent.futures.thread.ThreadPoolExecutor", "a ThreadPoolExecutor",
-              _EXECUTOR_FIX)
+_EXECUTOR_FIX = ("Work running in its threads or processes cannot be restored: wait for "
+                 "its futures before snapshot(), or shut it down (executor.shutdown(), or "
+                 "leave its `with` block) and create a new one after it.")
+# An idle or shut-down ThreadPoolExecutor is saved (resources._stdlib); the refusal of a
+# busy one says to wait for its futures.
+register_kind("concurrent.futures.thread.ThreadPoolExecutor", "a ThreadPoolExecutor", None)
 register_kind("concurrent.futures.process.ProcessPoolExecutor", "a ProcessPoolExecutor",
               _EXECUTOR_FIX)
 register_kind("concurrent.futures._base.Executor", _type_is("concurrent.futures executor"),
               _EXECUTOR_FIX)
-register_kind("concurrent.futures._base.Future", "a concurrent.futures Future",
-              "Wait for its result (future.result()) before snapshot() and keep the result, "
-              "not the future.")
+register_kind("concurrent.futures._base.Future", "a concurrent.futures Future", None)
 register_kind("logging.Handler", _type_is("logging handler"),
               "snapstate saves stream and file handlers by their settings, and this handler "
               "holds something it cannot save: remove it from its logger before snapshot() "

@@ -11,6 +11,7 @@ import queue
 import socket
 import sqlite3
 import sys
+import threading
 
 from snapstate import SnapshotError, snapshot
 
@@ -50,8 +51,22 @@ def main():
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     print("pool", pool.submit(pow, 2, 5).result(), flush=True)
+    attempt("thread-pool-idle")                 # saved: nothing runs in it
+    release = threading.Event()
+    waiting = pool.submit(release.wait)
     attempt("thread-pool")
+    release.set()
+    print("waited", waiting.result(), flush=True)
     pool.shutdown()
+    del pool, waiting
+    fut = concurrent.futures.Future()           # set by a callback later
+    attempt("pending-future")
+    fut.set_result(7)
+    attempt("done-future")                      # saved: a done future is a value
+    del fut
+    with concurrent.futures.ThreadPoolExecutor() as pool:
+        print("mapped", list(pool.map(abs, [-1, -2])), flush=True)
+    attempt("after-with-pool")                  # saved as a shut-down executor
     del pool
 
     client = ApiClient()

@@ -1,9 +1,11 @@
 """Holds standard-library objects across snapshots: a FileHandler and a StreamHandler
 (attached at run time, kept in module globals), a fully fetched sqlite3 cursor, and a
-csv.writer and csv.DictWriter over open files, a csv.writer on sys.stdout. Every step logs, inserts, queries and
+csv.writer and csv.DictWriter over open files, a csv.writer on sys.stdout, a ThreadPoolExecutor idle at each snapshot
+and one shut down by its `with` block. Every step logs, inserts, queries and
 writes a row, then snapshots; after each snapshot it checks the objects kept their
 configuration and identity."""
 
+import concurrent.futures
 import csv
 import logging
 import os
@@ -52,6 +54,9 @@ def main():
     dict_writer = csv.DictWriter(named, fieldnames=["n", "label"], extrasaction="ignore")
     dict_writer.writeheader()
     report = csv.writer(sys.stdout, delimiter="|", lineterminator="\n")
+    workers = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="agent-worker")
+    with concurrent.futures.ThreadPoolExecutor() as finished:
+        finished.submit(print, "pool warmed", flush=True).result()
     for n in range(4):
         LOG.debug("step %d starts", n)
         LOG.info("step %d", n)
@@ -66,6 +71,8 @@ def main():
         snapshot(f"step {n}")
         LOG.info("after snapshot %d", n)
         report.writerow(["report", n, n * n])
+        cube = workers.submit(pow, n, 3)
+        print("cube", cube.result(), workers._thread_name_prefix, flush=True)
         print("checks", LOG.handlers == [FILE_HANDLER, STREAM_HANDLER],
               LOG.level, LOG.propagate, FILE_HANDLER.level, FILE_HANDLER.formatter._fmt,
               FILE_HANDLER.filters == [no_secrets], FILE_HANDLER.encoding,
@@ -73,6 +80,11 @@ def main():
               cur.connection is conn, cur.row_factory is sqlite3.Row, cur.arraysize,
               writer.dialect.delimiter, writer.dialect.quoting, dict_writer.extrasaction,
               flush=True)
+    workers.shutdown()
+    try:
+        finished.submit(print)
+    except RuntimeError as exc:
+        print("finished pool:", exc, flush=True)
     table.close()
     named.close()
     cur.close()
