@@ -1,6 +1,8 @@
 """Adapters for standard-library objects agents hold: logging handlers and loggers,
 sqlite3 cursors, csv writers (registered on import; resources._adapters imports this).
 
+    logging.Handler            any handler: rebuilt with its attributes and a new lock,
+                               registered for logging.shutdown() like a new one.
     logging.StreamHandler      and its subclasses (FileHandler, the rotating handlers,
                                WatchedFileHandler): rebuilt with the same attributes
                                (level, formatter, filters, name, encoding, mode...). A
@@ -84,6 +86,12 @@ def _stream_spec(handler) -> tuple:
 
 
 def _reduce_handler(handler):
+    if not isinstance(handler, logging.StreamHandler):
+        # Any other handler: its attributes as they are (a MemoryHandler's buffer is not
+        # flushed: that would change what its target gets), with a new lock.
+        attrs = {k: v for k, v in handler.__dict__.items() if k != "lock"}
+        return (_new_handler, (type(handler),), (attrs, ("keep",)), None, None,
+                _set_handler_state)
     handler.flush()
     attrs = {k: v for k, v in handler.__dict__.items() if k not in ("lock", "stream")}
     return (_new_handler, (type(handler),), (attrs, _stream_spec(handler)), None, None,
@@ -116,7 +124,8 @@ def _set_handler_state(handler, state) -> None:
     else:
         stream = spec[1] if spec[0] == "object" else None
     handler.__dict__.update(attrs)
-    handler.stream = stream
+    if spec[0] != "keep":
+        handler.stream = stream
     if name is not None:
         handler.set_name(name)             # logging._handlers[name]: this handler now
     if stream is not None and hasattr(handler, "_statstream"):
@@ -126,7 +135,11 @@ def _set_handler_state(handler, state) -> None:
 # A refusal looks for the part that cannot be saved among what the adapter saves.
 _reduce_handler.parts = lambda h: [(f".{k}", v) for k, v in h.__dict__.items()  # type: ignore
                                    if k not in ("lock", "stream")] + (
-    [(".stream", h.stream)] if _stream_spec(h)[0] == "object" else [])
+    [(".stream", h.stream)] if isinstance(h, logging.StreamHandler)
+    and _stream_spec(h)[0] == "object" else [])
+# Every handler is rebuilt through Handler.__init__, so it is registered for the flush
+# and close logging.shutdown() does at exit (a MemoryHandler's buffer reaches its target).
+register_adapter(logging.Handler, _reduce_handler, subclasses=True)
 register_adapter(logging.StreamHandler, _reduce_handler, subclasses=True)
 
 

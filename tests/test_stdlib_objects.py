@@ -288,3 +288,26 @@ def test_delayed_file_handler_and_cursor_subclass(tmp_path):
         copy["handler"].close()
         copy["cursor"].close()
         copy["conn"].close()
+
+
+def test_other_handlers_are_registered_for_shutdown(tmp_path):
+    """A MemoryHandler is saved with its buffer unflushed (flushing at the snapshot would
+    change what its target gets) and comes back registered for logging.shutdown(), which
+    flushes its buffer into the restored target at exit."""
+    target = logging.FileHandler(tmp_path / "target.log")
+    memory = logging.handlers.MemoryHandler(capacity=10, target=target)
+    memory.emit(logging.makeLogRecord({"msg": "buffered", "levelno": logging.INFO}))
+    try:
+        copy = _pickler.loads(_pickler.dumps(memory))
+        assert (tmp_path / "target.log").read_text() == ""
+        memory.buffer.clear()
+    finally:
+        memory.close()
+        target.close()
+    assert [r.getMessage() for r in copy.buffer] == ["buffered"] and copy.capacity == 10
+    assert any(ref() is copy for ref in logging._handlerList)
+    assert any(ref() is copy.target for ref in logging._handlerList)
+    restored_target = copy.target
+    logging.shutdown([ref for ref in logging._handlerList if ref() in (copy, restored_target)])
+    restored_target.close()      # shutdown may close the target before the memory handler
+    assert (tmp_path / "target.log").read_text() == "buffered\n"
