@@ -27,8 +27,9 @@ def test_sdk_client_is_named_as_the_user_wrote_it(module, cls, kwargs):
     try:
         inner = client._client
         path = LOCAL + "._client._cookies_lock"
-        message, fix = _describe.explain([(LOCAL, client), (LOCAL + "._client", inner)], path,
-                                         threading.RLock(), "a lock is held")
+        error = _pickler.UnpicklableError(path, threading.RLock(), "a lock is held",
+                                          [(LOCAL, client), (LOCAL + "._client", inner)])
+        message, fix = str(error), error.fix
     finally:
         if cls.startswith("Async"):
             import asyncio
