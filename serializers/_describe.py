@@ -201,9 +201,10 @@ for _builtin, _noun in (("coroutine", "a coroutine"), ("generator", "a generator
     register_kind(f"builtins.{_builtin}", _noun, None)
 register_kind("sqlite3.Connection", "a sqlite3 connection", None)   # the error says what to do
 register_kind("sqlite3.Cursor", "a sqlite3 cursor", None)
-register_kind(lambda t: t.__module__.split(".")[0] in ("openai", "anthropic", "httpx", "httpx2",
-                                                        "requests")
-              and (t.__name__.endswith(("Client", "OpenAI", "Anthropic", "Session"))),
+_CLIENT_LIBRARIES = ("openai", "anthropic", "httpx", "httpx2", "requests")
+register_kind(lambda t: any(c.__module__.split(".")[0] in _CLIENT_LIBRARIES
+                            and c.__name__.endswith(("Client", "OpenAI", "Anthropic", "Session"))
+                            for c in t.__mro__),   # SDK clients and user subclasses
               _client,
               "Create the client after the snapshot, or make it with "
               "snapstate.resource(lambda: ...) so it is created again after a restore, or "

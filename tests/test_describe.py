@@ -17,6 +17,8 @@ LOCAL = "task main, frame main() at agent.py:3, local 'client'"
 @pytest.mark.parametrize("module, cls, kwargs", [
     ("openai", "OpenAI", {"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"}),
     ("openai", "AsyncOpenAI", {"api_key": "sk-test", "base_url": "http://127.0.0.1:9/v1"}),
+    ("openai", "AzureOpenAI", {"api_key": "sk-test", "api_version": "2024-06-01",
+                               "azure_endpoint": "http://127.0.0.1:9"}),
 ])
 def test_sdk_client_is_named_as_the_user_wrote_it(module, cls, kwargs):
     """An SDK client refused for an internal lock is named "local 'client' is an
