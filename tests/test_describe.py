@@ -83,3 +83,22 @@ def test_unknown_objects_get_the_generic_fix_with_their_type():
     assert str(info.value).startswith("local 'state' is a dict, which cannot be saved: "
                                       "local 'state'['x'] -> ")
     assert info.value.fix == _describe.GENERIC_FIX
+
+
+def test_subclass_of_a_library_client_is_named_with_the_users_class():
+    """A user's subclass of httpx.Client is a client too, named by the user's class."""
+    import httpx
+
+    class ApiClient(httpx.Client):
+        pass
+
+    client = ApiClient()
+    try:
+        error = _pickler.UnpicklableError(LOCAL + "._transport", threading.RLock(), "held",
+                                          [(LOCAL, client)])
+    finally:
+        client.close()
+    assert str(error).startswith(
+        "local 'client' is a test_describe.test_subclass_of_a_library_client_is_named_with_the"
+        "_users_class.<locals>.ApiClient, which cannot be saved: ")
+    assert error.fix.startswith("Create the client after the snapshot")
