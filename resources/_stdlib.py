@@ -43,6 +43,7 @@ import os
 import pickle
 import sqlite3
 import sys
+import time
 
 from ..serializers._describe import register_kind
 from ._adapters import _reopen_file, register_adapter, scratch_path
@@ -79,7 +80,8 @@ def _stream_spec(handler) -> tuple:
     if (isinstance(handler, logging.FileHandler) and not stream.closed
             and os.path.abspath(getattr(stream, "name", "")) == handler.baseFilename):
         stream.flush()
-        os.fsync(stream.fileno())
+        with contextlib.suppress(OSError):      # durability is best effort (e.g. /dev/...)
+            os.fsync(stream.fileno())
         return ("append", handler.baseFilename, stream.tell(),
                 {"encoding": stream.encoding, "errors": stream.errors})
     return ("object", stream)
@@ -265,9 +267,24 @@ register_kind("_csv.reader", "a csv.reader", None)
 
 
 # ------------------------------------------------------------------------ executors, futures
+def _busy(pool) -> bool:
+    """Work queued or running in the pool. A worker counts itself idle (releases the
+    idle semaphore) just after it set its future's result, so a pool whose last result
+    was just read can look busy for an instant: give it up to 0.2 s to settle."""
+    deadline = time.monotonic() + 0.2
+    while True:
+        alive = sum(t.is_alive() for t in pool._threads)
+        if pool._shutdown:                 # its queue holds the wake-up sentinel
+            busy = alive > 0
+        else:
+            busy = not pool._work_queue.empty() or pool._idle_semaphore._value < alive
+        if not busy or time.monotonic() > deadline:
+            return busy
+        time.sleep(0.002)
+
+
 def _reduce_thread_pool(pool):
-    if not pool._shutdown and (not pool._work_queue.empty()
-                               or pool._idle_semaphore._value < len(pool._threads)):
+    if _busy(pool):
         raise pickle.PicklingError(
             "the ThreadPoolExecutor has work queued or running at the snapshot; wait for its "
             "futures (future.result(), or concurrent.futures.wait()) before snapshot(): "
