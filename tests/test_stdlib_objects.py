@@ -311,3 +311,35 @@ def test_other_handlers_are_registered_for_shutdown(tmp_path):
     logging.shutdown([ref for ref in logging._handlerList if ref() in (copy, restored_target)])
     restored_target.close()      # shutdown may close the target before the memory handler
     assert (tmp_path / "target.log").read_text() == "buffered\n"
+
+
+def test_thread_pool_states():
+    """An idle pool comes back with its settings and runs work; one with work running
+    is refused, also after shutdown(wait=False); after shutdown() it comes back shut
+    down (submit raises as before)."""
+    import concurrent.futures
+    import threading
+
+    def setup(tag):
+        threading.current_thread().tag = tag
+
+    pool = concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="w", initializer=setup,
+                                                 initargs=("t",))
+    release = threading.Event()
+    try:
+        pool.submit(pow, 2, 2).result()
+        copy = _pickler.loads(_pickler.dumps(pool))
+        tag = copy.submit(lambda: threading.current_thread().tag).result()
+        assert (copy._max_workers, copy._thread_name_prefix, tag) == (3, "w", "t")
+        copy.shutdown()
+        pool.submit(release.wait)
+        with pytest.raises(_pickler.UnpicklableError, match="work queued or running"):
+            _pickler.dumps(pool)
+        pool.shutdown(wait=False)
+        with pytest.raises(_pickler.UnpicklableError, match="work queued or running"):
+            _pickler.dumps(pool)
+    finally:
+        release.set()
+        pool.shutdown()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        _pickler.loads(_pickler.dumps(pool)).submit(int)
