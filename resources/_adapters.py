@@ -12,6 +12,7 @@
     tempfile.TemporaryDirectory  the same directory, recreated if missing
     tempfile.NamedTemporaryFile  the same path reopened at its position, still deleted
                                on close (ResourceReopenError if it is gone)
+    logging handlers, loggers, sqlite3.Cursor, csv.writer: see resources._stdlib
 
 In a replay (`scratch_copies(directory)`, used by Job.replay) the writable files,
 sqlite3 databases and temp directories these adapters reopen are scratch copies made
@@ -21,7 +22,9 @@ reading is read in place).
 Handles that hold a live connection or thread (sockets, locks, threads, subprocesses,
 streaming responses) are refused, naming the path to them and suggesting resource().
 register_adapter(cls, reduce) adds an adapter: reduce(obj) returns a pickle reduce
-tuple (callable, args) that reopens the object.
+tuple (callable, args) that reopens the object. A reduce function with a `parts`
+attribute (obj -> [(".attr", value), ...], what it saves) lets a refusal point at the
+part inside obj that cannot be saved; otherwise obj itself is named.
 """
 
 from __future__ import annotations
@@ -357,3 +360,7 @@ register_adapter(tempfile._TemporaryFileWrapper, _reduce_named_temp)
 # httpx/httpx2 clients, requests sessions, their auths, responses and cookies: _http.py
 # (registered with register_optional, once the agent imported the library).
 from . import _http  # noqa: E402,F401
+
+# Standard-library adapters (logging handlers and loggers, sqlite3 cursors, csv writers)
+# live in their own module; importing it registers them.
+from . import _stdlib  # noqa: E402,F401

@@ -429,10 +429,8 @@ class Job:
             _refs.bind(modules)     # other modules' objects are saved by reference
             payload = _pickler.dumps(state, roots=lambda: self._roots(state))
         except _pickler.UnpicklableError as exc:
-            raise SnapshotError(
-                f"{label} failed: {exc}. Keep only picklable values in the agent's locals and "
-                "globals at a snapshot point: close or drop the object before snapshot(), or "
-                "wrap it with snapstate.resource() so it is reopened after a restore.") from None
+            fix = f" {exc.fix}" if exc.fix else ""      # the fix for that kind of object
+            raise SnapshotError(f"{label} failed: {exc}.{fix}") from None
         header = {
             "job_id": self.job_id, "seq": seq, "epoch": self.epoch, "label": request.label,
             "created_at": time.time(), "versions": runtime_versions(),

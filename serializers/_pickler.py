@@ -31,6 +31,7 @@ from ..runtime._capture import capture_generator
 from ..runtime._codeid import code_ref, find_code, CodeRef
 from ..runtime._morph import is_morph, rebuild_generator
 from . import _refs
+from ._describe import explain
 from ._tracebacks import rebuild_traceback, save_traceback
 
 __all__ = ["dumps", "loads", "find_unpicklable", "HANDLE_TYPES"]
@@ -185,14 +186,16 @@ def dumps(obj, *, roots=None) -> bytes:
         try:
             return _dump(obj)
         except _PICKLE_ERRORS as exc:
-            path, culprit, error = find_unpicklable(roots() if roots else [("value", obj)], exc)
+            chain: list = []
+            path, culprit, error = find_unpicklable(roots() if roots else [("value", obj)], exc,
+                                                    chain=chain)
             if (culprit is None or isinstance(culprit, HANDLE_TYPES) or type(culprit) in _DILL_TYPES
                     or reducer_for(type(culprit)) is not None):   # refused by its adapter
-                raise UnpicklableError(path, culprit, error) from None
+                raise UnpicklableError(path, culprit, error, chain) from None
             try:
                 dill.loads(dill.dumps(culprit, protocol=5))
             except Exception:
-                raise UnpicklableError(path, culprit, error) from None
+                raise UnpicklableError(path, culprit, error, chain) from None
             _DILL_TYPES.add(type(culprit))
     raise UnpicklableError("value", obj, "too many object types needed the dill fallback")
 
@@ -202,11 +205,14 @@ def loads(data: bytes):
 
 
 class UnpicklableError(Exception):
-    def __init__(self, path: str, culprit, error):
+    """What cannot be saved, in the user's words (serializers._describe): the local or
+    global holding it and what it is, the internal path, and `fix`, the advice that fits
+    that kind of object (None: the message already says it)."""
+
+    def __init__(self, path: str, culprit, error, chain=()):
         self.path, self.culprit, self.error = path, culprit, error
-        kind = type(culprit).__module__ + "." + type(culprit).__qualname__
-        kind = kind.removeprefix("builtins.")
-        super().__init__(f"{path} -> {kind}: {error}")
+        message, self.fix = explain(list(chain), path, culprit, error)
+        super().__init__(message)
 
 
 def _children(obj):
@@ -237,9 +243,10 @@ def _children(obj):
                     yield f".{name}", getattr(obj, name)
 
 
-def find_unpicklable(roots, first_error=None, _depth: int = 0):
+def find_unpicklable(roots, first_error=None, _depth: int = 0, chain: list | None = None):
     """(path, object, error) of the deepest object under `roots` that cannot be
-    pickled, or (path, None, error) when no single culprit is found."""
+    pickled, or (path, None, error) when no single culprit is found. `chain`, if
+    given, receives the (path, object) pairs from the root down to the culprit."""
     for path, obj in roots:
         try:
             _dump(obj)
@@ -248,10 +255,16 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0):
             error = exc
         except RecursionError as exc:  # pragma: no cover - pathological
             return path, obj, exc
-        if isinstance(obj, HANDLE_TYPES) or reducer_for(type(obj)) is not None or _depth > 40:
+        if chain is not None:
+            chain.append((path, obj))
+        adapter = reducer_for(type(obj))
+        parts = getattr(adapter, "parts", None)   # what an adapter saves of obj, if it says
+        if (isinstance(obj, HANDLE_TYPES) or _depth > 40
+                or (adapter is not None and parts is None)):
             return path, obj, error     # refused by its own adapter: it is the culprit
-        deeper = find_unpicklable([(path + name, child) for name, child in _children(obj)],
-                                  error, _depth + 1)
+        deeper = find_unpicklable([(path + name, child) for name, child in
+                                   (parts(obj) if parts else _children(obj))],
+                                  error, _depth + 1, chain)
         if deeper[1] is not None:
             return deeper
         return path, obj, error

@@ -105,12 +105,15 @@ def test_dill_only_as_fallback():
 
 
 def test_live_handles_never_use_the_fallback():
-    """A held lock is refused with its path even though dill could pickle it."""
+    """A held lock is refused with what it is and its path even though dill could
+    pickle it; the lock adapter's own error carries the fix (no generic one is added)."""
     import threading
     lock = threading.RLock()
     with lock, pytest.raises(_pickler.UnpicklableError,
-                             match=r"value\['lock'\] -> _thread.RLock"):
+                             match=r"value \(a dict\) holds a lock \(threading.RLock\) at "
+                                   r"value\['lock'\], .*value\['lock'\] -> _thread.RLock") as info:
         _pickler.dumps({"lock": lock})
+    assert info.value.fix is None and "release it" in str(info.value)
 
 
 def test_unheld_locks_come_back_unheld_and_shared():

@@ -83,20 +83,30 @@ def test_snapshot_inside_generator_or_coroutine_body(refusals, case, kind, funct
     assert f"Move the snapshot() out of {function.rstrip('()')}()" in message
 
 
-@pytest.mark.parametrize("case, path, type_name", [
-    ("lock-local", "local 'lock'", "_thread.lock"),
-    ("nested-socket", "local 'holder'['client'].conn", "socket.socket"),
-    ("global-lock", "module refusals, global 'LOCK_AT_MODULE_LEVEL'", "_thread.RLock"),
-    ("fd-file", "local 'source'", "_io.TextIOWrapper"),
+@pytest.mark.parametrize("case, user_words, path, type_name, fix", [
+    ("lock-local", "local 'lock' is a lock (threading.Lock)", "local 'lock'", "_thread.lock",
+     "release it before snapshot()"),
+    ("nested-socket", "local 'holder' (a dict) holds a socket at local 'holder'['client'].conn",
+     "local 'holder'['client'].conn", "socket.socket", "snapstate.resource(factory)"),
+    ("global-lock", "global 'LOCK_AT_MODULE_LEVEL' is a lock (threading.RLock)",
+     "module refusals, global 'LOCK_AT_MODULE_LEVEL'", "_thread.RLock",
+     "leave the `with lock:` block (release it) before snapshot()"),
+    ("fd-file", "local 'source' is a file object (io.TextIOWrapper)", "local 'source'",
+     "_io.TextIOWrapper", "Open the file by its path with open(path)"),
 ])
-def test_unpicklable_value_named_by_path(refusals, case, path, type_name):
-    """An unpicklable local or global is named by task, frame, local, attribute chain, type."""
+def test_unpicklable_value_named_by_path(refusals, case, user_words, path, type_name, fix):
+    """An unpicklable local or global is named first as the user knows it (the local or
+    global and what it is), then by task, frame, local, attribute chain and type, then
+    the fix for that kind of object (resource() only for a connection or file)."""
     message = refusals[1][case]
+    assert message.startswith(f"snapshot 2 ({case}) failed: {user_words}, which cannot be "
+                              "saved: "), message
     if case != "global-lock":
         line = _line_of(f'attempt("{case}")')
         assert f"task main, frame main() at {FILE}:{line}" in message
     assert f"{path} -> {type_name}" in message
-    assert "snapstate.resource()" in message
+    assert fix in message
+    assert ("snapstate.resource(" in message) == (case in ("nested-socket", "fd-file"))
 
 
 def test_code_from_exec_is_refused(refusals):

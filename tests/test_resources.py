@@ -143,20 +143,28 @@ def test_no_fd_growth_over_100_snapshot_restore_cycles(tmp_path, monkeypatch):
 
 def test_each_untracked_handle_is_named(tmp_path, echo_server):
     """No crash window: a socket, a held lock, a thread, a subprocess and a streaming
-    response each give a SnapshotError naming the local, its type and resource()."""
+    response each give a SnapshotError naming the local, what it is, its type and the fix
+    for that kind (resource() only for the socket)."""
     run = snaprun("run", "--store", tmp_path / "s", "--job", "job", AGENTS / "res_untracked.py",
                   cwd=tmp_path, env={"SERVER_URL": echo_server})
     assert run.returncode == 0, run.stderr
     refused = dict(line.split(": ", 1)[0].split()[1:2] + [line.split(": ", 1)[1]]
                    for line in run.stdout.splitlines() if line.startswith("REFUSED"))
-    expected = {"socket": ("local 'sock'", "socket.socket", "a socket"),
-                "lock": ("local 'lock'", "_thread.lock", "a lock is held at the snapshot"),
-                "thread": ("local 'worker'", "threading.Thread", "a thread"),
-                "subprocess": ("local 'proc'", "subprocess.Popen", "a subprocess"),
+    expected = {"socket": ("local 'sock'", "socket.socket", "a socket",
+                           "through snapstate.resource(factory)"),
+                "lock": ("local 'lock'", "_thread.lock", "a lock (threading.Lock)",
+                         "release it before snapshot()"),
+                "thread": ("local 'worker'", "threading.Thread", "a thread",
+                           "join it (thread.join()) before snapshot()"),
+                "subprocess": ("local 'proc'", "subprocess.Popen", "a subprocess",
+                               "wait for it (proc.wait()) before snapshot()"),
                 "streaming-response": ("local 'response'", "httpx.Response",
-                                       "a streaming httpx response")}
+                                       "an HTTP response (httpx.Response)",
+                                       "Read the body (response.read())")}
     assert sorted(refused) == sorted(expected)
-    for case, (local, type_name, what) in expected.items():
+    for case, (local, type_name, what, fix) in expected.items():
         message = refused[case]
+        assert f"failed: {local} is {what}, which cannot be saved" in message, message
         assert f"{local} -> {type_name}" in message, message
-        assert what in message and "snapstate.resource()" in message
+        assert fix in message, message
+        assert ("snapstate.resource(" in message) == (case == "socket"), message

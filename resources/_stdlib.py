@@ -1,0 +1,316 @@
+"""Adapters for standard-library objects agents hold: logging handlers and loggers,
+sqlite3 cursors, csv writers (registered on import; resources._adapters imports this).
+
+    logging.Handler            any handler: rebuilt with its attributes and a new lock,
+                               registered for logging.shutdown() like a new one.
+    logging.StreamHandler      and its subclasses (FileHandler, the rotating handlers,
+                               WatchedFileHandler): rebuilt with the same attributes
+                               (level, formatter, filters, name, encoding, mode...). A
+                               file handler's file is flushed and fsynced at the snapshot
+                               and reopened in append mode after the restore, cut back to
+                               its size at the snapshot (what followed is logged again by
+                               the re-executed code). A handler writing to sys.stdout or
+                               sys.stderr writes to the resumed process's stdout/stderr;
+                               any other stream is saved as itself (an open() file
+                               through the file adapter).
+    logging.Logger             still by name (as logging.Logger.__reduce__), plus its
+                               level, propagate, disabled, filters and handlers: handlers
+                               the agent attached at run time come back on it (those the
+                               fresh import attached instead are removed, and closed
+                               unless another logger uses them).
+    sqlite3.Cursor             a new cursor (of the same class) on the (reopened)
+                               connection with the same row_factory and arraysize;
+                               refused while a statement has rows left to fetch.
+    csv.writer                 a new writer over the same (reopened) file with the same
+                               dialect parameters; csv.DictWriter is a Python object
+                               around one and follows. csv.reader is refused.
+    ThreadPoolExecutor         an idle or shut-down executor comes back as a new one with
+                               the same configuration (shut down if it was: `with
+                               ThreadPoolExecutor() as pool:` before a snapshot); one with
+                               work queued or running is refused.
+    concurrent.futures.Future  a done future is saved as is; a pending or running one is
+                               refused (its work cannot continue in another process).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import csv
+import gc
+import logging
+import os
+import pickle
+import sqlite3
+import sys
+import time
+
+from ..serializers._describe import register_kind
+from ._adapters import _reopen_file, register_adapter, scratch_path
+
+__all__: list[str] = []
+
+
+def _std_stream(stream) -> str | None:
+    """"stdout"/"stderr" when `stream` is this process's (current or original) one."""
+    for name in ("stdout", "stderr"):
+        if stream is getattr(sys, name) or stream is getattr(sys, f"__{name}__"):
+            return name
+    return None
+
+
+# ------------------------------------------------------------------------ logging handlers
+def _stream_spec(handler) -> tuple:
+    """How a handler's stream comes back: ("none",), ("std", "stdout"|"stderr"),
+    ("append", path, position, text) for a file handler's own file, ("delayed", path,
+    size) for one not opened yet, ("object", stream)."""
+    stream = handler.stream
+    if stream is None:
+        if (isinstance(handler, logging.FileHandler) and not getattr(handler, "_closed", False)
+                and "a" in handler.mode):
+            # delay=True, not opened yet: what the log gets after the snapshot is logged
+            # again by the re-executed code, so its size at the snapshot is kept too.
+            try:
+                return ("delayed", handler.baseFilename, os.path.getsize(handler.baseFilename))
+            except OSError:
+                return ("delayed", handler.baseFilename, 0)
+        return ("none",)
+    if _std_stream(stream):
+        return ("std", _std_stream(stream))
+    if (isinstance(handler, logging.FileHandler) and not stream.closed
+            and os.path.abspath(getattr(stream, "name", "")) == handler.baseFilename):
+        stream.flush()
+        with contextlib.suppress(OSError):      # durability is best effort (e.g. /dev/...)
+            os.fsync(stream.fileno())
+        return ("append", handler.baseFilename, stream.tell(),
+                {"encoding": stream.encoding, "errors": stream.errors})
+    return ("object", stream)
+
+
+def _reduce_handler(handler):
+    if not isinstance(handler, logging.StreamHandler):
+        # Any other handler: its attributes as they are (a MemoryHandler's buffer is not
+        # flushed: that would change what its target gets), with a new lock.
+        attrs = {k: v for k, v in handler.__dict__.items() if k != "lock"}
+        return (_new_handler, (type(handler),), (attrs, ("keep",)), None, None,
+                _set_handler_state)
+    handler.flush()
+    attrs = {k: v for k, v in handler.__dict__.items() if k not in ("lock", "stream")}
+    return (_new_handler, (type(handler),), (attrs, _stream_spec(handler)), None, None,
+            _set_handler_state)
+
+
+def _new_handler(cls):
+    handler = cls.__new__(cls)
+    logging.Handler.__init__(handler)      # a new lock, registered for logging.shutdown()
+    return handler
+
+
+def _set_handler_state(handler, state) -> None:
+    attrs, spec = state
+    name = attrs.pop("_name", None)
+    if spec[0] == "append":
+        path, position, text = spec[1:]
+        # A replay writes a scratch copy, never the original log (as the file adapter).
+        attrs["baseFilename"] = scratch_path(attrs.get("baseFilename", path))
+        stream = _reopen_file(path, "a", position, False, text, False)
+    elif spec[0] == "delayed":
+        path, size = scratch_path(spec[1]), spec[2]
+        attrs["baseFilename"] = path
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) > size:
+                os.truncate(path, size)
+        stream = None
+    elif spec[0] == "std":
+        stream = getattr(sys, spec[1])     # the resumed process's stdout/stderr
+    else:
+        stream = spec[1] if spec[0] == "object" else None
+    handler.__dict__.update(attrs)
+    if spec[0] != "keep":
+        handler.stream = stream
+    if name is not None:
+        handler.set_name(name)             # logging._handlers[name]: this handler now
+    if stream is not None and hasattr(handler, "_statstream"):
+        handler._statstream()              # WatchedFileHandler: the reopened file's inode
+
+
+# A refusal looks for the part that cannot be saved among what the adapter saves.
+_reduce_handler.parts = lambda h: [(f".{k}", v) for k, v in h.__dict__.items()  # type: ignore
+                                   if k not in ("lock", "stream")] + (
+    [(".stream", h.stream)] if isinstance(h, logging.StreamHandler)
+    and _stream_spec(h)[0] == "object" else [])
+# Every handler is rebuilt through Handler.__init__, so it is registered for the flush
+# and close logging.shutdown() does at exit (a MemoryHandler's buffer reaches its target).
+register_adapter(logging.Handler, _reduce_handler, subclasses=True)
+register_adapter(logging.StreamHandler, _reduce_handler, subclasses=True)
+
+
+# ------------------------------------------------------------------------ loggers
+def _reduce_logger(logger):
+    name = None if isinstance(logger, logging.RootLogger) else logger.name
+    if logging.getLogger(name) is not logger:
+        raise pickle.PicklingError(f"logger {logger.name!r} is not the one logging.getLogger("
+                                   f"{logger.name!r}) returns, so it cannot be found again")
+    return (logging.getLogger, (name,) if name is not None else (),
+            (logger.level, logger.propagate, logger.disabled, list(logger.filters),
+             list(logger.handlers)), None, None, _set_logger_state)
+
+
+def _set_logger_state(logger, state) -> None:
+    level, propagate, disabled, filters, handlers = state
+    replaced = [h for h in logger.handlers if not any(h is k for k in handlers)]
+    logger.setLevel(level)
+    logger.propagate, logger.disabled = propagate, disabled
+    logger.filters[:] = filters
+    logger.handlers[:] = handlers
+    for handler in replaced:               # attached by the fresh import, now unused
+        if not _used_elsewhere(handler):
+            handler.close()
+
+
+def _used_elsewhere(handler) -> bool:
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return any(handler in getattr(lg, "handlers", ()) for lg in loggers)
+
+
+_reduce_logger.parts = lambda lg: [(".handlers", lg.handlers),  # type: ignore[attr-defined]
+                                   (".filters", lg.filters)]
+register_adapter(logging.Logger, _reduce_logger, subclasses=True)
+
+
+# ------------------------------------------------------------------------ sqlite3 cursors
+def _pending_statement(cursor) -> bool:
+    """True while the cursor has a statement with rows left to fetch. CPython 3.11-3.13
+    keep that statement (a sqlite3.Statement) on the cursor and drop it once the last
+    row has been fetched; gc.get_referents shows it (no public attribute does)."""
+    return any(type(r).__name__ == "Statement" and type(r).__module__ == "sqlite3"
+               for r in gc.get_referents(cursor))
+
+
+def _reduce_cursor(cursor):
+    if _pending_statement(cursor):
+        raise pickle.PicklingError(
+            "a sqlite3 cursor is in the middle of a result set (rows not fetched yet); fetch "
+            "the rows (rows = cursor.fetchall()) before snapshot() and keep them: a result "
+            "set cannot be resumed in another process")
+    conn = cursor.connection
+    try:
+        cursor.fetchone()                  # no statement: only checks the cursor is open
+        closed = False
+    except sqlite3.ProgrammingError:       # a closed cursor or connection
+        closed = True
+    attrs = dict(getattr(cursor, "__dict__", {}))     # a subclass's own attributes
+    return (_new_cursor, (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed),
+            attrs or None)
+
+
+def _new_cursor(cls, conn, row_factory, arraysize, closed):
+    cursor = cls.__new__(cls)
+    try:
+        sqlite3.Cursor.__init__(cursor, conn)
+    except sqlite3.ProgrammingError:       # its connection was closed at the snapshot
+        other = sqlite3.connect(":memory:")
+        sqlite3.Cursor.__init__(cursor, other)
+        other.close()
+    cursor.row_factory, cursor.arraysize = row_factory, arraysize
+    if closed:
+        cursor.close()
+    return cursor
+
+
+register_adapter(sqlite3.Cursor, _reduce_cursor, subclasses=True)
+
+
+# ------------------------------------------------------------------------ csv
+_CSV_WRITER = type(csv.writer(type("_Sink", (), {"write": lambda self, s: None})()))
+_CSV_READER = type(csv.reader([]))
+_DIALECT_FIELDS = ("delimiter", "quotechar", "escapechar", "doublequote", "skipinitialspace",
+                   "lineterminator", "quoting", "strict")
+
+
+def _reduce_csv_writer(writer):
+    # The C writer keeps its file's bound `write` method but does not expose it: the
+    # garbage collector's view of the writer does (CPython 3.11-3.13).
+    target = next((getattr(r, "__self__", None) for r in gc.get_referents(writer)
+                   if getattr(r, "__name__", None) == "write"
+                   and getattr(r, "__self__", None) is not None), None)
+    if target is None:
+        raise pickle.PicklingError(
+            "a csv.writer writing through something other than a file object's write method "
+            "(e.g. a NamedTemporaryFile wrapper) cannot be rebuilt; create the writer again "
+            "after snapshot(), or write to a file from open()")
+    dialect = {field: getattr(writer.dialect, field) for field in _DIALECT_FIELDS}
+    if _std_stream(target):                # writes on to the resumed process's stdout
+        return (_new_csv_writer_on_std, (_std_stream(target), dialect))
+    return (_new_csv_writer, (target, dialect))
+
+
+def _new_csv_writer_on_std(name: str, dialect):
+    return csv.writer(getattr(sys, name), **dialect)
+
+
+def _new_csv_writer(target, dialect):
+    return csv.writer(target, **dialect)
+
+
+def _refuse_csv_reader(reader):
+    raise pickle.PicklingError(
+        "a csv.reader cannot be saved (its position in the input and line_num cannot be "
+        "restored); read the rows (rows = list(reader)) before snapshot(), or create the "
+        "reader after it")
+
+
+register_adapter(_CSV_WRITER, _reduce_csv_writer)
+register_adapter(_CSV_READER, _refuse_csv_reader)
+register_kind("_csv.writer", "a csv.writer", None)
+register_kind("_csv.reader", "a csv.reader", None)
+
+
+# ------------------------------------------------------------------------ executors, futures
+def _busy(pool) -> bool:
+    """Work queued or running in the pool. A worker counts itself idle (releases the
+    idle semaphore) just after it set its future's result, so a pool whose last result
+    was just read can look busy for an instant: give it up to 0.2 s to settle."""
+    deadline = time.monotonic() + 0.2
+    while True:
+        alive = sum(t.is_alive() for t in pool._threads)
+        if pool._shutdown:                 # its queue holds the wake-up sentinel
+            busy = alive > 0
+        else:
+            busy = not pool._work_queue.empty() or pool._idle_semaphore._value < alive
+        if not busy or time.monotonic() > deadline:
+            return busy
+        time.sleep(0.002)
+
+
+def _reduce_thread_pool(pool):
+    if _busy(pool):
+        raise pickle.PicklingError(
+            "the ThreadPoolExecutor has work queued or running at the snapshot; wait for its "
+            "futures (future.result(), or concurrent.futures.wait()) before snapshot(): "
+            "work in its threads cannot continue in another process")
+    config = {"max_workers": pool._max_workers, "thread_name_prefix": pool._thread_name_prefix,
+              "initializer": pool._initializer, "initargs": pool._initargs}
+    return (_new_thread_pool, (type(pool), config, pool._shutdown, pool._broken))
+
+
+def _new_thread_pool(cls, config, shutdown, broken):
+    """A new executor (threads start on the first submit, as in any new process)."""
+    pool = cls(**config)
+    pool._broken = broken
+    if shutdown:
+        pool.shutdown()
+    return pool
+
+
+def _reduce_future(future):
+    if not future.done():
+        raise pickle.PicklingError(
+            "a concurrent.futures Future is still pending or running at the snapshot; wait "
+            "for it (result = future.result()) before snapshot() and keep the result: its "
+            "work cannot continue in another process")
+    return future.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
+
+
+register_adapter(concurrent.futures.ThreadPoolExecutor, _reduce_thread_pool)
+register_adapter(concurrent.futures.Future, _reduce_future, subclasses=True)
