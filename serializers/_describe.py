@@ -115,6 +115,8 @@ def _public_prefixes(module: str) -> list[str]:
 def article(noun: str) -> str:
     """"a"/"an" + noun; an acronym goes by its first letter's sound ("an HTTP ...")."""
     word = noun.split(" ", 1)[0]
+    if word.lower().startswith(("http", "html", "xml", "ssl")):
+        return "an " + noun                # said letter by letter: "an httpx.Client"
     vowel_sound = "AEFHILMNORSX" if word.isupper() and len(word) > 1 else "aeiouAEIOU"
     return ("an " if noun[:1] in vowel_sound else "a ") + noun
 

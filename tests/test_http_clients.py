@@ -101,7 +101,9 @@ def refusal(obj, name="client") -> str:
     with pytest.raises(_pickler.UnpicklableError) as info:
         _pickler.dumps({"x": obj}, roots=lambda: [(f"local {name!r}", obj)])
     message = str(info.value)
-    assert message.startswith(f"local {name!r} -> "), message
+    # The user-level object first, then the internal path (serializers._describe).
+    assert message.startswith(f"local {name!r} is "), message
+    assert f"local {name!r} -> " in message, message
     return message
 
 
