@@ -158,10 +158,26 @@ class FreezePickler(cloudpickle.Pickler):
         return (rebuild_generator, (capture_generator(gen),))
 
 
-def _dump(obj) -> bytes:
+def _dump(obj, pickler_class=None) -> bytes:
     buf = io.BytesIO()
-    FreezePickler(buf, protocol=5).dump(obj)
+    (pickler_class or FreezePickler)(buf, protocol=5).dump(obj)
     return buf.getvalue()
+
+
+def _dump_any(obj) -> bytes:
+    """_dump; for a graph too deep for it (a long linked list), the deep dump."""
+    try:
+        return _dump(obj)
+    except pickle.PicklingError as exc:
+        from . import _deep
+        if not _deep.too_deep(exc):
+            raise
+        return _deep.dump_deep(_dump, obj)
+
+
+def _too_deep(error) -> bool:
+    from . import _deep
+    return isinstance(error, BaseException) and _deep.too_deep(error)
 
 
 _PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError)
@@ -175,9 +191,12 @@ def dumps(obj, *, roots=None) -> bytes:
     called only on failure)."""
     for _ in range(20):
         try:
-            return _dump(obj)
+            return _dump_any(obj)
         except _PICKLE_ERRORS as exc:
             path, culprit, error = find_unpicklable(roots() if roots else [("value", obj)], exc)
+            if _too_deep(error):       # never worth the dill fallback
+                from . import _deep
+                raise UnpicklableError(path, culprit, _deep.message()) from None
             if culprit is None or isinstance(culprit, HANDLE_TYPES) or type(culprit) in _DILL_TYPES:
                 raise UnpicklableError(path, culprit, error) from None
             try:
@@ -233,12 +252,14 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0):
     pickled, or (path, None, error) when no single culprit is found."""
     for path, obj in roots:
         try:
-            _dump(obj)
+            _dump_any(obj)
             continue
         except _PICKLE_ERRORS as exc:
             error = exc
         except RecursionError as exc:  # pragma: no cover - pathological
             return path, obj, exc
+        if _too_deep(error):
+            return path, obj, error     # its parts are as deep: name the outermost
         if isinstance(obj, HANDLE_TYPES) or reducer_for(type(obj)) is not None or _depth > 40:
             return path, obj, error     # refused by its own adapter: it is the culprit
         deeper = find_unpicklable([(path + name, child) for name, child in _children(obj)],

@@ -9,7 +9,8 @@ import pytest
 from conftest import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = ["nested", "loops", "contexts", "closures", "comprehensions", "generators",
-            "exceptions", "recursion", "passthrough", "globals_state", "fallback"]
+            "exceptions", "recursion", "passthrough", "globals_state", "fallback",
+            "instance_call"]
 
 
 def _baseline(program, tmp_path):
