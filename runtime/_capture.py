@@ -301,13 +301,18 @@ def capture_stack(top: types.FrameType, stop_code: types.CodeType,
 
 
 def capture_generator(gen) -> FrameRecord:
-    """Record of a suspended (or not yet started) generator held as a value."""
-    frame = gen.gi_frame
+    """Record of a suspended (or not yet started) generator held as a value, or of a
+    coroutine not started yet (created, never awaited)."""
+    if isinstance(gen, types.CoroutineType):
+        frame, created = gen.cr_frame, inspect.getcoroutinestate(gen) == inspect.CORO_CREATED
+        if not created:
+            raise SnapshotError(f"coroutine {gen.__qualname__}() is running or suspended")
+    else:
+        frame, created = gen.gi_frame, inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
     code = frame.f_code
     module = _module_of(frame)
     addr, view = _layout.iframe_of(frame)
-    state = inspect.getgeneratorstate(gen)
-    if state == inspect.GEN_CREATED:
+    if created:
         restored = morph_record(code)
         if restored is not None:   # restored unstarted: its slots hold dummies until started
             return restored

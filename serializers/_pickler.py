@@ -16,6 +16,7 @@ frames (self, cells, lists, module globals) keep their identity, and that
 
 from __future__ import annotations
 
+import inspect
 import io
 import pickle
 import sys
@@ -114,6 +115,14 @@ class FreezePickler(cloudpickle.Pickler):
             frame = obj.cr_frame if t is types.CoroutineType else obj.ag_frame
             if frame is None:
                 return (_finished_coroutine, ())
+            created = t is types.CoroutineType and \
+                inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
+            if created:     # never awaited yet: rebuilt like a generator not started yet
+                return (rebuild_generator, (capture_generator(obj),))
+            if t is types.AsyncGeneratorType:
+                raise pickle.PicklingError(
+                    f"async generator {obj.__qualname__}() has not finished and cannot be "
+                    "frozen; exhaust or close it before the snapshot")
             raise pickle.PicklingError(
                 f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
                 "it to completion before the snapshot")
