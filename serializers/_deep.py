@@ -46,9 +46,6 @@ TOO_DEEP = ("nested too deeply to save: lists, dicts, tuples or objects with a _
 # Objects whose reduction needs no flush: they hold nothing that is still being built.
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, type)
 
-_PLAIN: dict[type, bool] = {}
-
-
 def too_deep(exc: BaseException) -> bool:
     """Whether a pickling error is the recursion limit (cloudpickle turns RecursionError
     into a PicklingError)."""
@@ -126,6 +123,7 @@ class DeepPickler(FreezePickler):
     def __init__(self, file, protocol=5):
         super().__init__(file, protocol=protocol)
         self._queue: collections.deque = collections.deque()
+        self._kinds: dict[type, tuple] = {}     # type -> (plain?, dispatch_table reducer)
 
     def reducer_override(self, obj):
         t = type(obj)
@@ -147,10 +145,10 @@ class DeepPickler(FreezePickler):
         if rv is NotImplemented:
             if issubclass(t, type) or t is types.FunctionType:
                 return NotImplemented     # saved by reference: holds nothing
-            plain = _PLAIN.get(t)
-            if plain is None:
-                plain = _PLAIN[t] = _is_plain(t)
-            reduce = self.dispatch_table.get(t)
+            kind = self._kinds.get(t)
+            if kind is None:
+                kind = self._kinds[t] = (_is_plain(t), self.dispatch_table.get(t))
+            plain, reduce = kind
             rv = reduce(obj) if reduce is not None else obj.__reduce_ex__(self.proto)
             if not isinstance(rv, tuple):
                 return NotImplemented     # a global name: saved by reference

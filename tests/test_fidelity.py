@@ -10,7 +10,7 @@ from conftest import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = ["nested", "loops", "contexts", "closures", "comprehensions", "generators",
             "exceptions", "recursion", "passthrough", "globals_state", "fallback",
-            "instance_call"]
+            "instance_call", "deep_graphs"]
 
 
 def _baseline(program, tmp_path):
