@@ -24,7 +24,7 @@ sys.path.insert(0, str(AGENTS))
 
 import deep_subjects as subjects  # noqa: E402
 
-from snapstate.serializers import _deep, _pickler  # noqa: E402
+from snapstate.serializers import _deep, _inert, _pickler  # noqa: E402
 
 N = 10_000
 
@@ -181,6 +181,19 @@ def test_rebuilt_objects_see_complete_children():
     assert back["summary"].length == N and back["summary"].head is back["head"]
     assert back["watcher"].seen == N - 1 and back["watcher"].head is back["head"].next
     assert back["table"][Key(Node(0))] == "found"
+
+
+def test_inspect_reads_a_deep_dump_like_an_ordinary_one():
+    """The inert unpickler (`snaprun inspect`, runs nothing) shows a deep dump's objects
+    with their attributes and its root as the value dumped, not the deep dump's helpers."""
+    head = chain(Node)
+    decoded = _inert.loads(_pickler.dumps({"head": head, "summary": Summary(head)}))
+    assert sorted(decoded) == ["head", "summary"]
+    first = decoded["head"]
+    assert first.kind == "test_deep.Node"
+    assert _inert.attributes(first)["value"] == 0
+    assert _inert.attributes(_inert.attributes(first)["next"])["value"] == 1
+    assert _inert.render(decoded["summary"]).startswith("test_deep.Summary(Node(value=0, next=")
 
 
 def test_too_deep_is_refused_with_its_path_and_no_crash():
