@@ -18,10 +18,13 @@ dumps() dumps again with a DeepPickler (the common case never comes here):
   before its constructor call and again before its state, so everything it holds is
   complete by then, as in an ordinary dump. Plain objects' deferred BUILDs are not
   observable otherwise: their hash is their identity and nothing of theirs runs.
-- builtin containers still nest one C level each; on 3.11 the recursion limit is raised
-  for the dump by what a quarter of the thread's stack holds (a few hundred bytes a level
-  measured; 1 KiB counted), so 1,000-deep nesting fits every version and deeper nesting
-  ends in a RecursionError, which dumps() reports with the path, never a crash.
+- builtin containers still nest (lists and dicts two C levels each, tuples one): the
+  C recursion budget is raised for the dump by what a quarter of the thread's stack
+  holds (a few hundred bytes a level measured; 1 KiB counted), so 1,000-deep nesting
+  fits every version and deeper nesting ends in a RecursionError, which dumps() reports
+  with the path, never a crash. On 3.11 that budget is the recursion limit, which an
+  agent may have raised far beyond what the stack holds: every dump runs with it
+  bounded (`bounded`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import types
 
 from ._pickler import FreezePickler
 
-__all__ = ["dump_deep", "too_deep", "TOO_DEEP"]
+__all__ = ["dump_deep", "bounded", "too_deep", "message", "TOO_DEEP"]
 
 TOO_DEEP = ("nested too deeply to save: lists, dicts, tuples or objects with a __reduce__ or "
             "__setstate__ of their own nested inside each other more than about {levels} deep "
@@ -217,7 +220,6 @@ def dump_deep(dump, obj) -> bytes:
     by what a quarter of the stack holds: through the recursion limit on 3.11, the
     thread state's C counter on 3.12 (a compile-time constant there). 3.13's C limit
     (10,000) is already sized for the stack."""
-    extra = _stack_levels()
     if sys.version_info >= (3, 13):
         return dump(_Root(obj), DeepPickler)
     if sys.version_info >= (3, 12):
@@ -225,17 +227,42 @@ def dump_deep(dump, obj) -> bytes:
         if budget is None:
             return dump(_Root(obj), DeepPickler)
         before = budget.value
-        budget.value = before + extra
+        budget.value = before + _stack_levels()
         try:
             return dump(_Root(obj), DeepPickler)
         finally:
             budget.value = before    # every C level entered has been left again
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit + extra)
+    return _with_limit(_safe_limit(), dump, _Root(obj), DeepPickler)
+
+
+def _safe_limit() -> int:
+    """3.11: a recursion limit the C stack holds while pickling (the C pickler counts
+    against it): the default 1000 for Python frames, plus the stack's levels."""
+    return 1000 + _stack_levels()
+
+
+def _with_limit(limit: int, dump, *args) -> bytes:
+    before = sys.getrecursionlimit()
     try:
-        return dump(_Root(obj), DeepPickler)
-    finally:
         sys.setrecursionlimit(limit)
+    except RecursionError:      # already deeper than that: leave it
+        return dump(*args)
+    try:
+        return dump(*args)
+    finally:
+        sys.setrecursionlimit(before)
+
+
+def bounded(dump, obj) -> bytes:
+    """`dump(obj)`; on 3.11, with a recursion limit the agent raised (for its own deep
+    recursion) lowered for the dump to what the C stack holds: past that, the C pickler
+    would overflow the stack (a crash) instead of raising RecursionError."""
+    if sys.version_info >= (3, 12):
+        return dump(obj)
+    safe = _safe_limit()
+    if sys.getrecursionlimit() <= safe:
+        return dump(obj)
+    return _with_limit(safe, dump, obj)
 
 
 def levels() -> int:
@@ -245,7 +272,7 @@ def levels() -> int:
         return 10000 // 2
     if sys.version_info >= (3, 12):
         return (_C_RECURSION_LIMIT + (_stack_levels() if _c_budget() is not None else 0)) // 2
-    return (sys.getrecursionlimit() + _stack_levels()) // 2
+    return _safe_limit() // 2
 
 
 def message() -> str:

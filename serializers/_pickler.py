@@ -175,10 +175,10 @@ def _dump(obj, pickler_class=None) -> bytes:
 
 def _dump_any(obj) -> bytes:
     """_dump; for a graph too deep for it (a long linked list), the deep dump."""
+    from . import _deep
     try:
-        return _dump(obj)
+        return _deep.bounded(_dump, obj)
     except pickle.PicklingError as exc:
-        from . import _deep
         if not _deep.too_deep(exc):
             raise
         return _deep.dump_deep(_dump, obj)

@@ -198,8 +198,9 @@ def test_inspect_reads_a_deep_dump_like_an_ordinary_one():
 
 def test_too_deep_is_refused_with_its_path_and_no_crash():
     """Nesting beyond what even the deep dump can hold is refused naming the outermost
-    path and the fix; depths around that limit either pickle or are refused, in a child
-    interpreter that must exit normally (a stack overflow would kill it)."""
+    path and the fix; depths around that limit either pickle or are refused, and so is
+    100,000-deep nesting after the agent raised the recursion limit to 1,000,000, in a
+    child interpreter that must exit normally (a C stack overflow would kill it)."""
     roots = [("frame main() at agent.py:3, local 'tree'", nested("list", 60_000, "leaf"))]
     with pytest.raises(_pickler.UnpicklableError) as err:
         _pickler.dumps(roots, roots=lambda: roots)
@@ -225,6 +226,14 @@ def test_too_deep_is_refused_with_its_path_and_no_crash():
                 else:
                     assert unnest(back, depth) == "leaf"
                     outcomes.add("saved")
+        sys.setrecursionlimit(1_000_000)    # an agent's own deep recursion: not the C stack's
+        try:
+            _pickler.dumps(nested("list", 100_000, "leaf"))
+        except _pickler.UnpicklableError as exc:
+            assert "nested too deeply" in str(exc), exc
+            assert sys.getrecursionlimit() == 1_000_000
+        else:
+            raise AssertionError("100,000-deep nesting pickled")
         print(sorted(outcomes))
     """)
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
