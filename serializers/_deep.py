@@ -257,8 +257,8 @@ def bounded(dump, obj) -> bytes:
     """`dump(obj)`; on 3.11, with a recursion limit the agent raised (for its own deep
     recursion) lowered for the dump to what the C stack holds: past that, the C pickler
     would overflow the stack (a crash) instead of raising RecursionError."""
-    if sys.version_info >= (3, 12):
-        return dump(obj)
+    if sys.version_info >= (3, 12) or sys.getrecursionlimit() <= 1000:
+        return dump(obj)     # _safe_limit() is never below 1000
     safe = _safe_limit()
     if sys.getrecursionlimit() <= safe:
         return dump(obj)
