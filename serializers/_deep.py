@@ -49,6 +49,7 @@ TOO_DEEP = ("nested too deeply to save: lists, dicts, tuples or objects with a _
 # Objects whose reduction needs no flush: they hold nothing that is still being built.
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, type)
 
+
 def too_deep(exc: BaseException) -> bool:
     """Whether a pickling error is the recursion limit (cloudpickle turns RecursionError
     into a PicklingError)."""
@@ -150,7 +151,8 @@ class DeepPickler(FreezePickler):
                 return NotImplemented     # saved by reference: holds nothing
             kind = self._kinds.get(t)
             if kind is None:
-                kind = self._kinds[t] = (_is_plain(t), self.dispatch_table.get(t))
+                reduce = self.dispatch_table.get(t)
+                kind = self._kinds[t] = (reduce is None and _is_plain(t), reduce)
             plain, reduce = kind
             rv = reduce(obj) if reduce is not None else obj.__reduce_ex__(self.proto)
             if not isinstance(rv, tuple):
@@ -186,7 +188,9 @@ class DeepPickler(FreezePickler):
 
 
 def _stack_levels() -> int:
-    """Extra recursion levels a quarter of this thread's stack holds (3.11)."""
+    """Extra C recursion levels a quarter of this thread's stack holds: the main
+    thread's stack limit, or the size threads are created with (glibc's default for
+    threads is the same stack limit)."""
     size = threading.stack_size()
     if threading.current_thread() is threading.main_thread() or not size:
         soft = resource.getrlimit(resource.RLIMIT_STACK)[0]
@@ -198,6 +202,8 @@ def _stack_levels() -> int:
 # then int py_recursion_remaining, py_recursion_limit, c_recursion_remaining.
 _TSTATE_PY_LIMIT, _TSTATE_C_REMAINING = 32, 36
 _C_RECURSION_LIMIT = 1500
+# A prototype of our own: setting restype on ctypes.pythonapi's would change it for all.
+_THREAD_STATE_GET = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyThreadState_Get", ctypes.pythonapi))
 
 
 def _c_budget():
@@ -205,9 +211,7 @@ def _c_budget():
     the thread state does not look as expected (then nothing is raised)."""
     if sys.version_info[:2] != (3, 12):
         return None
-    tstate = ctypes.pythonapi.PyThreadState_Get
-    tstate.restype = ctypes.c_void_p
-    base = tstate()
+    base = _THREAD_STATE_GET()
     limit = ctypes.c_int.from_address(base + _TSTATE_PY_LIMIT)
     remaining = ctypes.c_int.from_address(base + _TSTATE_C_REMAINING)
     if limit.value != sys.getrecursionlimit() or not 0 < remaining.value <= _C_RECURSION_LIMIT:
