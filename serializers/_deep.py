@@ -15,8 +15,9 @@ dumps() dumps again with a DeepPickler (the common case never comes here):
   shared objects stay shared: one pickler, one memo, one pass.
 - any other object may look at what it holds while it is rebuilt (its constructor
   call, its __setstate__, its hash as a dict key): the queue is drained into the stream
-  before its constructor call and again before its state, so everything it holds is
-  complete by then, as in an ordinary dump. Plain objects' deferred BUILDs are not
+  before it is opened, after its constructor's arguments and again before its state,
+  so everything it holds is complete by then, as in an ordinary dump, and no queued
+  state meets it half-built (which would build it twice). Plain objects' deferred BUILDs are not
   observable otherwise: their hash is their identity and nothing of theirs runs.
 - builtin containers still nest (lists and dicts two C levels each, tuples one): the
   C recursion budget is raised for the dump by what a quarter of the thread's stack
@@ -128,6 +129,7 @@ class DeepPickler(FreezePickler):
         super().__init__(file, protocol=protocol)
         self._queue: collections.deque = collections.deque()
         self._kinds: dict[type, tuple] = {}     # type -> (plain?, dispatch_table reducer)
+        self._opened: dict[int, object] = {}    # objects flushed before (kept alive)
 
     def reducer_override(self, obj):
         t = type(obj)
@@ -168,6 +170,13 @@ class DeepPickler(FreezePickler):
             # it may be saved between a plain object's creation and its memoization (as
             # the class of NEWOBJ), where a flush would meet that object unmemoized.
             return rv
+        if self._queue and id(obj) not in self._opened:
+            # Apply what is queued before this object is opened: a queued state that
+            # refers to it would otherwise meet it half-saved (not memoized until its
+            # constructor call) and build it a second time. Loads as the object itself:
+            # saved again inside, for real this time (already in _opened).
+            self._opened[id(obj)] = obj
+            return (_first, (_Flush(), obj))
         func, args, state, items, pairs, setter = tuple(rv) + (None,) * (6 - len(rv))
         if not _inert(args):
             func, args = _call_flushed, (func, args, _Flush())

@@ -183,6 +183,20 @@ def test_rebuilt_objects_see_complete_children():
     assert back["table"][Key(Node(0))] == "found"
 
 
+def test_object_built_once_when_a_deferred_state_refers_to_it():
+    """An object rebuilt by a constructor call, referred to by a node whose state was
+    deferred and holding that node, is built once, as in an ordinary dump."""
+    node = Node(0)
+    built = subjects.Built([1, 2])
+    node.ref = built
+    built.items.append(node)
+    data = _pickler.dumps([chain(Node), Node(-1), node, built])
+    subjects.Built.COUNT = 0
+    back = _pickler.loads(data)
+    assert subjects.Built.COUNT == 1
+    assert back[2].ref is back[3] and back[3].items == [1, 2, back[2]]
+
+
 def test_inspect_reads_a_deep_dump_like_an_ordinary_one():
     """The inert unpickler (`snaprun inspect`, runs nothing) shows a deep dump's objects
     with their attributes and its root as the value dumped, not the deep dump's helpers."""

@@ -10,3 +10,15 @@ async def fetch(x, *, scale=2):
 
 async def numbers():
     yield 1
+
+
+class Built:
+    """Rebuilt by calling it with what it holds; counts how often it is built."""
+    COUNT = 0
+
+    def __init__(self, items):
+        Built.COUNT += 1
+        self.items = items
+
+    def __reduce__(self):
+        return (Built, (self.items,))
