@@ -1,11 +1,13 @@
-"""Deep object graphs, never-awaited coroutines and instance __call__ refusals.
+"""Deep object graphs, never-awaited coroutines and instance __call__ (issue 9, 0b).
 
 Linked lists of 10,000 nodes and 1,000-deep nested containers pickle and unpickle in
 one pass with identity kept (the ordinary dump hits the C recursion limit after a few
 hundred links; the deep dump defers plain objects' state); objects that look at what
 they hold while they are rebuilt still see it complete; a graph too deep even for the
 deep dump is refused naming its path, never a crash, and the recursion limits are
-left as they were."""
+left as they were. A coroutine created and not awaited yet is saved; unfinished ones
+are refused with the right word. snapshot() inside an instance's __call__ is taken,
+while C callers that keep state between the frames are still refused."""
 
 from __future__ import annotations
 
