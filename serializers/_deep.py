@@ -42,10 +42,10 @@ from ._pickler import FreezePickler
 
 __all__ = ["dump_deep", "bounded", "too_deep", "message", "TOO_DEEP"]
 
-TOO_DEEP = ("nested too deeply to save: lists, dicts, tuples or objects with a __reduce__ or "
-            "__setstate__ of their own nested inside each other more than about {levels} deep "
-            "(Python's C recursion limit); flatten the structure (e.g. keep the links in a "
-            "list) before snapshot()")
+TOO_DEEP = ("nested too deeply to save: lists, dicts, tuples or objects with their own "
+            "__reduce__, __setstate__ or __hash__ (frozen dataclasses too) nested inside each "
+            "other more than about {levels} deep (Python's C recursion limit); flatten the "
+            "structure (e.g. keep the links in a list) before snapshot()")
 
 # Objects whose reduction needs no flush: they hold nothing that is still being built.
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, type)
