@@ -5,10 +5,10 @@ the runtime's bootstrap is read through the interpreter-frame layout: raw local
 slots (cells kept as cells), the value stack below the pending call's result (NULLs
 kept), and where execution resumes. Between two frames there is either a direct
 Python call, or C code. C code that only passes a call through (a `*args/**kwargs`
-call on 3.11, `Class()` running `__init__`, a property getter, `__getitem__`) holds
-no state of its own, so the caller's stack depth is computed from the bytecode and
-the frame is captured; any other C code is refused with a SnapshotError that names
-both frames and the fix.
+call on 3.11, `Class()` running `__init__`, `obj()` running a Python `__call__`, a
+property getter, `__getitem__`) holds no state of its own, so the caller's stack depth
+is computed from the bytecode and the frame is captured; any other C code is refused
+with a SnapshotError that names both frames and the fix.
 """
 
 from __future__ import annotations
@@ -130,6 +130,18 @@ def _init_code(cls: type):
     return _code_of_callable(init)
 
 
+def _call_slot_code(obj):
+    """Code of the Python function that calling `obj` runs through its type's __call__
+    slot, when that C slot only passes the call through: a plain function (also as a
+    classmethod, staticmethod or bound method) found on type(obj). None for anything
+    else (a callable object, functools.partial, a C method): another C call or C state
+    would sit between the frames."""
+    call = inspect.getattr_static(type(obj), "__call__", None)
+    if isinstance(call, (staticmethod, classmethod, types.MethodType)):
+        call = call.__func__     # a bound method's C call only prepends its __self__
+    return call.__code__ if isinstance(call, types.FunctionType) else None
+
+
 def _c_name(obj) -> str:
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
     if name is None:
@@ -161,10 +173,16 @@ def _pass_through(frame, callee, callee_code, callee_record, ins, stack_before, 
                     instance = instance.cell_contents
                 if isinstance(instance, target):
                     return INSTANCE, instance
+            elif (type(target).__call__ is not type.__call__
+                  and _call_slot_code(target) is callee_code):
+                return VALUE, None     # a metaclass __call__: the call's value is its value
             raise _refuse_c_code(frame, callee, f"{_c_name(target)}(...)")
         if _code_of_callable(target) is callee_code and isinstance(
                 getattr(target, "__func__", target), types.FunctionType):
             return VALUE, None
+        if not isinstance(target, (types.FunctionType, types.MethodType)) and \
+                _call_slot_code(target) is callee_code:
+            return VALUE, None         # obj(...) running type(obj).__call__
         raise _refuse_c_code(frame, callee, f"{_c_name(target)}(...)")
     if ins.opname in LAYOUT.ATTR_OPS:
         owner = stack_before[-1]
@@ -283,13 +301,18 @@ def capture_stack(top: types.FrameType, stop_code: types.CodeType,
 
 
 def capture_generator(gen) -> FrameRecord:
-    """Record of a suspended (or not yet started) generator held as a value."""
-    frame = gen.gi_frame
+    """Record of a suspended (or not yet started) generator held as a value, or of a
+    coroutine not started yet (created, never awaited)."""
+    if isinstance(gen, types.CoroutineType):
+        frame, created = gen.cr_frame, inspect.getcoroutinestate(gen) == inspect.CORO_CREATED
+        if not created:
+            raise SnapshotError(f"coroutine {gen.__qualname__}() is running or suspended")
+    else:
+        frame, created = gen.gi_frame, inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
     code = frame.f_code
     module = _module_of(frame)
     addr, view = _layout.iframe_of(frame)
-    state = inspect.getgeneratorstate(gen)
-    if state == inspect.GEN_CREATED:
+    if created:
         restored = morph_record(code)
         if restored is not None:   # restored unstarted: its slots hold dummies until started
             return restored

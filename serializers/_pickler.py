@@ -18,6 +18,7 @@ frames (self, cells, lists, module globals) keep their identity, and that
 
 from __future__ import annotations
 
+import inspect
 import io
 import pickle
 import sys
@@ -121,6 +122,14 @@ class FreezePickler(cloudpickle.Pickler):
             frame = obj.cr_frame if t is types.CoroutineType else obj.ag_frame
             if frame is None:
                 return (_finished_coroutine, ())
+            created = t is types.CoroutineType and \
+                inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
+            if created:     # never awaited yet: rebuilt like a generator not started yet
+                return (rebuild_generator, (capture_generator(obj),))
+            if t is types.AsyncGeneratorType:
+                raise pickle.PicklingError(
+                    f"async generator {obj.__qualname__}() has not finished and cannot be "
+                    "frozen; exhaust or close it before the snapshot")
             raise pickle.PicklingError(
                 f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
                 "it to completion before the snapshot")
@@ -165,12 +174,28 @@ class FreezePickler(cloudpickle.Pickler):
         return (rebuild_generator, (capture_generator(gen),))
 
 
-def _dump(obj) -> bytes:
+def _dump(obj, pickler_class=None) -> bytes:
     buf = io.BytesIO()
-    pickler = FreezePickler(buf, protocol=5)
+    pickler = (pickler_class or FreezePickler)(buf, protocol=5)
     _refs.prepare(pickler, buf)      # module sentinel strings: memo seeded, preamble first
     pickler.dump(obj)
     return buf.getvalue()
+
+
+def _dump_any(obj) -> bytes:
+    """_dump; for a graph too deep for it (a long linked list), the deep dump."""
+    from . import _deep
+    try:
+        return _deep.bounded(_dump, obj)
+    except pickle.PicklingError as exc:
+        if not _deep.too_deep(exc):
+            raise
+        return _deep.dump_deep(_dump, obj)
+
+
+def _too_deep(error) -> bool:
+    from . import _deep
+    return isinstance(error, BaseException) and _deep.too_deep(error)
 
 
 _PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError)
@@ -184,11 +209,14 @@ def dumps(obj, *, roots=None) -> bytes:
     called only on failure)."""
     for _ in range(20):
         try:
-            return _dump(obj)
+            return _dump_any(obj)
         except _PICKLE_ERRORS as exc:
             chain: list = []
             path, culprit, error = find_unpicklable(roots() if roots else [("value", obj)], exc,
                                                     chain=chain)
+            if _too_deep(error):       # never worth the dill fallback
+                from . import _deep
+                raise UnpicklableError(path, culprit, _deep.message(), chain) from None
             if (culprit is None or isinstance(culprit, HANDLE_TYPES) or type(culprit) in _DILL_TYPES
                     or reducer_for(type(culprit)) is not None):   # refused by its adapter
                 raise UnpicklableError(path, culprit, error, chain) from None
@@ -249,7 +277,7 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0, chain: list | Non
     given, receives the (path, object) pairs from the root down to the culprit."""
     for path, obj in roots:
         try:
-            _dump(obj)
+            _dump_any(obj)
             continue
         except _PICKLE_ERRORS as exc:
             error = exc
@@ -257,6 +285,8 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0, chain: list | Non
             return path, obj, exc
         if chain is not None:
             chain.append((path, obj))
+        if _too_deep(error):
+            return path, obj, error     # its parts are as deep: name the outermost
         adapter = reducer_for(type(obj))
         parts = getattr(adapter, "parts", None)   # what an adapter saves of obj, if it says
         if (isinstance(obj, HANDLE_TYPES) or _depth > 40

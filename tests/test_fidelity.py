@@ -10,7 +10,7 @@ from conftest import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = ["nested", "loops", "contexts", "closures", "comprehensions", "generators",
             "exceptions", "recursion", "passthrough", "globals_state", "fallback",
-            "fn_defaults", "fn_classes"]
+            "fn_defaults", "fn_classes", "instance_call", "deep_graphs"]
 
 
 def _baseline(program, tmp_path):
