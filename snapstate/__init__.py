@@ -11,6 +11,7 @@ snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
 from snapstate.resources._adapters import register_adapter as register_adapter
+from snapstate.resources._secrets import credential as credential
 from snapstate.resources._registry import resource as resource
 from snapstate.runtime._effects import Retry as Retry
 from snapstate.runtime._effects import Secret as Secret
@@ -65,6 +66,7 @@ __all__ = [
     "effect_time_left",
     "resource",
     "register_adapter",
+    "credential",
     # errors (runtime/_errors.py draws the tree)
     "SnapstateError",
     "SnapshotError",

@@ -221,8 +221,8 @@ def test_too_deep_is_refused_with_its_path_and_no_crash():
     with pytest.raises(_pickler.UnpicklableError) as err:
         _pickler.dumps(roots, roots=lambda: roots)
     message = str(err.value)
-    assert message.startswith("frame main() at agent.py:3, local 'tree' -> list: nested too "
-                              "deeply to save")
+    assert message.startswith("local 'tree' is a list")     # the user's object first
+    assert "frame main() at agent.py:3, local 'tree' -> list: nested too deeply to save" in message
     assert "flatten the structure" in message
     limit = _deep.levels()
     script = textwrap.dedent(f"""

@@ -17,7 +17,7 @@ from conftest import AGENTS
 
 PUBLIC = [
     "snapshot", "SnapshotInfo", "effect", "call_effect", "Retry", "Secret", "now", "random",
-    "uuid4", "effect_time_left", "resource", "register_adapter",
+    "uuid4", "effect_time_left", "resource", "register_adapter", "credential",
     "SnapstateError", "SnapshotError", "SnapshotWriteError", "RestoreError",
     "IncompatibleSnapshot", "CorruptSnapshot", "TruncatedSnapshot", "SnapshotRejected",
     "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
