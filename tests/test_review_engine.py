@@ -157,6 +157,29 @@ def test_class_attribute_rebound_to_a_function_survives(tmp_path, modname):
     assert v2.Policy().describe() == "fancy"
 
 
+@pytest.mark.xfail(strict=True, reason="_restore_class deletes every class-body "
+                   "attribute missing from the saved data, and a function value was never "
+                   "saved (not 'data'): the attribute is deleted after the restore")
+def test_class_hook_set_to_a_function_is_not_deleted(tmp_path, modname):
+    """A hook slot `on_done = None` in the class body that the job set to a function
+    (`Hooks.on_done = shout`) is that function after the restore; today the restore
+    deletes the attribute, and the resumed job dies with AttributeError on
+    `Hooks.on_done` where the uninterrupted run goes on."""
+    source = """
+        def shout(r):
+            return f"done {r}!"
+
+        class Hooks:
+            on_done = None
+    """
+
+    def mutate(m):
+        m.Hooks.on_done = m.shout
+
+    v2 = _round_trip(tmp_path, modname, source, mutate)
+    assert v2.Hooks.__dict__.get("on_done", "deleted") is v2.shout
+
+
 @pytest.mark.xfail(strict=True, reason="_defstate._pick returns the fresh value whenever "
                    "it is any module-level object of the saved value's library module, "
                    "even when the job set a different value")
