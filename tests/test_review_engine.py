@@ -263,3 +263,32 @@ def test_killed_and_resumed_agent_matches_plain_run(tmp_path):
     resumed = snaprun("resume", "--store", store, snapshot_files(store, "j")[-1], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert killed.stdout + resumed.stdout == base.stdout
+
+
+@pytest.mark.xfail(strict=True, reason="resources/_adapters._reduce_file resolves a "
+                   "relative file name against the cwd at the snapshot, not the one the "
+                   "file was opened in")
+def test_relative_file_reopens_the_file_it_was_opened_on(tmp_path, monkeypatch):
+    """A file opened by a relative name (`open("out.txt", "a")` in directory a) and a
+    later os.chdir(b) (now common: the job's cwd is restored) reopens a/out.txt after
+    the restore. Today it reopens b/out.txt, truncates it to a's position and appends
+    a's writes there: another file of the user's is silently damaged."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (b / "out.txt").write_text("b-file\n")
+    monkeypatch.chdir(a)
+    f = open("out.txt", "a")
+    try:
+        f.write("first\n")
+        monkeypatch.chdir(b)
+        blob = _pickler.dumps({"f": f})
+    finally:
+        f.close()
+    g = _pickler.loads(blob)["f"]
+    try:
+        g.write("second\n")
+    finally:
+        g.close()
+    assert (b / "out.txt").read_text() == "b-file\n"
+    assert (a / "out.txt").read_text() == "first\nsecond\n"
