@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import textwrap
 import types
@@ -324,3 +325,21 @@ def test_object_the_job_installed_into_a_library_module_comes_back():
         assert back["opener"].items == {"User-agent": "rev-agent"}
     finally:
         sys.modules.pop("ident_review_installed", None)
+
+
+@pytest.mark.xfail(strict=True, reason="runtime/_process.capture saves only variables "
+                   "whose value differs from the job's start: one the job set to the value "
+                   "it already had is not saved, and the resuming shell's value wins")
+def test_variable_the_job_set_survives_a_resume_under_another_environment(monkeypatch):
+    """`os.environ["REV_MODE"] = "fast"` set by the job is "fast" after a resume from a
+    shell where REV_MODE is unset, as in the uninterrupted run, even though the
+    job's own shell happened to have REV_MODE=fast already."""
+    from snapstate.runtime import _process
+    job = types.SimpleNamespace()
+    monkeypatch.setenv("REV_MODE", "fast")      # the shell the job started from
+    _process.begin(job)
+    monkeypatch.setenv("REV_MODE", "fast")      # the job sets it
+    blob = _pickler.dumps({"process": _process.capture(job)})
+    monkeypatch.delenv("REV_MODE")              # the shell that resumes it
+    _pickler.loads(blob)
+    assert os.environ.get("REV_MODE") == "fast"
