@@ -361,3 +361,55 @@ def test_client_certificate_not_dropped_when_it_cannot_be_detected(tmp_path, mon
             _pickler.dumps(client)
     finally:
         client.close()
+
+
+# ------------------------------------------------------------------ logging
+LOGGING_AGENT = textwrap.dedent('''
+    import logging
+    from snapstate import snapshot
+
+    log = logging.getLogger("agent")
+
+
+    def main():
+        logging.basicConfig(level=logging.INFO, filename="agent.log", format="%(message)s")
+        for step in range(3):
+            log.info("step %d", step)
+            snapshot(f"s{step}")
+        log.info("done")
+        return 1
+''')
+
+
+@pytest.mark.xfail(strict=True, reason="the root logger's handlers and level (set by "
+                   "logging.basicConfig in main) are not saved: logging stops after a resume")
+def test_logging_configured_in_main_keeps_logging_after_a_resume(tmp_path):
+    """The most common logging setup: logging.basicConfig(filename=..., level=INFO) at
+    the top of main(), a module-level `log = logging.getLogger(__name__)`. Killed after
+    snapshot 1 and resumed, the resumed process's root logger has no handler and level
+    WARNING: "step 1", "step 2", "done" are silently never logged (the plain run logs
+    all four lines). The saved logger comes back; the handler it propagates to does not."""
+    agent = tmp_path / "log_agent.py"
+    agent.write_text(LOGGING_AGENT)
+    run = snaprun("run", "--store", tmp_path / "s", "--job", "job", agent, cwd=tmp_path,
+                  fault="after-snapshot:1")
+    assert run.returncode != 0
+    resumed = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "agent.log").read_text().splitlines() == \
+        ["step 0", "step 1", "step 2", "done"]
+
+
+@pytest.mark.xfail(strict=True, reason="serializers/_describe: the logging.Logger kind's fix "
+                   "always talks about handlers")
+def test_standalone_logger_refusal_offers_a_fix_that_fits():
+    """logging.Logger("mine") made directly (not through getLogger) is refused because
+    it cannot be found by name again; the refusal's fix says to remove one of its
+    handlers (it has none). The fix must fit: use logging.getLogger("mine")."""
+    import logging
+    log = logging.Logger("mine")
+    with pytest.raises(_pickler.UnpicklableError) as caught:
+        _pickler.dumps(log, roots=lambda: [("local 'log'", log)])
+    assert "local 'log'" in str(caught.value)
+    fix = caught.value.fix or ""
+    assert "removeHandler" not in fix and "getLogger" in str(caught.value) + fix
