@@ -517,3 +517,22 @@ def test_numpy_view_refusal_ends_with_its_own_fix():
         _pickler.dumps(view, roots=lambda: [("local 'view'", view)])
     assert "local 'view'" in str(caught.value) and "view.copy()" in str(caught.value)
     assert caught.value.fix is None or "register_adapter" not in caught.value.fix
+
+
+@pytest.mark.xfail(strict=True, reason="resources/_stdlib._reduce_handler saves a handler's "
+                   "__dict__ by value, credentials included")
+def test_logging_handler_credentials_are_not_in_clear(keys):
+    """SMTPHandler(credentials=(user, password)) and HTTPHandler(credentials=...) (alerts
+    from an agent): the handler adapter saves every attribute by value, so the SMTP /
+    HTTP password is in the payload in clear, while the same password in an httpx or
+    requests auth is sealed."""
+    import logging.handlers
+    smtp = logging.handlers.SMTPHandler("127.0.0.1", "a@example.com", ["b@example.com"],
+                                        "alert", credentials=("user", "smtp-SECRET-9"))
+    http = logging.handlers.HTTPHandler("127.0.0.1:9", "/log", method="POST",
+                                        credentials=("user", "http-SECRET-10"))
+    data = _pickler.dumps((smtp, http))
+    smtp.close()
+    http.close()
+    assert b"smtp-SECRET-9" not in data
+    assert b"http-SECRET-10" not in data
