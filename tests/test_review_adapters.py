@@ -10,6 +10,7 @@ marker must be removed with the fix).
 from __future__ import annotations
 
 import gzip
+import logging
 import sqlite3
 import os
 import textwrap
@@ -536,3 +537,26 @@ def test_logging_handler_credentials_are_not_in_clear(keys):
     http.close()
     assert b"smtp-SECRET-9" not in data
     assert b"http-SECRET-10" not in data
+
+
+@pytest.mark.xfail(strict=True, reason="resources/_stdlib append spec -> _reopen_file refuses "
+                   "a missing file: a rotated-away log blocks the resume")
+def test_watched_file_handler_resumes_after_logrotate(tmp_path):
+    """A WatchedFileHandler exists to survive logrotate (app.log renamed to app.log.1,
+    the handler opens a new app.log). After a snapshot and a rotation, the restore
+    raises ResourceReopenError "app.log no longer exists ... put the file back": the job
+    cannot resume until the user undoes the rotation. A log handler's file should be
+    created again, as the handler itself would."""
+    import logging.handlers
+    path = tmp_path / "app.log"
+    handler = logging.handlers.WatchedFileHandler(path)
+    handler.emit(logging.LogRecord("a", logging.INFO, __file__, 1, "one", None, None))
+    data = _pickler.dumps(handler)
+    handler.close()
+    os.rename(path, tmp_path / "app.log.1")
+    copy = _pickler.loads(data)
+    try:
+        copy.emit(logging.LogRecord("a", logging.INFO, __file__, 1, "two", None, None))
+    finally:
+        copy.close()
+    assert path.read_text() == "two\n"
