@@ -305,31 +305,9 @@ def _restore_function(module: str, path: str, fn, state: FunctionState) -> None:
     # The definition digest covers the number of defaults; without source, check it.
     if code_digest(code) == saved_code and _def_digest(code) == saved_def \
             and (saved_def is not None or _same_shape(fn, defaults, kwdefaults)):
-        if defaults is not None and fn.__defaults__ is not None \
-                and len(defaults) == len(fn.__defaults__):
-            defaults = tuple(_pick(new, old) for new, old in zip(fn.__defaults__, defaults))
-        if kwdefaults is not None and fn.__kwdefaults__ is not None:
-            fresh = fn.__kwdefaults__
-            kwdefaults = {k: _pick(fresh.get(k, _MISSING), v) for k, v in kwdefaults.items()}
         fn.__defaults__ = defaults
         fn.__kwdefaults__ = kwdefaults
     fn.__dict__.update(attrs)
-
-
-def _pick(fresh, saved):
-    """The saved value, unless it is a copy of a library's module-level object (a
-    sentinel such as dataclasses.MISSING) that the fresh import references: the
-    pickler copies such objects, and `x is SENTINEL` tests must keep working."""
-    if fresh is saved or fresh is _MISSING or type(fresh) is not type(saved):
-        return saved
-    kind = type(fresh)
-    module = sys.modules.get(kind.__module__)
-    if module is None or kind.__module__ == "builtins" or kind.__module__ in _AGENT_MODULES:
-        return saved
-    try:
-        return fresh if any(v is fresh for v in vars(module).values()) else saved
-    except TypeError:
-        return saved
 
 
 def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
@@ -347,7 +325,7 @@ def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
         if current is not _MISSING and (not _is_data(current) or isinstance(current, type)
                                         and current.__qualname__ == f"{path}.{name}"):
             continue            # now a method, descriptor or nested class
-        setattr(cls, name, _pick(current, value))
+        setattr(cls, name, value)
     if known:
         for name, current in list(own.items()):
             if (name not in attrs and name in old and old[name] == new.get(name)
@@ -356,14 +334,12 @@ def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
                 delattr(cls, name)      # deleted by the job; the class body is unchanged
 
 
-_AGENT_MODULES: set[str] = set()
-
-
 def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
     """Put the saved state onto the freshly imported functions and classes (after the
-    agent's module globals were restored)."""
-    _AGENT_MODULES.update(defs)
-    _AGENT_MODULES.update(agent_modules)
+    agent's module globals were restored). A library's module-level object (a sentinel
+    such as dataclasses.MISSING) needs no care here: serializers/_refs saved it by
+    reference, so the saved value is the new process's object. `agent_modules` is
+    accepted for callers and unused."""
     for module_name, parts in defs.items():
         module = sys.modules.get(module_name)
         if module is None:

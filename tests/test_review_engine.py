@@ -181,9 +181,6 @@ def test_class_hook_set_to_a_function_is_not_deleted(tmp_path, modname):
     assert v2.Hooks.__dict__.get("on_done", "deleted") is v2.shout
 
 
-@pytest.mark.xfail(strict=True, reason="_defstate._pick returns the fresh value whenever "
-                   "it is any module-level object of the saved value's library module, "
-                   "even when the job set a different value")
 def test_class_attribute_changed_between_library_constants_survives(tmp_path, modname):
     """A class attribute (or default) the job changed from one library constant to
     another value of the same type (`Clock.tz = UTC` -> UTC+2, `re.IGNORECASE` ->
