@@ -54,7 +54,8 @@ from ._codeid import code_digest
 
 __all__ = ["capture", "restore", "roots"]
 
-# (code digest, definition digest, __defaults__, __kwdefaults__, attributes)
+# (code digest, definition digest, __defaults__, __kwdefaults__, attributes,
+#  None or (digest of the decorated definition, {closure variable: value}))
 FunctionState = tuple
 # (data attributes, {attribute: digest of its initializer in the class body} or None)
 ClassState = tuple
@@ -171,29 +172,70 @@ def _is_data(value) -> bool:
     return not isinstance(value, types.FunctionType) and not hasattr(type(value), "__get__")
 
 
+def _chain(fn: types.FunctionType) -> list[types.FunctionType]:
+    """The function, then its __wrapped__ chain (functions only, at most 8)."""
+    out = [fn]
+    while len(out) < 8:
+        fn = fn.__dict__.get("__wrapped__")
+        if type(fn) is not types.FunctionType:
+            break
+        out.append(fn)
+    return out
+
+
+def _anchor(chain: list[types.FunctionType], files: set[str]) -> str | None:
+    """Definition digest of the decorated function (the innermost of the agent's code):
+    its decorator lines hold the decorator's arguments that made the closure."""
+    for fn in reversed(chain):
+        if fn.__code__.co_filename in files:
+            return _def_digest(fn.__code__)
+    return None
+
+
 class _Capture:
     def __init__(self, modules: list[types.ModuleType]):
         self.names = {m.__name__ for m in modules}
         self.files = {f for m in modules if (f := getattr(m, "__file__", None))}
 
     def function(self, fn: types.FunctionType, path: str, out: dict) -> None:
-        for _ in range(8):          # the function, then its __wrapped__ chain
-            attrs = fn.__dict__
-            defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
-            if defaults is None and kwdefaults is None and not attrs:
-                return              # the common case: nothing to save, nothing wrapped
+        """Save the state of `fn` and of its __wrapped__ chain: each level whose code is
+        the agent's; a library's wrapper (@contextlib.contextmanager, functools'
+        singledispatch) or generated code is passed through to what it wraps."""
+        chain = _chain(fn)
+        anchor = _anchor(chain, self.files)
+        chain = [(f, path + ".__wrapped__" * i) for i, f in enumerate(chain)]
+        for fn, path in chain:
             code = fn.__code__
             if code.co_filename not in self.files:
-                return              # generated code (dataclass, namedtuple), a library's
+                continue            # generated code (dataclass, namedtuple), a library's
+            attrs = fn.__dict__
+            defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
             if attrs:
                 attrs = {k: v for k, v in attrs.items() if not _dunder(k)}
-            if defaults is not None or kwdefaults is not None or attrs:
+            cells = self.cells(fn) if fn.__closure__ else None
+            if defaults is not None or kwdefaults is not None or attrs or cells:
                 out[path] = (code_digest(code), _def_digest(code), defaults, kwdefaults,
-                             dict(attrs))
-            fn = fn.__dict__.get("__wrapped__")
-            if type(fn) is not types.FunctionType:
-                return
-            path += ".__wrapped__"
+                             dict(attrs), (anchor, cells) if cells else None)
+
+    def cells(self, fn: types.FunctionType) -> dict:
+        """{free variable: value} of a decorator wrapper's closure, without the cells
+        holding what importing the module makes again: the wrapped function and the
+        agent's own module-level functions and classes."""
+        wrapped = fn.__dict__.get("__wrapped__")
+        out = {}
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue            # empty: nothing to put back
+            if value is wrapped and wrapped is not None:
+                continue
+            if isinstance(value, (types.FunctionType, type)) \
+                    and getattr(value, "__module__", None) in self.names \
+                    and "<locals>" not in getattr(value, "__qualname__", "<locals>"):
+                continue
+            out[name] = value
+        return out
 
     def klass(self, cls: type, path: str, module: str, functions: dict, classes: dict) -> None:
         if _skipped_class(cls):
@@ -206,7 +248,7 @@ class _Capture:
             if type(value) is types.FunctionType:
                 if value.__qualname__.startswith(prefix):
                     if value.__defaults__ is not None or value.__kwdefaults__ is not None \
-                            or value.__dict__:
+                            or value.__dict__ or value.__closure__:
                         self.function(value, f"{path}.{name}", functions)
                     continue
             elif isinstance(value, type) and value.__module__ == module \
@@ -237,7 +279,7 @@ def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
         for key, value in list(vars(module).items()):
             if type(value) is function_type:
                 if (value.__defaults__ is not None or value.__kwdefaults__ is not None
-                        or value.__dict__) and value.__module__ == name \
+                        or value.__dict__ or value.__closure__) and value.__module__ == name \
                         and value.__qualname__ == key:
                     cap.function(value, key, functions)
             elif isinstance(value, type):
@@ -252,7 +294,11 @@ def roots(defs: dict) -> list[tuple[str, object]]:
     """(path, value) pairs naming every saved value, for naming an unpicklable one."""
     out = []
     for module, parts in defs.items():
-        for path, (_c, _d, defaults, kwdefaults, attrs) in parts["functions"].items():
+        for path, state in parts["functions"].items():
+            defaults, kwdefaults, attrs = state[2:5]
+            for name, value in (state[5][1] if len(state) > 5 and state[5] else {}).items():
+                out.append((f"module {module}, function {path}(), closure variable {name!r}",
+                            value))
             for i, value in enumerate(defaults or ()):
                 out.append((f"module {module}, function {path}(), default argument [{i}]", value))
             for name, value in (kwdefaults or {}).items():
@@ -295,8 +341,10 @@ def _same_shape(fn: types.FunctionType, defaults, kwdefaults) -> bool:
     return kwdefaults is None or set(kwdefaults) == set(now_k)
 
 
-def _restore_function(module: str, path: str, fn, state: FunctionState) -> None:
-    saved_code, saved_def, defaults, kwdefaults, attrs = state
+def _restore_function(module: str, path: str, fn, state: FunctionState,
+                      files: set[str] = frozenset()) -> None:
+    saved_code, saved_def, defaults, kwdefaults, attrs = state[:5]
+    closure = state[5] if len(state) > 5 else None
     if not isinstance(fn, types.FunctionType):
         return
     if "__wrapped__" not in path and (fn.__module__ != module or fn.__qualname__ != path):
@@ -307,7 +355,21 @@ def _restore_function(module: str, path: str, fn, state: FunctionState) -> None:
             and (saved_def is not None or _same_shape(fn, defaults, kwdefaults)):
         fn.__defaults__ = defaults
         fn.__kwdefaults__ = kwdefaults
+        if closure is not None:
+            _restore_cells(fn, *closure, files)
     fn.__dict__.update(attrs)
+
+
+def _restore_cells(fn: types.FunctionType, anchor: str | None, cells: dict,
+                   files: set[str]) -> None:
+    """Put saved closure values into the fresh function's own cells (the fresh wrapper
+    keeps its fresh wrapped function), when the decorated definition is unchanged."""
+    if fn.__closure__ is None or _anchor(_chain(fn), files) != anchor:
+        return
+    index = {name: i for i, name in enumerate(fn.__code__.co_freevars)}
+    for name, value in cells.items():
+        if name in index:
+            fn.__closure__[index[name]].cell_contents = value
 
 
 def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
@@ -340,11 +402,13 @@ def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
     such as dataclasses.MISSING) needs no care here: serializers/_refs saved it by
     reference, so the saved value is the new process's object. `agent_modules` is
     accepted for callers and unused."""
+    files = {f for name in (*defs, *agent_modules)
+             if (f := getattr(sys.modules.get(name), "__file__", None))}
     for module_name, parts in defs.items():
         module = sys.modules.get(module_name)
         if module is None:
             continue
         for path, state in parts["functions"].items():
-            _restore_function(module_name, path, _resolve(module, path), state)
+            _restore_function(module_name, path, _resolve(module, path), state, files)
         for path, state in parts["classes"].items():
             _restore_class(module_name, path, _resolve(module, path), state)

@@ -252,3 +252,38 @@ def test_library_sentinels_in_defaults_and_class_attributes_keep_identity(tmp_pa
     import dataclasses
     assert v2.f() is True and v2.f.__defaults__[1] == [1, dataclasses.MISSING]
     assert v2.C.marker is dataclasses.MISSING and v2.C.hits == 4
+
+
+def test_decorator_closure_comes_back_only_onto_the_same_decoration(tmp_path, modname):
+    """A wrapper's closure state (`calls`) comes back while the decorated definition is
+    unchanged; after a fix that changes the decorator's argument (`@counted(100)`), the
+    fresh closure built from the new argument wins. The wrapped function in the cell is
+    always the fresh import's (its defaults restored on it)."""
+    source = """
+        import functools
+
+        def counted(start):
+            def deco(fn):
+                calls = start
+                @functools.wraps(fn)
+                def wrapper(*args):
+                    nonlocal calls
+                    calls += 1
+                    return (fn(*args), calls)
+                return wrapper
+            return deco
+
+        @counted({start})
+        def step(i, seen=[]):
+            seen.append(i)
+            return len(seen)
+    """
+    v1 = _load(tmp_path, "v1", modname, source.format(start=0))
+    v1.step(0)
+    blob = _freeze(v1)
+    v2 = _load(tmp_path, "v2", modname, source.format(start=0))
+    _thaw(blob)
+    assert v2.step(1) == (2, 2)
+    v3 = _load(tmp_path, "v3", modname, source.format(start=100))
+    _thaw(blob)
+    assert v3.step(1) == (1, 101)

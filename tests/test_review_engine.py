@@ -72,15 +72,29 @@ def _round_trip(tmp_path, name: str, source: str, mutate):
     return v2
 
 
-@pytest.mark.xfail(strict=True, reason="closure state of a functools.wraps decorator "
-                   "(nonlocal counter/cache) is neither in the globals (the wrapper looks "
-                   "rebound on import) nor in _defstate (only defaults and __dict__)")
 def test_stateful_decorator_closure_survives(tmp_path, modname):
     """A decorator of the agent's own that keeps its state in the closure (`nonlocal
     calls`, a `cache = {}` memo: the most common way to write one) keeps it: the call
-    after the restore is call number 2, as in an uninterrupted run."""
+    after the restore is call number 2, as in an uninterrupted run; the memo's dict is
+    the one a global also holds (identity kept), not a copy."""
     source = """
         import functools
+
+        CACHES = []
+
+        def memo(fn):
+            cache = {}
+            CACHES.append(cache)
+            @functools.wraps(fn)
+            def wrapper(x):
+                if x not in cache:
+                    cache[x] = fn(x)
+                return cache[x]
+            return wrapper
+
+        @memo
+        def square(x):
+            return x * x
 
         def counted(fn):
             calls = 0
@@ -95,13 +109,12 @@ def test_stateful_decorator_closure_survives(tmp_path, modname):
         def step(i):
             return i * 10
     """
-    v2 = _round_trip(tmp_path, modname, source, lambda m: m.step(0))
+    v2 = _round_trip(tmp_path, modname, source, lambda m: (m.step(0), m.square(3)))
     assert v2.step(1) == (10, 2)
+    cache = v2.square.__closure__[v2.square.__code__.co_freevars.index("cache")].cell_contents
+    assert cache == {3: 9} and v2.CACHES == [cache] and v2.CACHES[0] is cache
 
 
-@pytest.mark.xfail(strict=True, reason="_Capture.function returns at the first wrapper "
-                   "whose code is not the agent's (contextlib's helper) instead of "
-                   "following __wrapped__ to the agent's function")
 def test_default_under_a_library_decorator_survives(tmp_path, modname):
     """A mutable default of a function decorated by a library decorator that wraps it
     with functools.wraps (@contextlib.contextmanager, @functools.singledispatch...)
