@@ -61,6 +61,9 @@ FunctionState = tuple
 ClassState = tuple
 
 _SKIP_CLASS_ATTRS = frozenset({"_abc_impl"})
+# Class attributes a library's metaclass keeps (pydantic's), besides _-prefixed ones.
+_MANAGED = frozenset({"model_config", "model_fields", "model_computed_fields",
+                      "model_post_init"})
 _PLAIN_METACLASSES = (type, abc.ABCMeta)
 _MISSING = object()
 
@@ -87,6 +90,11 @@ def _names(target: ast.AST) -> list[str]:
     return []
 
 
+def _chain_digest(table: dict, name: str, part: str) -> None:
+    """Fold one more statement binding `name` in a class body into its digest."""
+    table[name] = xxhash.xxh3_64_hexdigest((table.get(name, "") + part).encode())
+
+
 def _index_body(body: list, prefix: str, owner: str | None, defs: dict, attrs: dict) -> None:
     """Walk statements: definitions keyed by (qualname, first line), class-body
     assignments keyed by class qualname then attribute name."""
@@ -94,10 +102,14 @@ def _index_body(body: list, prefix: str, owner: str | None, defs: dict, attrs: d
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             qualname = prefix + node.name
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            defs[(qualname, first)] = _digest(node)
+            defs[(qualname, first)] = part = _digest(node)
+            if owner is not None:       # a method is the initializer of its name too
+                _chain_digest(attrs[owner], node.name, part)
             _index_body(node.body, qualname + ".<locals>.", None, defs, attrs)
         elif isinstance(node, ast.ClassDef):
             qualname = prefix + node.name
+            if owner is not None:       # a nested class: the initializer of its name
+                _chain_digest(attrs[owner], node.name, _digest(node))
             attrs[qualname] = {}
             _index_body(node.body, qualname + ".", qualname, defs, attrs)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -107,8 +119,7 @@ def _index_body(body: list, prefix: str, owner: str | None, defs: dict, attrs: d
             part = _digest(node)
             for target in targets:
                 for name in _names(target):
-                    table = attrs[owner]
-                    table[name] = xxhash.xxh3_64_hexdigest((table.get(name, "") + part).encode())
+                    _chain_digest(attrs[owner], name, part)
         else:   # if/try/with/for blocks: definitions inside keep the enclosing prefix
             for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                 block = getattr(node, field, None)
@@ -240,8 +251,10 @@ class _Capture:
     def klass(self, cls: type, path: str, module: str, functions: dict, classes: dict) -> None:
         if _skipped_class(cls):
             return
-        data = _own_data_class(cls, self.names)
-        saved = {}
+        own_meta = _own_data_class(cls, self.names)
+        digests = _class_digests(cls)
+        body = digests or {}
+        saved, rebound, present = {}, {}, set()
         prefix = cls.__qualname__ + "."
         for name, raw in list(vars(cls).items()):
             value = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
@@ -250,18 +263,35 @@ class _Capture:
                     if value.__defaults__ is not None or value.__kwdefaults__ is not None \
                             or value.__dict__ or value.__closure__:
                         self.function(value, f"{path}.{name}", functions)
+                    present.add(name)
                     continue
             elif isinstance(value, type) and value.__module__ == module \
                     and value.__qualname__ == prefix + name:
                 self.klass(value, f"{path}.{name}", module, functions, classes)
+                present.add(name)
                 continue
-            if data and not (name[:2] == "__" and name[-2:] == "__") \
-                    and name not in _SKIP_CLASS_ATTRS and _is_data(raw):
+            if (name[:2] == "__" and name[-2:] == "__") or name in _SKIP_CLASS_ATTRS:
+                continue
+            present.add(name)
+            if not own_meta and name not in body and (name[:1] == "_" or name in _MANAGED):
+                continue            # set by a library's metaclass: it owns it
+            if _is_data(raw):
                 saved[name] = value
-        if data:
-            digests = _class_digests(cls)
-            if saved or digests:    # else nothing to put back nor to delete again
-                classes[path] = (saved, digests)
+            elif _assigned_function(raw):
+                rebound[name] = raw     # a function the job set on the class (a hook)
+        if saved or rebound or digests:     # else nothing to put back nor to delete again
+            classes[path] = (saved, digests, present, rebound)
+
+
+def _assigned_function(raw) -> bool:
+    """A function, builtin or class set on a class, bare or as a staticmethod,
+    classmethod or property (what a class body that is not its own could hold); not a
+    library's descriptor (slots, ORM columns): those are the class machinery's."""
+    if isinstance(raw, (staticmethod, classmethod)):
+        raw = raw.__func__
+    elif isinstance(raw, property):
+        raw = raw.fget
+    return isinstance(raw, (types.FunctionType, types.BuiltinFunctionType))
 
 
 def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
@@ -305,8 +335,8 @@ def roots(defs: dict) -> list[tuple[str, object]]:
                 out.append((f"module {module}, function {path}(), default of {name!r}", value))
             for name, value in attrs.items():
                 out.append((f"module {module}, function {path}(), attribute {name!r}", value))
-        for path, (attrs, _digests) in parts["classes"].items():
-            for name, value in attrs.items():
+        for path, state in parts["classes"].items():
+            for name, value in (*state[0].items(), *(state[3] if len(state) > 3 else {}).items()):
                 out.append((f"module {module}, class {path}, attribute {name!r}", value))
     return out
 
@@ -372,28 +402,39 @@ def _restore_cells(fn: types.FunctionType, anchor: str | None, cells: dict,
             fn.__closure__[index[name]].cell_contents = value
 
 
-def _restore_class(module: str, path: str, cls, state: ClassState) -> None:
-    attrs, old = state
+def _restore_class(module: str, path: str, cls, state: ClassState,
+                   agent_modules: set[str] = frozenset()) -> None:
+    attrs, old = state[:2]
+    present = state[2] if len(state) > 2 else None      # None: an older snapshot
+    rebound = state[3] if len(state) > 3 else {}
     if not isinstance(cls, type) or cls.__module__ != module or cls.__qualname__ != path \
             or _skipped_class(cls):
         return
     new = _class_digests(cls)
     known = old is not None and new is not None
+    library = not _own_data_class(cls, agent_modules)
     own = vars(cls)
-    for name, value in attrs.items():
+    for name, value in (*attrs.items(), *rebound.items()):
         if known and old.get(name) != new.get(name):
             continue            # its initializer in the class body changed: new value wins
         current = own.get(name, _MISSING)
-        if current is not _MISSING and (not _is_data(current) or isinstance(current, type)
-                                        and current.__qualname__ == f"{path}.{name}"):
-            continue            # now a method, descriptor or nested class
+        if current is not _MISSING:
+            if library and not (known and name in new):
+                continue        # the metaclass set it on the fresh class: its value wins
+            if not known and name in attrs and (
+                    not _is_data(current) or isinstance(current, type)
+                    and current.__qualname__ == f"{path}.{name}"):
+                continue        # no source to compare: now a method, descriptor or class
         setattr(cls, name, value)
     if known:
         for name, current in list(own.items()):
-            if (name not in attrs and name in old and old[name] == new.get(name)
-                    and not _dunder(name) and name not in _SKIP_CLASS_ATTRS
-                    and _is_data(current)):
-                delattr(cls, name)      # deleted by the job; the class body is unchanged
+            if name not in old or old[name] != new.get(name) or _dunder(name) \
+                    or name in _SKIP_CLASS_ATTRS:
+                continue
+            if name in present if present is not None \
+                    else name in attrs or not _is_data(current):
+                continue
+            delattr(cls, name)      # deleted by the job; the class body is unchanged
 
 
 def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
@@ -402,8 +443,8 @@ def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
     such as dataclasses.MISSING) needs no care here: serializers/_refs saved it by
     reference, so the saved value is the new process's object. `agent_modules` is
     accepted for callers and unused."""
-    files = {f for name in (*defs, *agent_modules)
-             if (f := getattr(sys.modules.get(name), "__file__", None))}
+    names = {*defs, *agent_modules}
+    files = {f for name in names if (f := getattr(sys.modules.get(name), "__file__", None))}
     for module_name, parts in defs.items():
         module = sys.modules.get(module_name)
         if module is None:
@@ -411,4 +452,4 @@ def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
         for path, state in parts["functions"].items():
             _restore_function(module_name, path, _resolve(module, path), state, files)
         for path, state in parts["classes"].items():
-            _restore_class(module_name, path, _resolve(module, path), state)
+            _restore_class(module_name, path, _resolve(module, path), state, names)

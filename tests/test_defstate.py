@@ -185,8 +185,8 @@ def test_unpicklable_class_attribute_is_named_by_path(tmp_path, modname):
 
 def test_enum_abc_dataclass_namedtuple_pydantic_left_alone(tmp_path, modname):
     """Enum classes are skipped entirely, an ABC's _abc_impl and a dataclass's or
-    NamedTuple's generated code are never saved, a pydantic model's data attributes
-    belong to its metaclass (only its methods' defaults are saved)."""
+    NamedTuple's generated code are never saved, what pydantic's metaclass keeps on a
+    model (model_config, model_post_init) is not saved (its methods' defaults are)."""
     mod = _load(tmp_path, "v1", modname, """
         import abc, enum
         from dataclasses import dataclass, field
@@ -221,7 +221,8 @@ def test_enum_abc_dataclass_namedtuple_pydantic_left_alone(tmp_path, modname):
     assert classes["Base"][0] == {"made": 0}
     assert classes["Point"][0] == {"x": 0}
     assert "Point.__init__" not in functions and "Pair.__new__" not in functions
-    assert "Model" not in classes and functions["Model.tagged"][2] == ([],)
+    assert classes["Model"][0] == {} and classes["Model"][3] == {}   # model_config: pydantic's
+    assert functions["Model.tagged"][2] == ([],)
     blob = _pickler.dumps(defs)      # all of it pickles
     _defstate.restore({modname: _pickler.loads(blob)})
     assert mod.Color.RED.value == 1 and mod.Point().tags == [] and mod.Pair().a == 1
@@ -287,3 +288,43 @@ def test_decorator_closure_comes_back_only_onto_the_same_decoration(tmp_path, mo
     v3 = _load(tmp_path, "v3", modname, source.format(start=100))
     _thaw(blob)
     assert v3.step(1) == (1, 101)
+
+
+def test_functions_set_on_classes_follow_the_class_body(tmp_path, modname):
+    """Hooks and methods the job set or deleted on its classes come back while the class
+    body's definition of that name is unchanged (a method the job deleted is deleted
+    again, a hook set on a slotted class kept, its slots untouched); after a fix that
+    changes that definition, the new class body wins."""
+    source = """
+        def shout(r):
+            return "shout"
+
+        class Hooks:
+            __slots__ = ("a",)
+            on_done = None
+            on_fail = None
+
+            def legacy(self):
+                return "legacy"
+
+            def describe(self):
+                return {text!r}
+    """
+
+    def run(v1):
+        v1.Hooks.on_done = v1.Hooks.on_fail = property(v1.shout)
+        v1.Hooks.describe = v1.shout
+        del v1.Hooks.legacy
+
+    v1 = _load(tmp_path, "v1", modname, source.format(text="plain"))
+    run(v1)
+    blob = _freeze(v1)
+    v2 = _load(tmp_path, "v2", modname, source.format(text="plain"))
+    _thaw(blob)
+    h = v2.Hooks()
+    h.a = 1
+    assert (h.on_done, h.on_fail, h.describe(), h.a) == ("shout", "shout", "shout", 1)
+    assert v2.Hooks.__dict__["on_done"].fget is v2.shout and not hasattr(v2.Hooks, "legacy")
+    v3 = _load(tmp_path, "v3", modname, source.format(text="fixed"))
+    _thaw(blob)
+    assert v3.Hooks().describe() == "fixed" and v3.Hooks().on_done == "shout"

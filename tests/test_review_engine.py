@@ -138,9 +138,6 @@ def test_default_under_a_library_decorator_survives(tmp_path, modname):
     assert v2.session.__wrapped__.__defaults__ == (["a", "b"],)
 
 
-@pytest.mark.xfail(strict=True, reason="_defstate saves only class attributes that are "
-                   "'data' (no function, no descriptor): a method or staticmethod the job "
-                   "rebinds on its class reverts to the class body's")
 def test_class_attribute_rebound_to_a_function_survives(tmp_path, modname):
     """A strategy or hook the job sets on one of its classes at run time
     (`Policy.choose = staticmethod(last)`, a monkeypatched method) is still set after
@@ -160,20 +157,26 @@ def test_class_attribute_rebound_to_a_function_survives(tmp_path, modname):
 
             def describe(self):
                 return "plain"
+
+        class Other:
+            pass
+
+        class Outer:
+            class Inner:
+                pass
     """
 
     def mutate(m):
         m.Policy.choose = staticmethod(m.last)
         m.Policy.describe = m.fancy
+        m.Outer.Inner = m.Other
 
     v2 = _round_trip(tmp_path, modname, source, mutate)
     assert v2.Policy.choose([1, 2, 3]) == 3
-    assert v2.Policy().describe() == "fancy"
+    assert v2.Policy().describe() == "fancy" and v2.Policy.describe is v2.fancy
+    assert v2.Outer.Inner is v2.Other
 
 
-@pytest.mark.xfail(strict=True, reason="_restore_class deletes every class-body "
-                   "attribute missing from the saved data, and a function value was never "
-                   "saved (not 'data'): the attribute is deleted after the restore")
 def test_class_hook_set_to_a_function_is_not_deleted(tmp_path, modname):
     """A hook slot `on_done = None` in the class body that the job set to a function
     (`Hooks.on_done = shout`) is that function after the restore; today the restore
@@ -355,9 +358,6 @@ def test_variable_the_job_set_survives_a_resume_under_another_environment(monkey
     assert os.environ.get("REV_MODE") == "fast"
 
 
-@pytest.mark.xfail(strict=True, reason="_defstate._own_data_class skips every class "
-                   "built by a library's metaclass (typing.Protocol, pydantic models): what "
-                   "the job set on them silently reverts instead of being saved or refused")
 def test_counter_on_a_class_with_a_library_metaclass_survives(tmp_path, modname):
     """A class-level counter on the agent's own typing.Protocol subclass (or pydantic
     model, SQLAlchemy model: any class whose metaclass a library defines) keeps the
@@ -365,15 +365,22 @@ def test_counter_on_a_class_with_a_library_metaclass_survives(tmp_path, modname)
     silently back at its import-time value."""
     source = """
         import typing
+        import pydantic
 
         class Tool(typing.Protocol):
             created = 0
 
             def run(self) -> str: ...
+
+        class Model(pydantic.BaseModel):
+            instances: typing.ClassVar[int] = 0
+            name: str = "n"
     """
 
     def mutate(m):
         m.Tool.created += 3
+        m.Model.instances += 2
 
     v2 = _round_trip(tmp_path, modname, source, mutate)
-    assert v2.Tool.created == 3
+    assert v2.Tool.created == 3 and v2.Tool._is_protocol
+    assert v2.Model.instances == 2 and v2.Model(name="x").name == "x"
