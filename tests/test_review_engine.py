@@ -179,9 +179,9 @@ def test_class_attribute_rebound_to_a_function_survives(tmp_path, modname):
 
 def test_class_hook_set_to_a_function_is_not_deleted(tmp_path, modname):
     """A hook slot `on_done = None` in the class body that the job set to a function
-    (`Hooks.on_done = shout`) is that function after the restore; today the restore
-    deletes the attribute, and the resumed job dies with AttributeError on
-    `Hooks.on_done` where the uninterrupted run goes on."""
+    (`Hooks.on_done = shout`) is that function after the restore: the restore does not
+    delete it (a resumed job would die with AttributeError on `Hooks.on_done` where the
+    uninterrupted run goes on)."""
     source = """
         def shout(r):
             return f"done {r}!"
@@ -359,10 +359,10 @@ def test_variable_the_job_set_survives_a_resume_under_another_environment(monkey
 
 
 def test_counter_on_a_class_with_a_library_metaclass_survives(tmp_path, modname):
-    """A class-level counter on the agent's own typing.Protocol subclass (or pydantic
-    model, SQLAlchemy model: any class whose metaclass a library defines) keeps the
-    job's value after the restore, or the snapshot is refused naming it; today it is
-    silently back at its import-time value."""
+    """A class-level counter on the agent's own typing.Protocol subclass and a ClassVar
+    counter on a pydantic model (classes whose metaclass a library defines) keep the
+    job's value after the restore, not their import-time value; what the metaclass set
+    (Protocol's _is_protocol, the model's validation) still works."""
     source = """
         import typing
         import pydantic
