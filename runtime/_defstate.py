@@ -43,7 +43,8 @@ Fix-and-resume (the source may change between snapshot and resume):
     class body leaves unchanged (or that the job added at run time) gets the saved
     value, a method or nested class the job replaced included; an attribute the job
     deleted is deleted again when its initializer is unchanged. Without source to
-    compare, a name that is now a method, descriptor or nested class keeps it.
+    compare, a saved data value is not put over a name that is now a method,
+    descriptor or nested class (a function the job set still is).
   - state is only ever put on an object found under the same path whose module,
     qualname and kind match; anything else is skipped.
 """
