@@ -35,20 +35,17 @@ is refused.
 
 from __future__ import annotations
 
-import datetime
 import functools
 import os
 import pickle
 import sys
 
 from ._adapters import reducer_for, register_adapter, register_optional
+from ._http import (_MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param,
+                    seal_url)
 from ._secrets import credential
 
 __all__: list[str] = []
-
-# Header names whose values are credentials: never saved in clear.
-_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key",
-                             "cookie", "set-cookie", "x-goog-api-key", "openai-admin-key"})
 
 _RESOURCE_FIX = ("create the client in a module-level function passed to snapstate.resource() "
                  "so it is created again after a restore")
@@ -56,19 +53,29 @@ _RESOURCE_FIX = ("create the client in a module-level function passed to snapsta
 
 # ------------------------------------------------------------------------ shared parts
 def _secret(value, default_env: str | None):
-    """`value` as a credential: an env reference (default_env first, then any variable
-    holding exactly that value) or sealed; None and '' stay as they are."""
+    """`value` as a credential: an env reference (default_env first, then a variable
+    holding exactly that value: names that look like a key's first; only for values of
+    at least _MIN_ENV_SECRET characters, shorter ones such as "1" equal DEBUG=1 by
+    chance) or sealed; None and '' stay as they are."""
     if not isinstance(value, str) or not value:
         return value
     names = [default_env] if default_env else []
-    names += sorted(k for k, v in os.environ.items() if v == value and k != default_env)
+    if len(value) >= _MIN_ENV_SECRET:
+        names += sorted((k for k, v in os.environ.items() if v == value and k != default_env),
+                        key=lambda k: (not is_sensitive_header(k), k))
     return credential(value, env=tuple(names))
 
 
 def _headers(headers) -> dict:
     """A copy of a header mapping with credential values wrapped (see _secret)."""
-    return {k: _secret(v, None) if isinstance(k, str) and k.lower() in _SECRET_HEADERS else v
+    return {k: _secret(v, None) if isinstance(k, str) and is_sensitive_header(k) else v
             for k, v in dict(headers).items()}
+
+
+def _query(query) -> dict:
+    """A copy of a query mapping with credential values (key=, api_key=...) wrapped."""
+    return {k: _secret(v, None) if isinstance(k, str) and is_sensitive_param(k) else v
+            for k, v in dict(query).items()}
 
 
 def _public_name(t: type) -> str:
@@ -205,9 +212,9 @@ def _load_openai() -> None:
         http = _http_client(client, base, defaults)
         # The key itself is put back with the other attributes below (`attrs`).
         kwargs = {"api_key": provider if provider is not None else "",
-                  "base_url": str(client._base_url), "timeout": client.timeout,
+                  "base_url": seal_url(str(client._base_url)), "timeout": client.timeout,
                   "max_retries": client.max_retries,
-                  "websocket_base_url": client.websocket_base_url,
+                  "websocket_base_url": seal_url(client.websocket_base_url),
                   "_strict_response_validation": client._strict_response_validation}
         if http is not None:
             kwargs["http_client"] = http
@@ -216,7 +223,7 @@ def _load_openai() -> None:
                  "webhook_secret": _secret(client.webhook_secret, "OPENAI_WEBHOOK_SECRET"),
                  "organization": client.organization, "project": client.project,
                  "_custom_headers": _headers(client._custom_headers),
-                 "_custom_query": dict(client._custom_query),
+                 "_custom_query": _query(client._custom_query),
                  "_base_url_was_default": client._base_url_was_default,
                  "_data_residency": client._data_residency,
                  "_ambient_authorizations": frozenset(
@@ -274,7 +281,7 @@ def _load_anthropic() -> None:
                             "use module-level middleware functions or Middleware objects "
                             "holding plain values, or " + _RESOURCE_FIX)
         http = _http_client(client, base, defaults)
-        kwargs = {"base_url": str(client._base_url), "timeout": client._timeout,
+        kwargs = {"base_url": seal_url(str(client._base_url)), "timeout": client._timeout,
                   "max_retries": client.max_retries,
                   "open_telemetry": client._open_telemetry,
                   "middleware": client._middleware,
@@ -285,7 +292,7 @@ def _load_anthropic() -> None:
                  "auth_token": _secret(client.auth_token, "ANTHROPIC_AUTH_TOKEN"),
                  "webhook_key": _secret(client.webhook_key, "ANTHROPIC_WEBHOOK_SIGNING_KEY"),
                  "_custom_headers": _headers(client._custom_headers),
-                 "_custom_query": dict(client._custom_query),
+                 "_custom_query": _query(client._custom_query),
                  "_timeout_overridden": client._timeout_overridden,
                  "_unchosen_base_url": None if client._unchosen_base_url is None
                  else str(client._unchosen_base_url)}
@@ -359,7 +366,7 @@ def _reduce_stream(stream):
             "collected: the rest of an HTTP stream cannot be read after a restore")
     state = dict(vars(stream))
     state["_iterator"] = None
-    state["response"] = _SavedResponse(stream.response)
+    state["response"] = SavedResponse(stream.response)
     return (_rebuild_stream, (type(stream), state,
                               hasattr(iterator, "ag_frame")))
 
@@ -391,11 +398,17 @@ def _reduce_raw_response(raw):
             "(a streaming response); read it (.read() or .parse()) or close it before "
             "snapshot(), or keep only the parsed result")
     state = dict(vars(raw))
-    state["http_response"] = _SavedResponse(http)
+    state["http_response"] = SavedResponse(http)
     options = state.get("_options")
+    update = {}
     headers = getattr(options, "headers", None)
-    if isinstance(headers, dict) and any(str(k).lower() in _SECRET_HEADERS for k in headers):
-        state["_options"] = options.model_copy(update={"headers": _headers(headers)})
+    if isinstance(headers, dict) and any(is_sensitive_header(str(k)) for k in headers):
+        update["headers"] = _headers(headers)
+    params = getattr(options, "params", None)
+    if isinstance(params, dict) and any(is_sensitive_param(str(k)) for k in params):
+        update["params"] = _query(params)
+    if update:
+        state["_options"] = options.model_copy(update=update)
     return (_rebuild_raw_response, (type(raw), state))
 
 
@@ -403,54 +416,6 @@ def _rebuild_raw_response(cls, state):
     raw = object.__new__(cls)
     raw.__dict__.update(state)
     return raw
-
-
-class _SavedResponse:
-    """An SDK's (read) httpx2.Response, saved as status, headers, body and request."""
-
-    def __init__(self, response):
-        self.response = response
-
-    def __reduce__(self):
-        r = self.response
-        request = r._request
-        saved_request = None if request is None else (
-            request.method, str(request.url), _header_list(request.headers))
-        elapsed = getattr(r, "_elapsed", None)
-        # A read body as it was read; a streamed one (only kept for a finished stream)
-        # was consumed chunk by chunk and is not kept.
-        content = getattr(r, "_content", b"")
-        return (_rebuild_http_response, (type(r).__module__.split(".")[0], r.status_code,
-                                         _header_list(r.headers), content, r.http_version,
-                                         saved_request, elapsed, r.default_encoding
-                                         if isinstance(r.default_encoding, str) else None))
-
-
-def _header_list(headers) -> list:
-    return [(k, _secret(v, None) if k.lower() in _SECRET_HEADERS else v)
-            for k, v in headers.multi_items()]
-
-
-def _rebuild_http_response(library: str, status: int, headers: list, content: bytes,
-                           http_version: str, request, elapsed: datetime.timedelta | None,
-                           default_encoding: str | None):
-    import importlib
-    httpx = importlib.import_module(library)
-    if request is not None:
-        request = httpx.Request(request[0], request[1], headers=request[2])
-    response = httpx.Response(status, headers=headers, request=request,
-                              extensions={"http_version": http_version.encode()})
-    # The body as it was read (decoded): set directly, so a Content-Encoding header is
-    # kept without being applied a second time.
-    response._content = content
-    response.stream = httpx.ByteStream(content)
-    response.is_stream_consumed = True
-    response.is_closed = True
-    if elapsed is not None:
-        response.elapsed = elapsed
-    if default_encoding is not None:
-        response.default_encoding = default_encoding
-    return response
 
 
 register_optional("openai", _load_openai)
