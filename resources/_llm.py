@@ -184,6 +184,13 @@ _OLD_SDK_ATTRS = frozenset({"_limits", "_proxies", "_transport", "with_raw_respo
                             "messages", "models", "moderations", "uploads"})
 
 
+def _is_old_sdk(default_http: type) -> bool:
+    """An older SDK (openai 1.x, anthropic 0.x): its default HTTP client an httpx one,
+    not httpx2. Only there are _OLD_SDK_ATTRS the SDK's own (a recent SDK's subclass
+    keeps its own attribute named like one of them)."""
+    return any(c.__module__.split(".")[0] == "httpx" for c in default_http.__mro__)
+
+
 def _check_old_options(client, sdk_base: type) -> None:
     """Older SDKs' transport= / proxies= options configure the default HTTP client, which
     is not saved: refused (connection_pool_limits= is given again)."""
@@ -217,7 +224,7 @@ _OPENAI_KNOWN = frozenset({
     "_idempotency_header", "_platform", "_provider", "_provider_runtime",
     "_strict_response_validation", "_version", "_workload_identity_auth", "admin_api_key",
     "api_key", "max_retries", "organization", "project", "timeout", "webhook_secret",
-    "websocket_base_url", "workload_identity"}) | _OLD_SDK_ATTRS
+    "websocket_base_url", "workload_identity"})
 
 
 def _load_openai() -> None:
@@ -226,6 +233,8 @@ def _load_openai() -> None:
 
     bases = (openai.OpenAI, openai.AsyncOpenAI)
     defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
+    old = _is_old_sdk(defaults[0])
+    known = _OPENAI_KNOWN | _OLD_SDK_ATTRS if old else _OPENAI_KNOWN
     # Azure clients subclass OpenAI / AsyncOpenAI but hold an api_version, a deployment
     # and Azure AD token providers this adapter does not rebuild: refused by name.
     azure = tuple(c for c in (getattr(openai, "AzureOpenAI", None),
@@ -252,7 +261,8 @@ def _load_openai() -> None:
                 or getattr(client, "_workload_identity_auth", None) is not None:
             _refuse(client, base, "workload identity (a token exchanged at run time)",
                     "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX)
-        _check_old_options(client, base)
+        if old:
+            _check_old_options(client, base)
         provider = getattr(client, "_api_key_provider", None)
         if provider is not None:
             _check_callable(client, base, f"api_key provider {provider!r}", provider,
@@ -280,7 +290,7 @@ def _load_openai() -> None:
             "_ambient_authorizations": frozenset(
                 _secret(v, None) for v in got.get("_ambient_authorizations", ()))})
         return (_rebuild_openai, (type(client), base, kwargs, attrs,
-                                  _extras(client, _OPENAI_KNOWN),
+                                  _extras(client, known),
                                   http is None and _is_closed(client._client)))
 
     for base in bases:
@@ -307,7 +317,7 @@ _ANTHROPIC_KNOWN = frozenset({
     "_middleware", "_middleware_chain", "_open_telemetry", "_otel", "_platform",
     "_strict_response_validation", "_timeout", "_timeout_overridden", "_token_cache",
     "_unchosen_base_url", "_version", "api_key", "auth_token", "credentials", "max_retries",
-    "webhook_key"}) | _OLD_SDK_ATTRS
+    "webhook_key"})
 
 # Clients of the SDK that are not (plain) Anthropic clients: their cloud credentials
 # (AWS, Google, Azure) are resolved at run time and cannot be rebuilt here.
@@ -322,6 +332,8 @@ def _load_anthropic() -> None:
 
     bases = (anthropic.Anthropic, anthropic.AsyncAnthropic)
     defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
+    old = _is_old_sdk(defaults[0])
+    known = _ANTHROPIC_KNOWN | _OLD_SDK_ATTRS if old else _ANTHROPIC_KNOWN
 
     def reduce(client):
         base = _sdk_base(client, bases)
@@ -332,7 +344,8 @@ def _load_anthropic() -> None:
                     f"({type(got.get('credentials')).__name__}, from credentials=, config=, "
                     "profile= or a profile on disk)",
                     "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX)
-        _check_old_options(client, base)
+        if old:
+            _check_old_options(client, base)
         middlewares = got.get("_middleware", ())
         for middleware in middlewares:
             _check_callable(client, base, f"middleware {middleware!r}", middleware,
@@ -362,7 +375,7 @@ def _load_anthropic() -> None:
             "_timeout_overridden": got.get("_timeout_overridden"),
             "_unchosen_base_url": None if unchosen is None else str(unchosen)})
         return (_rebuild_anthropic, (type(client), base, kwargs, attrs,
-                                     _extras(client, _ANTHROPIC_KNOWN),
+                                     _extras(client, known),
                                      http is None and _is_closed(client._client)))
 
     for base in bases:
