@@ -58,7 +58,7 @@ from ._adapters import register_adapter, register_optional
 from ._secrets import credential
 
 __all__ = ["sealed", "is_sensitive_header", "is_sensitive_param", "seal_param", "seal_url",
-           "SavedResponse"]
+           "seal_form", "SavedResponse"]
 
 _SENSITIVE = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
                         "x-api-key", "api-key"})
@@ -132,21 +132,49 @@ def seal_url(url):
         pieces.append(rest)
     if mark:
         pieces.append(mark)
-        for i, item in enumerate(query.split("&")):
-            name, eq, value = item.partition("=")
-            pieces.append("&" if i else "")
-            if eq and value and is_sensitive_param(urllib.parse.unquote_plus(name)):
-                pieces += [name + eq, sealed(value)]
-            else:
-                pieces.append(item)
+        pieces += _query_pieces(query)
     pieces += [hash_, fragment]
     if all(isinstance(p, str) for p in pieces):
         return url
     return _Part(_join, (pieces,))
 
 
+def _query_pieces(query: str) -> list:
+    """A query string (or form body) in pieces, credential values sealed."""
+    pieces: list = []
+    for i, item in enumerate(query.split("&")):
+        name, eq, value = item.partition("=")
+        pieces.append("&" if i else "")
+        if eq and value and is_sensitive_param(urllib.parse.unquote_plus(name)):
+            pieces += [name + eq, sealed(value)]
+        else:
+            pieces.append(item)
+    return pieces
+
+
 def _join(pieces) -> str:
     return "".join(pieces)
+
+
+def _join_bytes(pieces) -> bytes:
+    return "".join(pieces).encode("latin-1")
+
+
+def seal_form(body, headers):
+    """A request body as it is saved: a form (application/x-www-form-urlencoded, as
+    OAuth token requests send client_secret=, password=) with its credential values
+    sealed; any other body as it is. It unpickles as the same str or bytes."""
+    if not isinstance(body, (str, bytes)) or not body:
+        return body
+    kind = headers.get("content-type") or ""
+    if not (kind.decode("latin-1") if isinstance(kind, bytes) else kind).lower().startswith(
+            "application/x-www-form-urlencoded"):
+        return body
+    text = body.decode("latin-1") if isinstance(body, bytes) else body
+    pieces = _query_pieces(text)
+    if all(isinstance(p, str) for p in pieces):
+        return body
+    return _Part(_join_bytes if isinstance(body, bytes) else _join, (pieces,))
 
 
 class _SealedBytes:
@@ -556,7 +584,7 @@ def _saved_request(request):
     if request is None:
         return None
     return (request.method, seal_url(str(request.url)), _seal_items(request.headers.raw),
-            getattr(request, "_content", None))
+            seal_form(getattr(request, "_content", None), request.headers))
 
 
 def _rebuilt_request(lib, saved):
@@ -668,6 +696,7 @@ def _reduce_prepared_request(request):
     state = dict(request.__dict__)
     state["url"] = seal_url(state.get("url"))
     if state.get("headers") is not None:
+        state["body"] = seal_form(state.get("body"), state["headers"])
         state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
     return (_rebuild_state, (type(request), state))
 

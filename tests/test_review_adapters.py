@@ -488,6 +488,23 @@ def test_requests_query_keys_are_not_in_clear(keys):
     assert copy_prepared.headers["Authorization"] == "Bearer hdr-SECRET-8"
 
 
+def test_form_request_bodies_keep_credentials_out_of_the_payload(keys):
+    """An OAuth token request (a form body with client_secret= / password=) kept as a
+    saved response's request (httpx) or a requests PreparedRequest: the credential
+    values are sealed, the body comes back byte for byte."""
+    request = httpx.Request("POST", "http://127.0.0.1:9/token",
+                            data={"grant_type": "client_credentials",
+                                  "client_secret": "form-SECRET-12"})
+    response = httpx.Response(200, content=b"{}", request=request)
+    prepared = requests.Request("POST", "http://127.0.0.1:9/token",
+                                data={"username": "u", "password": "form-SECRET-13"}).prepare()
+    data = _pickler.dumps((response, prepared))
+    assert b"form-SECRET-12" not in data and b"form-SECRET-13" not in data
+    copy, copy_prepared = _pickler.loads(data)
+    assert copy.request.content == request.content
+    assert copy_prepared.body == prepared.body
+
+
 @pytest.mark.xfail(strict=True, reason="resources/_stdlib append spec -> _reopen_file cuts an "
                    "append-mode log back to its size at the snapshot, whoever wrote the rest")
 def test_restoring_a_file_handler_never_destroys_other_writers_lines(tmp_path):
