@@ -51,16 +51,23 @@ import pickle
 import ssl
 import sys
 import types
+import urllib.parse
 from functools import partial
 
 from ._adapters import register_adapter, register_optional
 from ._secrets import credential
 
-__all__ = ["sealed", "is_sensitive_header"]
+__all__ = ["sealed", "is_sensitive_header", "is_sensitive_param", "seal_param", "seal_url",
+           "seal_form", "SavedResponse"]
 
 _SENSITIVE = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
                         "x-api-key", "api-key"})
-_SENSITIVE_WORDS = ("token", "secret", "password", "auth", "key")
+# A header or query parameter whose name holds one of these is a credential (sealing a
+# value that is not one costs a few bytes; writing a key in clear is a leak).
+_SENSITIVE_WORDS = ("token", "secret", "password", "passwd", "auth", "key", "signature",
+                    "credential")
+# Query parameters that are credentials without such a word (Azure SAS sig=, OAuth code=).
+_SENSITIVE_PARAMS = frozenset({"sig", "pwd", "pass", "code"})
 
 # The attributes httpx's and httpx2's BaseClient/Client/AsyncClient __init__ set: all
 # rebuilt from the configuration below; any other instance attribute (a subclass's own)
@@ -82,6 +89,92 @@ def is_sensitive_header(name) -> bool:
         name = name.decode("latin-1")
     name = name.lower()
     return name in _SENSITIVE or any(word in name for word in _SENSITIVE_WORDS)
+
+
+def is_sensitive_param(name) -> bool:
+    """True for URL query parameter names whose values are credentials (key=, api_key=,
+    access_token=, X-Amz-Signature=, sig=...): sealed in a snapshot."""
+    if isinstance(name, bytes):
+        name = name.decode("latin-1")
+    name = name.lower()
+    return name in _SENSITIVE_PARAMS or any(word in name for word in _SENSITIVE_WORDS)
+
+
+def seal_param(name, value):
+    """A query parameter's value (str, bytes or a list of them) sealed if its name is a
+    credential's (see sealed), else as it is."""
+    if not isinstance(name, (str, bytes)) or not is_sensitive_param(name):
+        return value
+    if isinstance(value, (str, bytes)):
+        return sealed(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(sealed(v) if isinstance(v, (str, bytes)) else v for v in value)
+    return value
+
+
+def seal_url(url):
+    """A URL (str) as it is saved: the password in it and the values of credential query
+    parameters sealed, every other character kept; it unpickles as the same str."""
+    if not isinstance(url, str) or ("@" not in url and "?" not in url):
+        return url
+    rest, hash_, fragment = url.partition("#")
+    rest, mark, query = rest.partition("?")
+    pieces: list = []
+    start = rest.find("://")
+    host_at = rest.find("/", start + 3) if start >= 0 else -1
+    netloc = rest[start + 3:host_at if host_at >= 0 else len(rest)] if start >= 0 else ""
+    userinfo, at, _ = netloc.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    if at and colon and password:
+        head = start + 3 + len(user) + 1
+        pieces += [rest[:head], sealed(password), rest[head + len(password):]]
+    else:
+        pieces.append(rest)
+    if mark:
+        pieces.append(mark)
+        pieces += _query_pieces(query)
+    pieces += [hash_, fragment]
+    if all(isinstance(p, str) for p in pieces):
+        return url
+    return _Part(_join, (pieces,))
+
+
+def _query_pieces(query: str) -> list:
+    """A query string (or form body) in pieces, credential values sealed."""
+    pieces: list = []
+    for i, item in enumerate(query.split("&")):
+        name, eq, value = item.partition("=")
+        pieces.append("&" if i else "")
+        if eq and value and is_sensitive_param(urllib.parse.unquote_plus(name)):
+            pieces += [name + eq, sealed(value)]
+        else:
+            pieces.append(item)
+    return pieces
+
+
+def _join(pieces) -> str:
+    return "".join(pieces)
+
+
+def _join_bytes(pieces) -> bytes:
+    return "".join(pieces).encode("latin-1")
+
+
+def seal_form(body, headers):
+    """A request body as it is saved: a form (application/x-www-form-urlencoded, as
+    OAuth token requests send client_secret=, password=) with its credential values
+    sealed; any other body as it is. It unpickles as the same str or bytes."""
+    if not isinstance(body, (str, bytes)) or not body:
+        return body
+    kind = headers.get("content-type") or ""
+    if not (kind.decode("latin-1") if isinstance(kind, bytes) else kind).lower().startswith(
+            "application/x-www-form-urlencoded"):
+        return body
+    text = body.decode("latin-1") if isinstance(body, bytes) else body
+    pieces = _query_pieces(text)
+    if all(isinstance(p, str) for p in pieces):
+        return body
+    return _Part(_join_bytes if isinstance(body, bytes) else _join, (pieces,))
 
 
 class _SealedBytes:
@@ -276,10 +369,15 @@ def _has_client_cert(ctx: ssl.SSLContext) -> bool | None:
 
 def _verify_of(lib: str, ctx, what: str, part: str) -> tuple[bool, bool]:
     """(verify, trust_env) that make an SSL context equal to `ctx`, or a refusal."""
-    if ctx is not None and _has_client_cert(ctx):
+    has_cert = _has_client_cert(ctx) if ctx is not None else False
+    if has_cert:
         raise _Refused(f"{what} whose {part} has a client certificate (cert=... or an "
                        "SSLContext with load_cert_chain), which cannot be read back from its "
                        f"SSL context; {_FIX}")
+    if has_cert is None:        # the fingerprint below cannot see a client certificate
+        raise _Refused(f"{what} whose {part} has an SSL context that could not be verified "
+                       "to hold no client certificate (cert=... or load_cert_chain; this "
+                       f"Python's ssl module cannot be inspected), so it cannot be saved; {_FIX}")
     if ctx is not None:
         seen = _fingerprint(ctx)
         for verify, trust_env in ((True, True), (True, False), (False, True)):
@@ -332,8 +430,8 @@ def _reduce_transport(lib, what: str, part: str, transport):
                            f"which cannot be saved; {_FIX}")
         url = pool._proxy_url
         port = f":{url.port}" if url.port is not None else ""
-        config["proxy"] = (f"{url.scheme.decode()}://{url.host.decode()}{port}"
-                           f"{url.target.decode()}", _seal_items(pool._proxy_headers))
+        config["proxy"] = (seal_url(f"{url.scheme.decode()}://{url.host.decode()}{port}"
+                                    f"{url.target.decode()}"), _seal_items(pool._proxy_headers))
     return _Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
 
 
@@ -383,8 +481,8 @@ def _reduce_client(lib, base: type, client):
     timeout = attrs["_timeout"]
     mounts = {pattern.pattern: _reduce_transport(lib, what, f"mount {pattern.pattern!r}", t)
               for pattern, t in attrs["_mounts"].items()}
-    config = {"base_url": str(attrs["_base_url"]), "auth": auth,
-              "params": attrs["_params"].multi_items(),
+    config = {"base_url": seal_url(str(attrs["_base_url"])), "auth": auth,
+              "params": [(k, seal_param(k, v)) for k, v in attrs["_params"].multi_items()],
               "timeout": (timeout.connect, timeout.read, timeout.write, timeout.pool),
               "follow_redirects": attrs["follow_redirects"],
               "max_redirects": attrs["max_redirects"], "event_hooks": hooks,
@@ -457,16 +555,65 @@ def _reduce_response(libname: str, response):
     if not response.is_stream_consumed and not response.is_closed:
         raise pickle.PicklingError(f"a streaming {libname} response is a live handle that "
                                    "cannot be saved in a snapshot")
-    return (_rebuilt_response, (libname, response.status_code,
-                                _seal_items(response.headers.raw), response.content,
-                                str(response.request.url)
-                                if response._request is not None else None))
+    return SavedResponse(response).__reduce__()
 
 
-def _rebuilt_response(libname, status, headers, content, url):
+class SavedResponse:
+    """An httpx/httpx2 Response (read, or a finished stream's) as it is saved: status,
+    headers, the body as it was read (already decoded), HTTP version and reason, elapsed,
+    default encoding, history, next_request and its request (method, URL, headers,
+    body); credential headers and URL parts sealed. Shared with resources._llm."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response):
+        self.response = response
+
+    def __reduce__(self):
+        r = self.response
+        extensions = {k: r.extensions[k] for k in ("http_version", "reason_phrase")
+                      if k in r.extensions}
+        return (_rebuilt_response, (type(r).__module__.split(".")[0], r.status_code,
+                                    _seal_items(r.headers.raw), getattr(r, "_content", None),
+                                    extensions, _saved_request(r._request),
+                                    getattr(r, "_elapsed", None), r.default_encoding,
+                                    list(r.history), _saved_request(r.next_request)))
+
+
+def _saved_request(request):
+    if request is None:
+        return None
+    return (request.method, seal_url(str(request.url)), _seal_items(request.headers.raw),
+            seal_form(getattr(request, "_content", None), request.headers))
+
+
+def _rebuilt_request(lib, saved):
+    if saved is None:
+        return None
+    method, url, headers, content = saved
+    return lib.Request(method, url, headers=list(headers), content=content)
+
+
+def _rebuilt_response(libname, status, headers, content, extensions, request, elapsed,
+                      default_encoding, history, next_request):
     lib = importlib.import_module(libname)
-    request = lib.Request("GET", url) if url else None
-    return lib.Response(status, headers=list(headers), content=content, request=request)
+    response = lib.Response(status, headers=list(headers), extensions=extensions,
+                            request=_rebuilt_request(lib, request), history=history,
+                            default_encoding=default_encoding)
+    # The body as it was read (decoded): set directly, so a Content-Encoding header is
+    # kept without being applied a second time. A body consumed as a stream was not kept
+    # (reading it raises, as it did before the snapshot).
+    if content is None:
+        del response._content
+    else:
+        response._content = content
+    response.stream = lib.ByteStream(content or b"")
+    response.is_stream_consumed = True
+    response.is_closed = True
+    if elapsed is not None:
+        response.elapsed = elapsed
+    response.next_request = _rebuilt_request(lib, next_request)
+    return response
 
 
 def _load(libname: str) -> None:
@@ -501,6 +648,8 @@ def _reduce_session(base: type, session):
         _check(what, "auth", auth)
     state["proxies"] = {k: sealed(v) if isinstance(v, str) and "@" in v else v
                         for k, v in state["proxies"].items()}
+    if isinstance(state["params"], dict):
+        state["params"] = {k: seal_param(k, v) for k, v in state["params"].items()}
     for prefix, adapter in state["adapters"].items():
         _check(what, f"adapter mounted at {prefix!r}", adapter)
     for event, functions in state["hooks"].items():
@@ -530,6 +679,7 @@ def _reduce_requests_response(response):
                                    "cannot be saved in a snapshot")
     state = response.__getstate__()
     state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
+    state["url"] = seal_url(state.get("url"))
     return (_rebuilt_requests_response, (state,))
 
 
@@ -544,7 +694,9 @@ def _reduce_prepared_request(request):
     """A requests.PreparedRequest (a response's .request): its Authorization and other
     sensitive headers sealed."""
     state = dict(request.__dict__)
+    state["url"] = seal_url(state.get("url"))
     if state.get("headers") is not None:
+        state["body"] = seal_form(state.get("body"), state["headers"])
         state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
     return (_rebuild_state, (type(request), state))
 
@@ -576,8 +728,10 @@ def _reduce_http_adapter(adapter):
 
 def _configure_http_adapter(adapter, state: dict) -> None:
     import requests
-    requests.adapters.HTTPAdapter.__setstate__(adapter, state["state"])
+    # The subclass's own attributes first: HTTPAdapter.__setstate__ builds the pool
+    # (init_poolmanager), which a subclass may configure from them.
     adapter.__dict__.update(state["extras"])
+    requests.adapters.HTTPAdapter.__setstate__(adapter, state["state"])
 
 
 def _load_requests() -> None:

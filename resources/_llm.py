@@ -23,6 +23,11 @@ attributes a subclass added.
     Azure / Bedrock / Vertex / Foundry clients, provider= integrations) refuses the
     snapshot, naming the client and that part: a client is never rebuilt half-configured.
 
+Every version the integrations extra allows is supported: recent SDKs on httpx2 and
+older ones (openai 1.x, anthropic 0.x) on httpx. Attributes a version lacks are not
+read, __init__ gets only the parameters it takes (inspect.signature), and the HTTP
+library is the client's own (older SDKs' deprecated transport= / proxies= are refused).
+
 A stream (create(stream=True)) read to its end is saved as an ended stream; one still
 open is refused (the rest of an HTTP stream cannot be read in another process).
 
@@ -35,20 +40,18 @@ is refused.
 
 from __future__ import annotations
 
-import datetime
 import functools
+import inspect
 import os
 import pickle
 import sys
 
 from ._adapters import reducer_for, register_adapter, register_optional
+from ._http import (_MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param,
+                    seal_url)
 from ._secrets import credential
 
 __all__: list[str] = []
-
-# Header names whose values are credentials: never saved in clear.
-_SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "x-api-key", "api-key",
-                             "cookie", "set-cookie", "x-goog-api-key", "openai-admin-key"})
 
 _RESOURCE_FIX = ("create the client in a module-level function passed to snapstate.resource() "
                  "so it is created again after a restore")
@@ -56,19 +59,29 @@ _RESOURCE_FIX = ("create the client in a module-level function passed to snapsta
 
 # ------------------------------------------------------------------------ shared parts
 def _secret(value, default_env: str | None):
-    """`value` as a credential: an env reference (default_env first, then any variable
-    holding exactly that value) or sealed; None and '' stay as they are."""
+    """`value` as a credential: an env reference (default_env first, then a variable
+    holding exactly that value: names that look like a key's first; only for values of
+    at least _MIN_ENV_SECRET characters, shorter ones such as "1" equal DEBUG=1 by
+    chance) or sealed; None and '' stay as they are."""
     if not isinstance(value, str) or not value:
         return value
     names = [default_env] if default_env else []
-    names += sorted(k for k, v in os.environ.items() if v == value and k != default_env)
+    if len(value) >= _MIN_ENV_SECRET:
+        names += sorted((k for k, v in os.environ.items() if v == value and k != default_env),
+                        key=lambda k: (not is_sensitive_header(k), k))
     return credential(value, env=tuple(names))
 
 
 def _headers(headers) -> dict:
     """A copy of a header mapping with credential values wrapped (see _secret)."""
-    return {k: _secret(v, None) if isinstance(k, str) and k.lower() in _SECRET_HEADERS else v
+    return {k: _secret(v, None) if isinstance(k, str) and is_sensitive_header(k) else v
             for k, v in dict(headers).items()}
+
+
+def _query(query) -> dict:
+    """A copy of a query mapping with credential values (key=, api_key=...) wrapped."""
+    return {k: _secret(v, None) if isinstance(k, str) and is_sensitive_param(k) else v
+            for k, v in dict(query).items()}
 
 
 def _public_name(t: type) -> str:
@@ -136,9 +149,55 @@ def _finish(client, attrs: dict, extras: dict, closed: bool):
     for name, value in extras.items():
         setattr(client, name, value)
     if closed:              # closed at the snapshot: closed after the restore too
-        from httpx2._client import ClientState
-        client._client._state = ClientState.CLOSED
+        # ClientState of the client's own HTTP library (httpx2 now, httpx in older SDKs)
+        client._client._state = type(client._client._state).CLOSED
     return client
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(init) -> frozenset:
+    """The keyword parameters an SDK's __init__ takes (they differ between versions)."""
+    return frozenset(inspect.signature(init).parameters)
+
+
+def _accepted(init, kwargs: dict) -> dict:
+    """`kwargs` without the unset (None) ones this SDK version's __init__ does not take
+    (websocket_base_url, _enforce_credentials are not in openai 1.x); a value it cannot
+    take is left in, and __init__ fails loudly rather than dropping it."""
+    names = _parameters(init)
+    return {k: v for k, v in kwargs.items() if k in names or v is not None}
+
+
+def _present(client, values: dict) -> dict:
+    """The attributes of `values` this SDK version's client has (older versions lack
+    admin_api_key, webhook_secret...): only those are put back."""
+    found = vars(client)
+    return {k: v for k, v in values.items() if k in found}
+
+
+# Attributes older SDK versions (openai 1.x, anthropic 0.x, on httpx) set in __init__:
+# resources (client.chat...) made again by the rebuilt client's __init__, and the
+# deprecated transport= / proxies= / connection_pool_limits= options.
+_OLD_SDK_ATTRS = frozenset({"_limits", "_proxies", "_transport", "with_raw_response",
+                            "with_streaming_response", "audio", "batches", "beta", "chat",
+                            "completions", "embeddings", "files", "fine_tuning", "images",
+                            "messages", "models", "moderations", "uploads"})
+
+
+def _is_old_sdk(default_http: type) -> bool:
+    """An older SDK (openai 1.x, anthropic 0.x): its default HTTP client an httpx one,
+    not httpx2. Only there are _OLD_SDK_ATTRS the SDK's own (a recent SDK's subclass
+    keeps its own attribute named like one of them)."""
+    return any(c.__module__.split(".")[0] == "httpx" for c in default_http.__mro__)
+
+
+def _check_old_options(client, sdk_base: type) -> None:
+    """Older SDKs' transport= / proxies= options configure the default HTTP client, which
+    is not saved: refused (connection_pool_limits= is given again)."""
+    for name, option in (("_transport", "transport="), ("_proxies", "proxies=")):
+        if vars(client).get(name) is not None:
+            _refuse(client, sdk_base, f"{option} option", "pass http_client=httpx.Client("
+                    "...) instead (it is saved with the client), or " + _RESOURCE_FIX)
 
 
 def _http_client(client, sdk_base: type, default_types: tuple[type, ...]):
@@ -174,6 +233,8 @@ def _load_openai() -> None:
 
     bases = (openai.OpenAI, openai.AsyncOpenAI)
     defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
+    old = _is_old_sdk(defaults[0])
+    known = _OPENAI_KNOWN | _OLD_SDK_ATTRS if old else _OPENAI_KNOWN
     # Azure clients subclass OpenAI / AsyncOpenAI but hold an api_version, a deployment
     # and Azure AD token providers this adapter does not rebuild: refused by name.
     azure = tuple(c for c in (getattr(openai, "AzureOpenAI", None),
@@ -191,13 +252,18 @@ def _load_openai() -> None:
         if isinstance(client, azure):
             _refuse(client, base, "Azure configuration (api_version, deployment, Azure AD "
                     "token provider)", _RESOURCE_FIX)
-        if client._provider is not None or client._provider_runtime is not None:
-            _refuse(client, base, f"provider= integration ({type(client._provider).__name__})",
+        # getattr: attributes of recent versions only (openai 1.x has none of them)
+        provider = getattr(client, "_provider", None)
+        if provider is not None or getattr(client, "_provider_runtime", None) is not None:
+            _refuse(client, base, f"provider= integration ({type(provider).__name__})",
                     _RESOURCE_FIX)
-        if client.workload_identity is not None or client._workload_identity_auth is not None:
+        if getattr(client, "workload_identity", None) is not None \
+                or getattr(client, "_workload_identity_auth", None) is not None:
             _refuse(client, base, "workload identity (a token exchanged at run time)",
                     "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX)
-        provider = client._api_key_provider
+        if old:
+            _check_old_options(client, base)
+        provider = getattr(client, "_api_key_provider", None)
         if provider is not None:
             _check_callable(client, base, f"api_key provider {provider!r}", provider,
                             "pass api_key as a string or set OPENAI_API_KEY, or use a "
@@ -205,24 +271,26 @@ def _load_openai() -> None:
         http = _http_client(client, base, defaults)
         # The key itself is put back with the other attributes below (`attrs`).
         kwargs = {"api_key": provider if provider is not None else "",
-                  "base_url": str(client._base_url), "timeout": client.timeout,
+                  "base_url": seal_url(str(client._base_url)), "timeout": client.timeout,
                   "max_retries": client.max_retries,
-                  "websocket_base_url": client.websocket_base_url,
+                  "websocket_base_url": seal_url(getattr(client, "websocket_base_url", None)),
                   "_strict_response_validation": client._strict_response_validation}
         if http is not None:
             kwargs["http_client"] = http
-        attrs = {"api_key": _secret(client.api_key, "OPENAI_API_KEY"),
-                 "admin_api_key": _secret(client.admin_api_key, "OPENAI_ADMIN_KEY"),
-                 "webhook_secret": _secret(client.webhook_secret, "OPENAI_WEBHOOK_SECRET"),
-                 "organization": client.organization, "project": client.project,
-                 "_custom_headers": _headers(client._custom_headers),
-                 "_custom_query": dict(client._custom_query),
-                 "_base_url_was_default": client._base_url_was_default,
-                 "_data_residency": client._data_residency,
-                 "_ambient_authorizations": frozenset(
-                     _secret(v, None) for v in client._ambient_authorizations)}
+        got = vars(client)
+        attrs = _present(client, {
+            "api_key": _secret(client.api_key, "OPENAI_API_KEY"),
+            "admin_api_key": _secret(got.get("admin_api_key"), "OPENAI_ADMIN_KEY"),
+            "webhook_secret": _secret(got.get("webhook_secret"), "OPENAI_WEBHOOK_SECRET"),
+            "organization": client.organization, "project": client.project,
+            "_custom_headers": _headers(client._custom_headers),
+            "_custom_query": _query(client._custom_query),
+            "_base_url_was_default": got.get("_base_url_was_default"),
+            "_data_residency": got.get("_data_residency"),
+            "_ambient_authorizations": frozenset(
+                _secret(v, None) for v in got.get("_ambient_authorizations", ()))})
         return (_rebuild_openai, (type(client), base, kwargs, attrs,
-                                  _extras(client, _OPENAI_KNOWN),
+                                  _extras(client, known),
                                   http is None and _is_closed(client._client)))
 
     for base in bases:
@@ -234,8 +302,11 @@ def _rebuild_openai(cls, base, kwargs, attrs, extras, closed):
     client = object.__new__(cls)
     # The SDK's own constructor on the saved class (a subclass's __init__ may take other
     # arguments; its own attributes come back from `extras`).
-    base.__init__(client, _enforce_credentials=False, **kwargs)
-    attrs["_ambient_authorizations"] = frozenset(attrs["_ambient_authorizations"])
+    if "_enforce_credentials" in _parameters(base.__init__):
+        kwargs = {"_enforce_credentials": False, **kwargs}
+    base.__init__(client, **_accepted(base.__init__, kwargs))
+    if "_ambient_authorizations" in attrs:
+        attrs["_ambient_authorizations"] = frozenset(attrs["_ambient_authorizations"])
     return _finish(client, attrs, extras, closed)
 
 
@@ -261,36 +332,50 @@ def _load_anthropic() -> None:
 
     bases = (anthropic.Anthropic, anthropic.AsyncAnthropic)
     defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
+    old = _is_old_sdk(defaults[0])
+    known = _ANTHROPIC_KNOWN | _OLD_SDK_ATTRS if old else _ANTHROPIC_KNOWN
 
     def reduce(client):
         base = _sdk_base(client, bases)
-        if client.credentials is not None or client._token_cache is not None \
-                or client._custom_auth is not None or client._credential_headers:
-            _refuse(client, base, f"credentials provider ({type(client.credentials).__name__}, "
-                    "from credentials=, config=, profile= or a profile on disk)",
+        got = vars(client)      # .get: attributes of recent versions only (not in 0.x)
+        if got.get("credentials") is not None or got.get("_token_cache") is not None \
+                or got.get("_custom_auth") is not None or got.get("_credential_headers"):
+            _refuse(client, base, "credentials provider "
+                    f"({type(got.get('credentials')).__name__}, from credentials=, config=, "
+                    "profile= or a profile on disk)",
                     "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX)
-        for middleware in client._middleware:
+        if old:
+            _check_old_options(client, base)
+        middlewares = got.get("_middleware", ())
+        for middleware in middlewares:
             _check_callable(client, base, f"middleware {middleware!r}", middleware,
                             "use module-level middleware functions or Middleware objects "
                             "holding plain values, or " + _RESOURCE_FIX)
         http = _http_client(client, base, defaults)
-        kwargs = {"base_url": str(client._base_url), "timeout": client._timeout,
+        kwargs = {"base_url": seal_url(str(client._base_url)),
+                  "timeout": got["_timeout"] if "_timeout" in got else client.timeout,
                   "max_retries": client.max_retries,
-                  "open_telemetry": client._open_telemetry,
-                  "middleware": client._middleware,
                   "_strict_response_validation": client._strict_response_validation}
+        if "_open_telemetry" in got:
+            kwargs["open_telemetry"] = got["_open_telemetry"]
+        if "_middleware" in got:
+            kwargs["middleware"] = middlewares
         if http is not None:
             kwargs["http_client"] = http
-        attrs = {"api_key": _secret(client.api_key, "ANTHROPIC_API_KEY"),
-                 "auth_token": _secret(client.auth_token, "ANTHROPIC_AUTH_TOKEN"),
-                 "webhook_key": _secret(client.webhook_key, "ANTHROPIC_WEBHOOK_SIGNING_KEY"),
-                 "_custom_headers": _headers(client._custom_headers),
-                 "_custom_query": dict(client._custom_query),
-                 "_timeout_overridden": client._timeout_overridden,
-                 "_unchosen_base_url": None if client._unchosen_base_url is None
-                 else str(client._unchosen_base_url)}
+        elif got.get("_limits") is not None and "connection_pool_limits" in \
+                _parameters(base.__init__) and got["_limits"] != _default_limits(client):
+            kwargs["connection_pool_limits"] = got["_limits"]       # anthropic 0.x
+        unchosen = got.get("_unchosen_base_url")
+        attrs = _present(client, {
+            "api_key": _secret(client.api_key, "ANTHROPIC_API_KEY"),
+            "auth_token": _secret(client.auth_token, "ANTHROPIC_AUTH_TOKEN"),
+            "webhook_key": _secret(got.get("webhook_key"), "ANTHROPIC_WEBHOOK_SIGNING_KEY"),
+            "_custom_headers": _headers(client._custom_headers),
+            "_custom_query": _query(client._custom_query),
+            "_timeout_overridden": got.get("_timeout_overridden"),
+            "_unchosen_base_url": None if unchosen is None else str(unchosen)})
         return (_rebuild_anthropic, (type(client), base, kwargs, attrs,
-                                     _extras(client, _ANTHROPIC_KNOWN),
+                                     _extras(client, known),
                                      http is None and _is_closed(client._client)))
 
     for base in bases:
@@ -307,14 +392,20 @@ def _load_anthropic() -> None:
     _load_responses(anthropic)
 
 
+def _default_limits(client):
+    """The connection limits an anthropic 0.x client has when none were given."""
+    from anthropic import _constants
+    return getattr(_constants, "DEFAULT_CONNECTION_LIMITS", None)
+
+
 def _rebuild_anthropic(cls, base, kwargs, attrs, extras, closed):
-    import httpx2
     client = object.__new__(cls)
     # An explicit (empty) credential: the constructor then reads no environment variable
     # and no profile from disk; the saved credentials are put back below.
     base.__init__(client, api_key="", **kwargs)
-    if attrs["_unchosen_base_url"] is not None:
-        attrs["_unchosen_base_url"] = httpx2.URL(attrs["_unchosen_base_url"])
+    if attrs.get("_unchosen_base_url") is not None:
+        # a URL of the client's own HTTP library (httpx2 now, httpx in anthropic 0.x)
+        attrs["_unchosen_base_url"] = type(client._base_url)(attrs["_unchosen_base_url"])
     return _finish(client, attrs, extras, closed)
 
 
@@ -359,7 +450,7 @@ def _reduce_stream(stream):
             "collected: the rest of an HTTP stream cannot be read after a restore")
     state = dict(vars(stream))
     state["_iterator"] = None
-    state["response"] = _SavedResponse(stream.response)
+    state["response"] = SavedResponse(stream.response)
     return (_rebuild_stream, (type(stream), state,
                               hasattr(iterator, "ag_frame")))
 
@@ -391,11 +482,17 @@ def _reduce_raw_response(raw):
             "(a streaming response); read it (.read() or .parse()) or close it before "
             "snapshot(), or keep only the parsed result")
     state = dict(vars(raw))
-    state["http_response"] = _SavedResponse(http)
+    state["http_response"] = SavedResponse(http)
     options = state.get("_options")
+    update = {}
     headers = getattr(options, "headers", None)
-    if isinstance(headers, dict) and any(str(k).lower() in _SECRET_HEADERS for k in headers):
-        state["_options"] = options.model_copy(update={"headers": _headers(headers)})
+    if isinstance(headers, dict) and any(is_sensitive_header(str(k)) for k in headers):
+        update["headers"] = _headers(headers)
+    params = getattr(options, "params", None)
+    if isinstance(params, dict) and any(is_sensitive_param(str(k)) for k in params):
+        update["params"] = _query(params)
+    if update:
+        state["_options"] = options.model_copy(update=update)
     return (_rebuild_raw_response, (type(raw), state))
 
 
@@ -403,54 +500,6 @@ def _rebuild_raw_response(cls, state):
     raw = object.__new__(cls)
     raw.__dict__.update(state)
     return raw
-
-
-class _SavedResponse:
-    """An SDK's (read) httpx2.Response, saved as status, headers, body and request."""
-
-    def __init__(self, response):
-        self.response = response
-
-    def __reduce__(self):
-        r = self.response
-        request = r._request
-        saved_request = None if request is None else (
-            request.method, str(request.url), _header_list(request.headers))
-        elapsed = getattr(r, "_elapsed", None)
-        # A read body as it was read; a streamed one (only kept for a finished stream)
-        # was consumed chunk by chunk and is not kept.
-        content = getattr(r, "_content", b"")
-        return (_rebuild_http_response, (type(r).__module__.split(".")[0], r.status_code,
-                                         _header_list(r.headers), content, r.http_version,
-                                         saved_request, elapsed, r.default_encoding
-                                         if isinstance(r.default_encoding, str) else None))
-
-
-def _header_list(headers) -> list:
-    return [(k, _secret(v, None) if k.lower() in _SECRET_HEADERS else v)
-            for k, v in headers.multi_items()]
-
-
-def _rebuild_http_response(library: str, status: int, headers: list, content: bytes,
-                           http_version: str, request, elapsed: datetime.timedelta | None,
-                           default_encoding: str | None):
-    import importlib
-    httpx = importlib.import_module(library)
-    if request is not None:
-        request = httpx.Request(request[0], request[1], headers=request[2])
-    response = httpx.Response(status, headers=headers, request=request,
-                              extensions={"http_version": http_version.encode()})
-    # The body as it was read (decoded): set directly, so a Content-Encoding header is
-    # kept without being applied a second time.
-    response._content = content
-    response.stream = httpx.ByteStream(content)
-    response.is_stream_consumed = True
-    response.is_closed = True
-    if elapsed is not None:
-        response.elapsed = elapsed
-    if default_encoding is not None:
-        response.default_encoding = default_encoding
-    return response
 
 
 register_optional("openai", _load_openai)
