@@ -266,9 +266,6 @@ def test_killed_and_resumed_agent_matches_plain_run(tmp_path):
     assert killed.stdout + resumed.stdout == base.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_adapters._reduce_file resolves a "
-                   "relative file name against the cwd at the snapshot, not the one the "
-                   "file was opened in")
 def test_relative_file_reopens_the_file_it_was_opened_on(tmp_path, monkeypatch):
     """A file opened by a relative name (`open("out.txt", "a")` in directory a) and a
     later os.chdir(b) (now common: the job's cwd is restored) reopens a/out.txt after
