@@ -324,22 +324,30 @@ def test_object_the_job_installed_into_a_library_module_comes_back():
         sys.modules.pop("ident_review_installed", None)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/_process.capture saves only variables "
-                   "whose value differs from the job's start: one the job set to the value "
-                   "it already had is not saved, and the resuming shell's value wins")
-def test_variable_the_job_set_survives_a_resume_under_another_environment(monkeypatch):
+def test_variable_the_job_set_survives_a_resume_under_another_environment(monkeypatch,
+                                                                           tmp_path):
     """`os.environ["REV_MODE"] = "fast"` set by the job is "fast" after a resume from a
     shell where REV_MODE is unset, as in the uninterrupted run, even though the
-    job's own shell happened to have REV_MODE=fast already."""
+    job's own shell happened to have REV_MODE=fast already; a variable the job never
+    wrote keeps the resuming shell's value."""
+    from snapstate.resources import _secrets
     from snapstate.runtime import _process
+    from snapstate.serializers._keys import KeyRing
     job = types.SimpleNamespace()
     monkeypatch.setenv("REV_MODE", "fast")      # the shell the job started from
+    monkeypatch.setenv("REV_OTHER", "job's shell")
     _process.begin(job)
-    monkeypatch.setenv("REV_MODE", "fast")      # the job sets it
-    blob = _pickler.dumps({"process": _process.capture(job)})
-    monkeypatch.delenv("REV_MODE")              # the shell that resumes it
-    _pickler.loads(blob)
+    os.environ["REV_MODE"] = "fast"             # the job sets it
+    _secrets.bind(KeyRing(str(tmp_path / "keys")))     # as the runtime does
+    try:
+        blob = _pickler.dumps({"process": _process.capture(job)})
+        monkeypatch.delenv("REV_MODE")              # the shell that resumes it
+        monkeypatch.setenv("REV_OTHER", "resuming shell")
+        _pickler.loads(blob)
+    finally:
+        _secrets.bind(None)
     assert os.environ.get("REV_MODE") == "fast"
+    assert os.environ.get("REV_OTHER") == "resuming shell"
 
 
 @pytest.mark.xfail(strict=True, reason="_defstate._own_data_class skips every class "
