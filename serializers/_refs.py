@@ -19,6 +19,11 @@ attribute of the new process's module.
     loader's memo at the same indices (the state pickle follows in the same stream),
     so plain pickle.loads needs no help, and the inert reader shows them by name.
 
+A referenced object that holds state (a registry the job filled, an opener the job
+installed with urllib.request.install_opener, decimal.DefaultContext after `prec = 5`)
+is saved as reference + state and comes back as the new process's object with that
+state put onto it, or rebuilt and set back as the module's attribute (_libstate).
+
 Not by reference: the agent's own modules (their globals are saved by value with the
 job), `__main__`, modules a new process could not import by their sys.modules name
 (aliases, modules built at run time without a spec), objects of a class the agent
@@ -188,7 +193,8 @@ def module_string(module: str, attr: str, value: str) -> str:
 
 
 def reduce(obj, where: tuple[str, str]):
-    """The reduction of an indexed object (None: save it by value after all)."""
+    """The reduction of an indexed object (None: save it by value after all): a plain
+    reference for a sentinel-like object, else reference + state (see _libstate)."""
     module, attr = where
     current = sys.modules.get(module)
     if current is None or current.__dict__.get(attr) is not obj or module in _EXCLUDED:
@@ -201,7 +207,7 @@ def reduce(obj, where: tuple[str, str]):
         by_name = _BY_NAME[t] = _pickles_by_name(obj)
     if by_name:
         return None
-    return (module_attribute, (module, attr))
+    return _libstate.reduce(obj, t, module, attr) or (module_attribute, (module, attr))
 
 
 def _pickles_by_name(obj) -> bool:
@@ -225,3 +231,43 @@ def module_attribute(module: str, attr: str):
         raise AttributeError(
             f"the snapshot refers to {module}.{attr} (an object of module {module}), which "
             f"module {module} no longer has") from None
+
+
+_MISSING = object()
+
+
+def module_object(module: str, attr: str, t: type, func, args, newobj: bool):
+    """`module.attr` of this process, to take the saved state (module_object_setstate
+    and the saved items follow): the fresh object when it is of the saved type and can
+    take the state (identity kept with every reference the library holds), else an
+    object rebuilt from the saved reduce and set back as `module.attr` (the job had
+    installed its own object there, or changed one that takes its value only when
+    built, like a decimal.Context without an applier)."""
+    mod = importlib.import_module(module)
+    current = mod.__dict__.get(attr, _MISSING)
+    if type(current) is t:
+        if newobj:                  # built with no arguments: all it holds is its state
+            if issubclass(t, list):
+                list.clear(current)         # the saved items are appended next
+            elif issubclass(t, dict):
+                dict.clear(current)
+            return current
+        applier = _libstate.APPLIERS.get((t.__module__, t.__qualname__))
+        if applier is not None:
+            applier(current, args)
+            return current
+        if _libstate.same_reduce(current, func, args):
+            return current
+    obj = func(*args)
+    setattr(mod, attr, obj)
+    return obj
+
+
+def module_object_setstate(obj, state) -> None:
+    """Put a saved state onto a library object as pickle's BUILD would, but exactly:
+    its __dict__ is replaced (an attribute the job deleted stays deleted)."""
+    _libstate.setstate(obj, state)
+
+
+# Library objects the job changed or installed: their state goes with the reference.
+from . import _libstate  # noqa: E402

@@ -220,9 +220,6 @@ class Registry:
         self.items = {}
 
 
-@pytest.mark.xfail(strict=True, reason="_refs saves a non-agent module's object by "
-                   "reference only: what the job changed inside it is dropped and the "
-                   "fresh import-time object comes back")
 def test_library_object_mutated_by_the_job_keeps_its_state():
     """An object of a library module that the job changed in place
     (`reg = lib.REGISTRY; reg.items['tool'] = ...`, `decimal.DefaultContext.prec = 5`)
@@ -243,6 +240,7 @@ def test_library_object_mutated_by_the_job_keeps_its_state():
         sys.modules["ident_review_lib"] = fresh
         back = _pickler.loads(data)
         assert back["reg"].items == {"tool": "search"}
+        assert back["reg"] is fresh.REGISTRY            # the library's own object
     finally:
         sys.modules.pop("ident_review_lib", None)
 
@@ -292,10 +290,6 @@ def test_relative_file_reopens_the_file_it_was_opened_on(tmp_path, monkeypatch):
     assert (a / "out.txt").read_text() == "first\nsecond\n"
 
 
-@pytest.mark.xfail(strict=True, reason="_refs indexes whatever a library module's "
-                   "attribute holds at the first walk, including an object the job created "
-                   "and installed there; the reference resolves to the new process's "
-                   "import-time value (None)")
 def test_object_the_job_installed_into_a_library_module_comes_back():
     """An object the job made and installed into a library module before its first
     snapshot (`urllib.request.install_opener(opener)`, `somelib.client = Client()`)
@@ -320,6 +314,7 @@ def test_object_the_job_installed_into_a_library_module_comes_back():
         back = _pickler.loads(data)
         assert back["opener"] is not None
         assert back["opener"].items == {"User-agent": "rev-agent"}
+        assert fresh._opener is back["opener"]          # installed again, as the job had
     finally:
         sys.modules.pop("ident_review_installed", None)
 
