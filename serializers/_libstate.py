@@ -58,7 +58,7 @@ def reduce(obj, t: type, module: str, attr: str):
     if not _trial((func, args, state, items, pairs)):
         return None
     from ._refs import module_object, module_object_setstate
-    return (module_object, (module, attr, t, func, args, newobj), state,
+    return (module_object, (module, attr, t, func, args, newobj), (f"{module}.{attr}", state),
             None if items is None else iter(items), None if pairs is None else iter(pairs),
             module_object_setstate)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import pickle
 import re
 import struct
@@ -207,7 +208,13 @@ def reduce(obj, where: tuple[str, str]):
         by_name = _BY_NAME[t] = _pickles_by_name(obj)
     if by_name:
         return None
-    return _libstate.reduce(obj, t, module, attr) or (module_attribute, (module, attr))
+    if obj is os.environ:           # its class is swapped for tracking (runtime/_process)
+        return (module_attribute, (module, attr))
+    return _libstate.reduce(obj, t, module, attr) or (module_attribute, (module, attr, _kind(t)))
+
+
+def _kind(t: type) -> str:
+    return f"{t.__module__}.{t.__qualname__}"
 
 
 def _pickles_by_name(obj) -> bool:
@@ -222,15 +229,27 @@ def _pickles_by_name(obj) -> bool:
         return False
 
 
-def module_attribute(module: str, attr: str):
-    """The object `module.attr` of this process (a snapshot's reference to it)."""
+def module_attribute(module: str, attr: str, kind: str | None = None):
+    """The object `module.attr` of this process (a snapshot's reference to it). With
+    `kind` (the saved object's type), an object of another type is refused: it cannot
+    be the job's (typically the job had installed its own object there, whose state
+    could not be saved, and this process's module has its import-time value)."""
     mod = importlib.import_module(module)
     try:
-        return getattr(mod, attr)
+        current = getattr(mod, attr)
     except AttributeError:
         raise AttributeError(
             f"the snapshot refers to {module}.{attr} (an object of module {module}), which "
             f"module {module} no longer has") from None
+    if kind is not None and _kind(type(current)) != kind:
+        from ..runtime._errors import ResourceReopenError
+        raise ResourceReopenError(
+            f"the snapshot refers to {module}.{attr}, a {kind} in the job's process (an object "
+            f"the job put into module {module}, whose state cannot be saved), but "
+            f"{module}.{attr} is {type(current).__name__} in this process: the job's object "
+            "cannot come back. Make that object in the agent's own code after snapshot() (or "
+            "keep it out of the library module while a snapshot is taken).")
+    return current
 
 
 _MISSING = object()
@@ -263,10 +282,20 @@ def module_object(module: str, attr: str, t: type, func, args, newobj: bool):
     return obj
 
 
-def module_object_setstate(obj, state) -> None:
+def module_object_setstate(obj, named_state: tuple) -> None:
     """Put a saved state onto a library object as pickle's BUILD would, but exactly:
-    its __dict__ is replaced (an attribute the job deleted stays deleted)."""
-    _libstate.setstate(obj, state)
+    its __dict__ is replaced (an attribute the job deleted stays deleted). A state the
+    new process's object does not take fails naming the object, never half-silently."""
+    name, state = named_state
+    if state is None:
+        return
+    try:
+        _libstate.setstate(obj, state)
+    except Exception as exc:
+        raise TypeError(
+            f"the state the job gave to {name} (a {type(obj).__name__} of that library) "
+            f"cannot be put back onto the new process's {name}: {type(exc).__name__}: {exc}. "
+            f"The installed version of the library may differ from the job's") from None
 
 
 # Library objects the job changed or installed: their state goes with the reference.

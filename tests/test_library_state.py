@@ -19,6 +19,8 @@ import types
 
 import pytest
 
+from conftest import AGENTS, snaprun, snapshot_files
+from snapstate.runtime._errors import ResourceReopenError
 from snapstate.serializers import _inert, _pickler, _refs
 
 
@@ -124,3 +126,40 @@ def test_identity_kept_where_state_is_not_saved_or_unchanged():
     assert back[2] is re.IGNORECASE
     assert back[3] is os.environ
     assert back[4] is lib.GUARD
+
+
+def test_installed_object_whose_state_cannot_be_saved_is_refused_at_the_restore():
+    """An object the job installed into a library module whose state cannot be saved
+    (urllib.request.install_opener with a real opener: its HTTPS handler holds an
+    ssl.SSLContext): where the new process's module holds something else (None) the
+    restore is refused naming the attribute, never handing the job None for its
+    opener."""
+    import urllib.request
+    opener = urllib.request.build_opener()
+    opener.addheaders = [("User-agent", "libstate")]
+    lib = _module("libstate_e", _opener=opener)
+    data = _pickler.dumps({"opener": opener})
+    lib._opener = None                     # the new process's import-time value
+    with pytest.raises(ResourceReopenError, match=r"libstate_e\._opener.*OpenerDirector"):
+        _pickler.loads(data)
+
+
+def test_killed_after_each_snapshot_and_resumed_matches_a_plain_run(tmp_path):
+    """tests/agents/libstate_agent.py (decimal.DefaultContext changed in place, an
+    opener the job installed with urllib.request.install_opener, os.environ held in a
+    local) SIGKILLed right after each snapshot and resumed in a new process prints
+    what an uninterrupted run prints: decimal's own context with the job's precision,
+    the job's opener installed with its headers and handlers."""
+    agent = AGENTS / "libstate_agent.py"
+    base = snaprun("run", "--store", tmp_path / "base", "--job", "j", agent, cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    assert base.stdout.startswith("0 True 5 True [('User-agent', 'libstate/0')]")
+    for k in (1, 2):
+        store = tmp_path / f"kill{k}"
+        killed = snaprun("run", "--store", store, "--job", "j", agent, cwd=tmp_path,
+                         fault=f"after-snapshot:{k}")
+        assert killed.returncode == -9, killed.stderr
+        resumed = snaprun("resume", "--store", store, snapshot_files(store, "j")[-1],
+                          cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
