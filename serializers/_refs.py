@@ -264,7 +264,7 @@ def module_object(module: str, attr: str, t: type, func, args, newobj: bool):
     built, like a decimal.Context without an applier)."""
     mod = importlib.import_module(module)
     current = mod.__dict__.get(attr, _MISSING)
-    if type(current) is t:
+    if type(current) is t or _kind(type(current)) == _kind(t):   # t may be a copy by value
         if newobj:                  # built with no arguments: all it holds is its state
             if issubclass(t, list):
                 list.clear(current)         # the saved items are appended next
