@@ -199,8 +199,33 @@ def _reduce_file(f):
     # A C TextIOWrapper does not expose its newline argument: text files reopen with
     # universal newlines (open a file through resource() to keep another setting).
     text = {} if binary else {"encoding": f.encoding, "errors": f.errors}
-    return (_reopen_file, (os.path.abspath(name), mode, position, binary, text,
+    return (_reopen_file, (_open_path(f, name, mode), mode, position, binary, text,
                            isinstance(f, io.FileIO)))
+
+
+def _open_path(f, name: str, mode: str) -> str:
+    """The absolute path of the file `f` has open. A relative name is relative to the
+    cwd at open(), which may have changed since (os.chdir): the candidate paths (the
+    name against today's cwd, the descriptor's link in /proc) are kept only if they
+    are the very file open (same device and inode), else the snapshot is refused:
+    reopening another file would truncate and write it."""
+    opened = os.fstat(f.fileno())
+    candidates = [os.path.abspath(name)]
+    with contextlib.suppress(OSError):
+        candidates.append(os.readlink(f"/proc/self/fd/{f.fileno()}"))
+    for path in candidates:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (opened.st_dev, opened.st_ino):
+            return path
+    raise pickle.PicklingError(
+        f"file {name!r} (open with mode {mode!r}) is no longer reachable by its path: it was "
+        f"deleted or renamed while open, or opened by a relative name before an os.chdir, so "
+        f"{candidates[0]} is another file. Reopening it after a restore would read or write "
+        "the wrong file; open the file by an absolute path that stays valid, or close it "
+        "before snapshot()")
 
 
 def _reopen_file(path, mode, position, binary, text, raw):

@@ -3,10 +3,14 @@
     random          the global `random` state (random.getstate()), and numpy's legacy
                     global RandomState (np.random.get_state()) when numpy.random is
                     imported: a resumed job draws the same numbers as an uninterrupted run
-    environment     the variables the job set or removed, relative to the environment
+    environment     the variables the job set or removed: those it wrote through
+                    os.environ since its start (tracked, so one set to the value it
+                    already had counts too) or whose value differs from the environment
                     its process started with (the baseline, taken before the agent runs);
                     applied on top of the resuming process's environment, so a variable
-                    the job never touched keeps the resuming process's value
+                    the job never touched keeps the resuming process's value. The
+                    values are sealed with the store's key (a key load_dotenv() put
+                    there is never in a snapshot in clear)
     working dir     os.getcwd() at the snapshot; a restore changes into it, and refuses
                     (ResourceReopenError) when it no longer exists
 
@@ -21,10 +25,13 @@ job's environment, as it would have in the uninterrupted run.
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import random
 import sys
 
+from ..resources._secrets import credential
 from ._errors import ResourceReopenError, SnapshotError
 
 __all__ = ["ProcessState", "begin", "capture", "restore"]
@@ -45,11 +52,17 @@ class ProcessState:
         self.baseline: dict[str, str] | None = None   # set when unpickled: env before the diff
 
     def __reduce__(self):
-        return (_loaded, (self.random, self.numpy_random, self.env_set, self.env_removed,
+        # The names stay readable (snaprun inspect shows them); the values are sealed as
+        # one credential (one seal per snapshot) that unpickles as a JSON str.
+        env_set = ((list(self.env_set), credential(json.dumps(list(self.env_set.values()))))
+                   if self.env_set else {})
+        return (_loaded, (self.random, self.numpy_random, env_set, self.env_removed,
                           self.cwd))
 
 
 def _loaded(random_state, numpy_random, env_set, env_removed, cwd) -> ProcessState:
+    if isinstance(env_set, tuple):          # (names, sealed values); older snapshots: a dict
+        env_set = dict(zip(env_set[0], json.loads(env_set[1])))
     state = ProcessState(random_state, numpy_random, env_set, env_removed, cwd)
     state.baseline = dict(os.environ)
     _apply_env(env_set, env_removed)
@@ -73,15 +86,43 @@ def _revert_env(baseline: dict[str, str]) -> None:
             os.environ[name] = value
 
 
+# Writes through os.environ: name -> number of its last write (set or delete). A value
+# compare cannot see a variable set to the value it already had; these numbers can.
+_WRITES: dict[str, int] = {}
+_TICK = itertools.count(1)
+
+
+class _TrackedEnviron(type(os.environ)):
+    """os.environ's own class plus a record of the names written (os.environ's class is
+    swapped for it in place: every reference to os.environ keeps working)."""
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        _WRITES[key] = next(_TICK)
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        _WRITES[key] = next(_TICK)
+
+
+def _track() -> int:
+    """Start recording os.environ's writes (once); the current write number."""
+    if type(os.environ) is not _TrackedEnviron and type(os.environ) is _TrackedEnviron.__base__:
+        os.environ.__class__ = _TrackedEnviron
+    return next(_TICK)
+
+
 class _Tracker:
     """Per job: the environment the job's process started with, the environment right
-    after a restore applied its diff, and the names that diff owned (carried forward
-    into every later snapshot, so a chain of restores keeps the job's changes)."""
+    after a restore applied its diff, the names that diff owned (carried forward
+    into every later snapshot, so a chain of restores keeps the job's changes) and the
+    write number from which os.environ's writes are the job's."""
 
-    __slots__ = ("after_restore", "owned")
+    __slots__ = ("after_restore", "owned", "since")
 
     def __init__(self, after_restore: dict[str, str], owned: set[str]):
         self.after_restore, self.owned = after_restore, owned
+        self.since = _track()
 
 
 def begin(job) -> None:
@@ -95,6 +136,7 @@ def capture(job) -> ProcessState:
     tracker = getattr(job, "_process_tracker", None) or _Tracker(dict(os.environ), set())
     env, before = os.environ, tracker.after_restore
     names = set(tracker.owned)
+    names.update(k for k, n in list(_WRITES.items()) if n > tracker.since)
     names.update(k for k, v in env.items() if before.get(k) != v)
     names.update(k for k in before if k not in env)
     env_set = {k: env[k] for k in sorted(names) if k in env and not k.startswith(_OWN_PREFIX)}

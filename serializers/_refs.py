@@ -19,6 +19,11 @@ attribute of the new process's module.
     loader's memo at the same indices (the state pickle follows in the same stream),
     so plain pickle.loads needs no help, and the inert reader shows them by name.
 
+A referenced object that holds state (a registry the job filled, an opener the job
+installed with urllib.request.install_opener, decimal.DefaultContext after `prec = 5`)
+is saved as reference + state and comes back as the new process's object with that
+state put onto it, or rebuilt and set back as the module's attribute (_libstate).
+
 Not by reference: the agent's own modules (their globals are saved by value with the
 job), `__main__`, modules a new process could not import by their sys.modules name
 (aliases, modules built at run time without a spec), objects of a class the agent
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import pickle
 import re
 import struct
@@ -188,7 +194,8 @@ def module_string(module: str, attr: str, value: str) -> str:
 
 
 def reduce(obj, where: tuple[str, str]):
-    """The reduction of an indexed object (None: save it by value after all)."""
+    """The reduction of an indexed object (None: save it by value after all): a plain
+    reference for a sentinel-like object, else reference + state (see _libstate)."""
     module, attr = where
     current = sys.modules.get(module)
     if current is None or current.__dict__.get(attr) is not obj or module in _EXCLUDED:
@@ -201,7 +208,13 @@ def reduce(obj, where: tuple[str, str]):
         by_name = _BY_NAME[t] = _pickles_by_name(obj)
     if by_name:
         return None
-    return (module_attribute, (module, attr))
+    if obj is os.environ:           # its class is swapped for tracking (runtime/_process)
+        return (module_attribute, (module, attr))
+    return _libstate.reduce(obj, t, module, attr) or (module_attribute, (module, attr, _kind(t)))
+
+
+def _kind(t: type) -> str:
+    return f"{t.__module__}.{t.__qualname__}"
 
 
 def _pickles_by_name(obj) -> bool:
@@ -216,12 +229,74 @@ def _pickles_by_name(obj) -> bool:
         return False
 
 
-def module_attribute(module: str, attr: str):
-    """The object `module.attr` of this process (a snapshot's reference to it)."""
+def module_attribute(module: str, attr: str, kind: str | None = None):
+    """The object `module.attr` of this process (a snapshot's reference to it). With
+    `kind` (the saved object's type), an object of another type is refused: it cannot
+    be the job's (typically the job had installed its own object there, whose state
+    could not be saved, and this process's module has its import-time value)."""
     mod = importlib.import_module(module)
     try:
-        return getattr(mod, attr)
+        current = getattr(mod, attr)
     except AttributeError:
         raise AttributeError(
             f"the snapshot refers to {module}.{attr} (an object of module {module}), which "
             f"module {module} no longer has") from None
+    if kind is not None and _kind(type(current)) != kind:
+        from ..runtime._errors import ResourceReopenError
+        raise ResourceReopenError(
+            f"the snapshot refers to {module}.{attr}, a {kind} in the job's process (an object "
+            f"the job put into module {module}, whose state cannot be saved), but "
+            f"{module}.{attr} is {type(current).__name__} in this process: the job's object "
+            "cannot come back. Make that object in the agent's own code after snapshot() (or "
+            "keep it out of the library module while a snapshot is taken).")
+    return current
+
+
+_MISSING = object()
+
+
+def module_object(module: str, attr: str, t: type, func, args, newobj: bool):
+    """`module.attr` of this process, to take the saved state (module_object_setstate
+    and the saved items follow): the fresh object when it is of the saved type and can
+    take the state (identity kept with every reference the library holds), else an
+    object rebuilt from the saved reduce and set back as `module.attr` (the job had
+    installed its own object there, or changed one that takes its value only when
+    built, like a decimal.Context without an applier)."""
+    mod = importlib.import_module(module)
+    current = mod.__dict__.get(attr, _MISSING)
+    if type(current) is t or _kind(type(current)) == _kind(t):   # t may be a copy by value
+        if newobj:                  # built with no arguments: all it holds is its state
+            if issubclass(t, list):
+                list.clear(current)         # the saved items are appended next
+            elif issubclass(t, dict):
+                dict.clear(current)
+            return current
+        applier = _libstate.APPLIERS.get((t.__module__, t.__qualname__))
+        if applier is not None:
+            applier(current, args)
+            return current
+        if _libstate.same_reduce(current, func, args):
+            return current
+    obj = func(*args)
+    setattr(mod, attr, obj)
+    return obj
+
+
+def module_object_setstate(obj, named_state: tuple) -> None:
+    """Put a saved state onto a library object as pickle's BUILD would, but exactly:
+    its __dict__ is replaced (an attribute the job deleted stays deleted). A state the
+    new process's object does not take fails naming the object, never half-silently."""
+    name, state = named_state
+    if state is None:
+        return
+    try:
+        _libstate.setstate(obj, state)
+    except Exception as exc:
+        raise TypeError(
+            f"the state the job gave to {name} (a {type(obj).__name__} of that library) "
+            f"cannot be put back onto the new process's {name}: {type(exc).__name__}: {exc}. "
+            f"The installed version of the library may differ from the job's") from None
+
+
+# Library objects the job changed or installed: their state goes with the reference.
+from . import _libstate  # noqa: E402

@@ -60,15 +60,13 @@ DOTENV_AGENT = textwrap.dedent(f'''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="ProcessState.env_set saves variables the agent set "
-                   "(load_dotenv() inside main) by value, in clear: the API key the client "
-                   "references by name is in the payload anyway")
 def test_key_loaded_into_environ_by_the_agent_is_not_in_the_payload(tmp_path):
     """An agent that loads its .env inside main() (python-dotenv's load_dotenv puts the
     key into os.environ) and builds an OpenAI client from OPENAI_API_KEY: the client is
     saved as a reference to the variable, but the decompressed snapshot payload must not
-    hold the key's value either (runtime/_process.py capture() records the variables the
-    job set, by value)."""
+    hold the key's value either (runtime/_process.py seals the variables the job set);
+    resumed, the job has its key back (the sealed variable, then the client's reference
+    to it)."""
     agent = tmp_path / "dotenv_agent.py"
     agent.write_text(DOTENV_AGENT)
     run = snaprun("run", "--store", tmp_path / "s", "--job", "job", agent, cwd=tmp_path,
@@ -84,6 +82,9 @@ def test_key_loaded_into_environ_by_the_agent_is_not_in_the_payload(tmp_path):
         home.close()
     assert b"OPENAI_API_KEY" in payload
     assert DOTENV_KEY.encode() not in payload
+    resumed = snaprun("resume", "--store", tmp_path / "s", files[-1], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.strip() == "True"
 
 
 def test_llm_credential_headers_and_query_are_not_in_clear(keys):

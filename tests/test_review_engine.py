@@ -233,9 +233,6 @@ class Registry:
         self.items = {}
 
 
-@pytest.mark.xfail(strict=True, reason="_refs saves a non-agent module's object by "
-                   "reference only: what the job changed inside it is dropped and the "
-                   "fresh import-time object comes back")
 def test_library_object_mutated_by_the_job_keeps_its_state():
     """An object of a library module that the job changed in place
     (`reg = lib.REGISTRY; reg.items['tool'] = ...`, `decimal.DefaultContext.prec = 5`)
@@ -256,6 +253,7 @@ def test_library_object_mutated_by_the_job_keeps_its_state():
         sys.modules["ident_review_lib"] = fresh
         back = _pickler.loads(data)
         assert back["reg"].items == {"tool": "search"}
+        assert back["reg"] is fresh.REGISTRY            # the library's own object
     finally:
         sys.modules.pop("ident_review_lib", None)
 
@@ -279,9 +277,6 @@ def test_killed_and_resumed_agent_matches_plain_run(tmp_path):
     assert killed.stdout + resumed.stdout == base.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_adapters._reduce_file resolves a "
-                   "relative file name against the cwd at the snapshot, not the one the "
-                   "file was opened in")
 def test_relative_file_reopens_the_file_it_was_opened_on(tmp_path, monkeypatch):
     """A file opened by a relative name (`open("out.txt", "a")` in directory a) and a
     later os.chdir(b) (now common: the job's cwd is restored) reopens a/out.txt after
@@ -308,10 +303,6 @@ def test_relative_file_reopens_the_file_it_was_opened_on(tmp_path, monkeypatch):
     assert (a / "out.txt").read_text() == "first\nsecond\n"
 
 
-@pytest.mark.xfail(strict=True, reason="_refs indexes whatever a library module's "
-                   "attribute holds at the first walk, including an object the job created "
-                   "and installed there; the reference resolves to the new process's "
-                   "import-time value (None)")
 def test_object_the_job_installed_into_a_library_module_comes_back():
     """An object the job made and installed into a library module before its first
     snapshot (`urllib.request.install_opener(opener)`, `somelib.client = Client()`)
@@ -336,26 +327,35 @@ def test_object_the_job_installed_into_a_library_module_comes_back():
         back = _pickler.loads(data)
         assert back["opener"] is not None
         assert back["opener"].items == {"User-agent": "rev-agent"}
+        assert fresh._opener is back["opener"]          # installed again, as the job had
     finally:
         sys.modules.pop("ident_review_installed", None)
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/_process.capture saves only variables "
-                   "whose value differs from the job's start: one the job set to the value "
-                   "it already had is not saved, and the resuming shell's value wins")
-def test_variable_the_job_set_survives_a_resume_under_another_environment(monkeypatch):
+def test_variable_the_job_set_survives_a_resume_under_another_environment(monkeypatch,
+                                                                           tmp_path):
     """`os.environ["REV_MODE"] = "fast"` set by the job is "fast" after a resume from a
     shell where REV_MODE is unset, as in the uninterrupted run, even though the
-    job's own shell happened to have REV_MODE=fast already."""
+    job's own shell happened to have REV_MODE=fast already; a variable the job never
+    wrote keeps the resuming shell's value."""
+    from snapstate.resources import _secrets
     from snapstate.runtime import _process
+    from snapstate.serializers._keys import KeyRing
     job = types.SimpleNamespace()
     monkeypatch.setenv("REV_MODE", "fast")      # the shell the job started from
+    monkeypatch.setenv("REV_OTHER", "job's shell")
     _process.begin(job)
-    monkeypatch.setenv("REV_MODE", "fast")      # the job sets it
-    blob = _pickler.dumps({"process": _process.capture(job)})
-    monkeypatch.delenv("REV_MODE")              # the shell that resumes it
-    _pickler.loads(blob)
+    os.environ["REV_MODE"] = "fast"             # the job sets it
+    _secrets.bind(KeyRing(str(tmp_path / "keys")))     # as the runtime does
+    try:
+        blob = _pickler.dumps({"process": _process.capture(job)})
+        monkeypatch.delenv("REV_MODE")              # the shell that resumes it
+        monkeypatch.setenv("REV_OTHER", "resuming shell")
+        _pickler.loads(blob)
+    finally:
+        _secrets.bind(None)
     assert os.environ.get("REV_MODE") == "fast"
+    assert os.environ.get("REV_OTHER") == "resuming shell"
 
 
 def test_counter_on_a_class_with_a_library_metaclass_survives(tmp_path, modname):
