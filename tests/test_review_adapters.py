@@ -401,8 +401,6 @@ def test_logging_configured_in_main_keeps_logging_after_a_resume(tmp_path):
         ["step 0", "step 1", "step 2", "done"]
 
 
-@pytest.mark.xfail(strict=True, reason="serializers/_describe: the logging.Logger kind's fix "
-                   "always talks about handlers")
 def test_standalone_logger_refusal_offers_a_fix_that_fits():
     """logging.Logger("mine") made directly (not through getLogger) is refused because
     it cannot be found by name again; the refusal's fix says to remove one of its
@@ -505,8 +503,6 @@ def test_restoring_a_file_handler_never_destroys_other_writers_lines(tmp_path):
     assert path.read_text().splitlines() == ["mine", "other worker"]
 
 
-@pytest.mark.xfail(strict=True, reason="serializers/_describe has no kind for numpy arrays: "
-                   "their refusals end with GENERIC_FIX (resource(), register_adapter)")
 def test_numpy_view_refusal_ends_with_its_own_fix():
     """A masked-array slice (np.ma, common in data code) is refused with a fitting fix
     ("copy it deliberately ... view.copy()"), then the generic fix is appended: "close
