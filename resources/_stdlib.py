@@ -47,6 +47,7 @@ import time
 
 from ..serializers._describe import register_kind
 from ._adapters import _reopen_file, register_adapter, scratch_path
+from ._http import sealed
 
 __all__: list[str] = []
 
@@ -87,11 +88,23 @@ def _stream_spec(handler) -> tuple:
     return ("object", stream)
 
 
+def _sealed_credentials(attrs: dict) -> dict:
+    """SMTPHandler's password and HTTPHandler's credentials=(user, password) sealed (or
+    saved as a reference to the environment variable holding them), never in clear."""
+    if isinstance(attrs.get("password"), str):
+        attrs["password"] = sealed(attrs["password"])
+    creds = attrs.get("credentials")
+    if isinstance(creds, tuple) and len(creds) == 2 and isinstance(creds[1], str):
+        attrs["credentials"] = (creds[0], sealed(creds[1]))
+    return attrs
+
+
 def _reduce_handler(handler):
     if not isinstance(handler, logging.StreamHandler):
         # Any other handler: its attributes as they are (a MemoryHandler's buffer is not
-        # flushed: that would change what its target gets), with a new lock.
-        attrs = {k: v for k, v in handler.__dict__.items() if k != "lock"}
+        # flushed: that would change what its target gets), with a new lock; passwords
+        # (SMTPHandler, HTTPHandler) sealed.
+        attrs = _sealed_credentials({k: v for k, v in handler.__dict__.items() if k != "lock"})
         return (_new_handler, (type(handler),), (attrs, ("keep",)), None, None,
                 _set_handler_state)
     handler.flush()

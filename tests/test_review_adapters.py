@@ -516,8 +516,6 @@ def test_numpy_view_refusal_ends_with_its_own_fix():
     assert caught.value.fix is None or "register_adapter" not in caught.value.fix
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib._reduce_handler saves a handler's "
-                   "__dict__ by value, credentials included")
 def test_logging_handler_credentials_are_not_in_clear(keys):
     """SMTPHandler(credentials=(user, password)) and HTTPHandler(credentials=...) (alerts
     from an agent): the handler adapter saves every attribute by value, so the SMTP /
@@ -533,6 +531,11 @@ def test_logging_handler_credentials_are_not_in_clear(keys):
     http.close()
     assert b"smtp-SECRET-9" not in data
     assert b"http-SECRET-10" not in data
+    smtp2, http2 = _pickler.loads(data)            # and they come back as they were
+    assert (smtp2.username, smtp2.password) == ("user", "smtp-SECRET-9")
+    assert http2.credentials == ("user", "http-SECRET-10")
+    smtp2.close()
+    http2.close()
 
 
 ROTATE_SNIPPET = textwrap.dedent('''
