@@ -2,17 +2,21 @@
 sqlite3 cursors, csv writers (registered on import; resources._adapters imports this).
 
     logging.Handler            any handler: rebuilt with its attributes and a new lock,
-                               registered for logging.shutdown() like a new one.
+                               registered for logging.shutdown() like a new one once
+                               fully rebuilt (passwords of SMTP/HTTP handlers sealed).
     logging.StreamHandler      and its subclasses (FileHandler, the rotating handlers,
                                WatchedFileHandler): rebuilt with the same attributes
                                (level, formatter, filters, name, encoding, mode...). A
                                file handler's file is flushed and fsynced at the snapshot
-                               and reopened in append mode after the restore, cut back to
-                               its size at the snapshot (what followed is logged again by
-                               the re-executed code). A handler writing to sys.stdout or
-                               sys.stderr writes to the resumed process's stdout/stderr;
-                               any other stream is saved as itself (an open() file
-                               through the file adapter).
+                               and reopened in append mode after the restore, created
+                               again if it is gone (rotated away), never cut back: a log
+                               may be shared with other writers, whose lines must never
+                               be destroyed (a line the re-executed code logs again may
+                               appear twice). A handler writing to the process's own
+                               stdout or stderr (sys.__stdout__/__stderr__) writes to the
+                               resumed process's; a redirected sys.stdout is a file like
+                               any other. Any other stream is saved as itself (an open()
+                               file through the file adapter).
     logging.Logger             still by name (as logging.Logger.__reduce__), plus its
                                level, propagate, disabled, filters and handlers: handlers
                                the agent attached at run time come back on it (those the
@@ -46,17 +50,25 @@ import sys
 import time
 
 from ..serializers._describe import register_kind
-from ._adapters import _reopen_file, register_adapter, scratch_path
+from ..runtime._errors import ResourceReopenError
+from ._adapters import register_adapter, scratch_path
 from ._http import sealed
 
 __all__: list[str] = []
 
 
 def _std_stream(stream) -> str | None:
-    """"stdout"/"stderr" when `stream` is this process's (current or original) one."""
+    """"stdout"/"stderr" when `stream` is this process's own one (sys.__stdout__ /
+    sys.__stderr__), or the current sys.stdout/stderr when that is not a file opened by
+    path: a file from open() that sys.stdout is redirected to (contextlib.redirect_stdout)
+    is saved as that file, not as the terminal."""
     for name in ("stdout", "stderr"):
-        if stream is getattr(sys, name) or stream is getattr(sys, f"__{name}__"):
+        if stream is getattr(sys, f"__{name}__"):
             return name
+        if stream is getattr(sys, name):
+            path = getattr(stream, "name", None)
+            if not (isinstance(path, str) and not path.startswith("<")):
+                return name
     return None
 
 
@@ -69,8 +81,7 @@ def _stream_spec(handler) -> tuple:
     if stream is None:
         if (isinstance(handler, logging.FileHandler) and not getattr(handler, "_closed", False)
                 and "a" in handler.mode):
-            # delay=True, not opened yet: what the log gets after the snapshot is logged
-            # again by the re-executed code, so its size at the snapshot is kept too.
+            # delay=True, not opened yet: opened on first use, in the replay's scratch copy.
             try:
                 return ("delayed", handler.baseFilename, os.path.getsize(handler.baseFilename))
             except OSError:
@@ -114,25 +125,36 @@ def _reduce_handler(handler):
 
 
 def _new_handler(cls):
+    """A bare handler with a new lock; registered for logging.shutdown() only at the end
+    of _set_handler_state (a half-built one would make shutdown raise at exit)."""
     handler = cls.__new__(cls)
-    logging.Handler.__init__(handler)      # a new lock, registered for logging.shutdown()
+    handler._name, handler.level, handler.formatter, handler._closed = None, 0, None, False
+    handler.filters = []
+    handler.createLock()
     return handler
+
+
+def _reopen_log(path: str, text: dict):
+    """A log file reopened for appending: created again if it was rotated away, never cut
+    back (other writers' lines stay; a line logged again after a restore may repeat)."""
+    try:
+        return open(path, "a", **text)
+    except OSError as exc:
+        raise ResourceReopenError(f"log file {path} could not be reopened: {exc.strerror}. "
+                                  "The snapshot is intact: fix the cause and resume the job "
+                                  "again.") from None
 
 
 def _set_handler_state(handler, state) -> None:
     attrs, spec = state
     name = attrs.pop("_name", None)
     if spec[0] == "append":
-        path, position, text = spec[1:]
+        path, _position, text = spec[1:]
         # A replay writes a scratch copy, never the original log (as the file adapter).
         attrs["baseFilename"] = scratch_path(attrs.get("baseFilename", path))
-        stream = _reopen_file(path, "a", position, False, text, False)
+        stream = _reopen_log(scratch_path(path), text)
     elif spec[0] == "delayed":
-        path, size = scratch_path(spec[1]), spec[2]
-        attrs["baseFilename"] = path
-        with contextlib.suppress(OSError):
-            if os.path.getsize(path) > size:
-                os.truncate(path, size)
+        attrs["baseFilename"] = scratch_path(spec[1])
         stream = None
     elif spec[0] == "std":
         stream = getattr(sys, spec[1])     # the resumed process's stdout/stderr
@@ -145,6 +167,7 @@ def _set_handler_state(handler, state) -> None:
         handler.set_name(name)             # logging._handlers[name]: this handler now
     if stream is not None and hasattr(handler, "_statstream"):
         handler._statstream()              # WatchedFileHandler: the reopened file's inode
+    logging._addHandlerRef(handler)        # flushed and closed by logging.shutdown()
 
 
 # A refusal looks for the part that cannot be saved among what the adapter saves.

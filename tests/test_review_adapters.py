@@ -431,8 +431,6 @@ REDIRECT_AGENT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib._std_stream takes any stream that "
-                   "is sys.stdout at the snapshot for the terminal, even a user's open() file")
 def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path):
     """csv.writer(f) on a file from open() while contextlib.redirect_stdout(f) is active
     (a common way to capture prints into the same report): f `is sys.stdout` at the
@@ -480,8 +478,6 @@ def test_requests_query_keys_are_not_in_clear(keys):
     assert b"url-query-SECRET-7" not in data
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib append spec -> _reopen_file cuts an "
-                   "append-mode log back to its size at the snapshot, whoever wrote the rest")
 def test_restoring_a_file_handler_never_destroys_other_writers_lines(tmp_path):
     """A log shared with another process (two workers logging to app.log, or a log
     rotated by logrotate and since refilled): the restore of one worker's FileHandler
@@ -554,8 +550,6 @@ ROTATE_SNIPPET = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib append spec -> _reopen_file refuses "
-                   "a missing file: a rotated-away log blocks the resume")
 def test_watched_file_handler_resumes_after_logrotate(tmp_path):
     """A WatchedFileHandler exists to survive logrotate (app.log renamed to app.log.1,
     the handler opens a new app.log). After a snapshot and a rotation, the restore
