@@ -253,8 +253,6 @@ def effect_run(tmp_path_factory):
     return run, tmp / "s"
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/_effects.seal pickles a result with "
-                   "cloudpickle, not through the adapters: credential headers in clear")
 def test_effect_result_holding_a_response_keeps_credentials_out_of_the_catalog(effect_run):
     """An @effect returning an httpx.Response (the natural `return client.get(url)`):
     the recorded result is cloudpickled as is, so the request's Authorization header
@@ -266,8 +264,6 @@ def test_effect_result_holding_a_response_keeps_credentials_out_of_the_catalog(e
     assert leaked == []
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/_effects._canonical digests arguments with "
-                   "cloudpickle, which cannot pickle an SDK client (RLock)")
 def test_effect_taking_an_sdk_client_argument_runs(effect_run):
     """`@effect def ask(client, prompt)` with an openai.OpenAI client: the call fails
     before running with "TypeError: cannot pickle '_thread.RLock' object" (the argument
@@ -313,8 +309,6 @@ class Tagged(np.ndarray):
     unit = "raw"
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_numpy leaves subclass arrays owning "
-                   "their data to numpy's pickling, which drops their __dict__")
 def test_array_subclass_keeps_its_attributes():
     """An ndarray subclass instance owning its data with an attribute set on it comes
     back with the class default (numpy's __reduce__ does not save __dict__): a silent
@@ -324,6 +318,9 @@ def test_array_subclass_keeps_its_attributes():
     array.unit = "m"
     copy = _pickler.loads(_pickler.dumps(array))
     assert copy.unit == "m"
+    assert type(copy) is Tagged and copy.tolist() == [1.0, 1.0, 1.0]
+    plain = _pickler.loads(_pickler.dumps(Tagged((2,))))      # no attribute of its own
+    assert type(plain) is Tagged and plain.unit == "raw"
 
 
 @pytest.mark.xfail(strict=True, reason="resources/_http._verify_of treats 'cannot tell' "
