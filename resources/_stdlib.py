@@ -23,8 +23,12 @@ sqlite3 cursors, csv writers (registered on import; resources._adapters imports 
                                fresh import attached instead are removed, and closed
                                unless another logger uses them).
     sqlite3.Cursor             a new cursor (of the same class) on the (reopened)
-                               connection with the same row_factory and arraysize;
-                               refused while a statement has rows left to fetch.
+                               connection with the same row_factory, arraysize and
+                               description (its last query's columns); refused while a
+                               statement has rows left to fetch, and after a statement
+                               that changed rows (its rowcount and lastrowid cannot come
+                               back). lastrowid after a query mirrors the connection's
+                               last insert id, which a reopened connection does not have.
     csv.writer                 a new writer over the same (reopened) file with the same
                                dialect parameters; csv.DictWriter is a Python object
                                around one and follows. csv.reader is refused.
@@ -229,25 +233,42 @@ def _reduce_cursor(cursor):
             "a sqlite3 cursor is in the middle of a result set (rows not fetched yet); fetch "
             "the rows (rows = cursor.fetchall()) before snapshot() and keep them: a result "
             "set cannot be resumed in another process")
+    if cursor.rowcount != -1:
+        # Its last statement changed rows (INSERT/UPDATE/DELETE, executemany): rowcount
+        # and lastrowid are that statement's results, which a new cursor cannot get back.
+        raise pickle.PicklingError(
+            f"a sqlite3 cursor holds the result of a statement that changed rows (rowcount "
+            f"{cursor.rowcount}, lastrowid {cursor.lastrowid}), which cannot be restored; "
+            "keep what you need before snapshot() (n = cursor.rowcount, new_id = "
+            "cursor.lastrowid) and drop the cursor (del cursor, or use conn.execute(...) "
+            "without keeping it), or run the next query on it before the snapshot")
     conn = cursor.connection
     try:
         cursor.fetchone()                  # no statement: only checks the cursor is open
         closed = False
     except sqlite3.ProgrammingError:       # a closed cursor or connection
         closed = True
+    names = None if cursor.description is None else [d[0] for d in cursor.description]
     attrs = dict(getattr(cursor, "__dict__", {}))     # a subclass's own attributes
-    return (_new_cursor, (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed),
-            attrs or None)
+    return (_new_cursor, (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed,
+                          names), attrs or None)
 
 
-def _new_cursor(cls, conn, row_factory, arraysize, closed):
+def _new_cursor(cls, conn, row_factory, arraysize, closed, names=None):
     cursor = cls.__new__(cls)
+    usable = not closed
     try:
         sqlite3.Cursor.__init__(cursor, conn)
     except sqlite3.ProgrammingError:       # its connection was closed at the snapshot
         other = sqlite3.connect(":memory:")
         sqlite3.Cursor.__init__(cursor, other)
         other.close()
+        usable = False
+    if names and usable:
+        # Its last query's description (column names; sqlite3 gives no types) comes back
+        # by a query with the same columns and no rows: nothing is read or written.
+        columns = ", ".join('NULL AS "' + n.replace('"', '""') + '"' for n in names)
+        sqlite3.Cursor.execute(cursor, f"SELECT {columns} WHERE 0").fetchall()
     cursor.row_factory, cursor.arraysize = row_factory, arraysize
     if closed:
         cursor.close()

@@ -275,29 +275,35 @@ def test_effect_taking_an_sdk_client_argument_runs(effect_run):
 
 
 # ------------------------------------------------------------------ more silent wrong restores
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib._new_cursor makes a new cursor: "
-                   "description, lastrowid and rowcount are lost")
-def test_sqlite_cursor_keeps_description_lastrowid_rowcount(tmp_path):
-    """A cursor whose rows were all fetched (or an INSERT's cursor) is saved: after the
-    restore cursor.description is None (`[d[0] for d in cur.description]` raises),
-    lastrowid is None (the id of the inserted row is lost) and rowcount is -1; the
-    adapter rebuilds it silently instead of keeping these or refusing."""
+def test_sqlite_cursor_keeps_description_and_refuses_a_lost_rowcount(tmp_path):
+    """A cursor whose rows were all fetched comes back with its description (the
+    column names: `[d[0] for d in cur.description]` works after the restore), rowcount
+    -1 as before. An INSERT's cursor or an executemany's (rowcount, lastrowid: results
+    a new cursor cannot get back) is refused naming the fix (keep cursor.lastrowid
+    before snapshot() and drop the cursor), never restored with lastrowid None."""
     conn = sqlite3.connect(tmp_path / "db")
-    conn.execute("create table t(x, y)")
+    conn.execute("create table t(x, \"we\"\"ird\")")
     insert = conn.execute("insert into t values (1, 2)")
     many = conn.cursor()
     many.executemany("insert into t values (?, ?)", [(3, 4), (5, 6)])
     conn.commit()
-    select = conn.execute("select x, y from t")
+    select = conn.execute("select x, \"we\"\"ird\" from t")
     select.fetchall()
-    copy = _pickler.loads(_pickler.dumps((conn, insert, many, select)))
     try:
-        assert copy[1].lastrowid == insert.lastrowid == 1
-        assert copy[2].rowcount == many.rowcount == 2
-        assert copy[3].description == select.description
+        for cursor, name in ((insert, "insert"), (many, "many")):
+            with pytest.raises(_pickler.UnpicklableError) as caught:
+                _pickler.dumps((conn, cursor), roots=lambda: [(f"local {name!r}", cursor)])
+            assert f"local {name!r} is a sqlite3 cursor" in str(caught.value)
+            assert "cursor.lastrowid" in str(caught.value)
+        copy = _pickler.loads(_pickler.dumps((conn, select)))
+        assert copy[1].description == select.description
+        assert [d[0] for d in copy[1].description] == ["x", 'we"ird']
+        assert copy[1].rowcount == -1 and copy[1].fetchall() == []
+        assert copy[1].connection is copy[0]
+        assert copy[0].execute("select count(*) from t").fetchone() == (3,)
     finally:
         conn.close()
-        copy[0].close()
+    copy[0].close()
 
 
 np = pytest.importorskip("numpy")
@@ -379,8 +385,6 @@ LOGGING_AGENT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="the root logger's handlers and level (set by "
-                   "logging.basicConfig in main) are not saved: logging stops after a resume")
 def test_logging_configured_in_main_keeps_logging_after_a_resume(tmp_path):
     """The most common logging setup: logging.basicConfig(filename=..., level=INFO) at
     the top of main(), a module-level `log = logging.getLogger(__name__)`. Killed after
@@ -445,8 +449,9 @@ def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path)
     assert resumed.stdout == ""
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_numpy saves a view's whole root even when "
-                   "nothing else in the snapshot refers to it")
+@pytest.mark.xfail(strict=True, reason="known limitation (README, numpy paragraph): a view's "
+                   "root is saved whole, as memory holds it; whether anything else refers "
+                   "to the root is unknown until the one-pass pickle ends")
 def test_small_view_of_a_huge_unreferenced_root_stays_small():
     """A 2-element window of an 80 MB array that the agent no longer holds (only the
     view is in its locals): the payload holds the whole 80 MB root (before issue 9:
