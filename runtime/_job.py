@@ -186,9 +186,12 @@ class Job:
         # a missing module:function is refused (EntryPointError) leaving no job whose
         # module code would re-run on every resume. Loading it again to run is free.
         sys.argv = [entry.path or entry.module, *argv]
+        host_logging = _rootlog.baseline()     # before the agent's import configures it
         entry.load()
         home.catalog.create_job(job_id, entry.as_dict(), list(argv))
-        return cls(home, job_id, entry, argv)
+        job = cls(home, job_id, entry, argv)
+        job._root_log_baseline = host_logging
+        return job
 
     @classmethod
     def open(cls, home: Home, job_id: str) -> "Job":

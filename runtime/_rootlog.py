@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["begin", "capture", "restore"]
+__all__ = ["baseline", "begin", "capture", "restore"]
+
+
+def baseline() -> tuple[list, int]:
+    """The root logger's handlers and level now: the host's, before the agent runs."""
+    root = logging.getLogger()
+    return (list(root.handlers), root.level)
 
 
 def begin(job) -> None:
-    """The job starts (or is restored): the root logger as it is now is the host's."""
-    root = logging.getLogger()
-    job._root_log_baseline = (list(root.handlers), root.level)
+    """Before the agent's module is imported to run or restore the job (Job.create
+    takes it earlier, before it loads the entry point): the root logger as it is now
+    is the host's."""
+    if getattr(job, "_root_log_baseline", None) is None:
+        job._root_log_baseline = baseline()
 
 
 def _baseline(job) -> tuple[list, int]:
