@@ -14,8 +14,9 @@ another library owns) cannot be rebuilt over the same memory: refused, naming th
 kind of base and the fix. Views of ndarray subclasses are rebuilt for np.matrix and
 np.recarray (no state beyond the array) and refused for others (a masked array keeps
 a mask beside its data); subclass instances owning their data pickle as numpy
-pickles them. Arrays owning their data are left to numpy's pickling (the fast path:
-one attribute check).
+pickles them, plus their own attributes (__dict__, which numpy's pickling drops), unless
+the subclass pickles itself (its own __reduce__). Arrays owning their data are left to
+numpy's pickling (the fast path: one attribute check).
 """
 
 from __future__ import annotations
@@ -28,12 +29,16 @@ __all__ = ["rebuild_view"]
 
 # Subclasses whose view is the ndarray view re-typed with .view(cls): no other state.
 _VIEW_SUBCLASSES: tuple[type, ...] = ()
+_NDARRAY: type | None = None
+_NDARRAY_REDUCE: tuple = ()            # ndarray's (__reduce__, __reduce_ex__)
 
 
 def _load_numpy() -> None:
-    global _VIEW_SUBCLASSES
+    global _VIEW_SUBCLASSES, _NDARRAY, _NDARRAY_REDUCE
     import numpy as np
     _VIEW_SUBCLASSES = (np.matrix, np.recarray)
+    _NDARRAY = np.ndarray
+    _NDARRAY_REDUCE = (np.ndarray.__reduce__, np.ndarray.__reduce_ex__)
     register_adapter(np.ndarray, _reduce_array, subclasses=True)
 
 
@@ -90,7 +95,11 @@ def _address(root) -> int:
 
 def _reduce_array(array):
     if array.base is None:
-        return NotImplemented          # owns its data: numpy's own pickling
+        t = type(array)
+        if (t is _NDARRAY or not getattr(array, "__dict__", None)
+                or (t.__reduce__, t.__reduce_ex__) != _NDARRAY_REDUCE):
+            return NotImplemented      # owns its data: numpy's own pickling
+        return _reduce_subclass(array)
     import numpy as np
     t = type(array)
     if t is not np.ndarray and not issubclass(t, _VIEW_SUBCLASSES):
@@ -111,6 +120,22 @@ def _reduce_array(array):
         _refuse(array, "has a layout that cannot be rebuilt over its base")
     return (rebuild_view, (root, dtype, shape, strides, offset, writeable,
                            None if t is np.ndarray else t))
+
+
+def _reduce_subclass(array):
+    """An ndarray subclass instance owning its data with attributes of its own (a.unit =
+    "m"): numpy's pickling saves the data but not the instance's __dict__, so it is
+    saved beside it (subclasses with their own __reduce__, e.g. masked arrays, keep it)."""
+    rv = array.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
+    state = rv[2] if len(rv) > 2 else None
+    return (rv[0], rv[1], (state, dict(array.__dict__)), None, None, _set_subclass_state)
+
+
+def _set_subclass_state(array, state) -> None:
+    numpy_state, attrs = state
+    if numpy_state is not None:
+        array.__setstate__(numpy_state)
+    array.__dict__.update(attrs)
 
 
 def rebuild_view(root, dtype, shape, strides, offset, writeable, cls=None):

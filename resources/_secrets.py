@@ -14,11 +14,14 @@ auth's password, a token in a header) are never written into a snapshot in clear
 
 The runtime binds the store's keys with `bind(keys)` before it pickles or unpickles a
 job's state; without a binding, sealing refuses (a snapshot would otherwise hold the
-secret in clear).
+secret in clear). Inside `digesting()` (the effect ledger's argument digest) a
+credential pickles as a fixed marker: the digest must be the same in every process
+(a sealed value is random each time) and never depends on the secret.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 
@@ -27,12 +30,24 @@ from ..runtime._errors import ResourceReopenError
 __all__ = ["bind", "credential", "Credential"]
 
 _PLACE = ("snapshot", "credential", "-")
-_STATE: dict = {"keys": None}
+_STATE: dict = {"keys": None, "digest": False}
+_MARKER = "<credential>"
 
 
 def bind(keys) -> None:
     """Seal and open credentials with this store's KeyRing (None: unbind)."""
     _STATE["keys"] = keys
+
+
+@contextlib.contextmanager
+def digesting():
+    """Credentials pickle as a fixed marker within this block (for digests only: what is
+    pickled here is never unpickled)."""
+    before, _STATE["digest"] = _STATE["digest"], True
+    try:
+        yield
+    finally:
+        _STATE["digest"] = before
 
 
 def _sealer():
@@ -56,6 +71,8 @@ class Credential:
         return "Credential(<hidden>)"
 
     def __reduce__(self):
+        if _STATE["digest"]:
+            return (str, (_MARKER,))
         for name in self.env:
             if os.environ.get(name) == self.value:
                 return (_from_env, (name,))

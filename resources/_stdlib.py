@@ -2,25 +2,33 @@
 sqlite3 cursors, csv writers (registered on import; resources._adapters imports this).
 
     logging.Handler            any handler: rebuilt with its attributes and a new lock,
-                               registered for logging.shutdown() like a new one.
+                               registered for logging.shutdown() like a new one once
+                               fully rebuilt (passwords of SMTP/HTTP handlers sealed).
     logging.StreamHandler      and its subclasses (FileHandler, the rotating handlers,
                                WatchedFileHandler): rebuilt with the same attributes
                                (level, formatter, filters, name, encoding, mode...). A
                                file handler's file is flushed and fsynced at the snapshot
-                               and reopened in append mode after the restore, cut back to
-                               its size at the snapshot (what followed is logged again by
-                               the re-executed code). A handler writing to sys.stdout or
-                               sys.stderr writes to the resumed process's stdout/stderr;
-                               any other stream is saved as itself (an open() file
-                               through the file adapter).
+                               and reopened in append mode after the restore, created
+                               again if it is gone (rotated away), never cut back: a log
+                               may be shared with other writers, whose lines must never
+                               be destroyed (a line the re-executed code logs again may
+                               appear twice). A handler writing to the process's own
+                               stdout or stderr (sys.__stdout__/__stderr__) writes to the
+                               resumed process's; a redirected sys.stdout is a file like
+                               any other. Any other stream is saved as itself (an open()
+                               file through the file adapter).
     logging.Logger             still by name (as logging.Logger.__reduce__), plus its
                                level, propagate, disabled, filters and handlers: handlers
                                the agent attached at run time come back on it (those the
                                fresh import attached instead are removed, and closed
                                unless another logger uses them).
     sqlite3.Cursor             a new cursor (of the same class) on the (reopened)
-                               connection with the same row_factory and arraysize;
-                               refused while a statement has rows left to fetch.
+                               connection with the same row_factory, arraysize and
+                               description (its last query's columns); refused while a
+                               statement has rows left to fetch, and after a statement
+                               that changed rows (its rowcount and lastrowid cannot come
+                               back). lastrowid after a query mirrors the connection's
+                               last insert id, which a reopened connection does not have.
     csv.writer                 a new writer over the same (reopened) file with the same
                                dialect parameters; csv.DictWriter is a Python object
                                around one and follows. csv.reader is refused.
@@ -46,16 +54,25 @@ import sys
 import time
 
 from ..serializers._describe import register_kind
-from ._adapters import _reopen_file, register_adapter, scratch_path
+from ..runtime._errors import ResourceReopenError
+from ._adapters import register_adapter, scratch_path
+from ._http import sealed
 
 __all__: list[str] = []
 
 
 def _std_stream(stream) -> str | None:
-    """"stdout"/"stderr" when `stream` is this process's (current or original) one."""
+    """"stdout"/"stderr" when `stream` is this process's own one (sys.__stdout__ /
+    sys.__stderr__), or the current sys.stdout/stderr when that is not a file opened by
+    path: a file from open() that sys.stdout is redirected to (contextlib.redirect_stdout)
+    is saved as that file, not as the terminal."""
     for name in ("stdout", "stderr"):
-        if stream is getattr(sys, name) or stream is getattr(sys, f"__{name}__"):
+        if stream is getattr(sys, f"__{name}__"):
             return name
+        if stream is getattr(sys, name):
+            path = getattr(stream, "name", None)
+            if not (isinstance(path, str) and not path.startswith("<")):
+                return name
     return None
 
 
@@ -68,8 +85,7 @@ def _stream_spec(handler) -> tuple:
     if stream is None:
         if (isinstance(handler, logging.FileHandler) and not getattr(handler, "_closed", False)
                 and "a" in handler.mode):
-            # delay=True, not opened yet: what the log gets after the snapshot is logged
-            # again by the re-executed code, so its size at the snapshot is kept too.
+            # delay=True, not opened yet: opened on first use, in the replay's scratch copy.
             try:
                 return ("delayed", handler.baseFilename, os.path.getsize(handler.baseFilename))
             except OSError:
@@ -87,11 +103,23 @@ def _stream_spec(handler) -> tuple:
     return ("object", stream)
 
 
+def _sealed_credentials(attrs: dict) -> dict:
+    """SMTPHandler's password and HTTPHandler's credentials=(user, password) sealed (or
+    saved as a reference to the environment variable holding them), never in clear."""
+    if isinstance(attrs.get("password"), str):
+        attrs["password"] = sealed(attrs["password"])
+    creds = attrs.get("credentials")
+    if isinstance(creds, tuple) and len(creds) == 2 and isinstance(creds[1], str):
+        attrs["credentials"] = (creds[0], sealed(creds[1]))
+    return attrs
+
+
 def _reduce_handler(handler):
     if not isinstance(handler, logging.StreamHandler):
         # Any other handler: its attributes as they are (a MemoryHandler's buffer is not
-        # flushed: that would change what its target gets), with a new lock.
-        attrs = {k: v for k, v in handler.__dict__.items() if k != "lock"}
+        # flushed: that would change what its target gets), with a new lock; passwords
+        # (SMTPHandler, HTTPHandler) sealed.
+        attrs = _sealed_credentials({k: v for k, v in handler.__dict__.items() if k != "lock"})
         return (_new_handler, (type(handler),), (attrs, ("keep",)), None, None,
                 _set_handler_state)
     handler.flush()
@@ -101,25 +129,36 @@ def _reduce_handler(handler):
 
 
 def _new_handler(cls):
+    """A bare handler with a new lock; registered for logging.shutdown() only at the end
+    of _set_handler_state (a half-built one would make shutdown raise at exit)."""
     handler = cls.__new__(cls)
-    logging.Handler.__init__(handler)      # a new lock, registered for logging.shutdown()
+    handler._name, handler.level, handler.formatter, handler._closed = None, 0, None, False
+    handler.filters = []
+    handler.createLock()
     return handler
+
+
+def _reopen_log(path: str, text: dict):
+    """A log file reopened for appending: created again if it was rotated away, never cut
+    back (other writers' lines stay; a line logged again after a restore may repeat)."""
+    try:
+        return open(path, "a", **text)
+    except OSError as exc:
+        raise ResourceReopenError(f"log file {path} could not be reopened: {exc.strerror}. "
+                                  "The snapshot is intact: fix the cause and resume the job "
+                                  "again.") from None
 
 
 def _set_handler_state(handler, state) -> None:
     attrs, spec = state
     name = attrs.pop("_name", None)
     if spec[0] == "append":
-        path, position, text = spec[1:]
+        path, _position, text = spec[1:]
         # A replay writes a scratch copy, never the original log (as the file adapter).
         attrs["baseFilename"] = scratch_path(attrs.get("baseFilename", path))
-        stream = _reopen_file(path, "a", position, False, text, False)
+        stream = _reopen_log(scratch_path(path), text)
     elif spec[0] == "delayed":
-        path, size = scratch_path(spec[1]), spec[2]
-        attrs["baseFilename"] = path
-        with contextlib.suppress(OSError):
-            if os.path.getsize(path) > size:
-                os.truncate(path, size)
+        attrs["baseFilename"] = scratch_path(spec[1])
         stream = None
     elif spec[0] == "std":
         stream = getattr(sys, spec[1])     # the resumed process's stdout/stderr
@@ -132,6 +171,7 @@ def _set_handler_state(handler, state) -> None:
         handler.set_name(name)             # logging._handlers[name]: this handler now
     if stream is not None and hasattr(handler, "_statstream"):
         handler._statstream()              # WatchedFileHandler: the reopened file's inode
+    logging._addHandlerRef(handler)        # flushed and closed by logging.shutdown()
 
 
 # A refusal looks for the part that cannot be saved among what the adapter saves.
@@ -193,25 +233,42 @@ def _reduce_cursor(cursor):
             "a sqlite3 cursor is in the middle of a result set (rows not fetched yet); fetch "
             "the rows (rows = cursor.fetchall()) before snapshot() and keep them: a result "
             "set cannot be resumed in another process")
+    if cursor.rowcount != -1:
+        # Its last statement changed rows (INSERT/UPDATE/DELETE, executemany): rowcount
+        # and lastrowid are that statement's results, which a new cursor cannot get back.
+        raise pickle.PicklingError(
+            f"a sqlite3 cursor holds the result of a statement that changed rows (rowcount "
+            f"{cursor.rowcount}, lastrowid {cursor.lastrowid}), which cannot be restored; "
+            "keep what you need before snapshot() (n = cursor.rowcount, new_id = "
+            "cursor.lastrowid) and drop the cursor (del cursor, or use conn.execute(...) "
+            "without keeping it), or run the next query on it before the snapshot")
     conn = cursor.connection
     try:
         cursor.fetchone()                  # no statement: only checks the cursor is open
         closed = False
     except sqlite3.ProgrammingError:       # a closed cursor or connection
         closed = True
+    names = None if cursor.description is None else [d[0] for d in cursor.description]
     attrs = dict(getattr(cursor, "__dict__", {}))     # a subclass's own attributes
-    return (_new_cursor, (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed),
-            attrs or None)
+    return (_new_cursor, (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed,
+                          names), attrs or None)
 
 
-def _new_cursor(cls, conn, row_factory, arraysize, closed):
+def _new_cursor(cls, conn, row_factory, arraysize, closed, names=None):
     cursor = cls.__new__(cls)
+    usable = not closed
     try:
         sqlite3.Cursor.__init__(cursor, conn)
     except sqlite3.ProgrammingError:       # its connection was closed at the snapshot
         other = sqlite3.connect(":memory:")
         sqlite3.Cursor.__init__(cursor, other)
         other.close()
+        usable = False
+    if names and usable:
+        # Its last query's description (column names; sqlite3 gives no types) comes back
+        # by a query with the same columns and no rows: nothing is read or written.
+        columns = ", ".join('NULL AS "' + n.replace('"', '""') + '"' for n in names)
+        sqlite3.Cursor.execute(cursor, f"SELECT {columns} WHERE 0").fetchall()
     cursor.row_factory, cursor.arraysize = row_factory, arraysize
     if closed:
         cursor.close()

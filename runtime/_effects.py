@@ -42,7 +42,6 @@ import time
 import uuid as _uuid
 from dataclasses import dataclass
 
-import cloudpickle
 import greenlet
 
 from ..serializers._store import EffectRow
@@ -113,7 +112,7 @@ def _reveal(value):
 
 
 # ------------------------------------------------------------------------ digests
-def _canonical(value, out: list) -> None:
+def _canonical(value, out: list, path: str = "value") -> None:
     """A representation of the arguments that is the same in every process (set and
     dict orders depend on the hash seed; secrets count by name only)."""
     if isinstance(value, Secret):
@@ -122,32 +121,59 @@ def _canonical(value, out: list) -> None:
         out.append(f"{type(value).__name__}:{value!r}")
     elif isinstance(value, (list, tuple)):
         out.append(f"{type(value).__name__}[")
-        for item in value:
-            _canonical(item, out)
+        for i, item in enumerate(value):
+            _canonical(item, out, f"{path}[{i}]")
         out.append("]")
     elif isinstance(value, dict):
         out.append("dict{")
         for k in sorted(value, key=repr):
-            _canonical(k, out)
-            _canonical(value[k], out)
+            _canonical(k, out, path)
+            _canonical(value[k], out, f"{path}[{k!r}]")
         out.append("}")
     elif isinstance(value, (set, frozenset)):
         parts = []
         for item in value:
             sub: list = []
-            _canonical(item, sub)
+            _canonical(item, sub, path)
             parts.append("".join(sub))
         out.append(f"{type(value).__name__}{{{','.join(sorted(parts))}}}")
     else:
+        # Through snapstate's pickler, as a snapshot saves it (an SDK client by its
+        # configuration, code by identity), with credentials as a fixed marker so the
+        # digest is the same in the resumed process and never depends on a secret.
+        from ..resources import _secrets
+        from ..serializers import _pickler
         out.append(f"{type(value).__module__}.{type(value).__qualname__}:")
-        out.append(hashlib.sha256(cloudpickle.dumps(value, protocol=5)).hexdigest())
+        with _secrets.digesting():
+            out.append(hashlib.sha256(_pickler.dumps(
+                value, roots=lambda: [(path, value)])).hexdigest())
 
 
 def args_digest(name: str, args: tuple, kwargs: dict) -> str:
-    out = [name]
-    _canonical(list(args), out)
-    _canonical(kwargs, out)
+    """The digest the ledger matches a re-executed call by. An argument snapstate cannot
+    save cannot be digested either: refused naming it and the fix."""
+    out = [name, "list["]               # the layout digests always had: list, then dict
+    for i, value in enumerate(args):
+        _digest_argument(name, f"argument {i + 1}", value, out)
+    out.append("]")
+    out.append("dict{")
+    for k in sorted(kwargs, key=repr):
+        _canonical(k, out)
+        _digest_argument(name, f"argument {k!r}", kwargs[k], out)
+    out.append("}")
     return hashlib.sha256("\x00".join(out).encode()).hexdigest()
+
+
+def _digest_argument(name: str, label: str, value, out: list) -> None:
+    from ..serializers._pickler import UnpicklableError
+    try:
+        _canonical(value, out, label)
+    except UnpicklableError as exc:
+        fix = f" {exc.fix}" if exc.fix else ""
+        raise TypeError(
+            f"effect {name}: its {label} cannot be recorded in the ledger, which identifies "
+            f"a call by its arguments: {exc}.{fix} Or do not pass it as an argument: let "
+            "the effect function use it from a global or a closure.") from None
 
 
 _SHORT = reprlib.Repr()
@@ -161,8 +187,13 @@ def args_repr(args: tuple, kwargs: dict) -> str:
 
 # ------------------------------------------------------------------------ results
 def seal(keys, value) -> bytes:
-    """A result stored by value: pickled, signed like a snapshot (HMAC-SHA256)."""
-    data = cloudpickle.dumps(value, protocol=5)
+    """A result stored by value: pickled as a snapshot pickles it (through the resource
+    adapters: an HTTP response's credentials sealed with the store's keys, never in
+    clear), signed like a snapshot (HMAC-SHA256)."""
+    from ..resources import _secrets
+    from ..serializers import _pickler
+    _secrets.bind(keys)
+    data = _pickler.dumps(value)
     key = keys.current
     kid = key.key_id.encode()
     return bytes([len(kid)]) + kid + hmac.new(key.mac_key, data, hashlib.sha256).digest() + data
@@ -174,7 +205,10 @@ def unseal(keys, blob: bytes, where: str):
     key = keys.get(kid)
     if not hmac.compare_digest(hmac.new(key.mac_key, data, hashlib.sha256).digest(), mac):
         raise TamperedSnapshot(f"the recorded result of {where} fails its signature check")
-    return cloudpickle.loads(data)
+    from ..resources import _secrets
+    from ..serializers import _pickler
+    _secrets.bind(keys)
+    return _pickler.loads(data)
 
 
 # ------------------------------------------------------------------------ the policy
@@ -423,6 +457,7 @@ class Ledger:
         self.ordinal += 1
         ordinal = self.ordinal
         key = self.identity_key(ordinal, explicit)
+        self._bind_agent_modules()
         digest = args_digest(spec.name, args, kwargs)
         shown = args_repr(args, kwargs)
         # An explicit key names one logical action wherever it is called from.
@@ -446,6 +481,14 @@ class Ledger:
         self.job.progressed()
         fault_point("effect-after-prepare", ordinal)
         return self._dispatch(spec, row, args, kwargs)
+
+    def _bind_agent_modules(self) -> None:
+        """Arguments are digested (and results pickled) as a snapshot pickles them: the
+        agent's module objects by value, other modules' by reference. Bound here too, as
+        a resumed process has taken no snapshot yet when it re-executes a call."""
+        from ..serializers import _refs
+        from . import _agent
+        _refs.bind(_agent.agent_modules(self.job.entry))
 
     def _redispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
         """Send again after a restart: the new attempt is durable before it is sent."""

@@ -29,7 +29,7 @@ from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler, _refs
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
-from . import _agent, _defstate, _process
+from . import _agent, _defstate, _process, _rootlog
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
@@ -186,9 +186,12 @@ class Job:
         # a missing module:function is refused (EntryPointError) leaving no job whose
         # module code would re-run on every resume. Loading it again to run is free.
         sys.argv = [entry.path or entry.module, *argv]
+        host_logging = _rootlog.baseline()     # before the agent's import configures it
         entry.load()
         home.catalog.create_job(job_id, entry.as_dict(), list(argv))
-        return cls(home, job_id, entry, argv)
+        job = cls(home, job_id, entry, argv)
+        job._root_log_baseline = host_logging
+        return job
 
     @classmethod
     def open(cls, home: Home, job_id: str) -> "Job":
@@ -260,6 +263,7 @@ class Job:
     def prepare(self):
         """Load the entry point; returns the function to run."""
         _process.begin(self)       # the environment the job's changes are measured against
+        _rootlog.begin(self)       # root logger handlers already there are the host's
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
         return self.entry.load()
 
@@ -423,7 +427,8 @@ class Job:
                  "frames": frames, "globals": _agent.capture_globals(modules),
                  "defs": _defstate.capture(modules),     # functions' and classes' state
                  "handled": request.handled, "label": request.label,
-                 "effects": self.ledger.ordinal}
+                 "effects": self.ledger.ordinal,
+                 "logging": _rootlog.capture(self)}     # basicConfig(...) in main()
         try:
             _secrets.bind(self.home.keys)      # credentials in SDK clients are sealed
             _refs.bind(modules)     # other modules' objects are saved by reference
@@ -466,6 +471,7 @@ class Job:
                 roots.append((f"module {module}, global {name!r}", value))
         roots.extend(_defstate.roots(state.get("defs", {})))
         roots.append(("the exception being handled", state["handled"]))
+        roots.append(("the root logger's handlers", state.get("logging")))
         return roots
 
     # ------------------------------------------------------------------ restoring
@@ -478,6 +484,7 @@ class Job:
                                  f"{', '.join(sorted(missing))})")
         check_versions(header, where)
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
+        _rootlog.begin(self)
         try:
             self.entry.import_module()
         except SnapstateError:
@@ -503,6 +510,7 @@ class Job:
         _agent.restore_globals(state["globals"])
         _defstate.restore(state.get("defs", {}), state["globals"])   # onto the fresh import
         _process.restore(self, state.get("process"))   # cwd, random; env applied by loads
+        _rootlog.restore(self, state.get("logging"))
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
         frames: list[FrameRecord] = state["frames"]

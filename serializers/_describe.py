@@ -29,9 +29,10 @@ GENERIC_FIX = (
 @dataclass(frozen=True)
 class Kind:
     """A kind of object: how the user calls it (`name(obj)` -> "a ThreadPoolExecutor")
-    and the fix for a refusal of it (None: the refusal's own error says it)."""
+    and the fix for a refusal of it (None: the refusal's own error says it; a callable:
+    obj -> the fix that fits that object)."""
     name: Callable[[object], str]
-    fix: str | None
+    fix: str | Callable[[object], str | None] | None
 
 
 _BY_CLASS: dict[str, Kind] = {}             # "module.QualName" of a class in the MRO -> kind
@@ -40,7 +41,7 @@ _CACHE: dict[type, Kind | None] = {}
 
 
 def register_kind(match: str | Callable[[type], bool], name: str | Callable[[object], str],
-                  fix: str | None) -> None:
+                  fix: str | Callable[[object], str | None] | None) -> None:
     """Describe a kind of object: `match` is a class's "module.QualName" (instances of it
     and its subclasses) or a predicate on the type; `name` what the user calls it (a
     string or obj -> string); `fix` the advice a refusal of it ends with."""
@@ -128,7 +129,7 @@ def explain(chain: list[tuple[str, object]], path: str, culprit, error) -> tuple
     detail = f"{path} -> {kind_name.removeprefix('builtins.')}: {error}"
     if not chain:
         kind = kind_of(culprit) if culprit is not None else None
-        return detail, (kind.fix if kind else GENERIC_FIX)
+        return detail, (_fix(kind, culprit) if kind else GENERIC_FIX)
     root_path, root = chain[0]
     label = root_path.rsplit(", ", 1)[-1]           # "local 'client'", "global 'LOG'"
     known = next(((p, o, k) for p, o in chain if (k := kind_of(o)) is not None), None)
@@ -143,7 +144,11 @@ def explain(chain: list[tuple[str, object]], path: str, culprit, error) -> tuple
         inner = where[len(root_path):] if where.startswith(root_path) else where
         head = (f"{label} ({article(user_type_name(type(root)))}) holds {what} at "
                 f"{label}{inner}, which cannot be saved")
-    return f"{head}: {detail}", kind.fix
+    return f"{head}: {detail}", _fix(kind, obj)
+
+
+def _fix(kind: Kind, obj) -> str | None:
+    return kind.fix(obj) if callable(kind.fix) else kind.fix
 
 
 # ------------------------------------------------------------------------ built-in kinds
@@ -177,11 +182,24 @@ register_kind("logging.Handler", _type_is("logging handler"),
               "holds something it cannot save: remove it from its logger before snapshot() "
               "(logger.removeHandler(handler)) and add a new one after it, or create it in a "
               "function called after the snapshot.")
-# A logger is saved with its handlers (resources._stdlib): the one refused is among them.
+
+
+def _logger_fix(logger) -> str:
+    """A logger is saved by name with its level and handlers (resources._stdlib): one
+    made with logging.Logger(name) cannot be found by name; otherwise a handler failed."""
+    import logging
+    name = getattr(logger, "name", "name")
+    if not isinstance(logger, logging.RootLogger) and logging.getLogger(name) is not logger:
+        return (f"Create the logger with logging.getLogger({name!r}) instead of "
+                f"logging.Logger({name!r}): a logger is saved by its name and found again "
+                "with logging.getLogger() after a restore.")
+    return ("A logger is saved with its level and handlers, and one of its handlers cannot "
+            "be saved: remove that handler from the logger before snapshot() "
+            "(logger.removeHandler(handler)) and add a new one after it.")
+
+
 register_kind("logging.Logger", lambda obj: f"the logger {obj.name!r} (logging.Logger)",
-              "A logger is saved with its level and handlers, and one of its handlers cannot "
-              "be saved: remove that handler from the logger before snapshot() "
-              "(logger.removeHandler(handler)) and add a new one after it.")
+              _logger_fix)
 register_kind("socket.socket", "a socket",
               "Close it before snapshot() and connect again after it, or open the connection "
               "through snapstate.resource(factory), which reopens it after a restore.")
@@ -203,6 +221,8 @@ for _builtin, _noun in (("coroutine", "a coroutine"), ("generator", "a generator
     register_kind(f"builtins.{_builtin}", _noun, None)
 register_kind("sqlite3.Connection", "a sqlite3 connection", None)   # the error says what to do
 register_kind("sqlite3.Cursor", "a sqlite3 cursor", None)
+# resources._numpy's refusals end with the fix for arrays (copy it deliberately...).
+register_kind("numpy.ndarray", _type_is("numpy array"), None)
 _CLIENT_LIBRARIES = ("openai", "anthropic", "httpx", "httpx2", "requests")
 register_kind(lambda t: any(c.__module__.split(".")[0] in _CLIENT_LIBRARIES
                             and c.__name__.endswith(("Client", "OpenAI", "Anthropic", "Session"))

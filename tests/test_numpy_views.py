@@ -122,7 +122,8 @@ def test_views_of_foreign_memory_are_refused_naming_the_base_and_the_fix(tmp_pat
     region = mmap.mmap(-1, 64)
     view = np.frombuffer(region, dtype=np.uint8)[4:]
     message = _refusal(view)
-    assert message.startswith("local 'view' -> numpy.ndarray")
+    assert message.startswith("local 'view' is a numpy array")
+    assert "local 'view' -> numpy.ndarray" in message
     assert "mmap.mmap (a memory-mapped file)" in message
     assert "np.array(view)" in message and "resource()" in message
     mapped = np.memmap(tmp_path / "data.bin", dtype=np.uint8, mode="w+", shape=(8,))

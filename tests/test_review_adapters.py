@@ -256,8 +256,6 @@ def effect_run(tmp_path_factory):
     return run, tmp / "s"
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/_effects.seal pickles a result with "
-                   "cloudpickle, not through the adapters: credential headers in clear")
 def test_effect_result_holding_a_response_keeps_credentials_out_of_the_catalog(effect_run):
     """An @effect returning an httpx.Response (the natural `return client.get(url)`):
     the recorded result is cloudpickled as is, so the request's Authorization header
@@ -269,8 +267,6 @@ def test_effect_result_holding_a_response_keeps_credentials_out_of_the_catalog(e
     assert leaked == []
 
 
-@pytest.mark.xfail(strict=True, reason="runtime/_effects._canonical digests arguments with "
-                   "cloudpickle, which cannot pickle an SDK client (RLock)")
 def test_effect_taking_an_sdk_client_argument_runs(effect_run):
     """`@effect def ask(client, prompt)` with an openai.OpenAI client: the call fails
     before running with "TypeError: cannot pickle '_thread.RLock' object" (the argument
@@ -282,29 +278,35 @@ def test_effect_taking_an_sdk_client_argument_runs(effect_run):
 
 
 # ------------------------------------------------------------------ more silent wrong restores
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib._new_cursor makes a new cursor: "
-                   "description, lastrowid and rowcount are lost")
-def test_sqlite_cursor_keeps_description_lastrowid_rowcount(tmp_path):
-    """A cursor whose rows were all fetched (or an INSERT's cursor) is saved: after the
-    restore cursor.description is None (`[d[0] for d in cur.description]` raises),
-    lastrowid is None (the id of the inserted row is lost) and rowcount is -1; the
-    adapter rebuilds it silently instead of keeping these or refusing."""
+def test_sqlite_cursor_keeps_description_and_refuses_a_lost_rowcount(tmp_path):
+    """A cursor whose rows were all fetched comes back with its description (the
+    column names: `[d[0] for d in cur.description]` works after the restore), rowcount
+    -1 as before. An INSERT's cursor or an executemany's (rowcount, lastrowid: results
+    a new cursor cannot get back) is refused naming the fix (keep cursor.lastrowid
+    before snapshot() and drop the cursor), never restored with lastrowid None."""
     conn = sqlite3.connect(tmp_path / "db")
-    conn.execute("create table t(x, y)")
+    conn.execute("create table t(x, \"we\"\"ird\")")
     insert = conn.execute("insert into t values (1, 2)")
     many = conn.cursor()
     many.executemany("insert into t values (?, ?)", [(3, 4), (5, 6)])
     conn.commit()
-    select = conn.execute("select x, y from t")
+    select = conn.execute("select x, \"we\"\"ird\" from t")
     select.fetchall()
-    copy = _pickler.loads(_pickler.dumps((conn, insert, many, select)))
     try:
-        assert copy[1].lastrowid == insert.lastrowid == 1
-        assert copy[2].rowcount == many.rowcount == 2
-        assert copy[3].description == select.description
+        for cursor, name in ((insert, "insert"), (many, "many")):
+            with pytest.raises(_pickler.UnpicklableError) as caught:
+                _pickler.dumps((conn, cursor), roots=lambda: [(f"local {name!r}", cursor)])
+            assert f"local {name!r} is a sqlite3 cursor" in str(caught.value)
+            assert "cursor.lastrowid" in str(caught.value)
+        copy = _pickler.loads(_pickler.dumps((conn, select)))
+        assert copy[1].description == select.description
+        assert [d[0] for d in copy[1].description] == ["x", 'we"ird']
+        assert copy[1].rowcount == -1 and copy[1].fetchall() == []
+        assert copy[1].connection is copy[0]
+        assert copy[0].execute("select count(*) from t").fetchone() == (3,)
     finally:
         conn.close()
-        copy[0].close()
+    copy[0].close()
 
 
 np = pytest.importorskip("numpy")
@@ -316,8 +318,6 @@ class Tagged(np.ndarray):
     unit = "raw"
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_numpy leaves subclass arrays owning "
-                   "their data to numpy's pickling, which drops their __dict__")
 def test_array_subclass_keeps_its_attributes():
     """An ndarray subclass instance owning its data with an attribute set on it comes
     back with the class default (numpy's __reduce__ does not save __dict__): a silent
@@ -327,6 +327,9 @@ def test_array_subclass_keeps_its_attributes():
     array.unit = "m"
     copy = _pickler.loads(_pickler.dumps(array))
     assert copy.unit == "m"
+    assert type(copy) is Tagged and copy.tolist() == [1.0, 1.0, 1.0]
+    plain = _pickler.loads(_pickler.dumps(Tagged((2,))))      # no attribute of its own
+    assert type(plain) is Tagged and plain.unit == "raw"
 
 
 def test_client_certificate_not_dropped_when_it_cannot_be_detected(tmp_path, monkeypatch):
@@ -386,8 +389,6 @@ LOGGING_AGENT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="the root logger's handlers and level (set by "
-                   "logging.basicConfig in main) are not saved: logging stops after a resume")
 def test_logging_configured_in_main_keeps_logging_after_a_resume(tmp_path):
     """The most common logging setup: logging.basicConfig(filename=..., level=INFO) at
     the top of main(), a module-level `log = logging.getLogger(__name__)`. Killed after
@@ -405,8 +406,6 @@ def test_logging_configured_in_main_keeps_logging_after_a_resume(tmp_path):
         ["step 0", "step 1", "step 2", "done"]
 
 
-@pytest.mark.xfail(strict=True, reason="serializers/_describe: the logging.Logger kind's fix "
-                   "always talks about handlers")
 def test_standalone_logger_refusal_offers_a_fix_that_fits():
     """logging.Logger("mine") made directly (not through getLogger) is refused because
     it cannot be found by name again; the refusal's fix says to remove one of its
@@ -437,8 +436,6 @@ REDIRECT_AGENT = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib._std_stream takes any stream that "
-                   "is sys.stdout at the snapshot for the terminal, even a user's open() file")
 def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path):
     """csv.writer(f) on a file from open() while contextlib.redirect_stdout(f) is active
     (a common way to capture prints into the same report): f `is sys.stdout` at the
@@ -456,8 +453,9 @@ def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path)
     assert resumed.stdout == ""
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_numpy saves a view's whole root even when "
-                   "nothing else in the snapshot refers to it")
+@pytest.mark.xfail(strict=True, reason="known limitation (README, numpy paragraph): a view's "
+                   "root is saved whole, as memory holds it; whether anything else refers "
+                   "to the root is unknown until the one-pass pickle ends")
 def test_small_view_of_a_huge_unreferenced_root_stays_small():
     """A 2-element window of an 80 MB array that the agent no longer holds (only the
     view is in its locals): the payload holds the whole 80 MB root (before issue 9:
@@ -506,8 +504,6 @@ def test_form_request_bodies_keep_credentials_out_of_the_payload(keys):
     assert copy_prepared.body == prepared.body
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib append spec -> _reopen_file cuts an "
-                   "append-mode log back to its size at the snapshot, whoever wrote the rest")
 def test_restoring_a_file_handler_never_destroys_other_writers_lines(tmp_path):
     """A log shared with another process (two workers logging to app.log, or a log
     rotated by logrotate and since refilled): the restore of one worker's FileHandler
@@ -529,8 +525,6 @@ def test_restoring_a_file_handler_never_destroys_other_writers_lines(tmp_path):
     assert path.read_text().splitlines() == ["mine", "other worker"]
 
 
-@pytest.mark.xfail(strict=True, reason="serializers/_describe has no kind for numpy arrays: "
-                   "their refusals end with GENERIC_FIX (resource(), register_adapter)")
 def test_numpy_view_refusal_ends_with_its_own_fix():
     """A masked-array slice (np.ma, common in data code) is refused with a fitting fix
     ("copy it deliberately ... view.copy()"), then the generic fix is appended: "close
@@ -544,8 +538,6 @@ def test_numpy_view_refusal_ends_with_its_own_fix():
     assert caught.value.fix is None or "register_adapter" not in caught.value.fix
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib._reduce_handler saves a handler's "
-                   "__dict__ by value, credentials included")
 def test_logging_handler_credentials_are_not_in_clear(keys):
     """SMTPHandler(credentials=(user, password)) and HTTPHandler(credentials=...) (alerts
     from an agent): the handler adapter saves every attribute by value, so the SMTP /
@@ -561,6 +553,11 @@ def test_logging_handler_credentials_are_not_in_clear(keys):
     http.close()
     assert b"smtp-SECRET-9" not in data
     assert b"http-SECRET-10" not in data
+    smtp2, http2 = _pickler.loads(data)            # and they come back as they were
+    assert (smtp2.username, smtp2.password) == ("user", "smtp-SECRET-9")
+    assert http2.credentials == ("user", "http-SECRET-10")
+    smtp2.close()
+    http2.close()
 
 
 ROTATE_SNIPPET = textwrap.dedent('''
@@ -579,8 +576,6 @@ ROTATE_SNIPPET = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.xfail(strict=True, reason="resources/_stdlib append spec -> _reopen_file refuses "
-                   "a missing file: a rotated-away log blocks the resume")
 def test_watched_file_handler_resumes_after_logrotate(tmp_path):
     """A WatchedFileHandler exists to survive logrotate (app.log renamed to app.log.1,
     the handler opens a new app.log). After a snapshot and a rotation, the restore

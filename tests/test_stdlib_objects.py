@@ -255,9 +255,9 @@ def test_logger_with_a_handler_that_cannot_be_saved_is_refused_naming_both(tmp_p
 
 
 def test_delayed_file_handler_and_cursor_subclass(tmp_path):
-    """A FileHandler made with delay=True and not opened yet keeps the log's size at the
-    snapshot: lines written after it (before a crash) are cut off on restore, so the
-    re-executed code does not log them twice. A cursor of a sqlite3.Cursor subclass comes
+    """A FileHandler made with delay=True and not opened yet comes back unopened on the
+    same log; lines written after the snapshot (by another writer, or before a crash) are
+    never cut off (a log may be shared), and the handler appends after them. A cursor of a sqlite3.Cursor subclass comes
     back as that class with its own attributes."""
     log_path = tmp_path / "delayed.log"
     log_path.write_text("earlier run\n")
@@ -279,9 +279,9 @@ def test_delayed_file_handler_and_cursor_subclass(tmp_path):
         cursor.close()
         conn.close()
     try:
-        assert log_path.read_text() == "earlier run\n"
+        assert log_path.read_text() == "earlier run\nlogged after the snapshot\n"
         copy["handler"].emit(logging.makeLogRecord({"msg": "again"}))
-        assert log_path.read_text() == "earlier run\nagain\n"
+        assert log_path.read_text() == "earlier run\nlogged after the snapshot\nagain\n"
         assert type(copy["cursor"]) is Tagged and copy["cursor"].tag == "mine"
         assert copy["cursor"].connection is copy["conn"]
     finally:
