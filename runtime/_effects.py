@@ -34,11 +34,13 @@ import functools
 import hashlib
 import hmac
 import os
+import pickle
 import random as _random
 import reprlib
 import sys
 import threading
 import time
+import types
 import uuid as _uuid
 from dataclasses import dataclass
 
@@ -112,9 +114,10 @@ def _reveal(value):
 
 
 # ------------------------------------------------------------------------ digests
-def _canonical(value, out: list, path: str = "value") -> None:
+def _canonical(value, out: list, path: str = "value", _seen: set | None = None) -> None:
     """A representation of the arguments that is the same in every process (set and
-    dict orders depend on the hash seed; secrets count by name only)."""
+    dict orders depend on the hash seed; secrets count by name only; objects by type
+    and attributes, never by which equal objects happen to be shared)."""
     if isinstance(value, Secret):
         out.append(f"secret:{value.name}")
     elif value is None or isinstance(value, (bool, int, float, str, bytes)):
@@ -122,31 +125,77 @@ def _canonical(value, out: list, path: str = "value") -> None:
     elif isinstance(value, (list, tuple)):
         out.append(f"{type(value).__name__}[")
         for i, item in enumerate(value):
-            _canonical(item, out, f"{path}[{i}]")
+            _canonical(item, out, f"{path}[{i}]", _seen)
         out.append("]")
     elif isinstance(value, dict):
         out.append("dict{")
         for k in sorted(value, key=repr):
-            _canonical(k, out, path)
-            _canonical(value[k], out, f"{path}[{k!r}]")
+            _canonical(k, out, path, _seen)
+            _canonical(value[k], out, f"{path}[{k!r}]", _seen)
         out.append("}")
     elif isinstance(value, (set, frozenset)):
         parts = []
         for item in value:
             sub: list = []
-            _canonical(item, sub, path)
+            _canonical(item, sub, path, _seen)
             parts.append("".join(sub))
         out.append(f"{type(value).__name__}{{{','.join(sorted(parts))}}}")
     else:
-        # Through snapstate's pickler, as a snapshot saves it (an SDK client by its
-        # configuration, code by identity), with credentials as a fixed marker so the
-        # digest is the same in the resumed process and never depends on a secret.
-        from ..resources import _secrets
-        from ..serializers import _pickler
-        out.append(f"{type(value).__module__}.{type(value).__qualname__}:")
-        with _secrets.digesting():
-            out.append(hashlib.sha256(_pickler.dumps(
-                value, roots=lambda: [(path, value)])).hexdigest())
+        _canonical_object(value, out, path, set() if _seen is None else _seen)
+
+
+def _canonical_object(value, out: list, path: str, seen: set) -> None:
+    """An object: its type, then
+      - a function, class or method: its qualified name;
+      - an object snapstate saves through an adapter (an SDK or HTTP client, a file):
+        what its adapter saves (its configuration), credentials as a fixed marker;
+      - an object with attributes (a dataclass, a plain class): its attributes;
+      - anything else: its bytes through snapstate's pickler, which refuses what a
+        snapshot could not save either (UnpicklableError: the argument is named)."""
+    from ..resources import _secrets
+    from ..resources._adapters import reducer_for
+    from ..serializers import _pickler
+    kind = type(value)
+    out.append(f"{kind.__module__}.{kind.__qualname__}:")
+    if isinstance(value, _secrets.Credential):
+        out.append("<credential>")
+        return
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                          type)):
+        owner = getattr(value, "__self__", None)
+        out.append(f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}")
+        if isinstance(value, types.MethodType):
+            _canonical(owner, out, path, seen)
+        return
+    if id(value) in seen:
+        out.append("<cycle>")
+        return
+    adapter = reducer_for(kind)
+    if adapter is not None:
+        seen.add(id(value))
+        try:
+            reduced = adapter(value)
+        except pickle.PicklingError as exc:
+            raise _pickler.UnpicklableError(path, value, exc) from None
+        _canonical(list(reduced[1:3]), out, path, seen)
+        seen.discard(id(value))
+        return
+    attrs = getattr(value, "__dict__", None)
+    if isinstance(attrs, dict) and kind.__reduce_ex__ is object.__reduce_ex__ \
+            and getattr(kind, "__getstate__", object.__getstate__) is object.__getstate__:
+        seen.add(id(value))
+        state = dict(attrs)
+        for cls in kind.__mro__:
+            for name in getattr(cls, "__slots__", ()) or ():
+                if isinstance(name, str) and name not in ("__dict__", "__weakref__") \
+                        and hasattr(value, name):
+                    state[name] = getattr(value, name)
+        _canonical(state, out, path, seen)
+        seen.discard(id(value))
+        return
+    with _secrets.digesting():
+        out.append(hashlib.sha256(_pickler.dumps(
+            value, roots=lambda: [(path, value)], digest=True)).hexdigest())
 
 
 def args_digest(name: str, args: tuple, kwargs: dict) -> str:

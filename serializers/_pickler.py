@@ -177,7 +177,20 @@ class FreezePickler(cloudpickle.Pickler):
 def _dump(obj, pickler_class=None) -> bytes:
     buf = io.BytesIO()
     pickler = (pickler_class or FreezePickler)(buf, protocol=5)
-    _refs.prepare(pickler, buf)      # module sentinel strings: memo seeded, preamble first
+    if _DIGESTING:
+        # The same references, without the process-dependent preamble, and no memo (fast
+        # mode) where the graph allows it: memo hits depend on which equal strings happen
+        # to be one object in this process, and a digest must not.
+        _refs.refresh()
+        pickler.fast = True
+        try:
+            pickler.dump(obj)
+            return buf.getvalue()
+        except (ValueError, RecursionError, pickle.PicklingError):   # a cycle: memo needed
+            buf = io.BytesIO()
+            pickler = (pickler_class or FreezePickler)(buf, protocol=5)
+    else:
+        _refs.prepare(pickler, buf)  # module sentinel strings: memo seeded, preamble first
     pickler.dump(obj)
     return buf.getvalue()
 
@@ -201,12 +214,29 @@ def _too_deep(error) -> bool:
 _PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError)
 
 
-def dumps(obj, *, roots=None) -> bytes:
+_DIGESTING = False
+
+
+def dumps(obj, *, roots=None, digest: bool = False) -> bytes:
     """Pickle `obj` in one pass. On failure, find the first object cloudpickle refuses;
     if it is no live handle and dill can pickle it, use dill for that type and retry;
     otherwise raise UnpicklableError naming the path to it (taken from `roots`, a
     function returning (path, object) pairs that say where obj's parts come from;
-    called only on failure)."""
+    called only on failure).
+
+    digest=True: bytes for a digest only (never unpickled), the same in every process:
+    no sentinel-string preamble, whose entries depend on what the process imported."""
+    global _DIGESTING
+    if digest:
+        before, _DIGESTING = _DIGESTING, True
+        try:
+            return _dumps(obj, roots)
+        finally:
+            _DIGESTING = before
+    return _dumps(obj, roots)
+
+
+def _dumps(obj, roots) -> bytes:
     for _ in range(20):
         try:
             return _dump_any(obj)

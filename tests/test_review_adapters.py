@@ -10,7 +10,6 @@ marker must be removed with the fix).
 from __future__ import annotations
 
 import gzip
-import logging
 import sqlite3
 import os
 import textwrap
