@@ -2,9 +2,8 @@
 
 Every test here reproduces a finding against the merged code: a secret written into a
 snapshot in clear, a restore that crashes, or a client / response / adapter that comes
-back configured differently without an error. Each is marked xfail(strict=True) so the
-branch stays green; the fix turns it into a pass (and strict xfail then fails, so the
-marker must be removed with the fix).
+back configured differently without an error. Each failed on the code before its fix;
+the one still marked xfail(strict=True) is a documented limitation (README).
 """
 
 from __future__ import annotations
