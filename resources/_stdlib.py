@@ -222,7 +222,10 @@ register_adapter(logging.Logger, _reduce_logger, subclasses=True)
 def _pending_statement(cursor) -> bool:
     """True while the cursor has a statement with rows left to fetch. CPython 3.11-3.13
     keep that statement (a sqlite3.Statement) on the cursor and drop it once the last
-    row has been fetched; gc.get_referents shows it (no public attribute does)."""
+    row has been fetched; gc.get_referents shows it (no public attribute does). 3.11
+    also keeps an executemany's statement, which has no rows (description None)."""
+    if cursor.description is None:
+        return False
     return any(type(r).__name__ == "Statement" and type(r).__module__ == "sqlite3"
                for r in gc.get_referents(cursor))
 

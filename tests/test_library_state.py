@@ -134,8 +134,11 @@ def test_installed_object_whose_state_cannot_be_saved_is_refused_at_the_restore(
     ssl.SSLContext): where the new process's module holds something else (None) the
     restore is refused naming the attribute, never handing the job None for its
     opener."""
+    import ssl
     import urllib.request
-    opener = urllib.request.build_opener()
+    # An explicit context: 3.11's default HTTPSHandler holds None, 3.12's a context.
+    https = urllib.request.HTTPSHandler(context=ssl.create_default_context())
+    opener = urllib.request.build_opener(https)
     opener.addheaders = [("User-agent", "libstate")]
     lib = _module("libstate_e", _opener=opener)
     data = _pickler.dumps({"opener": opener})
