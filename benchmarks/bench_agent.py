@@ -16,9 +16,11 @@ import zlib
 
 from snapstate import snapshot
 
-WORDS = ("agent tool call result plan observe reflect memory vector search file patch test "
-         "deploy error retry token context window summary answer question user assistant "
-         "latency budget cache index query schema").split()
+WORDS = (
+    "agent tool call result plan observe reflect memory vector search file patch test "
+    "deploy error retry token context window summary answer question user assistant "
+    "latency budget cache index query schema"
+).split()
 
 
 def _digest(value) -> int:
@@ -32,13 +34,15 @@ def make_history(n=200, seed=1):
     history = []
     for i in range(n):
         content = " ".join(rnd.choices(WORDS, k=66))
-        history.append({
-            "role": "user" if i % 2 == 0 else "assistant",
-            "content": content,
-            "ts": 1_700_000_000.0 + 3.5 * i,
-            "tokens": len(content) // 4,
-            "meta": {"id": f"msg-{i:05d}", "tags": [f"t{i % 7}"], "tool": None},
-        })
+        history.append(
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": content,
+                "ts": 1_700_000_000.0 + 3.5 * i,
+                "tokens": len(content) // 4,
+                "meta": {"id": f"msg-{i:05d}", "tags": [f"t{i % 7}"], "tool": None},
+            }
+        )
     return history
 
 
@@ -47,39 +51,48 @@ class Conversation:
         self.history = history
         self.notes = {"topic": "benchmarks", "turns": 0}
 
-    def run(self, question):                               # frame 2
+    def run(self, question):  # frame 2
         reply = self.turn(question)
-        self.history.append({"role": "assistant", "content": reply, "ts": 0.0,
-                             "tokens": len(reply) // 4, "meta": {}})
+        self.history.append(
+            {
+                "role": "assistant",
+                "content": reply,
+                "ts": 0.0,
+                "tokens": len(reply) // 4,
+                "meta": {},
+            }
+        )
         return reply
 
-    def turn(self, question):                              # frame 3
+    def turn(self, question):  # frame 3
         recent = self.history[-8:]
         self.notes["turns"] += 1
         return plan(self, question, recent)
 
 
-def plan(conv, question, recent):                          # frame 4
+def plan(conv, question, recent):  # frame 4
     steps = [f"look up {w}" for w in question.split()[:3]]
     return call_tool(conv, "search", {"query": question, "k": 5, "steps": steps})
 
 
-def call_tool(conv, name, args):                           # frame 5
+def call_tool(conv, name, args):  # frame 5
     context = [m["content"][:80] for m in conv.history[-3:]]
     return checkpoint(conv, name, args, context)
 
 
-def checkpoint(conv, name, args, context):                 # frame 6
+def checkpoint(conv, name, args, context):  # frame 6
     info = snapshot("chat")
     conv.notes["resumed"] = info.resumed
     return f"{name}({args['query']}) -> {len(context)} snippets"
 
 
-def chat_main():                                           # frame 1
+def chat_main():  # frame 1
     conv = Conversation(make_history())
     reply = conv.run("which plan keeps the context window small")
-    state = {"history": conv.history, "notes": {k: v for k, v in conv.notes.items()
-                                                if k != "resumed"}}
+    state = {
+        "history": conv.history,
+        "notes": {k: v for k, v in conv.notes.items() if k != "resumed"},
+    }
     return {"digest": _digest((state, reply)), "resumed": conv.notes["resumed"]}
 
 
@@ -90,10 +103,14 @@ def make_corpus(n_docs=10_000, doc_chars=940, seed=2):
     letters = "abcdefghijklmnopqrstuvwxyz"
     vocab = ["".join(rnd.choices(letters, k=rnd.randint(2, 10))) for _ in range(5000)]
     text = " ".join(rnd.choices(vocab, k=n_docs * doc_chars // 6 + 1000))
-    return {f"doc-{i:05d}": {"url": f"https://example.org/{i}",
-                             "text": text[i * doc_chars:(i + 1) * doc_chars],
-                             "score": rnd.random()}
-            for i in range(n_docs)}
+    return {
+        f"doc-{i:05d}": {
+            "url": f"https://example.org/{i}",
+            "text": text[i * doc_chars : (i + 1) * doc_chars],
+            "score": rnd.random(),
+        }
+        for i in range(n_docs)
+    }
 
 
 def ingest(corpus):
@@ -121,5 +138,5 @@ def descend(n, trail):
 
 def recursion_main(frames=150):
     trail = []
-    total = descend(frames - 2, trail)   # descend(frames-2 .. 0) + this frame = `frames`
+    total = descend(frames - 2, trail)  # descend(frames-2 .. 0) + this frame = `frames`
     return {"digest": _digest((total, trail[:-1])), "resumed": trail[-1]}

@@ -60,8 +60,9 @@ class DurableJob(_job.Job):
             t0 = time.perf_counter()
             header, payload = self._freeze(request, seq)
             t1 = time.perf_counter()
-            row = self.home.write_snapshot(self.job_id, seq, self.epoch, request.label, header,
-                                           payload)
+            row = self.home.write_snapshot(
+                self.job_id, seq, self.epoch, request.label, header, payload
+            )
             t2 = time.perf_counter()
             self.home.commit_snapshot(row)
             t3 = time.perf_counter()
@@ -69,8 +70,13 @@ class DurableJob(_job.Job):
             floor()
             t4 = time.perf_counter()
             if i >= WARMUP:
-                for name, value in (("durable", t3 - t0), ("freeze", t1 - t0), ("file", t2 - t1),
-                                    ("commit", t3 - t2), ("floor", t4 - t3)):
+                for name, value in (
+                    ("durable", t3 - t0),
+                    ("freeze", t1 - t0),
+                    ("file", t2 - t1),
+                    ("commit", t3 - t2),
+                    ("floor", t4 - t3),
+                ):
                     samples[name].append(value * 1e3)
         DurableJob.results = {k: statistics.median(v) for k, v in samples.items()}
         DurableJob.results["bytes"] = os.path.getsize(self.home.absolute(row.file))
@@ -92,17 +98,23 @@ def measure(encrypt: bool) -> dict:
 
 
 def main() -> None:
-    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, store on "
-          f"{os.path.abspath(os.getcwd())}")
+    print(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, store on "
+        f"{os.path.abspath(os.getcwd())}"
+    )
     for encrypt in (False, True):
         r = measure(encrypt)
         ratio = r["durable"] / r["floor"]
         print(f"\n{'encrypted' if encrypt else 'signed'} store, file {r['bytes'] / 1e3:.1f} KB")
         print(f"  floor: pickle + zstd + write + fsync   {r['floor']:7.3f} ms")
-        print(f"  durable snapshot                       {r['durable']:7.3f} ms   {ratio:5.2f}x floor"
-              + ("   target <= 2x: " + ("MET" if ratio <= 2 else "MISSED") if not encrypt else ""))
-        print(f"    freeze {r['freeze']:.3f} | file (zstd, sign, write, fsync, rename, dir fsync) "
-              f"{r['file']:.3f} | catalog commit {r['commit']:.3f} ms")
+        print(
+            f"  durable snapshot                       {r['durable']:7.3f} ms   {ratio:5.2f}x floor"
+            + ("   target <= 2x: " + ("MET" if ratio <= 2 else "MISSED") if not encrypt else "")
+        )
+        print(
+            f"    freeze {r['freeze']:.3f} | file (zstd, sign, write, fsync, rename, dir fsync) "
+            f"{r['file']:.3f} | catalog commit {r['commit']:.3f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -60,8 +60,14 @@ from snapstate.serializers._home import Home
 def scenarios():
     """(key, title, entry function, freeze repetitions, restore repetitions, target ratios)"""
     return [
-        ("a", "(a) chat: 200 messages (~100 KB) in a 6-frame stack", "chat_main", 200, 200,
-         {"freeze": 4.0, "restore": 5.0}),
+        (
+            "a",
+            "(a) chat: 200 messages (~100 KB) in a 6-frame stack",
+            "chat_main",
+            200,
+            200,
+            {"freeze": 4.0, "restore": 5.0},
+        ),
         ("b", "(b) bulk: ~10 MB state", "bulk_main", 15, 15, {"freeze": 1.5}),
         ("c", "(c) recursion: 150 frames", "recursion_main", 100, 100, {}),
     ]
@@ -100,8 +106,7 @@ def plain_state(top, entry) -> dict:
     while frame.f_code is not _job._bootstrap.__code__:
         frames.append(dict(frame.f_locals))
         frame = frame.f_back
-    return {"locals": frames,
-            "globals": _agent.capture_globals(_agent.agent_modules(entry))}
+    return {"locals": frames, "globals": _agent.capture_globals(_agent.agent_modules(entry))}
 
 
 class TimedJob(_job.Job):
@@ -121,29 +126,37 @@ class TimedJob(_job.Job):
         stop = _job._bootstrap.__code__
         modules = _agent.agent_modules(self.entry)
 
-        def capture():   # mirrors the first half of Job._freeze
+        def capture():  # mirrors the first half of Job._freeze
             frames = _capture.capture_stack(top, stop, request.handled)
-            return {"frames": frames, "globals": _agent.capture_globals(modules),
-                    "defs": _defstate.capture(modules),
-                    "handled": request.handled, "label": request.label}
+            return {
+                "frames": frames,
+                "globals": _agent.capture_globals(modules),
+                "defs": _defstate.capture(modules),
+                "handled": request.handled,
+                "label": request.label,
+            }
 
         state = capture()
         body = _pickler.dumps(state)
-        self.freeze_ms = measure({
-            "freeze": lambda: _job.Job._freeze(self, request, seq),
-            "modules": lambda: _agent.agent_modules(self.entry),
-            "capture": capture,
-            "roots": lambda: self._roots(state),
-            "pickle": lambda: _pickler.dumps(state),
-            "zstd": lambda: b"".join(_snapfile._compressed(body)),
-            "pickle.dumps": lambda: pickle.dumps(plain, protocol=5),
-        }, self.reps)
+        self.freeze_ms = measure(
+            {
+                "freeze": lambda: _job.Job._freeze(self, request, seq),
+                "modules": lambda: _agent.agent_modules(self.entry),
+                "capture": capture,
+                "roots": lambda: self._roots(state),
+                "pickle": lambda: _pickler.dumps(state),
+                "zstd": lambda: b"".join(_snapfile._compressed(body)),
+                "pickle.dumps": lambda: pickle.dumps(plain, protocol=5),
+            },
+            self.reps,
+        )
         header, payload = _job.Job._freeze(self, request, seq)
         data = b"".join(_snapfile._compressed(payload))
         with tempfile.TemporaryDirectory() as tmp:
             target = os.path.join(tmp, "probe.snap")
             self.freeze_ms["write+fsync"] = measure(
-                {"w": lambda: _fs.write_atomic(target, [data])}, 5, warmup=1)["w"]
+                {"w": lambda: _fs.write_atomic(target, [data])}, 5, warmup=1
+            )["w"]
         self.info = {
             "frames": len(state["frames"]),
             "sys_modules": len(sys.modules),
@@ -168,20 +181,23 @@ def run_scenario(agent_path, function, freeze_reps, restore_reps, directory) -> 
     header, raw = home.read(path)
     body = raw
     state = _pickler.loads(raw)
-    plain_bytes = job.plain_bytes   # the same state, pickled plainly while it was live
+    plain_bytes = job.plain_bytes  # the same state, pickled plainly while it was live
 
     def checks():
         _job.check_versions(header, path)
         restored._check_code(header, path)
 
-    restore_ms = measure({
-        "restore": lambda: restored.restore(header, body, path),
-        "checks": checks,
-        "unzstd": lambda: home.read(path),
-        "unpickle": lambda: _pickler.loads(raw),
-        "morph": lambda: _morph.build_resume_chain(state["frames"], restored._resume_info),
-        "pickle.loads": lambda: pickle.loads(plain_bytes),
-    }, restore_reps)
+    restore_ms = measure(
+        {
+            "restore": lambda: restored.restore(header, body, path),
+            "checks": checks,
+            "unzstd": lambda: home.read(path),
+            "unpickle": lambda: _pickler.loads(raw),
+            "morph": lambda: _morph.build_resume_chain(state["frames"], restored._resume_info),
+            "pickle.loads": lambda: pickle.loads(plain_bytes),
+        },
+        restore_reps,
+    )
 
     again = restored._loop(restored.restore(header, body, path), (), {})
     home.close()
@@ -194,21 +210,33 @@ def machine() -> dict:
     model = "?"
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f
-                          if line.startswith("model name")), "?")
+            model = next(
+                (line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?"
+            )
     except OSError:
         pass
-    import cloudpickle, greenlet, zstandard
-    return {"python": sys.version.split()[0], "nproc": os.cpu_count(), "cpu": model,
-            "platform": platform.platform(), "greenlet": greenlet.__version__,
-            "cloudpickle": cloudpickle.__version__, "zstandard": zstandard.__version__}
+    import cloudpickle
+    import greenlet
+    import zstandard
+
+    return {
+        "python": sys.version.split()[0],
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "platform": platform.platform(),
+        "greenlet": greenlet.__version__,
+        "cloudpickle": cloudpickle.__version__,
+        "zstandard": zstandard.__version__,
+    }
 
 
 def report(title, res, targets) -> None:
     f, r = res["freeze_ms"], res["restore_ms"]
-    print(f"\n{title}: {res['frames']} frames captured, plain pickle "
-          f"{res['plain_pickle_bytes'] / 1e3:,.1f} KB, engine pickle "
-          f"{res['engine_pickle_bytes'] / 1e3:,.1f} KB, snapshot file {res['file_bytes'] / 1e3:,.1f} KB")
+    print(
+        f"\n{title}: {res['frames']} frames captured, plain pickle "
+        f"{res['plain_pickle_bytes'] / 1e3:,.1f} KB, engine pickle "
+        f"{res['engine_pickle_bytes'] / 1e3:,.1f} KB, snapshot file {res['file_bytes'] / 1e3:,.1f} KB"
+    )
 
     def line(name, ms, base, base_name, target=None):
         verdict = ""
@@ -219,21 +247,30 @@ def report(title, res, targets) -> None:
     dumps, loads = f["pickle.dumps"], r["pickle.loads"]
     other = f["freeze"] - sum(f[k] for k in ("modules", "capture", "pickle"))
     print(f"  {'pickle.dumps (baseline)':<36} {dumps:9.3f} ms")
-    line("capture + serialize", f["modules"] + f["capture"] + f["pickle"], dumps,
-         "pickle.dumps", targets.get("freeze"))
+    line(
+        "capture + serialize",
+        f["modules"] + f["capture"] + f["pickle"],
+        dumps,
+        "pickle.dumps",
+        targets.get("freeze"),
+    )
     line("  Job._freeze (+ header)", f["freeze"], dumps, "pickle.dumps")
-    print(f"    module scan {f['modules']:.3f} ({res['sys_modules']} in sys.modules) | capture "
-          f"{f['capture']:.3f} | pickle {f['pickle']:.3f} | other {other:.3f} ms. Not in the "
-          f"ratio (the file, see bench_durable.py): zstd {f['zstd']:.3f} | write+fsync "
-          f"{f['write+fsync']:.3f} ms; path finder for errors {f['roots']:.3f} ms (only when "
-          "pickling fails)")
+    print(
+        f"    module scan {f['modules']:.3f} ({res['sys_modules']} in sys.modules) | capture "
+        f"{f['capture']:.3f} | pickle {f['pickle']:.3f} | other {other:.3f} ms. Not in the "
+        f"ratio (the file, see bench_durable.py): zstd {f['zstd']:.3f} | write+fsync "
+        f"{f['write+fsync']:.3f} ms; path finder for errors {f['roots']:.3f} ms (only when "
+        "pickling fails)"
+    )
     print(f"  {'pickle.loads (baseline)':<36} {loads:9.3f} ms")
     line("restore (Job.restore)", r["restore"], loads, "pickle.loads", targets.get("restore"))
     line("  unpickle only", r["unpickle"], loads, "pickle.loads")
     other = r["restore"] - sum(r[k] for k in ("checks", "unpickle", "morph"))
-    print(f"    checks {r['checks']:.3f} | unpickle {r['unpickle']:.3f} | morph {r['morph']:.3f} | "
-          f"other {other:.3f} ms. Before it, reading the file (verify, decrypt, unzstd): "
-          f"{r['unzstd']:.3f} ms")
+    print(
+        f"    checks {r['checks']:.3f} | unpickle {r['unpickle']:.3f} | morph {r['morph']:.3f} | "
+        f"other {other:.3f} ms. Before it, reading the file (verify, decrypt, unzstd): "
+        f"{r['unzstd']:.3f} ms"
+    )
 
 
 def main() -> None:
@@ -243,16 +280,19 @@ def main() -> None:
 
     agent_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_agent.py")
     facts = machine()
-    print(f"Python {facts['python']} | {facts['nproc']} CPUs, {facts['cpu']} | greenlet "
-          f"{facts['greenlet']}, cloudpickle {facts['cloudpickle']}, zstandard {facts['zstandard']}")
+    print(
+        f"Python {facts['python']} | {facts['nproc']} CPUs, {facts['cpu']} | greenlet "
+        f"{facts['greenlet']}, cloudpickle {facts['cloudpickle']}, zstandard {facts['zstandard']}"
+    )
     results = {"machine": facts, "scenarios": {}}
     argv = list(sys.argv)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="snapstate-bench-") as tmp:
         for key, title, function, freeze_reps, restore_reps, targets in scenarios():
-            res = run_scenario(agent_path, function, freeze_reps, restore_reps,
-                               os.path.join(tmp, key))
-            sys.argv = argv   # Job.run / Job.restore set sys.argv for the agent
+            res = run_scenario(
+                agent_path, function, freeze_reps, restore_reps, os.path.join(tmp, key)
+            )
+            sys.argv = argv  # Job.run / Job.restore set sys.argv for the agent
             report(title, res, targets)
             results["scenarios"][key] = {"title": title, "targets": targets, **res}
     print(f"\n({time.perf_counter() - started:.1f} s)")

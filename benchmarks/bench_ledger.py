@@ -34,8 +34,10 @@ def place(n, *, idempotency_key):
 
 def baseline_insert(db):
     db.execute("BEGIN IMMEDIATE")
-    db.execute("INSERT INTO t (job, n, payload) VALUES (?, ?, ?)",
-               ("job", time.perf_counter_ns(), b"x" * 200))
+    db.execute(
+        "INSERT INTO t (job, n, payload) VALUES (?, ?, ?)",
+        ("job", time.perf_counter_ns(), b"x" * 200),
+    )
     db.execute("COMMIT")
 
 
@@ -44,7 +46,7 @@ def agent(db, samples):
         t0 = time.perf_counter()
         place(i)
         t1 = time.perf_counter()
-        place.__wrapped__(i, idempotency_key="k" * 40)      # the function alone
+        place.__wrapped__(i, idempotency_key="k" * 40)  # the function alone
         t2 = time.perf_counter()
         baseline_insert(db)
         t3 = time.perf_counter()
@@ -74,15 +76,22 @@ def measure(synchronous: str) -> dict:
 
 
 def main() -> None:
-    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, store on {os.getcwd()}; "
-          f"{CALLS} calls, medians")
+    print(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, store on {os.getcwd()}; "
+        f"{CALLS} calls, medians"
+    )
     for synchronous in ("FULL", "NORMAL"):
         r = measure(synchronous)
         ratio = r["effect"] / r["insert"]
-        verdict = f"   target <= 2.5x: {'MET' if ratio <= 2.5 else 'MISSED'}" \
-            if synchronous == "FULL" else ""
-        print(f"synchronous={synchronous:6}  one insert {r['insert']:8.1f} us   ledger per effect "
-              f"{r['effect']:8.1f} us   {ratio:5.2f}x{verdict}")
+        verdict = (
+            f"   target <= 2.5x: {'MET' if ratio <= 2.5 else 'MISSED'}"
+            if synchronous == "FULL"
+            else ""
+        )
+        print(
+            f"synchronous={synchronous:6}  one insert {r['insert']:8.1f} us   ledger per effect "
+            f"{r['effect']:8.1f} us   {ratio:5.2f}x{verdict}"
+        )
 
 
 if __name__ == "__main__":

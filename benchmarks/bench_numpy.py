@@ -28,6 +28,7 @@ CASES = ("root", "root+view", "view only")
 
 def _state(case: str, megabytes: int):
     import numpy as np
+
     root = np.random.default_rng(1).random(megabytes * (1 << 20) // 8)
     return {"root": root, "root+view": (root, root[1:]), "view only": root[1:]}[case]
 
@@ -36,6 +37,7 @@ def _dumps(kind: str):
     if kind == "numpy":
         return lambda obj: pickle.dumps(obj, protocol=5)
     from snapstate.serializers import _pickler
+
     return _pickler.dumps
 
 
@@ -52,9 +54,11 @@ def _reset_peak() -> None:
 
 def main(megabytes: int) -> None:
     from snapstate.serializers import _pickler
+
     print(f"float64 root of {megabytes} MB; times are medians of 3")
-    print(f"{'case':<10} {'pickler':<9} {'size MB':>8} {'dumps s':>8} {'loads s':>8} "
-          f"{'peak MB':>8}")
+    print(
+        f"{'case':<10} {'pickler':<9} {'size MB':>8} {'dumps s':>8} {'loads s':>8} {'peak MB':>8}"
+    )
     for case in CASES:
         state = _state(case, megabytes)
         for kind in ("numpy", "snapstate"):
@@ -73,9 +77,11 @@ def main(megabytes: int) -> None:
             before = _peak_mb()
             data = dumps(state)
             peak = _peak_mb() - before
-            print(f"{case:<10} {kind:<9} {len(data) / (1 << 20):>8.1f} "
-                  f"{statistics.median(times):>8.3f} {statistics.median(load_times):>8.3f} "
-                  f"{peak:>8.0f}")
+            print(
+                f"{case:<10} {kind:<9} {len(data) / (1 << 20):>8.1f} "
+                f"{statistics.median(times):>8.3f} {statistics.median(load_times):>8.3f} "
+                f"{peak:>8.0f}"
+            )
             del data
 
 

@@ -7,6 +7,7 @@ Kill it (Ctrl-C or kill -9) while it works, then resume the last snapshot with
 snapshot() call, with its notes, loop position and call stack intact. It also runs
 under plain Python (`python examples/research_agent.py`), where snapshot() does nothing.
 """
+
 import sys
 import time
 
@@ -26,7 +27,7 @@ class Notebook:
 
 
 def research(book, subtopic):
-    time.sleep(STEP_SECONDS)                 # stands for minutes of LLM and web calls
+    time.sleep(STEP_SECONDS)  # stands for minutes of LLM and web calls
     finding = f"{subtopic} of {book.topic}: {len(subtopic) * 7} sources"
     count = book.add(finding)
     info = snapshot(f"researched {subtopic}")

@@ -44,12 +44,18 @@ import weakref
 
 from ._registry import ResourceReopenError
 
-__all__ = ["register_adapter", "register_optional", "reducer_for", "UNTRACKED", "scratch_copies",
-           "scratch_path"]
+__all__ = [
+    "register_adapter",
+    "register_optional",
+    "reducer_for",
+    "UNTRACKED",
+    "scratch_copies",
+    "scratch_path",
+]
 
 _ADAPTERS: dict[type, object] = {}
-_SUBCLASS_ADAPTERS: dict[type, object] = {}     # adapters that also take subclasses
-_RESOLVED: dict[type, object] = {}             # type -> adapter found through its MRO
+_SUBCLASS_ADAPTERS: dict[type, object] = {}  # adapters that also take subclasses
+_RESOLVED: dict[type, object] = {}  # type -> adapter found through its MRO
 
 # Adapters for optional libraries, loaded only once the agent imported the library
 # (snapstate never imports them itself): module name -> function registering them.
@@ -110,7 +116,7 @@ def reducer_for(t: type):
         return _RESOLVED[t]
     except KeyError:
         pass
-    _load_optional()           # a type seen for the first time: its library may be new
+    _load_optional()  # a type seen for the first time: its library may be new
     found = _ADAPTERS.get(t)
     if found is None:
         for base in t.__mro__[1:]:
@@ -122,7 +128,7 @@ def reducer_for(t: type):
 
 
 # ------------------------------------------------------------------------ scratch
-_SCRATCH: dict = {}     # "dir": the scratch directory of a replay; path -> its copy
+_SCRATCH: dict = {}  # "dir": the scratch directory of a replay; path -> its copy
 
 
 @contextlib.contextmanager
@@ -171,11 +177,13 @@ def _reduce_lock(lock):
     if isinstance(lock, _RLOCK_TYPE) and lock._is_owned():
         raise pickle.PicklingError(
             "a lock (threading.RLock) is held by the agent at the snapshot; leave the "
-            "`with lock:` block (release it) before snapshot()")
+            "`with lock:` block (release it) before snapshot()"
+        )
     if not lock.acquire(blocking=False):
         raise pickle.PicklingError(
             "a lock is held at the snapshot (by the agent or by another thread); release it "
-            "before snapshot(): a lock's holder cannot be restored")
+            "before snapshot(): a lock's holder cannot be restored"
+        )
     lock.release()
     return (threading.RLock if isinstance(lock, _RLOCK_TYPE) else threading.Lock, ())
 
@@ -199,8 +207,10 @@ def _reduce_file(f):
     # A C TextIOWrapper does not expose its newline argument: text files reopen with
     # universal newlines (open a file through resource() to keep another setting).
     text = {} if binary else {"encoding": f.encoding, "errors": f.errors}
-    return (_reopen_file, (_open_path(f, name, mode), mode, position, binary, text,
-                           isinstance(f, io.FileIO)))
+    return (
+        _reopen_file,
+        (_open_path(f, name, mode), mode, position, binary, text, isinstance(f, io.FileIO)),
+    )
 
 
 def _open_path(f, name: str, mode: str) -> str:
@@ -225,22 +235,23 @@ def _open_path(f, name: str, mode: str) -> str:
         f"deleted or renamed while open, or opened by a relative name before an os.chdir, so "
         f"{candidates[0]} is another file. Reopening it after a restore would read or write "
         "the wrong file; open the file by an absolute path that stays valid, or close it "
-        "before snapshot()")
+        "before snapshot()"
+    )
 
 
 def _reopen_file(path, mode, position, binary, text, raw):
     plus = "+" in mode
     writable = plus or any(c in mode for c in "awx")
-    original, path = path, scratch_path(path) if writable else path   # a reader reads it
+    original, path = path, scratch_path(path) if writable else path  # a reader reads it
     if "a" in mode:
         try:
             if os.path.getsize(path) > position:
-                os.truncate(path, position)   # written after the snapshot: written again
+                os.truncate(path, position)  # written after the snapshot: written again
         except FileNotFoundError:
             raise ResourceReopenError(_gone(original, mode)) from None
         reopen = mode
     elif "w" in mode or "x" in mode:
-        reopen = "r+"                      # never truncate: it is the same file
+        reopen = "r+"  # never truncate: it is the same file
     else:
         reopen = "r+" if plus else "r"
     if binary and "b" not in reopen:
@@ -250,18 +261,22 @@ def _reopen_file(path, mode, position, binary, text, raw):
     except FileNotFoundError:
         raise ResourceReopenError(_gone(original, mode)) from None
     except OSError as exc:
-        raise ResourceReopenError(f"file {original} (mode {mode!r}) could not be reopened: "
-                                  f"{exc.strerror}. The snapshot is intact: fix the cause and "
-                                  "resume the job again.") from None
+        raise ResourceReopenError(
+            f"file {original} (mode {mode!r}) could not be reopened: "
+            f"{exc.strerror}. The snapshot is intact: fix the cause and "
+            "resume the job again."
+        ) from None
     if "a" not in reopen:
         f.seek(position)
     return f
 
 
 def _gone(path: str, mode: str) -> str:
-    return (f"file {path} (open with mode {mode!r} at the snapshot) no longer exists, so it "
-            "cannot be reopened. The snapshot is intact: put the file back and resume the job "
-            "again.")
+    return (
+        f"file {path} (open with mode {mode!r} at the snapshot) no longer exists, so it "
+        "cannot be reopened. The snapshot is intact: put the file back and resume the job "
+        "again."
+    )
 
 
 def _closed_file(kind, name, mode):
@@ -275,8 +290,7 @@ def _closed_file(kind, name, mode):
     return f
 
 
-for _kind in (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom,
-              io.TextIOWrapper):
+for _kind in (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper):
     register_adapter(_kind, _reduce_file)
 
 
@@ -284,26 +298,31 @@ for _kind in (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom
 def _reduce_sqlite(conn):
     try:
         path = conn.execute("PRAGMA database_list").fetchone()[2]
-    except sqlite3.ProgrammingError:        # closed
+    except sqlite3.ProgrammingError:  # closed
         return (_closed_sqlite, ())
     if conn.in_transaction:
         raise pickle.PicklingError(
             f"the sqlite3 connection to {path or ':memory:'} is inside an open transaction; "
             "commit or roll back before snapshot() (a transaction cannot outlive its "
-            "process)")
+            "process)"
+        )
     if not path:
-        raise pickle.PicklingError("an in-memory sqlite3 database cannot be reopened after a "
-                                   "restore; use a database file")
+        raise pickle.PicklingError(
+            "an in-memory sqlite3 database cannot be reopened after a restore; use a database file"
+        )
     return (_reopen_sqlite, (path, conn.isolation_level, conn.row_factory))
 
 
 def _reopen_sqlite(path, isolation_level, row_factory):
     if not os.path.exists(path):
-        raise ResourceReopenError(f"sqlite3 database {path} no longer exists, so its "
-                                  "connection cannot be reopened. The snapshot is intact: put "
-                                  "it back and resume the job again.")
-    conn = sqlite3.connect(scratch_path(path, ("", "-wal", "-journal")),
-                           isolation_level=isolation_level)
+        raise ResourceReopenError(
+            f"sqlite3 database {path} no longer exists, so its "
+            "connection cannot be reopened. The snapshot is intact: put "
+            "it back and resume the job again."
+        )
+    conn = sqlite3.connect(
+        scratch_path(path, ("", "-wal", "-journal")), isolation_level=isolation_level
+    )
     conn.row_factory = row_factory
     return conn
 
@@ -363,7 +382,8 @@ def _reopen_named_temp(file_args, delete, delete_on_close):
         raise ResourceReopenError(
             f"temporary file {path} (a NamedTemporaryFile open with mode {mode!r} at the "
             "snapshot) no longer exists, so it cannot be reopened. The snapshot is intact: "
-            "put the file back and resume the job again.")
+            "put the file back and resume the job again."
+        )
     f = _reopen_file(*file_args)
     # In a replay `f` is a scratch copy: the wrapper deletes that copy on close, never
     # the original.
@@ -384,8 +404,6 @@ register_adapter(tempfile._TemporaryFileWrapper, _reduce_named_temp)
 # ------------------------------------------------------------------------ HTTP clients
 # httpx/httpx2 clients, requests sessions, their auths, responses and cookies: _http.py
 # (registered with register_optional, once the agent imported the library).
-from . import _http  # noqa: E402,F401
-
 # Standard-library adapters (logging handlers and loggers, sqlite3 cursors, csv writers)
 # live in their own module; importing it registers them.
-from . import _stdlib  # noqa: E402,F401
+from . import _http, _stdlib  # noqa: E402,F401

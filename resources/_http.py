@@ -57,28 +57,71 @@ from functools import partial
 from ._adapters import register_adapter, register_optional
 from ._secrets import credential
 
-__all__ = ["sealed", "is_sensitive_header", "is_sensitive_param", "seal_param", "seal_url",
-           "seal_form", "SavedResponse"]
+__all__ = [
+    "sealed",
+    "is_sensitive_header",
+    "is_sensitive_param",
+    "seal_param",
+    "seal_url",
+    "seal_form",
+    "SavedResponse",
+]
 
-_SENSITIVE = frozenset({"authorization", "proxy-authorization", "cookie", "set-cookie",
-                        "x-api-key", "api-key"})
+_SENSITIVE = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+)
 # A header or query parameter whose name holds one of these is a credential (sealing a
 # value that is not one costs a few bytes; writing a key in clear is a leak).
-_SENSITIVE_WORDS = ("token", "secret", "password", "passwd", "auth", "key", "signature",
-                    "credential")
+_SENSITIVE_WORDS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "auth",
+    "key",
+    "signature",
+    "credential",
+)
 # Query parameters that are credentials without such a word (Azure SAS sig=, OAuth code=).
 _SENSITIVE_PARAMS = frozenset({"sig", "pwd", "pass", "code"})
 
 # The attributes httpx's and httpx2's BaseClient/Client/AsyncClient __init__ set: all
 # rebuilt from the configuration below; any other instance attribute (a subclass's own)
 # is carried by value.
-_CLIENT_ATTRS = frozenset({"_auth", "_base_url", "_cookies", "_default_encoding",
-                           "_event_hooks", "_headers", "_mounts", "_params", "_state",
-                           "_timeout", "_transport", "_trust_env", "follow_redirects",
-                           "max_redirects"})
-_SESSION_ATTRS = frozenset({"adapters", "auth", "cert", "cookies", "headers", "hooks",
-                            "max_redirects", "params", "proxies", "stream", "trust_env",
-                            "verify"})
+_CLIENT_ATTRS = frozenset(
+    {
+        "_auth",
+        "_base_url",
+        "_cookies",
+        "_default_encoding",
+        "_event_hooks",
+        "_headers",
+        "_mounts",
+        "_params",
+        "_state",
+        "_timeout",
+        "_transport",
+        "_trust_env",
+        "follow_redirects",
+        "max_redirects",
+    }
+)
+_SESSION_ATTRS = frozenset(
+    {
+        "adapters",
+        "auth",
+        "cert",
+        "cookies",
+        "headers",
+        "hooks",
+        "max_redirects",
+        "params",
+        "proxies",
+        "stream",
+        "trust_env",
+        "verify",
+    }
+)
 _FIX = "create the client after the snapshot (or inside snapstate.resource())"
 
 
@@ -122,12 +165,12 @@ def seal_url(url):
     pieces: list = []
     start = rest.find("://")
     host_at = rest.find("/", start + 3) if start >= 0 else -1
-    netloc = rest[start + 3:host_at if host_at >= 0 else len(rest)] if start >= 0 else ""
+    netloc = rest[start + 3 : host_at if host_at >= 0 else len(rest)] if start >= 0 else ""
     userinfo, at, _ = netloc.rpartition("@")
     user, colon, password = userinfo.partition(":")
     if at and colon and password:
         head = start + 3 + len(user) + 1
-        pieces += [rest[:head], sealed(password), rest[head + len(password):]]
+        pieces += [rest[:head], sealed(password), rest[head + len(password) :]]
     else:
         pieces.append(rest)
     if mark:
@@ -167,8 +210,11 @@ def seal_form(body, headers):
     if not isinstance(body, (str, bytes)) or not body:
         return body
     kind = headers.get("content-type") or ""
-    if not (kind.decode("latin-1") if isinstance(kind, bytes) else kind).lower().startswith(
-            "application/x-www-form-urlencoded"):
+    if (
+        not (kind.decode("latin-1") if isinstance(kind, bytes) else kind)
+        .lower()
+        .startswith("application/x-www-form-urlencoded")
+    ):
         return body
     text = body.decode("latin-1") if isinstance(body, bytes) else body
     pieces = _query_pieces(text)
@@ -205,7 +251,7 @@ def _utf8(text: str) -> bytes:
     return text.encode("utf-8")
 
 
-_MIN_ENV_SECRET = 8      # shorter values ("1", "true") may equal a variable by chance
+_MIN_ENV_SECRET = 8  # shorter values ("1", "true") may equal a variable by chance
 
 
 def _env_names(value: str) -> tuple[str, ...]:
@@ -229,8 +275,15 @@ def sealed(value, *, from_env: bool = True):
 def _seal_items(items) -> list:
     """Header (name, value) pairs with the sensitive values sealed (Cookie and
     Set-Cookie values are never taken for environment references)."""
-    return [(k, sealed(v, from_env=_lower(k) not in ("cookie", "set-cookie"))
-             if is_sensitive_header(k) else v) for k, v in items]
+    return [
+        (
+            k,
+            sealed(v, from_env=_lower(k) not in ("cookie", "set-cookie"))
+            if is_sensitive_header(k)
+            else v,
+        )
+        for k, v in items
+    ]
 
 
 def _lower(name) -> str:
@@ -263,12 +316,13 @@ def _unseal_object(data: bytes):
 
 # Cookies anywhere (an httpx jar, a requests jar, a bare CookieJar): the value sealed,
 # every other field (domain, path, expiry, flags, rest) kept as it is.
-register_adapter(http.cookiejar.Cookie,
-                 partial(_reduce_with_secrets, secrets=("value",), from_env=False))
+register_adapter(
+    http.cookiejar.Cookie, partial(_reduce_with_secrets, secrets=("value",), from_env=False)
+)
 
 
 # ------------------------------------------------------------------------ checks
-_CHECKING = [0]      # > 0 while a part is test-pickled (its own clients are not re-checked)
+_CHECKING = [0]  # > 0 while a part is test-pickled (its own clients are not re-checked)
 
 
 class _Refused(pickle.PicklingError):
@@ -289,21 +343,27 @@ def _check(what: str, part: str, value) -> None:
     snapshot's own pickler, so functions go by reference)."""
     if _CHECKING[0]:
         return
-    from ..serializers import _pickler      # import here: the pickler imports the adapters
+    from ..serializers import _pickler  # import here: the pickler imports the adapters
+
     _CHECKING[0] += 1
     try:
         _pickler.dumps(value)
     except _pickler.UnpicklableError as exc:
-        raise _Refused(f"{what} whose {part} is a {_type_name(value)} that cannot be saved "
-                       f"({exc.error}); {_FIX}, or give it a {part} that pickles") from None
+        raise _Refused(
+            f"{what} whose {part} is a {_type_name(value)} that cannot be saved "
+            f"({exc.error}); {_FIX}, or give it a {part} that pickles"
+        ) from None
     finally:
         _CHECKING[0] -= 1
 
 
 def _type_name(value) -> str:
     t = type(value)
-    return t.__qualname__ if t.__module__ in ("builtins", "__main__") else \
-        f"{t.__module__}.{t.__qualname__}"
+    return (
+        t.__qualname__
+        if t.__module__ in ("builtins", "__main__")
+        else f"{t.__module__}.{t.__qualname__}"
+    )
 
 
 # ------------------------------------------------------------------------ SSL contexts
@@ -313,23 +373,33 @@ _REFERENCE: dict[tuple, tuple] = {}
 def _fingerprint(ctx: ssl.SSLContext) -> tuple:
     """Everything observable about an SSL context (a client certificate is not: see
     _has_client_cert)."""
-    return (type(ctx), ctx.protocol, ctx.verify_mode, ctx.check_hostname, int(ctx.options),
-            ctx.minimum_version, ctx.maximum_version, int(ctx.verify_flags),
-            ctx.post_handshake_auth, ctx.hostname_checks_common_name,
-            getattr(ctx, "keylog_filename", None), ctx.sni_callback,
-            tuple(c["name"] for c in ctx.get_ciphers()),
-            tuple(sorted(ctx.cert_store_stats().items())),
-            hashlib.sha256(b"".join(ctx.get_ca_certs(binary_form=True))).digest())
+    return (
+        type(ctx),
+        ctx.protocol,
+        ctx.verify_mode,
+        ctx.check_hostname,
+        int(ctx.options),
+        ctx.minimum_version,
+        ctx.maximum_version,
+        int(ctx.verify_flags),
+        ctx.post_handshake_auth,
+        ctx.hostname_checks_common_name,
+        getattr(ctx, "keylog_filename", None),
+        ctx.sni_callback,
+        tuple(c["name"] for c in ctx.get_ciphers()),
+        tuple(sorted(ctx.cert_store_stats().items())),
+        hashlib.sha256(b"".join(ctx.get_ca_certs(binary_form=True))).digest(),
+    )
 
 
 def _reference(lib: str, verify: bool, trust_env: bool) -> tuple:
-    key = (lib, verify, trust_env, os.environ.get("SSL_CERT_FILE"),
-           os.environ.get("SSL_CERT_DIR"))
+    key = (lib, verify, trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     found = _REFERENCE.get(key)
     if found is None:
         config = importlib.import_module(f"{lib}._config")
         found = _REFERENCE[key] = _fingerprint(
-            config.create_ssl_context(verify=verify, trust_env=trust_env))
+            config.create_ssl_context(verify=verify, trust_env=trust_env)
+        )
     return found
 
 
@@ -338,6 +408,7 @@ def _ssl_probe():
     try:
         import _ssl
         import ctypes
+
         lib = ctypes.CDLL(_ssl.__file__)
         get_cert, get_options = lib.SSL_CTX_get0_certificate, lib.SSL_CTX_get_options
     except (OSError, AttributeError, ImportError):
@@ -371,28 +442,36 @@ def _verify_of(lib: str, ctx, what: str, part: str) -> tuple[bool, bool]:
     """(verify, trust_env) that make an SSL context equal to `ctx`, or a refusal."""
     has_cert = _has_client_cert(ctx) if ctx is not None else False
     if has_cert:
-        raise _Refused(f"{what} whose {part} has a client certificate (cert=... or an "
-                       "SSLContext with load_cert_chain), which cannot be read back from its "
-                       f"SSL context; {_FIX}")
-    if has_cert is None:        # the fingerprint below cannot see a client certificate
-        raise _Refused(f"{what} whose {part} has an SSL context that could not be verified "
-                       "to hold no client certificate (cert=... or load_cert_chain; this "
-                       f"Python's ssl module cannot be inspected), so it cannot be saved; {_FIX}")
+        raise _Refused(
+            f"{what} whose {part} has a client certificate (cert=... or an "
+            "SSLContext with load_cert_chain), which cannot be read back from its "
+            f"SSL context; {_FIX}"
+        )
+    if has_cert is None:  # the fingerprint below cannot see a client certificate
+        raise _Refused(
+            f"{what} whose {part} has an SSL context that could not be verified "
+            "to hold no client certificate (cert=... or load_cert_chain; this "
+            f"Python's ssl module cannot be inspected), so it cannot be saved; {_FIX}"
+        )
     if ctx is not None:
         seen = _fingerprint(ctx)
         for verify, trust_env in ((True, True), (True, False), (False, True)):
             if seen == _reference(lib, verify, trust_env):
                 return verify, trust_env
-    raise _Refused(f"{what} whose {part} uses an SSL context built by the user (verify=<"
-                   "ssl.SSLContext> or a CA bundle path), which cannot be saved; " + _FIX +
-                   ", or use verify=True/False")
+    raise _Refused(
+        f"{what} whose {part} uses an SSL context built by the user (verify=<"
+        "ssl.SSLContext> or a CA bundle path), which cannot be saved; "
+        + _FIX
+        + ", or use verify=True/False"
+    )
 
 
 # ------------------------------------------------------------------------ httpx, httpx2
 def _pool_backend_ok(pool) -> bool:
     backend = type(pool._network_backend)
-    return backend.__name__ in ("SyncBackend", "AutoBackend") and \
-        backend.__module__.startswith("httpcore")
+    return backend.__name__ in ("SyncBackend", "AutoBackend") and backend.__module__.startswith(
+        "httpcore"
+    )
 
 
 def _reduce_transport(lib, what: str, part: str, transport):
@@ -407,44 +486,66 @@ def _reduce_transport(lib, what: str, part: str, transport):
     pool = transport._pool
     kind = type(pool).__name__.removeprefix("Async")
     if kind == "SOCKSProxy":
-        raise _Refused(f"{what} whose {part} goes through a SOCKS proxy, which this adapter "
-                       f"cannot rebuild; {_FIX}")
+        raise _Refused(
+            f"{what} whose {part} goes through a SOCKS proxy, which this adapter "
+            f"cannot rebuild; {_FIX}"
+        )
     if kind not in ("ConnectionPool", "HTTPProxy") or getattr(pool, "_proxy", None) is not None:
-        raise _Refused(f"{what} whose {part} has a connection pool of unknown kind "
-                       f"({type(pool).__qualname__}); {_FIX}")
+        raise _Refused(
+            f"{what} whose {part} has a connection pool of unknown kind "
+            f"({type(pool).__qualname__}); {_FIX}"
+        )
     if not _pool_backend_ok(pool):
-        raise _Refused(f"{what} whose {part} uses a custom network backend "
-                       f"({_type_name(pool._network_backend)}), which cannot be saved; {_FIX}")
+        raise _Refused(
+            f"{what} whose {part} uses a custom network backend "
+            f"({_type_name(pool._network_backend)}), which cannot be saved; {_FIX}"
+        )
     verify, trust_env = _verify_of(lib.__name__, pool._ssl_context, what, part)
     unlimited = sys.maxsize
-    config = {"verify": verify, "trust_env": trust_env, "http1": pool._http1,
-              "http2": pool._http2,
-              "limits": (None if pool._max_connections == unlimited else pool._max_connections,
-                         None if pool._max_keepalive_connections == unlimited
-                         else pool._max_keepalive_connections, pool._keepalive_expiry),
-              "uds": pool._uds, "local_address": pool._local_address,
-              "retries": pool._retries, "socket_options": pool._socket_options}
+    config = {
+        "verify": verify,
+        "trust_env": trust_env,
+        "http1": pool._http1,
+        "http2": pool._http2,
+        "limits": (
+            None if pool._max_connections == unlimited else pool._max_connections,
+            None
+            if pool._max_keepalive_connections == unlimited
+            else pool._max_keepalive_connections,
+            pool._keepalive_expiry,
+        ),
+        "uds": pool._uds,
+        "local_address": pool._local_address,
+        "retries": pool._retries,
+        "socket_options": pool._socket_options,
+    }
     if kind == "HTTPProxy":
         if pool._proxy_ssl_context is not None:
-            raise _Refused(f"{what} whose {part} has a proxy SSL context built by the user, "
-                           f"which cannot be saved; {_FIX}")
+            raise _Refused(
+                f"{what} whose {part} has a proxy SSL context built by the user, "
+                f"which cannot be saved; {_FIX}"
+            )
         url = pool._proxy_url
         port = f":{url.port}" if url.port is not None else ""
-        config["proxy"] = (seal_url(f"{url.scheme.decode()}://{url.host.decode()}{port}"
-                                    f"{url.target.decode()}"), _seal_items(pool._proxy_headers))
+        config["proxy"] = (
+            seal_url(f"{url.scheme.decode()}://{url.host.decode()}{port}{url.target.decode()}"),
+            _seal_items(pool._proxy_headers),
+        )
     return _Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
 
 
 def _rebuild_transport(libname: str, is_async: bool, config: dict):
     lib = importlib.import_module(libname)
     config = dict(config)
-    config["limits"] = lib.Limits(max_connections=config["limits"][0],
-                                  max_keepalive_connections=config["limits"][1],
-                                  keepalive_expiry=config["limits"][2])
+    config["limits"] = lib.Limits(
+        max_connections=config["limits"][0],
+        max_keepalive_connections=config["limits"][1],
+        keepalive_expiry=config["limits"][2],
+    )
     proxy = config.pop("proxy", None)
     if proxy is not None:
         config["proxy"] = lib.Proxy(url=proxy[0], headers=list(proxy[1]))
-        for unused in ("uds", "local_address", "retries"):   # not used through a proxy
+        for unused in ("uds", "local_address", "retries"):  # not used through a proxy
             config.pop(unused)
     cls = lib.AsyncHTTPTransport if is_async else lib.HTTPTransport
     return cls(**config)
@@ -479,25 +580,42 @@ def _reduce_client(lib, base: type, client):
     if not isinstance(encoding, str):
         _check(what, "default_encoding", encoding)
     timeout = attrs["_timeout"]
-    mounts = {pattern.pattern: _reduce_transport(lib, what, f"mount {pattern.pattern!r}", t)
-              for pattern, t in attrs["_mounts"].items()}
-    config = {"base_url": seal_url(str(attrs["_base_url"])), "auth": auth,
-              "params": [(k, seal_param(k, v)) for k, v in attrs["_params"].multi_items()],
-              "timeout": (timeout.connect, timeout.read, timeout.write, timeout.pool),
-              "follow_redirects": attrs["follow_redirects"],
-              "max_redirects": attrs["max_redirects"], "event_hooks": hooks,
-              "trust_env": attrs["_trust_env"], "default_encoding": encoding,
-              "transport": _reduce_transport(lib, what, "transport", attrs["_transport"]),
-              "mounts": mounts}
+    mounts = {
+        pattern.pattern: _reduce_transport(lib, what, f"mount {pattern.pattern!r}", t)
+        for pattern, t in attrs["_mounts"].items()
+    }
+    config = {
+        "base_url": seal_url(str(attrs["_base_url"])),
+        "auth": auth,
+        "params": [(k, seal_param(k, v)) for k, v in attrs["_params"].multi_items()],
+        "timeout": (timeout.connect, timeout.read, timeout.write, timeout.pool),
+        "follow_redirects": attrs["follow_redirects"],
+        "max_redirects": attrs["max_redirects"],
+        "event_hooks": hooks,
+        "trust_env": attrs["_trust_env"],
+        "default_encoding": encoding,
+        "transport": _reduce_transport(lib, what, "transport", attrs["_transport"]),
+        "mounts": mounts,
+    }
     extras = {k: v for k, v in attrs.items() if k not in _CLIENT_ATTRS}
     extras.update(_slot_values(client, base))
     for name, value in extras.items():
         _check(what, f"attribute {name!r}", value)
-    state = {"config": config, "headers": _seal_items(attrs["_headers"].raw),
-             "cookies": attrs["_cookies"].jar, "state": attrs["_state"].name,
-             "extras": extras}
-    return (_new_shell, (type(client),), state, None, None,
-            partial(_configure_client, lib.__name__, base.__name__))
+    state = {
+        "config": config,
+        "headers": _seal_items(attrs["_headers"].raw),
+        "cookies": attrs["_cookies"].jar,
+        "state": attrs["_state"].name,
+        "extras": extras,
+    }
+    return (
+        _new_shell,
+        (type(client),),
+        state,
+        None,
+        None,
+        partial(_configure_client, lib.__name__, base.__name__),
+    )
 
 
 _SLOTS: dict[tuple[type, type], tuple[str, ...]] = {}
@@ -543,7 +661,7 @@ def _configure_client(libname: str, basename: str, client, state: dict) -> None:
     lib = importlib.import_module(libname)
     base = getattr(lib, basename)
     config = dict(state["config"])
-    config["timeout"] = lib.Timeout(tuple(config["timeout"]))     # all four, as they were
+    config["timeout"] = lib.Timeout(tuple(config["timeout"]))  # all four, as they were
     base.__init__(client, **config)
     client._headers = lib.Headers(list(state["headers"]))
     client._cookies = lib.Cookies(state["cookies"])
@@ -553,8 +671,9 @@ def _configure_client(libname: str, basename: str, client, state: dict) -> None:
 
 def _reduce_response(libname: str, response):
     if not response.is_stream_consumed and not response.is_closed:
-        raise pickle.PicklingError(f"a streaming {libname} response is a live handle that "
-                                   "cannot be saved in a snapshot")
+        raise pickle.PicklingError(
+            f"a streaming {libname} response is a live handle that cannot be saved in a snapshot"
+        )
     return SavedResponse(response).__reduce__()
 
 
@@ -571,20 +690,35 @@ class SavedResponse:
 
     def __reduce__(self):
         r = self.response
-        extensions = {k: r.extensions[k] for k in ("http_version", "reason_phrase")
-                      if k in r.extensions}
-        return (_rebuilt_response, (type(r).__module__.split(".")[0], r.status_code,
-                                    _seal_items(r.headers.raw), getattr(r, "_content", None),
-                                    extensions, _saved_request(r._request),
-                                    getattr(r, "_elapsed", None), r.default_encoding,
-                                    list(r.history), _saved_request(r.next_request)))
+        extensions = {
+            k: r.extensions[k] for k in ("http_version", "reason_phrase") if k in r.extensions
+        }
+        return (
+            _rebuilt_response,
+            (
+                type(r).__module__.split(".")[0],
+                r.status_code,
+                _seal_items(r.headers.raw),
+                getattr(r, "_content", None),
+                extensions,
+                _saved_request(r._request),
+                getattr(r, "_elapsed", None),
+                r.default_encoding,
+                list(r.history),
+                _saved_request(r.next_request),
+            ),
+        )
 
 
 def _saved_request(request):
     if request is None:
         return None
-    return (request.method, seal_url(str(request.url)), _seal_items(request.headers.raw),
-            seal_form(getattr(request, "_content", None), request.headers))
+    return (
+        request.method,
+        seal_url(str(request.url)),
+        _seal_items(request.headers.raw),
+        seal_form(getattr(request, "_content", None), request.headers),
+    )
 
 
 def _rebuilt_request(lib, saved):
@@ -594,12 +728,27 @@ def _rebuilt_request(lib, saved):
     return lib.Request(method, url, headers=list(headers), content=content)
 
 
-def _rebuilt_response(libname, status, headers, content, extensions, request, elapsed,
-                      default_encoding, history, next_request):
+def _rebuilt_response(
+    libname,
+    status,
+    headers,
+    content,
+    extensions,
+    request,
+    elapsed,
+    default_encoding,
+    history,
+    next_request,
+):
     lib = importlib.import_module(libname)
-    response = lib.Response(status, headers=list(headers), extensions=extensions,
-                            request=_rebuilt_request(lib, request), history=history,
-                            default_encoding=default_encoding)
+    response = lib.Response(
+        status,
+        headers=list(headers),
+        extensions=extensions,
+        request=_rebuilt_request(lib, request),
+        history=history,
+        default_encoding=default_encoding,
+    )
     # The body as it was read (decoded): set directly, so a Content-Encoding header is
     # kept without being applied a second time. A body consumed as a stream was not kept
     # (reading it raises, as it did before the snapshot).
@@ -620,11 +769,14 @@ def _load(libname: str) -> None:
     lib = sys.modules[libname]
     for base in (lib.Client, lib.AsyncClient):
         register_adapter(base, partial(_reduce_client, lib, base), subclasses=True)
-    register_adapter(lib.BasicAuth, partial(_reduce_with_secrets, secrets=("_auth_header",)),
-                     subclasses=True)
-    register_adapter(lib.DigestAuth,
-                     partial(_reduce_with_secrets, secrets=("_username", "_password")),
-                     subclasses=True)
+    register_adapter(
+        lib.BasicAuth, partial(_reduce_with_secrets, secrets=("_auth_header",)), subclasses=True
+    )
+    register_adapter(
+        lib.DigestAuth,
+        partial(_reduce_with_secrets, secrets=("_username", "_password")),
+        subclasses=True,
+    )
     register_adapter(lib.NetRCAuth, _reduce_whole_sealed, subclasses=True)
     register_adapter(lib.Response, partial(_reduce_response, libname))
 
@@ -638,6 +790,7 @@ def _reduce_session(base: type, session):
     """requests.Session (or a subclass): its pickle state with credentials sealed, every
     mounted adapter and hook checked, plus a subclass's own attributes."""
     import requests
+
     what = _describe(session, base)
     state = base.__getstate__(session)
     state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
@@ -646,8 +799,9 @@ def _reduce_session(base: type, session):
         state["auth"] = tuple(sealed(v) if isinstance(v, (str, bytes)) else v for v in auth)
     elif auth is not None and not isinstance(auth, (requests.auth.HTTPBasicAuth,)):
         _check(what, "auth", auth)
-    state["proxies"] = {k: sealed(v) if isinstance(v, str) and "@" in v else v
-                        for k, v in state["proxies"].items()}
+    state["proxies"] = {
+        k: sealed(v) if isinstance(v, str) and "@" in v else v for k, v in state["proxies"].items()
+    }
     if isinstance(state["params"], dict):
         state["params"] = {k: seal_param(k, v) for k, v in state["params"].items()}
     for prefix, adapter in state["adapters"].items():
@@ -658,25 +812,34 @@ def _reduce_session(base: type, session):
     extras = {k: v for k, v in session.__dict__.items() if k not in _SESSION_ATTRS}
     for name, value in extras.items():
         _check(what, f"attribute {name!r}", value)
-    return (_new_shell, (type(session),), {"state": state, "extras": extras}, None, None,
-            _configure_session)
+    return (
+        _new_shell,
+        (type(session),),
+        {"state": state, "extras": extras},
+        None,
+        None,
+        _configure_session,
+    )
 
 
 def _rebuild_headers(items):
     from requests.structures import CaseInsensitiveDict
+
     return CaseInsensitiveDict(list(items))
 
 
 def _configure_session(session, state: dict) -> None:
     import requests
+
     requests.Session.__setstate__(session, state["state"])
     session.__dict__.update(state["extras"])
 
 
 def _reduce_requests_response(response):
     if not response._content_consumed:
-        raise pickle.PicklingError("a streaming requests response is a live handle that "
-                                   "cannot be saved in a snapshot")
+        raise pickle.PicklingError(
+            "a streaming requests response is a live handle that cannot be saved in a snapshot"
+        )
     state = response.__getstate__()
     state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
     state["url"] = seal_url(state.get("url"))
@@ -685,6 +848,7 @@ def _reduce_requests_response(response):
 
 def _rebuilt_requests_response(state):
     import requests
+
     response = requests.Response()
     response.__setstate__(state)
     return response
@@ -709,25 +873,43 @@ def _reduce_requests_digest(auth):
 
 def _rebuilt_requests_digest(username, password):
     import requests
+
     return requests.auth.HTTPDigestAuth(username, password)
 
 
-_ADAPTER_ATTRS = frozenset({"max_retries", "config", "_pool_connections", "_pool_maxsize",
-                            "_pool_block", "poolmanager", "proxy_manager"})
+_ADAPTER_ATTRS = frozenset(
+    {
+        "max_retries",
+        "config",
+        "_pool_connections",
+        "_pool_maxsize",
+        "_pool_block",
+        "poolmanager",
+        "proxy_manager",
+    }
+)
 
 
 def _reduce_http_adapter(adapter):
     """An HTTPAdapter (or subclass): its pickle state (max_retries, pool settings) plus
     a subclass's own attributes, which HTTPAdapter.__getstate__ would drop."""
     import requests
+
     state = requests.adapters.HTTPAdapter.__getstate__(adapter)
     extras = {k: v for k, v in adapter.__dict__.items() if k not in _ADAPTER_ATTRS}
-    return (_new_shell, (type(adapter),), {"state": state, "extras": extras}, None, None,
-            _configure_http_adapter)
+    return (
+        _new_shell,
+        (type(adapter),),
+        {"state": state, "extras": extras},
+        None,
+        None,
+        _configure_http_adapter,
+    )
 
 
 def _configure_http_adapter(adapter, state: dict) -> None:
     import requests
+
     # The subclass's own attributes first: HTTPAdapter.__setstate__ builds the pool
     # (init_poolmanager), which a subclass may configure from them.
     adapter.__dict__.update(state["extras"])
@@ -736,14 +918,15 @@ def _configure_http_adapter(adapter, state: dict) -> None:
 
 def _load_requests() -> None:
     import requests
+
     register_adapter(requests.adapters.HTTPAdapter, _reduce_http_adapter, subclasses=True)
-    register_adapter(requests.Session, partial(_reduce_session, requests.Session),
-                     subclasses=True)
+    register_adapter(requests.Session, partial(_reduce_session, requests.Session), subclasses=True)
     register_adapter(requests.Response, _reduce_requests_response)
     register_adapter(requests.PreparedRequest, _reduce_prepared_request)
     for cls in (requests.auth.HTTPBasicAuth, requests.auth.HTTPProxyAuth):
-        register_adapter(cls, partial(_reduce_with_secrets, secrets=("username", "password")),
-                         subclasses=True)
+        register_adapter(
+            cls, partial(_reduce_with_secrets, secrets=("username", "password")), subclasses=True
+        )
     register_adapter(requests.auth.HTTPDigestAuth, _reduce_requests_digest)
 
 

@@ -47,14 +47,15 @@ import pickle
 import sys
 
 from ._adapters import reducer_for, register_adapter, register_optional
-from ._http import (_MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param,
-                    seal_url)
+from ._http import _MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param, seal_url
 from ._secrets import credential
 
 __all__: list[str] = []
 
-_RESOURCE_FIX = ("create the client in a module-level function passed to snapstate.resource() "
-                 "so it is created again after a restore")
+_RESOURCE_FIX = (
+    "create the client in a module-level function passed to snapstate.resource() "
+    "so it is created again after a restore"
+)
 
 
 # ------------------------------------------------------------------------ shared parts
@@ -67,21 +68,27 @@ def _secret(value, default_env: str | None):
         return value
     names = [default_env] if default_env else []
     if len(value) >= _MIN_ENV_SECRET:
-        names += sorted((k for k, v in os.environ.items() if v == value and k != default_env),
-                        key=lambda k: (not is_sensitive_header(k), k))
+        names += sorted(
+            (k for k, v in os.environ.items() if v == value and k != default_env),
+            key=lambda k: (not is_sensitive_header(k), k),
+        )
     return credential(value, env=tuple(names))
 
 
 def _headers(headers) -> dict:
     """A copy of a header mapping with credential values wrapped (see _secret)."""
-    return {k: _secret(v, None) if isinstance(k, str) and is_sensitive_header(k) else v
-            for k, v in dict(headers).items()}
+    return {
+        k: _secret(v, None) if isinstance(k, str) and is_sensitive_header(k) else v
+        for k, v in dict(headers).items()
+    }
 
 
 def _query(query) -> dict:
     """A copy of a query mapping with credential values (key=, api_key=...) wrapped."""
-    return {k: _secret(v, None) if isinstance(k, str) and is_sensitive_param(k) else v
-            for k, v in dict(query).items()}
+    return {
+        k: _secret(v, None) if isinstance(k, str) and is_sensitive_param(k) else v
+        for k, v in dict(query).items()
+    }
 
 
 def _public_name(t: type) -> str:
@@ -108,15 +115,20 @@ def _describe(client, sdk_base: type) -> str:
 def _refuse(client, sdk_base: type, part: str, fix: str):
     raise pickle.PicklingError(
         f"{_describe(client, sdk_base)} whose {part} cannot be saved in a snapshot (it "
-        f"could not be rebuilt exactly after a restore); {fix}")
+        f"could not be rebuilt exactly after a restore); {fix}"
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_properties(t: type) -> frozenset:
     """Names of t's cached properties (client.chat, client.messages...): SDK resource
     objects the rebuilt client creates again on first use."""
-    return frozenset(name for klass in t.__mro__ for name, value in vars(klass).items()
-                     if isinstance(value, functools.cached_property))
+    return frozenset(
+        name
+        for klass in t.__mro__
+        for name, value in vars(klass).items()
+        if isinstance(value, functools.cached_property)
+    )
 
 
 def _extras(client, known: frozenset) -> dict:
@@ -129,7 +141,7 @@ def _sdk_base(client, bases: tuple[type, ...]) -> type:
     for klass in type(client).__mro__:
         if klass in bases:
             return klass
-    raise TypeError(type(client))    # pragma: no cover - the adapter is registered on bases
+    raise TypeError(type(client))  # pragma: no cover - the adapter is registered on bases
 
 
 def _check_callable(client, sdk_base: type, part: str, fn, fix: str) -> None:
@@ -137,9 +149,10 @@ def _check_callable(client, sdk_base: type, part: str, fn, fix: str) -> None:
     if it pickles (a module-level function, an object of plain values); else the
     snapshot is refused, naming it: the client is never rebuilt without it."""
     from ..serializers import _pickler
+
     try:
         _pickler._dump(fn)
-    except Exception as exc:   # noqa: BLE001 - any failure means it cannot be saved
+    except Exception as exc:  # noqa: BLE001 - any failure means it cannot be saved
         _refuse(client, sdk_base, f"{part} ({exc})", fix)
 
 
@@ -148,13 +161,13 @@ def _finish(client, attrs: dict, extras: dict, closed: bool):
         setattr(client, name, value)
     for name, value in extras.items():
         setattr(client, name, value)
-    if closed:              # closed at the snapshot: closed after the restore too
+    if closed:  # closed at the snapshot: closed after the restore too
         # ClientState of the client's own HTTP library (httpx2 now, httpx in older SDKs)
         client._client._state = type(client._client._state).CLOSED
     return client
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parameters(init) -> frozenset:
     """The keyword parameters an SDK's __init__ takes (they differ between versions)."""
     return frozenset(inspect.signature(init).parameters)
@@ -178,10 +191,28 @@ def _present(client, values: dict) -> dict:
 # Attributes older SDK versions (openai 1.x, anthropic 0.x, on httpx) set in __init__:
 # resources (client.chat...) made again by the rebuilt client's __init__, and the
 # deprecated transport= / proxies= / connection_pool_limits= options.
-_OLD_SDK_ATTRS = frozenset({"_limits", "_proxies", "_transport", "with_raw_response",
-                            "with_streaming_response", "audio", "batches", "beta", "chat",
-                            "completions", "embeddings", "files", "fine_tuning", "images",
-                            "messages", "models", "moderations", "uploads"})
+_OLD_SDK_ATTRS = frozenset(
+    {
+        "_limits",
+        "_proxies",
+        "_transport",
+        "with_raw_response",
+        "with_streaming_response",
+        "audio",
+        "batches",
+        "beta",
+        "chat",
+        "completions",
+        "embeddings",
+        "files",
+        "fine_tuning",
+        "images",
+        "messages",
+        "models",
+        "moderations",
+        "uploads",
+    }
+)
 
 
 def _is_old_sdk(default_http: type) -> bool:
@@ -196,8 +227,13 @@ def _check_old_options(client, sdk_base: type) -> None:
     is not saved: refused (connection_pool_limits= is given again)."""
     for name, option in (("_transport", "transport="), ("_proxies", "proxies=")):
         if vars(client).get(name) is not None:
-            _refuse(client, sdk_base, f"{option} option", "pass http_client=httpx.Client("
-                    "...) instead (it is saved with the client), or " + _RESOURCE_FIX)
+            _refuse(
+                client,
+                sdk_base,
+                f"{option} option",
+                "pass http_client=httpx.Client("
+                "...) instead (it is saved with the client), or " + _RESOURCE_FIX,
+            )
 
 
 def _http_client(client, sdk_base: type, default_types: tuple[type, ...]):
@@ -207,9 +243,13 @@ def _http_client(client, sdk_base: type, default_types: tuple[type, ...]):
     if type(http) in default_types:
         return None
     if reducer_for(type(http)) is None:
-        _refuse(client, sdk_base, f"http_client ({_public_name(type(http))})",
-                "pass no http_client= (the SDK's default one is made again after a restore), "
-                "or " + _RESOURCE_FIX)
+        _refuse(
+            client,
+            sdk_base,
+            f"http_client ({_public_name(type(http))})",
+            "pass no http_client= (the SDK's default one is made again after a restore), "
+            "or " + _RESOURCE_FIX,
+        )
     return http
 
 
@@ -218,13 +258,35 @@ def _is_closed(http) -> bool:
 
 
 # ------------------------------------------------------------------------ openai
-_OPENAI_KNOWN = frozenset({
-    "_ambient_authorizations", "_api_key_provider", "_base_url", "_base_url_was_default",
-    "_client", "_custom_headers", "_custom_query", "_data_residency", "_default_stream_cls",
-    "_idempotency_header", "_platform", "_provider", "_provider_runtime",
-    "_strict_response_validation", "_version", "_workload_identity_auth", "admin_api_key",
-    "api_key", "max_retries", "organization", "project", "timeout", "webhook_secret",
-    "websocket_base_url", "workload_identity"})
+_OPENAI_KNOWN = frozenset(
+    {
+        "_ambient_authorizations",
+        "_api_key_provider",
+        "_base_url",
+        "_base_url_was_default",
+        "_client",
+        "_custom_headers",
+        "_custom_query",
+        "_data_residency",
+        "_default_stream_cls",
+        "_idempotency_header",
+        "_platform",
+        "_provider",
+        "_provider_runtime",
+        "_strict_response_validation",
+        "_version",
+        "_workload_identity_auth",
+        "admin_api_key",
+        "api_key",
+        "max_retries",
+        "organization",
+        "project",
+        "timeout",
+        "webhook_secret",
+        "websocket_base_url",
+        "workload_identity",
+    }
+)
 
 
 def _load_openai() -> None:
@@ -237,61 +299,107 @@ def _load_openai() -> None:
     known = _OPENAI_KNOWN | _OLD_SDK_ATTRS if old else _OPENAI_KNOWN
     # Azure clients subclass OpenAI / AsyncOpenAI but hold an api_version, a deployment
     # and Azure AD token providers this adapter does not rebuild: refused by name.
-    azure = tuple(c for c in (getattr(openai, "AzureOpenAI", None),
-                              getattr(openai, "AsyncAzureOpenAI", None)) if isinstance(c, type))
+    azure = tuple(
+        c
+        for c in (getattr(openai, "AzureOpenAI", None), getattr(openai, "AsyncAzureOpenAI", None))
+        if isinstance(c, type)
+    )
 
-    module_clients = tuple(c for c in (getattr(openai, n, None) for n in (
-        "_ModuleClient", "_AzureModuleClient", "_BedrockModuleClient")) if isinstance(c, type))
+    module_clients = tuple(
+        c
+        for c in (
+            getattr(openai, n, None)
+            for n in ("_ModuleClient", "_AzureModuleClient", "_BedrockModuleClient")
+        )
+        if isinstance(c, type)
+    )
 
     def reduce(client):
         base = _sdk_base(client, bases)
         if isinstance(client, module_clients):
-            _refuse(client, base, "settings live in the openai module's globals (the "
-                    "module-level client behind openai.chat...)",
-                    "create an openai.OpenAI client and hold that, or " + _RESOURCE_FIX)
+            _refuse(
+                client,
+                base,
+                "settings live in the openai module's globals (the "
+                "module-level client behind openai.chat...)",
+                "create an openai.OpenAI client and hold that, or " + _RESOURCE_FIX,
+            )
         if isinstance(client, azure):
-            _refuse(client, base, "Azure configuration (api_version, deployment, Azure AD "
-                    "token provider)", _RESOURCE_FIX)
+            _refuse(
+                client,
+                base,
+                "Azure configuration (api_version, deployment, Azure AD token provider)",
+                _RESOURCE_FIX,
+            )
         # getattr: attributes of recent versions only (openai 1.x has none of them)
         provider = getattr(client, "_provider", None)
         if provider is not None or getattr(client, "_provider_runtime", None) is not None:
-            _refuse(client, base, f"provider= integration ({type(provider).__name__})",
-                    _RESOURCE_FIX)
-        if getattr(client, "workload_identity", None) is not None \
-                or getattr(client, "_workload_identity_auth", None) is not None:
-            _refuse(client, base, "workload identity (a token exchanged at run time)",
-                    "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX)
+            _refuse(
+                client, base, f"provider= integration ({type(provider).__name__})", _RESOURCE_FIX
+            )
+        if (
+            getattr(client, "workload_identity", None) is not None
+            or getattr(client, "_workload_identity_auth", None) is not None
+        ):
+            _refuse(
+                client,
+                base,
+                "workload identity (a token exchanged at run time)",
+                "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX,
+            )
         if old:
             _check_old_options(client, base)
         provider = getattr(client, "_api_key_provider", None)
         if provider is not None:
-            _check_callable(client, base, f"api_key provider {provider!r}", provider,
-                            "pass api_key as a string or set OPENAI_API_KEY, or use a "
-                            "module-level function as the provider, or " + _RESOURCE_FIX)
+            _check_callable(
+                client,
+                base,
+                f"api_key provider {provider!r}",
+                provider,
+                "pass api_key as a string or set OPENAI_API_KEY, or use a "
+                "module-level function as the provider, or " + _RESOURCE_FIX,
+            )
         http = _http_client(client, base, defaults)
         # The key itself is put back with the other attributes below (`attrs`).
-        kwargs = {"api_key": provider if provider is not None else "",
-                  "base_url": seal_url(str(client._base_url)), "timeout": client.timeout,
-                  "max_retries": client.max_retries,
-                  "websocket_base_url": seal_url(getattr(client, "websocket_base_url", None)),
-                  "_strict_response_validation": client._strict_response_validation}
+        kwargs = {
+            "api_key": provider if provider is not None else "",
+            "base_url": seal_url(str(client._base_url)),
+            "timeout": client.timeout,
+            "max_retries": client.max_retries,
+            "websocket_base_url": seal_url(getattr(client, "websocket_base_url", None)),
+            "_strict_response_validation": client._strict_response_validation,
+        }
         if http is not None:
             kwargs["http_client"] = http
         got = vars(client)
-        attrs = _present(client, {
-            "api_key": _secret(client.api_key, "OPENAI_API_KEY"),
-            "admin_api_key": _secret(got.get("admin_api_key"), "OPENAI_ADMIN_KEY"),
-            "webhook_secret": _secret(got.get("webhook_secret"), "OPENAI_WEBHOOK_SECRET"),
-            "organization": client.organization, "project": client.project,
-            "_custom_headers": _headers(client._custom_headers),
-            "_custom_query": _query(client._custom_query),
-            "_base_url_was_default": got.get("_base_url_was_default"),
-            "_data_residency": got.get("_data_residency"),
-            "_ambient_authorizations": frozenset(
-                _secret(v, None) for v in got.get("_ambient_authorizations", ()))})
-        return (_rebuild_openai, (type(client), base, kwargs, attrs,
-                                  _extras(client, known),
-                                  http is None and _is_closed(client._client)))
+        attrs = _present(
+            client,
+            {
+                "api_key": _secret(client.api_key, "OPENAI_API_KEY"),
+                "admin_api_key": _secret(got.get("admin_api_key"), "OPENAI_ADMIN_KEY"),
+                "webhook_secret": _secret(got.get("webhook_secret"), "OPENAI_WEBHOOK_SECRET"),
+                "organization": client.organization,
+                "project": client.project,
+                "_custom_headers": _headers(client._custom_headers),
+                "_custom_query": _query(client._custom_query),
+                "_base_url_was_default": got.get("_base_url_was_default"),
+                "_data_residency": got.get("_data_residency"),
+                "_ambient_authorizations": frozenset(
+                    _secret(v, None) for v in got.get("_ambient_authorizations", ())
+                ),
+            },
+        )
+        return (
+            _rebuild_openai,
+            (
+                type(client),
+                base,
+                kwargs,
+                attrs,
+                _extras(client, known),
+                http is None and _is_closed(client._client),
+            ),
+        )
 
     for base in bases:
         register_adapter(base, reduce, subclasses=True)
@@ -311,19 +419,48 @@ def _rebuild_openai(cls, base, kwargs, attrs, extras, closed):
 
 
 # ------------------------------------------------------------------------ anthropic
-_ANTHROPIC_KNOWN = frozenset({
-    "_base_url", "_client", "_credential_headers", "_custom_auth", "_custom_headers",
-    "_custom_query", "_default_stream_cls", "_idempotency_header", "_lazy_tracer",
-    "_middleware", "_middleware_chain", "_open_telemetry", "_otel", "_platform",
-    "_strict_response_validation", "_timeout", "_timeout_overridden", "_token_cache",
-    "_unchosen_base_url", "_version", "api_key", "auth_token", "credentials", "max_retries",
-    "webhook_key"})
+_ANTHROPIC_KNOWN = frozenset(
+    {
+        "_base_url",
+        "_client",
+        "_credential_headers",
+        "_custom_auth",
+        "_custom_headers",
+        "_custom_query",
+        "_default_stream_cls",
+        "_idempotency_header",
+        "_lazy_tracer",
+        "_middleware",
+        "_middleware_chain",
+        "_open_telemetry",
+        "_otel",
+        "_platform",
+        "_strict_response_validation",
+        "_timeout",
+        "_timeout_overridden",
+        "_token_cache",
+        "_unchosen_base_url",
+        "_version",
+        "api_key",
+        "auth_token",
+        "credentials",
+        "max_retries",
+        "webhook_key",
+    }
+)
 
 # Clients of the SDK that are not (plain) Anthropic clients: their cloud credentials
 # (AWS, Google, Azure) are resolved at run time and cannot be rebuilt here.
-_ANTHROPIC_PLATFORMS = ("AnthropicBedrock", "AsyncAnthropicBedrock", "AnthropicBedrockMantle",
-                        "AsyncAnthropicBedrockMantle", "AnthropicVertex", "AsyncAnthropicVertex",
-                        "AnthropicFoundry", "AsyncAnthropicFoundry")
+_ANTHROPIC_PLATFORMS = (
+    "AnthropicBedrock",
+    "AsyncAnthropicBedrock",
+    "AnthropicBedrockMantle",
+    "AsyncAnthropicBedrockMantle",
+    "AnthropicVertex",
+    "AsyncAnthropicVertex",
+    "AnthropicFoundry",
+    "AsyncAnthropicFoundry",
+)
 
 
 def _load_anthropic() -> None:
@@ -337,53 +474,87 @@ def _load_anthropic() -> None:
 
     def reduce(client):
         base = _sdk_base(client, bases)
-        got = vars(client)      # .get: attributes of recent versions only (not in 0.x)
-        if got.get("credentials") is not None or got.get("_token_cache") is not None \
-                or got.get("_custom_auth") is not None or got.get("_credential_headers"):
-            _refuse(client, base, "credentials provider "
-                    f"({type(got.get('credentials')).__name__}, from credentials=, config=, "
-                    "profile= or a profile on disk)",
-                    "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX)
+        got = vars(client)  # .get: attributes of recent versions only (not in 0.x)
+        if (
+            got.get("credentials") is not None
+            or got.get("_token_cache") is not None
+            or got.get("_custom_auth") is not None
+            or got.get("_credential_headers")
+        ):
+            _refuse(
+                client,
+                base,
+                "credentials provider "
+                f"({type(got.get('credentials')).__name__}, from credentials=, config=, "
+                "profile= or a profile on disk)",
+                "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX,
+            )
         if old:
             _check_old_options(client, base)
         middlewares = got.get("_middleware", ())
         for middleware in middlewares:
-            _check_callable(client, base, f"middleware {middleware!r}", middleware,
-                            "use module-level middleware functions or Middleware objects "
-                            "holding plain values, or " + _RESOURCE_FIX)
+            _check_callable(
+                client,
+                base,
+                f"middleware {middleware!r}",
+                middleware,
+                "use module-level middleware functions or Middleware objects "
+                "holding plain values, or " + _RESOURCE_FIX,
+            )
         http = _http_client(client, base, defaults)
-        kwargs = {"base_url": seal_url(str(client._base_url)),
-                  "timeout": got["_timeout"] if "_timeout" in got else client.timeout,
-                  "max_retries": client.max_retries,
-                  "_strict_response_validation": client._strict_response_validation}
+        kwargs = {
+            "base_url": seal_url(str(client._base_url)),
+            "timeout": got["_timeout"] if "_timeout" in got else client.timeout,
+            "max_retries": client.max_retries,
+            "_strict_response_validation": client._strict_response_validation,
+        }
         if "_open_telemetry" in got:
             kwargs["open_telemetry"] = got["_open_telemetry"]
         if "_middleware" in got:
             kwargs["middleware"] = middlewares
         if http is not None:
             kwargs["http_client"] = http
-        elif got.get("_limits") is not None and "connection_pool_limits" in \
-                _parameters(base.__init__) and got["_limits"] != _default_limits(client):
-            kwargs["connection_pool_limits"] = got["_limits"]       # anthropic 0.x
+        elif (
+            got.get("_limits") is not None
+            and "connection_pool_limits" in _parameters(base.__init__)
+            and got["_limits"] != _default_limits(client)
+        ):
+            kwargs["connection_pool_limits"] = got["_limits"]  # anthropic 0.x
         unchosen = got.get("_unchosen_base_url")
-        attrs = _present(client, {
-            "api_key": _secret(client.api_key, "ANTHROPIC_API_KEY"),
-            "auth_token": _secret(client.auth_token, "ANTHROPIC_AUTH_TOKEN"),
-            "webhook_key": _secret(got.get("webhook_key"), "ANTHROPIC_WEBHOOK_SIGNING_KEY"),
-            "_custom_headers": _headers(client._custom_headers),
-            "_custom_query": _query(client._custom_query),
-            "_timeout_overridden": got.get("_timeout_overridden"),
-            "_unchosen_base_url": None if unchosen is None else str(unchosen)})
-        return (_rebuild_anthropic, (type(client), base, kwargs, attrs,
-                                     _extras(client, known),
-                                     http is None and _is_closed(client._client)))
+        attrs = _present(
+            client,
+            {
+                "api_key": _secret(client.api_key, "ANTHROPIC_API_KEY"),
+                "auth_token": _secret(client.auth_token, "ANTHROPIC_AUTH_TOKEN"),
+                "webhook_key": _secret(got.get("webhook_key"), "ANTHROPIC_WEBHOOK_SIGNING_KEY"),
+                "_custom_headers": _headers(client._custom_headers),
+                "_custom_query": _query(client._custom_query),
+                "_timeout_overridden": got.get("_timeout_overridden"),
+                "_unchosen_base_url": None if unchosen is None else str(unchosen),
+            },
+        )
+        return (
+            _rebuild_anthropic,
+            (
+                type(client),
+                base,
+                kwargs,
+                attrs,
+                _extras(client, known),
+                http is None and _is_closed(client._client),
+            ),
+        )
 
     for base in bases:
         register_adapter(base, reduce, subclasses=True)
 
     def refuse_platform(client):
-        _refuse(client, type(client), "cloud platform credentials (AWS / Google / Azure, "
-                "resolved at run time)", _RESOURCE_FIX)
+        _refuse(
+            client,
+            type(client),
+            "cloud platform credentials (AWS / Google / Azure, resolved at run time)",
+            _RESOURCE_FIX,
+        )
 
     for name in _ANTHROPIC_PLATFORMS:
         cls = getattr(anthropic, name, None)
@@ -395,6 +566,7 @@ def _load_anthropic() -> None:
 def _default_limits(client):
     """The connection limits an anthropic 0.x client has when none were given."""
     from anthropic import _constants
+
     return getattr(_constants, "DEFAULT_CONNECTION_LIMITS", None)
 
 
@@ -414,8 +586,11 @@ def _load_responses(sdk) -> None:
     """Adapters for the SDK's raw response classes (with_raw_response /
     with_streaming_response results)."""
     import importlib
-    for module, name in (("_response", "BaseAPIResponse"), ("_legacy_response",
-                                                            "LegacyAPIResponse")):
+
+    for module, name in (
+        ("_response", "BaseAPIResponse"),
+        ("_legacy_response", "LegacyAPIResponse"),
+    ):
         try:
             cls = getattr(importlib.import_module(f"{sdk.__name__}.{module}"), name)
         except (ImportError, AttributeError):
@@ -427,6 +602,7 @@ def _load_responses(sdk) -> None:
 def _load_streams(sdk) -> None:
     """Adapters for the SDK's server-sent-event streams (create(stream=True))."""
     import importlib
+
     try:
         module = importlib.import_module(f"{sdk.__name__}._streaming")
     except ImportError:
@@ -447,12 +623,12 @@ def _reduce_stream(stream):
         raise pickle.PicklingError(
             f"{_a(_public_name(type(stream)))} (a streaming completion) is still open; read "
             "it to its end (or drop it: del) before snapshot(), and keep the text you "
-            "collected: the rest of an HTTP stream cannot be read after a restore")
+            "collected: the rest of an HTTP stream cannot be read after a restore"
+        )
     state = dict(vars(stream))
     state["_iterator"] = None
     state["response"] = SavedResponse(stream.response)
-    return (_rebuild_stream, (type(stream), state,
-                              hasattr(iterator, "ag_frame")))
+    return (_rebuild_stream, (type(stream), state, hasattr(iterator, "ag_frame")))
 
 
 def _rebuild_stream(cls, state, asynchronous):
@@ -465,10 +641,11 @@ def _rebuild_stream(cls, state, asynchronous):
 def _finished_async_iterator():
     async def finished():
         return
-        yield                       # an async generator that ends at once
+        yield  # an async generator that ends at once
+
     iterator = finished()
     try:
-        iterator.asend(None).send(None)     # run to its end without an event loop
+        iterator.asend(None).send(None)  # run to its end without an event loop
     except StopAsyncIteration:
         pass
     return iterator
@@ -476,11 +653,12 @@ def _finished_async_iterator():
 
 def _reduce_raw_response(raw):
     http = raw.http_response
-    if not hasattr(http, "_content"):           # httpx2 sets it once the body is read
+    if not hasattr(http, "_content"):  # httpx2 sets it once the body is read
         raise pickle.PicklingError(
             f"{_a(_public_name(type(raw)))} (a raw SDK response) whose body was not read "
             "(a streaming response); read it (.read() or .parse()) or close it before "
-            "snapshot(), or keep only the parsed result")
+            "snapshot(), or keep only the parsed result"
+        )
     state = dict(vars(raw))
     state["http_response"] = SavedResponse(http)
     options = state.get("_options")

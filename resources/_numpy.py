@@ -30,12 +30,13 @@ __all__ = ["rebuild_view"]
 # Subclasses whose view is the ndarray view re-typed with .view(cls): no other state.
 _VIEW_SUBCLASSES: tuple[type, ...] = ()
 _NDARRAY: type | None = None
-_NDARRAY_REDUCE: tuple = ()            # ndarray's (__reduce__, __reduce_ex__)
+_NDARRAY_REDUCE: tuple = ()  # ndarray's (__reduce__, __reduce_ex__)
 
 
 def _load_numpy() -> None:
     global _VIEW_SUBCLASSES, _NDARRAY, _NDARRAY_REDUCE
     import numpy as np
+
     _VIEW_SUBCLASSES = (np.matrix, np.recarray)
     _NDARRAY = np.ndarray
     _NDARRAY_REDUCE = (np.ndarray.__reduce__, np.ndarray.__reduce_ex__)
@@ -53,23 +54,29 @@ def _kind(obj) -> str:
     return f"a {name}"
 
 
-_COPY = ("copy it deliberately before snapshot() with np.array(view) (the copy no longer "
-         "shares that memory), or open its source through snapstate.resource() so it is "
-         "reopened after a restore")
-_SUBCLASS_COPY = ("copy it deliberately before snapshot() with view.copy() (the copy no "
-                  "longer shares memory with its base), or hold a plain ndarray view")
+_COPY = (
+    "copy it deliberately before snapshot() with np.array(view) (the copy no longer "
+    "shares that memory), or open its source through snapstate.resource() so it is "
+    "reopened after a restore"
+)
+_SUBCLASS_COPY = (
+    "copy it deliberately before snapshot() with view.copy() (the copy no "
+    "longer shares memory with its base), or hold a plain ndarray view"
+)
 
 
 def _refuse(array, why: str, fix: str = _COPY):
     raise pickle.PicklingError(
         f"a numpy array (shape {array.shape}, dtype {array.dtype}) {why}, so a restore could "
-        f"not rebuild it sharing that memory; {fix}")
+        f"not rebuild it sharing that memory; {fix}"
+    )
 
 
 def _root(array):
     """The object owning the memory `array` views: an ndarray owning its data, or a
     bytes/bytearray; anything else is refused."""
     import numpy as np
+
     base = array.base
     while True:
         if isinstance(base, np.ndarray):
@@ -77,9 +84,9 @@ def _root(array):
                 return base
             base = base.base
         elif type(base).__name__ == "DummyArray" and hasattr(base, "__array_interface__"):
-            base = base.base        # np.lib.stride_tricks.as_strided's holder of the base
+            base = base.base  # np.lib.stride_tricks.as_strided's holder of the base
         elif isinstance(base, memoryview):
-            base = base.obj         # np.frombuffer's view of the exporting object
+            base = base.obj  # np.frombuffer's view of the exporting object
         elif type(base) in (bytes, bytearray):
             return base
         else:
@@ -88,6 +95,7 @@ def _root(array):
 
 def _address(root) -> int:
     import numpy as np
+
     if isinstance(root, np.ndarray):
         return root.__array_interface__["data"][0]
     return np.frombuffer(root, dtype=np.uint8).__array_interface__["data"][0]
@@ -96,30 +104,40 @@ def _address(root) -> int:
 def _reduce_array(array):
     if array.base is None:
         t = type(array)
-        if (t is _NDARRAY or not getattr(array, "__dict__", None)
-                or (t.__reduce__, t.__reduce_ex__) != _NDARRAY_REDUCE):
-            return NotImplemented      # owns its data: numpy's own pickling
+        if (
+            t is _NDARRAY
+            or not getattr(array, "__dict__", None)
+            or (t.__reduce__, t.__reduce_ex__) != _NDARRAY_REDUCE
+        ):
+            return NotImplemented  # owns its data: numpy's own pickling
         return _reduce_subclass(array)
     import numpy as np
+
     t = type(array)
     if t is not np.ndarray and not issubclass(t, _VIEW_SUBCLASSES):
         name = f"{t.__module__}.{t.__qualname__}"
         if isinstance(array, np.memmap):
             _refuse(array, f"is a {name} over a file")
-        _refuse(array, f"of subclass {name} is a view of another array (its extra state "
-                       "cannot be rebuilt around the shared memory)", _SUBCLASS_COPY)
+        _refuse(
+            array,
+            f"of subclass {name} is a view of another array (its extra state "
+            "cannot be rebuilt around the shared memory)",
+            _SUBCLASS_COPY,
+        )
     root = _root(array)
     offset = array.__array_interface__["data"][0] - _address(root) if array.size else 0
     shape, strides, dtype = array.shape, array.strides, array.dtype
     writeable = array.flags.writeable
-    try:                      # the same view over the live root: proves the layout fits
+    try:  # the same view over the live root: proves the layout fits
         probe = rebuild_view(root, dtype, shape, strides, offset, writeable, np.ndarray)
     except (TypeError, ValueError) as exc:
         _refuse(array, f"has a layout that cannot be rebuilt over its base ({exc})")
     if array.size and probe.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
         _refuse(array, "has a layout that cannot be rebuilt over its base")
-    return (rebuild_view, (root, dtype, shape, strides, offset, writeable,
-                           None if t is np.ndarray else t))
+    return (
+        rebuild_view,
+        (root, dtype, shape, strides, offset, writeable, None if t is np.ndarray else t),
+    )
 
 
 def _reduce_subclass(array):
@@ -142,9 +160,10 @@ def rebuild_view(root, dtype, shape, strides, offset, writeable, cls=None):
     """The view of `root` that was saved: same dtype, shape, strides and byte offset;
     read-only when it was; re-typed as `cls` (np.matrix, np.recarray) when given."""
     import numpy as np
+
     view = np.ndarray(shape, dtype=dtype, buffer=root, offset=offset, strides=strides)
     if view.flags.writeable != writeable:
-        view.flags.writeable = writeable    # raises if the root is read-only: never silent
+        view.flags.writeable = writeable  # raises if the root is read-only: never silent
     if cls is not None and cls is not np.ndarray:
         view = view.view(cls)
     return view

@@ -23,7 +23,7 @@ from ..runtime._errors import ResourceReopenError
 __all__ = ["resource", "Handle", "ResourceReopenError", "close_all_for_snapshot"]
 
 
-_LIVE: "weakref.WeakSet[Handle]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Handle] = weakref.WeakSet()
 _LOCK = threading.Lock()
 
 
@@ -54,7 +54,8 @@ class Handle:
                 raise ResourceReopenError(
                     f"resource {self._name!r} could not be (re)opened: its factory "
                     f"{_describe(self._factory)}() raised {type(exc).__name__}: {exc}. The "
-                    "snapshot is intact: fix the cause and resume the job again.") from exc
+                    "snapshot is intact: fix the cause and resume the job again."
+                ) from exc
             object.__setattr__(self, "_obj", obj)
             with _LOCK:
                 _LIVE.add(self)

@@ -52,6 +52,7 @@ def digesting():
 
 def _sealer():
     from ..serializers._sealing import Sealer
+
     keys = _STATE["keys"]
     if keys is None:
         return None
@@ -80,7 +81,8 @@ class Credential:
         if sealer is None:
             raise pickle.PicklingError(
                 "a credential cannot be saved: no store keys are bound to seal it (snapstate "
-                "bug: the runtime binds them before every snapshot)")
+                "bug: the runtime binds them before every snapshot)"
+            )
         return (_unseal, (sealer.seal(self.value, *_PLACE),))
 
 
@@ -100,12 +102,14 @@ def _from_env(name: str) -> str:
         raise ResourceReopenError(
             f"the environment variable {name} is not set; a client in this snapshot took its "
             f"key from {name}, and the key is never saved. Set {name} and resume the job "
-            "again (the snapshot is intact).") from None
+            "again (the snapshot is intact)."
+        ) from None
 
 
 def _unseal(blob: bytes) -> str:
     sealer = _sealer()
     if sealer is None:
-        raise ResourceReopenError("a sealed credential cannot be opened: no store keys are "
-                                  "bound (snapstate bug)")
+        raise ResourceReopenError(
+            "a sealed credential cannot be opened: no store keys are bound (snapstate bug)"
+        )
     return sealer.open(blob, *_PLACE)

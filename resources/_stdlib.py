@@ -53,8 +53,8 @@ import sqlite3
 import sys
 import time
 
-from ..serializers._describe import register_kind
 from ..runtime._errors import ResourceReopenError
+from ..serializers._describe import register_kind
 from ._adapters import register_adapter, scratch_path
 from ._http import sealed
 
@@ -62,7 +62,7 @@ __all__: list[str] = []
 
 
 def _std_stream(stream) -> str | None:
-    """"stdout"/"stderr" when `stream` is this process's own one (sys.__stdout__ /
+    """ "stdout"/"stderr" when `stream` is this process's own one (sys.__stdout__ /
     sys.__stderr__), or the current sys.stdout/stderr when that is not a file opened by
     path: a file from open() that sys.stdout is redirected to (contextlib.redirect_stdout)
     is saved as that file, not as the terminal."""
@@ -83,8 +83,11 @@ def _stream_spec(handler) -> tuple:
     size) for one not opened yet, ("object", stream)."""
     stream = handler.stream
     if stream is None:
-        if (isinstance(handler, logging.FileHandler) and not getattr(handler, "_closed", False)
-                and "a" in handler.mode):
+        if (
+            isinstance(handler, logging.FileHandler)
+            and not getattr(handler, "_closed", False)
+            and "a" in handler.mode
+        ):
             # delay=True, not opened yet: opened on first use, in the replay's scratch copy.
             try:
                 return ("delayed", handler.baseFilename, os.path.getsize(handler.baseFilename))
@@ -93,13 +96,20 @@ def _stream_spec(handler) -> tuple:
         return ("none",)
     if _std_stream(stream):
         return ("std", _std_stream(stream))
-    if (isinstance(handler, logging.FileHandler) and not stream.closed
-            and os.path.abspath(getattr(stream, "name", "")) == handler.baseFilename):
+    if (
+        isinstance(handler, logging.FileHandler)
+        and not stream.closed
+        and os.path.abspath(getattr(stream, "name", "")) == handler.baseFilename
+    ):
         stream.flush()
-        with contextlib.suppress(OSError):      # durability is best effort (e.g. /dev/...)
+        with contextlib.suppress(OSError):  # durability is best effort (e.g. /dev/...)
             os.fsync(stream.fileno())
-        return ("append", handler.baseFilename, stream.tell(),
-                {"encoding": stream.encoding, "errors": stream.errors})
+        return (
+            "append",
+            handler.baseFilename,
+            stream.tell(),
+            {"encoding": stream.encoding, "errors": stream.errors},
+        )
     return ("object", stream)
 
 
@@ -120,12 +130,17 @@ def _reduce_handler(handler):
         # flushed: that would change what its target gets), with a new lock; passwords
         # (SMTPHandler, HTTPHandler) sealed.
         attrs = _sealed_credentials({k: v for k, v in handler.__dict__.items() if k != "lock"})
-        return (_new_handler, (type(handler),), (attrs, ("keep",)), None, None,
-                _set_handler_state)
+        return (_new_handler, (type(handler),), (attrs, ("keep",)), None, None, _set_handler_state)
     handler.flush()
     attrs = {k: v for k, v in handler.__dict__.items() if k not in ("lock", "stream")}
-    return (_new_handler, (type(handler),), (attrs, _stream_spec(handler)), None, None,
-            _set_handler_state)
+    return (
+        _new_handler,
+        (type(handler),),
+        (attrs, _stream_spec(handler)),
+        None,
+        None,
+        _set_handler_state,
+    )
 
 
 def _new_handler(cls):
@@ -144,9 +159,11 @@ def _reopen_log(path: str, text: dict):
     try:
         return open(path, "a", **text)
     except OSError as exc:
-        raise ResourceReopenError(f"log file {path} could not be reopened: {exc.strerror}. "
-                                  "The snapshot is intact: fix the cause and resume the job "
-                                  "again.") from None
+        raise ResourceReopenError(
+            f"log file {path} could not be reopened: {exc.strerror}. "
+            "The snapshot is intact: fix the cause and resume the job "
+            "again."
+        ) from None
 
 
 def _set_handler_state(handler, state) -> None:
@@ -161,24 +178,32 @@ def _set_handler_state(handler, state) -> None:
         attrs["baseFilename"] = scratch_path(spec[1])
         stream = None
     elif spec[0] == "std":
-        stream = getattr(sys, spec[1])     # the resumed process's stdout/stderr
+        stream = getattr(sys, spec[1])  # the resumed process's stdout/stderr
     else:
         stream = spec[1] if spec[0] == "object" else None
     handler.__dict__.update(attrs)
     if spec[0] != "keep":
         handler.stream = stream
     if name is not None:
-        handler.set_name(name)             # logging._handlers[name]: this handler now
+        handler.set_name(name)  # logging._handlers[name]: this handler now
     if stream is not None and hasattr(handler, "_statstream"):
-        handler._statstream()              # WatchedFileHandler: the reopened file's inode
-    logging._addHandlerRef(handler)        # flushed and closed by logging.shutdown()
+        handler._statstream()  # WatchedFileHandler: the reopened file's inode
+    logging._addHandlerRef(handler)  # flushed and closed by logging.shutdown()
 
 
 # A refusal looks for the part that cannot be saved among what the adapter saves.
-_reduce_handler.parts = lambda h: [(f".{k}", v) for k, v in h.__dict__.items()  # type: ignore
-                                   if k not in ("lock", "stream")] + (
-    [(".stream", h.stream)] if isinstance(h, logging.StreamHandler)
-    and _stream_spec(h)[0] == "object" else [])
+_reduce_handler.parts = lambda h: (
+    [
+        (f".{k}", v)
+        for k, v in h.__dict__.items()  # type: ignore
+        if k not in ("lock", "stream")
+    ]
+    + (
+        [(".stream", h.stream)]
+        if isinstance(h, logging.StreamHandler) and _stream_spec(h)[0] == "object"
+        else []
+    )
+)
 # Every handler is rebuilt through Handler.__init__, so it is registered for the flush
 # and close logging.shutdown() does at exit (a MemoryHandler's buffer reaches its target).
 register_adapter(logging.Handler, _reduce_handler, subclasses=True)
@@ -189,11 +214,24 @@ register_adapter(logging.StreamHandler, _reduce_handler, subclasses=True)
 def _reduce_logger(logger):
     name = None if isinstance(logger, logging.RootLogger) else logger.name
     if logging.getLogger(name) is not logger:
-        raise pickle.PicklingError(f"logger {logger.name!r} is not the one logging.getLogger("
-                                   f"{logger.name!r}) returns, so it cannot be found again")
-    return (logging.getLogger, (name,) if name is not None else (),
-            (logger.level, logger.propagate, logger.disabled, list(logger.filters),
-             list(logger.handlers)), None, None, _set_logger_state)
+        raise pickle.PicklingError(
+            f"logger {logger.name!r} is not the one logging.getLogger("
+            f"{logger.name!r}) returns, so it cannot be found again"
+        )
+    return (
+        logging.getLogger,
+        (name,) if name is not None else (),
+        (
+            logger.level,
+            logger.propagate,
+            logger.disabled,
+            list(logger.filters),
+            list(logger.handlers),
+        ),
+        None,
+        None,
+        _set_logger_state,
+    )
 
 
 def _set_logger_state(logger, state) -> None:
@@ -203,7 +241,7 @@ def _set_logger_state(logger, state) -> None:
     logger.propagate, logger.disabled = propagate, disabled
     logger.filters[:] = filters
     logger.handlers[:] = handlers
-    for handler in replaced:               # attached by the fresh import, now unused
+    for handler in replaced:  # attached by the fresh import, now unused
         if not _used_elsewhere(handler):
             handler.close()
 
@@ -213,8 +251,10 @@ def _used_elsewhere(handler) -> bool:
     return any(handler in getattr(lg, "handlers", ()) for lg in loggers)
 
 
-_reduce_logger.parts = lambda lg: [(".handlers", lg.handlers),  # type: ignore[attr-defined]
-                                   (".filters", lg.filters)]
+_reduce_logger.parts = lambda lg: [
+    (".handlers", lg.handlers),  # type: ignore[attr-defined]
+    (".filters", lg.filters),
+]
 register_adapter(logging.Logger, _reduce_logger, subclasses=True)
 
 
@@ -226,8 +266,10 @@ def _pending_statement(cursor) -> bool:
     also keeps an executemany's statement, which has no rows (description None)."""
     if cursor.description is None:
         return False
-    return any(type(r).__name__ == "Statement" and type(r).__module__ == "sqlite3"
-               for r in gc.get_referents(cursor))
+    return any(
+        type(r).__name__ == "Statement" and type(r).__module__ == "sqlite3"
+        for r in gc.get_referents(cursor)
+    )
 
 
 def _reduce_cursor(cursor):
@@ -235,7 +277,8 @@ def _reduce_cursor(cursor):
         raise pickle.PicklingError(
             "a sqlite3 cursor is in the middle of a result set (rows not fetched yet); fetch "
             "the rows (rows = cursor.fetchall()) before snapshot() and keep them: a result "
-            "set cannot be resumed in another process")
+            "set cannot be resumed in another process"
+        )
     if cursor.rowcount != -1:
         # Its last statement changed rows (INSERT/UPDATE/DELETE, executemany): rowcount
         # and lastrowid are that statement's results, which a new cursor cannot get back.
@@ -244,17 +287,21 @@ def _reduce_cursor(cursor):
             f"{cursor.rowcount}, lastrowid {cursor.lastrowid}), which cannot be restored; "
             "keep what you need before snapshot() (n = cursor.rowcount, new_id = "
             "cursor.lastrowid) and drop the cursor (del cursor, or use conn.execute(...) "
-            "without keeping it), or run the next query on it before the snapshot")
+            "without keeping it), or run the next query on it before the snapshot"
+        )
     conn = cursor.connection
     try:
-        cursor.fetchone()                  # no statement: only checks the cursor is open
+        cursor.fetchone()  # no statement: only checks the cursor is open
         closed = False
-    except sqlite3.ProgrammingError:       # a closed cursor or connection
+    except sqlite3.ProgrammingError:  # a closed cursor or connection
         closed = True
     names = None if cursor.description is None else [d[0] for d in cursor.description]
-    attrs = dict(getattr(cursor, "__dict__", {}))     # a subclass's own attributes
-    return (_new_cursor, (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed,
-                          names), attrs or None)
+    attrs = dict(getattr(cursor, "__dict__", {}))  # a subclass's own attributes
+    return (
+        _new_cursor,
+        (type(cursor), conn, cursor.row_factory, cursor.arraysize, closed, names),
+        attrs or None,
+    )
 
 
 def _new_cursor(cls, conn, row_factory, arraysize, closed, names=None):
@@ -262,7 +309,7 @@ def _new_cursor(cls, conn, row_factory, arraysize, closed, names=None):
     usable = not closed
     try:
         sqlite3.Cursor.__init__(cursor, conn)
-    except sqlite3.ProgrammingError:       # its connection was closed at the snapshot
+    except sqlite3.ProgrammingError:  # its connection was closed at the snapshot
         other = sqlite3.connect(":memory:")
         sqlite3.Cursor.__init__(cursor, other)
         other.close()
@@ -284,23 +331,37 @@ register_adapter(sqlite3.Cursor, _reduce_cursor, subclasses=True)
 # ------------------------------------------------------------------------ csv
 _CSV_WRITER = type(csv.writer(type("_Sink", (), {"write": lambda self, s: None})()))
 _CSV_READER = type(csv.reader([]))
-_DIALECT_FIELDS = ("delimiter", "quotechar", "escapechar", "doublequote", "skipinitialspace",
-                   "lineterminator", "quoting", "strict")
+_DIALECT_FIELDS = (
+    "delimiter",
+    "quotechar",
+    "escapechar",
+    "doublequote",
+    "skipinitialspace",
+    "lineterminator",
+    "quoting",
+    "strict",
+)
 
 
 def _reduce_csv_writer(writer):
     # The C writer keeps its file's bound `write` method but does not expose it: the
     # garbage collector's view of the writer does (CPython 3.11-3.13).
-    target = next((getattr(r, "__self__", None) for r in gc.get_referents(writer)
-                   if getattr(r, "__name__", None) == "write"
-                   and getattr(r, "__self__", None) is not None), None)
+    target = next(
+        (
+            getattr(r, "__self__", None)
+            for r in gc.get_referents(writer)
+            if getattr(r, "__name__", None) == "write" and getattr(r, "__self__", None) is not None
+        ),
+        None,
+    )
     if target is None:
         raise pickle.PicklingError(
             "a csv.writer writing through something other than a file object's write method "
             "(e.g. a NamedTemporaryFile wrapper) cannot be rebuilt; create the writer again "
-            "after snapshot(), or write to a file from open()")
+            "after snapshot(), or write to a file from open()"
+        )
     dialect = {field: getattr(writer.dialect, field) for field in _DIALECT_FIELDS}
-    if _std_stream(target):                # writes on to the resumed process's stdout
+    if _std_stream(target):  # writes on to the resumed process's stdout
         return (_new_csv_writer_on_std, (_std_stream(target), dialect))
     return (_new_csv_writer, (target, dialect))
 
@@ -317,7 +378,8 @@ def _refuse_csv_reader(reader):
     raise pickle.PicklingError(
         "a csv.reader cannot be saved (its position in the input and line_num cannot be "
         "restored); read the rows (rows = list(reader)) before snapshot(), or create the "
-        "reader after it")
+        "reader after it"
+    )
 
 
 register_adapter(_CSV_WRITER, _reduce_csv_writer)
@@ -334,7 +396,7 @@ def _busy(pool) -> bool:
     deadline = time.monotonic() + 0.2
     while True:
         alive = sum(t.is_alive() for t in pool._threads)
-        if pool._shutdown:                 # its queue holds the wake-up sentinel
+        if pool._shutdown:  # its queue holds the wake-up sentinel
             busy = alive > 0
         else:
             busy = not pool._work_queue.empty() or pool._idle_semaphore._value < alive
@@ -348,9 +410,14 @@ def _reduce_thread_pool(pool):
         raise pickle.PicklingError(
             "the ThreadPoolExecutor has work queued or running at the snapshot; wait for its "
             "futures (future.result(), or concurrent.futures.wait()) before snapshot(): "
-            "work in its threads cannot continue in another process")
-    config = {"max_workers": pool._max_workers, "thread_name_prefix": pool._thread_name_prefix,
-              "initializer": pool._initializer, "initargs": pool._initargs}
+            "work in its threads cannot continue in another process"
+        )
+    config = {
+        "max_workers": pool._max_workers,
+        "thread_name_prefix": pool._thread_name_prefix,
+        "initializer": pool._initializer,
+        "initargs": pool._initargs,
+    }
     return (_new_thread_pool, (type(pool), config, pool._shutdown, pool._broken))
 
 
@@ -368,7 +435,8 @@ def _reduce_future(future):
         raise pickle.PicklingError(
             "a concurrent.futures Future is still pending or running at the snapshot; wait "
             "for it (result = future.result()) before snapshot() and keep the result: its "
-            "work cannot continue in another process")
+            "work cannot continue in another process"
+        )
     return future.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
 
 

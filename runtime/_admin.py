@@ -19,12 +19,27 @@ from ..serializers._home import Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import EffectRow
 from . import _agent
-from ._errors import (HeaderMismatch, InvalidJobId, JobExists, JobNotFound, LeaseHeld,
-                      StoreDamaged, StoreError)
+from ._errors import (
+    HeaderMismatch,
+    InvalidJobId,
+    JobExists,
+    JobNotFound,
+    LeaseHeld,
+    StoreDamaged,
+    StoreError,
+)
 from ._job import Job
 
-__all__ = ["fork", "import_file", "prune", "PruneReport", "reconcile", "stats",
-           "check_export_target", "ORPHAN_GRACE_S"]
+__all__ = [
+    "fork",
+    "import_file",
+    "prune",
+    "PruneReport",
+    "reconcile",
+    "stats",
+    "check_export_target",
+    "ORPHAN_GRACE_S",
+]
 
 # A file no catalog row names is swept only once it is this old: younger, it may be a
 # snapshot being written or a fork being copied whose row is about to be committed.
@@ -48,18 +63,22 @@ def fork(home: Home, job_id: str, seq: int, new_id: str | None = None) -> str:
         validate_job_id(new_id, what="the new job id (--as)")
     home.catalog.get_job(job_id)
     point = home.catalog.snapshot(job_id, seq)
-    header, _ = home.verify_row(point)       # the fork point is good and is the row's file
+    header, _ = home.verify_row(point)  # the fork point is good and is the row's file
     inherited = header.get("effects", 0)
     if not isinstance(inherited, int) or isinstance(inherited, bool) or inherited < 0:
-        raise HeaderMismatch(f"snapshot {seq} of job {job_id} has no valid effect count in "
-                             "its header; refusing to fork it")
+        raise HeaderMismatch(
+            f"snapshot {seq} of job {job_id} has no valid effect count in "
+            "its header; refusing to fork it"
+        )
     new_id = new_id or derive_job_id(f"{job_id}-fork", os.urandom(3).hex())
-    if _exists(home, new_id):            # never copy over another job's files
-        raise JobExists(f"a job named {new_id!r} already exists in {home.directory}; choose "
-                        "another id with --as")
+    if _exists(home, new_id):  # never copy over another job's files
+        raise JobExists(
+            f"a job named {new_id!r} already exists in {home.directory}; choose "
+            "another id with --as"
+        )
     sources = [row for row in home.catalog.snapshots(job_id) if row.seq <= seq]
     for row in sources:
-        home.verify_row(row)             # no half-made fork of a swapped file
+        home.verify_row(row)  # no half-made fork of a swapped file
     # Each copy is checked against its row first (a swapped file is never laundered)
     # and recorded with what its header says, its digest bound.
     copies = {row.seq: home.copy_row(row, new_id) for row in sources}
@@ -74,11 +93,14 @@ def check_export_target(home: Home, output: str) -> None:
     target = os.path.realpath(output)
     store = os.path.realpath(home.directory)
     if target == store or target.startswith(store + os.sep):
-        raise StoreError(f"{output} lies inside the store {home.directory}; export to a file "
-                         "outside it")
+        raise StoreError(
+            f"{output} lies inside the store {home.directory}; export to a file outside it"
+        )
     if os.path.lexists(output):
-        raise StoreError(f"{output} already exists; it was not overwritten. Choose a new file "
-                         "name (or remove that file first)")
+        raise StoreError(
+            f"{output} already exists; it was not overwritten. Choose a new file "
+            "name (or remove that file first)"
+        )
 
 
 # ---------------------------------------------------------------------------- import
@@ -100,44 +122,55 @@ def import_file(home: Home, path: str, as_id: str | None = None) -> tuple[Job, i
                 return Job.open(home, source_id), row.seq
     job_id = as_id or source_id
     if _exists(home, job_id):
-        raise JobExists(f"this store already has a job {job_id!r}; import the file under "
-                        "another id with --as NEW_ID")
+        raise JobExists(
+            f"this store already has a job {job_id!r}; import the file under "
+            "another id with --as NEW_ID"
+        )
     try:
         entry = _agent.EntryPoint.from_dict(header["entry"])
         argv = [str(a) for a in header["argv"]]
     except (KeyError, TypeError) as exc:
-        raise HeaderMismatch(f"{path} is signed but its header names no entry point ({exc}); "
-                             "refusing it") from None
-    header, row = home.import_file(path, job_id)     # a copy; the row binds its digest
+        raise HeaderMismatch(
+            f"{path} is signed but its header names no entry point ({exc}); refusing it"
+        ) from None
+    header, row = home.import_file(path, job_id)  # a copy; the row binds its digest
     # What is committed is the store's copy, checked again against that digest: the
     # user's file may have changed between the first check and the copy.
     try:
         copied, _ = home.verify_row(row)
     except HeaderMismatch:
         home.delete_file(row.file, job_id)
-        raise HeaderMismatch(f"{path} changed while it was imported; nothing was "
-                             "imported") from None
+        raise HeaderMismatch(
+            f"{path} changed while it was imported; nothing was imported"
+        ) from None
     if (copied["job_id"], copied["seq"]) != (source_id, seq):
         home.delete_file(row.file, job_id)
         raise HeaderMismatch(f"{path} changed while it was imported; nothing was imported")
-    home.catalog.import_job(job_id, entry.as_dict(), argv, row, parent=source_id,
-                            source=os.path.abspath(path))
+    home.catalog.import_job(
+        job_id, entry.as_dict(), argv, row, parent=source_id, source=os.path.abspath(path)
+    )
     return Job(home, job_id, entry, argv), seq
 
 
 # ---------------------------------------------------------------------------- prune
 @dataclass
 class PruneReport:
-    snapshots: int = 0                                       # snapshot files dropped
-    jobs: list[str] = field(default_factory=list)            # finished jobs dropped
-    orphans: int = 0                                         # files no row named
-    temp_files: int = 0                                      # dead writers' temp files
-    running: list[str] = field(default_factory=list)         # skipped: a live runner
-    damaged: list[str] = field(default_factory=list)         # refused: hostile rows
+    snapshots: int = 0  # snapshot files dropped
+    jobs: list[str] = field(default_factory=list)  # finished jobs dropped
+    orphans: int = 0  # files no row named
+    temp_files: int = 0  # dead writers' temp files
+    running: list[str] = field(default_factory=list)  # skipped: a live runner
+    damaged: list[str] = field(default_factory=list)  # refused: hostile rows
 
 
-def prune(home: Home, *, keep_last: int | None = None, older_than: float | None = None,
-          finished: bool = False, orphan_grace: float = ORPHAN_GRACE_S) -> PruneReport:
+def prune(
+    home: Home,
+    *,
+    keep_last: int | None = None,
+    older_than: float | None = None,
+    finished: bool = False,
+    orphan_grace: float = ORPHAN_GRACE_S,
+) -> PruneReport:
     """Drop old snapshots (beyond `keep_last`, created before the timestamp
     `older_than`; a job's latest always stays) and, with `finished`, done and failed
     jobs; sweep orphan and temp files. A job held by a live runner is skipped; a job
@@ -157,7 +190,8 @@ def prune(home: Home, *, keep_last: int | None = None, older_than: float | None 
             continue
         try:
             dropped_job, rows = home.catalog.prune_job(
-                job.job_id, finished=finished, keep_last=keep_last, older_than=older_than)
+                job.job_id, finished=finished, keep_last=keep_last, older_than=older_than
+            )
         except LeaseHeld:
             report.running.append(job.job_id)
             continue
@@ -170,8 +204,9 @@ def prune(home: Home, *, keep_last: int | None = None, older_than: float | None 
             report.snapshots += 1
         lease = home.catalog.get_lease(job.job_id)
         if lease is None or not lease.is_live(now):
-            report.orphans += _sweep(home, job.job_id, home.orphan_files(job.job_id),
-                                     now - orphan_grace)
+            report.orphans += _sweep(
+                home, job.job_id, home.orphan_files(job.job_id), now - orphan_grace
+            )
     report.orphans += _sweep_uncatalogued(home, catalogued, now - orphan_grace)
     report.temp_files = home.sweep_temp_files()
     return report
@@ -197,14 +232,22 @@ def _sweep_uncatalogued(home: Home, catalogued: set[str], before: float) -> int:
     removed = 0
     for name in sorted(os.listdir(root)):
         folder = os.path.join(root, name)
-        if (name in catalogued or not os.path.isdir(folder) or os.path.islink(folder)
-                or _exists_quietly(home, name)):
+        if (
+            name in catalogued
+            or not os.path.isdir(folder)
+            or os.path.islink(folder)
+            or _exists_quietly(home, name)
+        ):
             continue
         names = os.listdir(folder)
         files = [os.path.join(folder, n) for n in names]
-        if not names or not all(n.endswith("-e0.snap") and os.path.isfile(f)
-                                and not os.path.islink(f) and os.stat(f).st_mtime < before
-                                for n, f in zip(names, files)):
+        if not names or not all(
+            n.endswith("-e0.snap")
+            and os.path.isfile(f)
+            and not os.path.islink(f)
+            and os.stat(f).st_mtime < before
+            for n, f in zip(names, files)
+        ):
             continue
         for file in files:
             home.delete_file(home.relative(file), name)
@@ -220,21 +263,27 @@ def _exists_quietly(home: Home, name: str) -> bool:
     try:
         validate_job_id(name)
     except InvalidJobId:
-        return True       # not a job folder we made: leave it alone
+        return True  # not a job folder we made: leave it alone
     return _exists(home, name)
 
 
 # ---------------------------------------------------------------------------- reconcile
-def reconcile(home: Home, job_id: str, ordinal: int, *, committed: bool,
-              result: object = None) -> EffectRow:
+def reconcile(
+    home: Home, job_id: str, ordinal: int, *, committed: bool, result: object = None
+) -> EffectRow:
     """Say what happened to an effect whose outcome is unknown, so the job can resume:
     refused while a live runner holds the job, with the ledger unchanged."""
     from ._effects import CONFIRMED, NOT_COMMITTED, seal
+
     validate_job_id(job_id)
     note = ("reconciled: committed" if committed else "reconciled: not committed") + " by hand"
     return home.catalog.reconcile_effect(
-        job_id, ordinal, state=CONFIRMED if committed else NOT_COMMITTED,
-        result=seal(home.keys, result) if committed else None, note=note)
+        job_id,
+        ordinal,
+        state=CONFIRMED if committed else NOT_COMMITTED,
+        result=seal(home.keys, result) if committed else None,
+        note=note,
+    )
 
 
 # ---------------------------------------------------------------------------- stats
@@ -251,15 +300,18 @@ def stats(home: Home, job_id: str | None = None) -> list[dict]:
         metrics = home.catalog.metrics(job.job_id)
         latest = home.catalog.latest(job.job_id)
         ledger = home.catalog.effects(job.job_id)
-        rows.append({
-            "job": job.job_id, "status": home.catalog.effective_status(job, now),
-            "resumes": job.resume_count,
-            "snapshot_age_s": None if latest is None else round(now - latest.created, 3),
-            "effects": sum(1 for e in ledger if e.kind != "value"),
-            "served_from_ledger": int(metrics.get("served_from_ledger", 0)),
-            "reconciled": int(metrics.get("reconciled", 0)),
-            "ambiguous": sum(1 for e in ledger if e.state == "ambiguous"),
-            "ambiguous_total": int(metrics.get("ambiguous", 0)),
-            "restart_to_progress_s": metrics.get("restart_to_progress_s")})
+        rows.append(
+            {
+                "job": job.job_id,
+                "status": home.catalog.effective_status(job, now),
+                "resumes": job.resume_count,
+                "snapshot_age_s": None if latest is None else round(now - latest.created, 3),
+                "effects": sum(1 for e in ledger if e.kind != "value"),
+                "served_from_ledger": int(metrics.get("served_from_ledger", 0)),
+                "reconciled": int(metrics.get("reconciled", 0)),
+                "ambiguous": sum(1 for e in ledger if e.state == "ambiguous"),
+                "ambiguous_total": int(metrics.get("ambiguous", 0)),
+                "restart_to_progress_s": metrics.get("restart_to_progress_s"),
+            }
+        )
     return rows
-

@@ -23,8 +23,13 @@ from ._errors import RestoreError
 
 __all__ = ["EntryPoint", "agent_modules", "capture_globals", "restore_globals"]
 
-_LIBRARY_DIRS = tuple({os.path.realpath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                       if (p := sysconfig.get_paths().get(key))})
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.realpath(p)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
+)
 _OWN_PACKAGE = __name__.split(".")[0]
 
 
@@ -38,11 +43,11 @@ class EntryPoint:
 
     module: str
     function: str
-    path: str | None = None       # the script file, for scripts
-    search_path: str | None = None   # for module:function, the directory it is found from
+    path: str | None = None  # the script file, for scripts
+    search_path: str | None = None  # for module:function, the directory it is found from
 
     @classmethod
-    def parse(cls, spec: str) -> "EntryPoint":
+    def parse(cls, spec: str) -> EntryPoint:
         if spec.endswith(".py") or os.sep in spec or (os.path.exists(spec) and ":" not in spec):
             path = os.path.abspath(spec)
             if not os.path.isfile(path):
@@ -51,16 +56,21 @@ class EntryPoint:
         module, sep, function = spec.partition(":")
         if not sep or not module or not function:
             raise EntryPointError(
-                f"{spec!r} is neither a .py file nor module:function (e.g. myagent.main:run)")
+                f"{spec!r} is neither a .py file nor module:function (e.g. myagent.main:run)"
+            )
         # Like `python -m`: a module is found from the current directory first.
         return cls(module, function, None, os.getcwd())
 
     def as_dict(self) -> dict:
-        return {"module": self.module, "function": self.function, "path": self.path,
-                "search_path": self.search_path}
+        return {
+            "module": self.module,
+            "function": self.function,
+            "path": self.path,
+            "search_path": self.search_path,
+        }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "EntryPoint":
+    def from_dict(cls, data: dict) -> EntryPoint:
         return cls(data["module"], data["function"], data.get("path"), data.get("search_path"))
 
     @property
@@ -80,8 +90,9 @@ class EntryPoint:
         if self.root not in sys.path:
             sys.path.insert(0, self.root)
         existing = sys.modules.get(self.module)
-        if existing is not None and os.path.realpath(getattr(existing, "__file__", "") or "") \
-                == os.path.realpath(self.path):
+        if existing is not None and os.path.realpath(
+            getattr(existing, "__file__", "") or ""
+        ) == os.path.realpath(self.path):
             return existing
         spec = importlib.util.spec_from_file_location(self.module, self.path)
         module = importlib.util.module_from_spec(spec)
@@ -144,14 +155,18 @@ def _rebound_on_import(module: types.ModuleType, name: str, value) -> bool:
     if isinstance(value, types.ModuleType):
         return True
     if isinstance(value, (types.FunctionType, type)):
-        return (getattr(value, "__module__", None) == module.__name__
-                and getattr(value, "__qualname__", None) == name)
+        return (
+            getattr(value, "__module__", None) == module.__name__
+            and getattr(value, "__qualname__", None) == name
+        )
     return False
 
 
 def capture_globals(modules) -> dict[str, dict]:
-    return {m.__name__: {k: v for k, v in vars(m).items() if not _rebound_on_import(m, k, v)}
-            for m in modules}
+    return {
+        m.__name__: {k: v for k, v in vars(m).items() if not _rebound_on_import(m, k, v)}
+        for m in modules
+    }
 
 
 def module_digests(modules) -> dict[str, str | None]:

@@ -13,9 +13,19 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["Instruction", "instructions", "instruction_at", "stack_depth_before",
-           "exception_entries", "encode_exception_table", "emit", "cache_units",
-           "linetable_no_location", "linetable_positions", "ExceptionEntry"]
+__all__ = [
+    "Instruction",
+    "instructions",
+    "instruction_at",
+    "stack_depth_before",
+    "exception_entries",
+    "encode_exception_table",
+    "emit",
+    "cache_units",
+    "linetable_no_location",
+    "linetable_positions",
+    "ExceptionEntry",
+]
 
 if dis.hasjabs:  # pragma: no cover - CPython < 3.11
     raise ImportError("snapstate needs relative-only jumps (CPython 3.11+)")
@@ -23,10 +33,18 @@ if dis.hasjabs:  # pragma: no cover - CPython < 3.11
 _EXTENDED_ARG = opcode.opmap["EXTENDED_ARG"]
 _JUMPS = frozenset(getattr(dis, "hasjump", ())) | frozenset(dis.hasjrel)
 _NO_FALLTHROUGH = frozenset(
-    opcode.opmap[name] for name in (
-        "RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD",
-        "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT")
-    if name in opcode.opmap)
+    opcode.opmap[name]
+    for name in (
+        "RETURN_VALUE",
+        "RETURN_CONST",
+        "RAISE_VARARGS",
+        "RERAISE",
+        "JUMP_FORWARD",
+        "JUMP_BACKWARD",
+        "JUMP_BACKWARD_NO_INTERRUPT",
+    )
+    if name in opcode.opmap
+)
 
 
 def cache_units(opname: str) -> int:
@@ -39,13 +57,13 @@ def cache_units(opname: str) -> int:
 
 @dataclass(frozen=True)
 class Instruction:
-    start: int      # code unit of the opcode itself (after any EXTENDED_ARG prefixes)
-    first: int      # code unit of its first EXTENDED_ARG prefix, or start
-    end: int        # code unit after its inline caches
+    start: int  # code unit of the opcode itself (after any EXTENDED_ARG prefixes)
+    first: int  # code unit of its first EXTENDED_ARG prefix, or start
+    end: int  # code unit after its inline caches
     op: int
     opname: str
     arg: int
-    jump_target: int | None   # code unit, for jumps
+    jump_target: int | None  # code unit, for jumps
 
 
 @lru_cache(maxsize=4096)
@@ -65,8 +83,11 @@ def _decode(code_bytes: bytes, code: types.CodeType) -> tuple[Instruction, ...]:
             op, arg = code_bytes[2 * unit], code_bytes[2 * unit + 1]
         name = opcode.opname[op]
         end = unit + 1 + (cache_units(name) if name in opcode.opmap else 0)
-        out.append(Instruction(unit, first, end, op, name, ext | arg,
-                               targets.get(unit, targets.get(first))))
+        out.append(
+            Instruction(
+                unit, first, end, op, name, ext | arg, targets.get(unit, targets.get(first))
+            )
+        )
         unit = end
     return tuple(out)
 
@@ -103,8 +124,10 @@ class ExceptionEntry:
 
 @lru_cache(maxsize=4096)
 def exception_entries(code: types.CodeType) -> tuple[ExceptionEntry, ...]:
-    return tuple(ExceptionEntry(e.start // 2, e.end // 2, e.target // 2, e.depth, bool(e.lasti))
-                 for e in dis._parse_exception_table(code))
+    return tuple(
+        ExceptionEntry(e.start // 2, e.end // 2, e.target // 2, e.depth, bool(e.lasti))
+        for e in dis._parse_exception_table(code)
+    )
 
 
 def _stack_effect(ins: Instruction, jump: bool) -> int:
@@ -146,8 +169,9 @@ def stack_depth_before(code: types.CodeType, ins: Instruction) -> int:
     try:
         return _depths(code)[ins.start]
     except KeyError:
-        raise ValueError(f"instruction {ins.opname} at unit {ins.start} of "
-                         f"{code.co_qualname} is unreachable") from None
+        raise ValueError(
+            f"instruction {ins.opname} at unit {ins.start} of {code.co_qualname} is unreachable"
+        ) from None
 
 
 def stack_depth_after(code: types.CodeType, ins: Instruction) -> int:
@@ -185,8 +209,12 @@ def _exc_varint(value: int, first: bool = False) -> bytes:
 def encode_exception_table(entries) -> bytes:
     out = bytearray()
     for e in entries:
-        out += (_exc_varint(e.start, True) + _exc_varint(e.end - e.start)
-                + _exc_varint(e.target) + _exc_varint((e.depth << 1) | int(e.lasti)))
+        out += (
+            _exc_varint(e.start, True)
+            + _exc_varint(e.end - e.start)
+            + _exc_varint(e.target)
+            + _exc_varint((e.depth << 1) | int(e.lasti))
+        )
     return bytes(out)
 
 
@@ -224,8 +252,12 @@ def linetable_positions(units: int, line_delta: int, position=None) -> bytearray
         if position and None not in position:
             line, end_line, col, end_col = position
             out.append(0x80 | (14 << 3) | (k - 1))
-            out += (_lt_svarint(delta) + _lt_varint(end_line - line) + _lt_varint(col + 1)
-                    + _lt_varint(end_col + 1))
+            out += (
+                _lt_svarint(delta)
+                + _lt_varint(end_line - line)
+                + _lt_varint(col + 1)
+                + _lt_varint(end_col + 1)
+            )
         else:
             out.append(0x80 | (13 << 3) | (k - 1))
             out += _lt_svarint(delta)

@@ -27,8 +27,12 @@ from ._morph import morph_record, unmorph
 
 __all__ = ["capture_stack", "capture_generator", "describe"]
 
-_GENERATOR_LIKE = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
-                   | inspect.CO_ITERABLE_COROUTINE)
+_GENERATOR_LIKE = (
+    inspect.CO_GENERATOR
+    | inspect.CO_COROUTINE
+    | inspect.CO_ASYNC_GENERATOR
+    | inspect.CO_ITERABLE_COROUTINE
+)
 
 # links between a frame and its callee
 _DIRECT, _INIT_SHIM, _C_CODE = "direct", "init-shim", "c"
@@ -54,12 +58,14 @@ def _module_of(frame: types.FrameType) -> str:
         raise SnapshotError(
             f"{describe(frame)} runs in globals that belong to no importable module "
             "(code from exec() or eval()?), so it could not be found again after a restore. "
-            "Move that code into a module of the agent.")
+            "Move that code into a module of the agent."
+        )
     return name
 
 
-def _link(caller: types.FrameType, caller_addr: int, caller_paused_in_call: bool,
-          callee: types.FrameType):
+def _link(
+    caller: types.FrameType, caller_addr: int, caller_paused_in_call: bool, callee: types.FrameType
+):
     """How `callee` was called by `caller`: directly, through C code, or (3.13)
     through the hidden frame that finishes an inlined __init__.
 
@@ -74,14 +80,15 @@ def _link(caller: types.FrameType, caller_addr: int, caller_paused_in_call: bool
     previous = _layout.true_previous(callee, callee_view)
     if previous == caller_addr:
         return _DIRECT, None
-    if previous:   # a frame in the interpreter's own frame stack: safe to read
+    if previous:  # a frame in the interpreter's own frame stack: safe to read
         middle = _layout.iframe_at(previous)
         if middle.previous == caller_addr and _layout.is_init_shim(middle):
             return _INIT_SHIM, previous
     raise SnapshotError(
         f"an interpreter frame the engine does not know sits between {describe(callee)} and "
         f"its caller {describe(caller)}. Move the snapshot() out of {callee.f_code.co_qualname}() "
-        "or call it directly from Python code.")
+        "or call it directly from Python code."
+    )
 
 
 def _handled_slots(code: types.CodeType, unit: int) -> list[int]:
@@ -138,7 +145,7 @@ def _call_slot_code(obj):
     would sit between the frames."""
     call = inspect.getattr_static(type(obj), "__call__", None)
     if isinstance(call, (staticmethod, classmethod, types.MethodType)):
-        call = call.__func__     # a bound method's C call only prepends its __self__
+        call = call.__func__  # a bound method's C call only prepends its __self__
     return call.__code__ if isinstance(call, types.FunctionType) else None
 
 
@@ -158,7 +165,8 @@ def _refuse_c_code(frame, callee, what: str) -> SnapshotError:
         f"{callee.f_lineno}, which was called by C code ({what}) from {describe(frame)}: "
         "the C function keeps state between the two frames that cannot be saved. Move the "
         f"snapshot() out of {callee.f_code.co_qualname}(), e.g. call it from "
-        f"{frame.f_code.co_qualname}() before or after that call.")
+        f"{frame.f_code.co_qualname}() before or after that call."
+    )
 
 
 def _pass_through(frame, callee, callee_code, callee_record, ins, stack_before, code):
@@ -173,16 +181,21 @@ def _pass_through(frame, callee, callee_code, callee_record, ins, stack_before, 
                     instance = instance.cell_contents
                 if isinstance(instance, target):
                     return INSTANCE, instance
-            elif (type(target).__call__ is not type.__call__
-                  and _call_slot_code(target) is callee_code):
-                return VALUE, None     # a metaclass __call__: the call's value is its value
+            elif (
+                type(target).__call__ is not type.__call__
+                and _call_slot_code(target) is callee_code
+            ):
+                return VALUE, None  # a metaclass __call__: the call's value is its value
             raise _refuse_c_code(frame, callee, f"{_c_name(target)}(...)")
         if _code_of_callable(target) is callee_code and isinstance(
-                getattr(target, "__func__", target), types.FunctionType):
+            getattr(target, "__func__", target), types.FunctionType
+        ):
             return VALUE, None
-        if not isinstance(target, (types.FunctionType, types.MethodType)) and \
-                _call_slot_code(target) is callee_code:
-            return VALUE, None         # obj(...) running type(obj).__call__
+        if (
+            not isinstance(target, (types.FunctionType, types.MethodType))
+            and _call_slot_code(target) is callee_code
+        ):
+            return VALUE, None  # obj(...) running type(obj).__call__
         raise _refuse_c_code(frame, callee, f"{_c_name(target)}(...)")
     if ins.opname in LAYOUT.ATTR_OPS:
         owner = stack_before[-1]
@@ -217,7 +230,8 @@ def _capture_call_frame(frame, callee, callee_record) -> FrameRecord:
             f"snapshot() inside the body of {_kind_of(code)} {describe(frame)}: a running "
             f"{_kind_of(code)}'s frame is driven by its consumer and cannot be frozen. Move the "
             f"snapshot() out of {code.co_qualname}() into the code that iterates it (a "
-            "suspended generator held in a variable is frozen fine).")
+            "suspended generator held in a variable is frozen fine)."
+        )
     module = _module_of(frame)
     addr, view = _layout.iframe_of(frame)
     original, unit, prologue_rec = unmorph(code, frame.f_lasti // 2)
@@ -243,30 +257,46 @@ def _capture_call_frame(frame, callee, callee_record) -> FrameRecord:
         if LAYOUT.PRECALL_POPS_ARGS and ins.opname == "CALL":
             depth_before += ins.arg
         stack_before = _layout.read_pointers(addr, n, n + depth_before)
-        result, instance = _pass_through(frame, callee, callee_code, callee_record, ins,
-                                         stack_before, original)
+        result, instance = _pass_through(
+            frame, callee, callee_code, callee_record, ins, stack_before, original
+        )
     elif link == _INIT_SHIM:
         instance = _layout.read_pointers(_shim, 0, 1)[0]
         result = INSTANCE
     elif ins.opname in LAYOUT.ATTR_OPS and LAYOUT.ATTR_METHOD_BIT and ins.arg & 1:
         raise _refuse_c_code(frame, callee, "a property looked up to be called")
-    elif not (ins.opname in LAYOUT.CALL_OPS or ins.opname in LAYOUT.ATTR_OPS
-              or ins.opname in LAYOUT.SUBSCR_OPS):
+    elif not (
+        ins.opname in LAYOUT.CALL_OPS
+        or ins.opname in LAYOUT.ATTR_OPS
+        or ins.opname in LAYOUT.SUBSCR_OPS
+    ):
         raise _refuse_c_code(frame, callee, f"the {ins.opname} instruction")
 
     if link != _C_CODE and view.stacktop != n + below:
         raise SnapshotError(
             f"the engine computed a value stack of {below} items for {describe(frame)} but the "
             f"interpreter holds {view.stacktop - n}; this is a snapstate bug, please report it "
-            "with the agent's code. The job keeps running; earlier snapshots are valid.")
+            "with the agent's code. The job keeps running; earlier snapshots are valid."
+        )
 
     stack = _layout.read_pointers(addr, n, n + below)
-    handled = [i for i in _handled_slots(original, ins.start)
-               if i < len(stack) and (stack[i] is None or isinstance(stack[i], BaseException))]
+    handled = [
+        i
+        for i in _handled_slots(original, ins.start)
+        if i < len(stack) and (stack[i] is None or isinstance(stack[i], BaseException))
+    ]
     return FrameRecord(
-        code=code_ref(original, module), slots=_layout.read_pointers(addr, 0, n), stack=stack,
-        resume=resume, pending=ins.start, kind=CALL, result=result, instance=instance,
-        handled=dict.fromkeys(handled), lineno=frame.f_lineno)
+        code=code_ref(original, module),
+        slots=_layout.read_pointers(addr, 0, n),
+        stack=stack,
+        resume=resume,
+        pending=ins.start,
+        kind=CALL,
+        result=result,
+        instance=instance,
+        handled=dict.fromkeys(handled),
+        lineno=frame.f_lineno,
+    )
 
 
 def _assign_handled(records_outer_first: list[FrameRecord], innermost) -> None:
@@ -281,8 +311,9 @@ def _assign_handled(records_outer_first: list[FrameRecord], innermost) -> None:
             del rec.handled[i]
 
 
-def capture_stack(top: types.FrameType, stop_code: types.CodeType,
-                  handled_exception: BaseException | None) -> list[FrameRecord]:
+def capture_stack(
+    top: types.FrameType, stop_code: types.CodeType, handled_exception: BaseException | None
+) -> list[FrameRecord]:
     """Records of the frames below `top` (snapshot()'s own frame) down to the frame
     running `stop_code` (excluded), innermost first."""
     records: list[FrameRecord] = []
@@ -294,8 +325,10 @@ def capture_stack(top: types.FrameType, stop_code: types.CodeType,
         callee, callee_record = frame, record
         frame = frame.f_back
     if frame is None:
-        raise SnapshotError("snapshot() was not called from a job's task; run the agent "
-                            "with `snaprun run` or snapstate.run()")
+        raise SnapshotError(
+            "snapshot() was not called from a job's task; run the agent "
+            "with `snaprun run` or snapstate.run()"
+        )
     _assign_handled(records[::-1], handled_exception)
     return records
 
@@ -314,26 +347,42 @@ def capture_generator(gen) -> FrameRecord:
     addr, view = _layout.iframe_of(frame)
     if created:
         restored = morph_record(code)
-        if restored is not None:   # restored unstarted: its slots hold dummies until started
+        if restored is not None:  # restored unstarted: its slots hold dummies until started
             return restored
         original = code
         resume = next(ins.end for ins in bc.instructions(original) if ins.opname == "RESUME")
         n = _layout.nlocalsplus(original)
-        return FrameRecord(code=code_ref(original, module), slots=_layout.read_pointers(addr, 0, n),
-                           stack=[], resume=resume, pending=resume, kind=GENERATOR_CREATED,
-                           lineno=original.co_firstlineno)
+        return FrameRecord(
+            code=code_ref(original, module),
+            slots=_layout.read_pointers(addr, 0, n),
+            stack=[],
+            resume=resume,
+            pending=resume,
+            kind=GENERATOR_CREATED,
+            lineno=original.co_firstlineno,
+        )
     original, after_yield, _ = unmorph(code, frame.f_lasti // 2 + LAYOUT.GEN_RESUME_DELTA)
     ins = bc.instruction_at(original, after_yield - 1)
     if ins.opname != "YIELD_VALUE":
-        raise SnapshotError(f"generator {describe(frame)} is paused in {ins.opname}, not at a "
-                            "yield; it cannot be frozen")
+        raise SnapshotError(
+            f"generator {describe(frame)} is paused in {ins.opname}, not at a "
+            "yield; it cannot be frozen"
+        )
     n = _layout.nlocalsplus(original)
     stack = _layout.read_pointers(addr, n, view.stacktop)
     record = FrameRecord(
-        code=code_ref(original, module), slots=_layout.read_pointers(addr, 0, n), stack=stack,
-        resume=ins.start, pending=ins.start, kind=GENERATOR, lineno=frame.f_lineno,
-        handled=dict.fromkeys(i for i in _handled_slots(original, ins.start)
-                              if i < len(stack)
-                              and (stack[i] is None or isinstance(stack[i], BaseException))))
+        code=code_ref(original, module),
+        slots=_layout.read_pointers(addr, 0, n),
+        stack=stack,
+        resume=ins.start,
+        pending=ins.start,
+        kind=GENERATOR,
+        lineno=frame.f_lineno,
+        handled=dict.fromkeys(
+            i
+            for i in _handled_slots(original, ins.start)
+            if i < len(stack) and (stack[i] is None or isinstance(stack[i], BaseException))
+        ),
+    )
     _assign_handled([record], _layout.generator_handled_exception(gen))
     return record

@@ -19,15 +19,22 @@ import traceback
 import click
 
 from ..serializers._home import Home, default_home
-from ..serializers._sqlite import store_failure
 from ..serializers._ids import validate_job_id
-from . import _admin, _inspect
-from ._agent import EntryPoint, EntryPointError
-from ._errors import (DivergenceError, JobParked, LeaseHeld,
-                      SnapshotNotFound, SnapshotWriteError, SnapstateError, StaleWriter,
-                      StoreError, StoreFailure)
+from ..serializers._sqlite import store_failure
 from ..serializers._store import SnapshotRow
-from . import _repair
+from . import _admin, _inspect, _repair
+from ._agent import EntryPoint, EntryPointError
+from ._errors import (
+    DivergenceError,
+    JobParked,
+    LeaseHeld,
+    SnapshotNotFound,
+    SnapshotWriteError,
+    SnapstateError,
+    StaleWriter,
+    StoreError,
+    StoreFailure,
+)
 from ._job import Job
 from ._lease import lease_ttl
 from ._signals import SigtermHandler
@@ -50,12 +57,12 @@ Exit codes:
 # The one exception -> exit code table of every command: the first class that matches
 # wins (so subclasses come before their bases).
 EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
-    (StoreFailure, EXIT_FAILED),        # the store failed, not the input: job resumable
+    (StoreFailure, EXIT_FAILED),  # the store failed, not the input: job resumable
     (SnapshotWriteError, EXIT_FAILED),
     (JobParked, EXIT_PARKED),
     (LeaseHeld, EXIT_CONFLICT),
     (StaleWriter, EXIT_CONFLICT),
-    (SnapstateError, EXIT_USAGE),       # invalid input, damaged or foreign store or file
+    (SnapstateError, EXIT_USAGE),  # invalid input, damaged or foreign store or file
 )
 
 
@@ -86,7 +93,7 @@ def _check_ids(*refs: str | None, file_ok: bool = False) -> None:
         try:
             _parse_ref(ref)
         except SnapstateError as exc:
-            if file_ok and (os.sep in ref or ref.endswith(".snap")):   # meant as a FILE
+            if file_ok and (os.sep in ref or ref.endswith(".snap")):  # meant as a FILE
                 exc = SnapshotNotFound(f"no snapshot file at {ref}; as a job id: {exc}")
             _fail(exc)
 
@@ -100,11 +107,17 @@ def _check_new_id(job_id: str | None, option: str) -> None:
             _fail(exc)
 
 
-_STORE_IN_USE: list[str] = []     # for the last-resort message in main()
+_STORE_IN_USE: list[str] = []  # for the last-resort message in main()
 
 
-def _home(store: str | None, file: str | None = None, *, create: bool = False,
-          readonly: bool = False, job: str | None = None) -> Home:
+def _home(
+    store: str | None,
+    file: str | None = None,
+    *,
+    create: bool = False,
+    readonly: bool = False,
+    job: str | None = None,
+) -> Home:
     """The store in use. Only `create` (run, init, resume FILE) makes a new store;
     `readonly` commands write nothing to it at all. `file` never chooses the store: a
     file is verified only with the keys of the store in use (--store, $SNAPSTATE_HOME,
@@ -113,7 +126,7 @@ def _home(store: str | None, file: str | None = None, *, create: bool = False,
     try:
         home = Home(default_home(store), create=create, writable=not readonly)
         context = click.get_current_context(silent=True)
-        if context is not None:         # closed with the command, however it ends
+        if context is not None:  # closed with the command, however it ends
             context.call_on_close(home.close)
         return home
     except StoreFailure as exc:
@@ -126,14 +139,15 @@ def _home(store: str | None, file: str | None = None, *, create: bool = False,
         # jobs stay resumable), not bad input.
         failure = store_failure(exc, os.path.join(default_home(store), "catalog.db"))
         if isinstance(failure, StoreFailure):
-            if job is not None:       # the resume command names the job
-                failure = StoreFailure(str(failure).replace("snaprun resume JOB",
-                                                            f"snaprun resume {job}"))
+            if job is not None:  # the resume command names the job
+                failure = StoreFailure(
+                    str(failure).replace("snaprun resume JOB", f"snaprun resume {job}")
+                )
             _fail(failure)
         _say(f"error: cannot open the store at {default_home(store)}: {exc}")
         sys.exit(EXIT_USAGE)
     except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
-        _damaged(exc)      # the last resort: store files the code did not expect
+        _damaged(exc)  # the last resort: store files the code did not expect
 
 
 def _finite_grace(ctx, param, value):
@@ -144,31 +158,41 @@ def _finite_grace(ctx, param, value):
 
 def grace_option(fn):
     return click.option(
-        "--grace", type=click.FloatRange(min=0, max=7 * 86400, min_open=True), default=None,
+        "--grace",
+        type=click.FloatRange(min=0, max=7 * 86400, min_open=True),
+        default=None,
         metavar="SECONDS",
         help="On SIGTERM, run on to the next snapshot() and stop right after it is "
-             "committed (exit 143); stop at once if the grace runs out first.",
-        callback=_finite_grace)(fn)
+        "committed (exit 143); stop at once if the grace runs out first.",
+        callback=_finite_grace,
+    )(fn)
 
 
 def store_option(fn):
-    return click.option("--store", type=click.Path(file_okay=False), default=None,
-                        help="Store directory (default: $SNAPSTATE_HOME or ./.snapstate).")(fn)
+    return click.option(
+        "--store",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Store directory (default: $SNAPSTATE_HOME or ./.snapstate).",
+    )(fn)
 
 
 def _agent_traceback(exc: BaseException) -> str:
     """The agent's traceback without snapstate's own frames."""
     tb = exc.__traceback__
     while tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith(
-            "snapstate."):
+        "snapstate."
+    ):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _damaged(exc: BaseException) -> None:
     where = _STORE_IN_USE[0] if _STORE_IN_USE else default_home(None)
-    _say(f"error: the store at {where} is damaged or unreadable: {type(exc).__name__}: "
-         f"{exc}. Nothing was changed; restore it from a backup (or `snaprun repair`).")
+    _say(
+        f"error: the store at {where} is damaged or unreadable: {type(exc).__name__}: "
+        f"{exc}. Nothing was changed; restore it from a backup (or `snaprun repair`)."
+    )
     sys.exit(EXIT_USAGE)
 
 
@@ -183,13 +207,15 @@ def _run_job(job: Job, action, grace: float | None = None) -> None:
         sys.stdout.flush()
         _say(f"job {job.job_id} interrupted; continue it with: snaprun resume {job.job_id}")
         sys.exit(130)
-    except SystemExit as exc:       # the agent's sys.exit(): its failure, never our code
+    except SystemExit as exc:  # the agent's sys.exit(): its failure, never our code
         _agent_failed(job, exc)
     except StoreFailure as exc:
         sys.stdout.flush()
         _say(f"error: {exc}")
-        _say(f"job {job.job_id} is left interrupted; once the store is fixed: snaprun "
-             f"resume {job.job_id}")
+        _say(
+            f"job {job.job_id} is left interrupted; once the store is fixed: snaprun "
+            f"resume {job.job_id}"
+        )
         sys.exit(EXIT_FAILED)
     except (SnapshotWriteError, StaleWriter, LeaseHeld) as exc:
         sys.stdout.flush()
@@ -199,7 +225,7 @@ def _run_job(job: Job, action, grace: float | None = None) -> None:
         _say(str(exc))
         sys.exit(EXIT_PARKED)
     except SnapstateError as exc:
-        if job._agent is None:        # never started: the snapshot or the job is invalid
+        if job._agent is None:  # never started: the snapshot or the job is invalid
             _fail(exc)
         _agent_failed(job, exc)
     except Exception as exc:
@@ -216,8 +242,7 @@ def _agent_failed(job: Job, exc: BaseException) -> None:
     sys.stderr.write(_agent_traceback(exc))
     _say(f"job {job.job_id} failed: {type(exc).__name__}: {exc}")
     if job.seq:
-        _say(f"its last snapshot is {job.seq}; after fixing the cause: snaprun resume "
-             f"{job.job_id}")
+        _say(f"its last snapshot is {job.seq}; after fixing the cause: snaprun resume {job.job_id}")
     sys.exit(EXIT_FAILED)
 
 
@@ -226,12 +251,12 @@ def _parse_ref(ref: str) -> tuple[str, int | None]:
     match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref, re.DOTALL)
     if match is None:
         return validate_job_id(ref), None
-    return (validate_job_id(match.group(1)),
-            int(match.group(2)) if match.group(2) else None)
+    return (validate_job_id(match.group(1)), int(match.group(2)) if match.group(2) else None)
 
 
-def _resolve(home: Home, ref: str, *, need_seq: bool = False
-             ) -> tuple[str, str, int, SnapshotRow | None]:
+def _resolve(
+    home: Home, ref: str, *, need_seq: bool = False
+) -> tuple[str, str, int, SnapshotRow | None]:
     """(path, job id, seq, catalog row or None for a FILE) of JOB, JOB@SEQ or FILE."""
     if os.path.isfile(ref):
         header = home.verify(ref)
@@ -265,8 +290,10 @@ def _parse_duration(text: str) -> float:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
     if not match:
         raise click.BadParameter(f"{text!r}: use a number and a unit, e.g. 30m, 12h, 7d, 2w")
-    return float(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[
-        match.group(2)]
+    return (
+        float(match.group(1))
+        * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
+    )
 
 
 # ------------------------------------------------------------------------ commands
@@ -276,8 +303,10 @@ def cli() -> None:
     """Run long-lived Python agents that survive kill -9 and resume where they stopped."""
 
 
-@cli.command(context_settings={"ignore_unknown_options": True,
-                               "allow_interspersed_args": False}, epilog=_EXIT_HELP)
+@cli.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog=_EXIT_HELP,
+)
 @store_option
 @click.option("--job", "job_id", default=None, help="Job id (default: generated).")
 @grace_option
@@ -294,7 +323,7 @@ def run(store, job_id, grace, script, args) -> None:
         raise click.UsageError(str(exc)) from None
     _check_new_id(job_id, "--job")
     try:
-        lease_ttl()                   # a bad SNAPSTATE_LEASE_TTL: refused before the job exists
+        lease_ttl()  # a bad SNAPSTATE_LEASE_TTL: refused before the job exists
     except SnapstateError as exc:
         _fail(exc)
     home = _home(store, create=True)
@@ -305,11 +334,13 @@ def run(store, job_id, grace, script, args) -> None:
         sys.exit(EXIT_USAGE)
     except SnapstateError as exc:
         _fail(exc)
-    except (Exception, SystemExit) as exc:   # the agent's module raised while imported
+    except (Exception, SystemExit) as exc:  # the agent's module raised while imported
         sys.stdout.flush()
         sys.stderr.write(_agent_traceback(exc))
-        _say(f"the agent's module raised {type(exc).__name__} while it was loaded; no job "
-             "was created")
+        _say(
+            f"the agent's module raised {type(exc).__name__} while it was loaded; no job "
+            "was created"
+        )
         sys.exit(EXIT_FAILED)
     _say(f"job {job.job_id} started")
     _run_job(job, job.run, grace)
@@ -317,13 +348,21 @@ def run(store, job_id, grace, script, args) -> None:
 
 @cli.command(epilog=_EXIT_HELP)
 @store_option
-@click.option("--at", "at", type=int, default=None,
-              help="Resume from this snapshot; later snapshots of the job are dropped.")
+@click.option(
+    "--at",
+    "at",
+    type=int,
+    default=None,
+    help="Resume from this snapshot; later snapshots of the job are dropped.",
+)
 @click.option("--as", "as_id", default=None, help="With FILE: import it as this job id.")
-@click.option("--force", is_flag=True,
-              help="When the runner holding the job is alive but silent (no heartbeat), "
-                   "wait until its lease expires, then take the job over (never a runner "
-                   "that heartbeats).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="When the runner holding the job is alive but silent (no heartbeat), "
+    "wait until its lease expires, then take the job over (never a runner "
+    "that heartbeats).",
+)
 @grace_option
 @click.argument("target")
 def resume(store, at, as_id, force, grace, target) -> None:
@@ -333,13 +372,14 @@ def resume(store, at, as_id, force, grace, target) -> None:
     (exported, or copied) is imported as its job (or --as NEW_ID) first."""
     _check_ids(target, file_ok=True)
     _check_new_id(as_id, "--as")
-    home = _home(store, target, create=os.path.isfile(target),
-                 job=None if os.path.isfile(target) else target)
+    home = _home(
+        store, target, create=os.path.isfile(target), job=None if os.path.isfile(target) else target
+    )
     try:
         if os.path.isfile(target):
             job, at = _admin.import_file(home, target, as_id)
         else:
-            job = Job.open(home, target)      # a done job is refused by job.resume()
+            job = Job.open(home, target)  # a done job is refused by job.resume()
     except SnapstateError as exc:
         _fail(exc)
     _run_job(job, lambda: job.resume(at, force=force), grace)
@@ -355,21 +395,40 @@ def list_jobs(store, as_json) -> None:
     rows = []
     for job in home.catalog.list_jobs():
         snaps = home.catalog.snapshots(job.job_id)
-        rows.append({"job": job.job_id, "status": home.catalog.effective_status(job, now),
-                     "snapshots": len(snaps), "latest": snaps[-1].seq if snaps else None,
-                     "label": snaps[-1].label if snaps else None,
-                     "updated": job.updated, "resumes": job.resume_count,
-                     "entry": job.entry.get("path") or
-                     f"{job.entry['module']}:{job.entry['function']}",
-                     "parent": job.parent, "error": job.error})
+        rows.append(
+            {
+                "job": job.job_id,
+                "status": home.catalog.effective_status(job, now),
+                "snapshots": len(snaps),
+                "latest": snaps[-1].seq if snaps else None,
+                "label": snaps[-1].label if snaps else None,
+                "updated": job.updated,
+                "resumes": job.resume_count,
+                "entry": job.entry.get("path") or f"{job.entry['module']}:{job.entry['function']}",
+                "parent": job.parent,
+                "error": job.error,
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
-    _inspect.table(["JOB", "STATUS", "SNAPSHOTS", "LATEST", "UPDATED", "RESUMES", "ENTRY"],
-                   [[r["job"], r["status"], str(r["snapshots"]),
-                     "-" if r["latest"] is None else f"{r['latest']}"
-                     + (f" ({r['label']})" if r["label"] else ""),
-                     _ago(now - r["updated"]), str(r["resumes"]), r["entry"]] for r in rows])
+    _inspect.table(
+        ["JOB", "STATUS", "SNAPSHOTS", "LATEST", "UPDATED", "RESUMES", "ENTRY"],
+        [
+            [
+                r["job"],
+                r["status"],
+                str(r["snapshots"]),
+                "-"
+                if r["latest"] is None
+                else f"{r['latest']}" + (f" ({r['label']})" if r["label"] else ""),
+                _ago(now - r["updated"]),
+                str(r["resumes"]),
+                r["entry"],
+            ]
+            for r in rows
+        ],
+    )
 
 
 @cli.command(epilog=_EXIT_HELP)
@@ -406,16 +465,22 @@ def log(store, as_json, job_id) -> None:
         _fail(exc)
     events = home.catalog.events(job_id)
     if as_json:
-        click.echo(json.dumps([{"at": e.at, "kind": e.kind, "detail": e.detail}
-                               for e in events], indent=1))
+        click.echo(
+            json.dumps([{"at": e.at, "kind": e.kind, "detail": e.detail} for e in events], indent=1)
+        )
         return
     _inspect.table(["WHEN", "EVENT", "DETAIL"], [[_when(e.at), e.kind, e.detail] for e in events])
 
 
 @cli.command(epilog=_EXIT_HELP)
 @store_option
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Where to write the self-contained snapshot file.")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the self-contained snapshot file.",
+)
 @click.argument("ref")
 def export(store, output, ref) -> None:
     """Write snapshot JOB@SEQ to a self-contained file that resume and inspect accept.
@@ -435,6 +500,7 @@ def export(store, output, ref) -> None:
         _fail(exc)
     from ..serializers._fs import write_atomic
     from ..serializers._home import _read_chunks
+
     write_atomic(output, _read_chunks(path))
     _say(f"exported {job_id}@{seq} to {output}")
 
@@ -450,9 +516,11 @@ def verify(store, path) -> None:
     except SnapstateError as exc:
         _fail(exc)
     label = f" ({header['label']})" if header.get("label") else ""
-    click.echo(f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "
-               f"{header['key_id']}, {'+'.join(header['codecs'])}, taken {_when(header['created_at'])}"
-               f" under Python {header['versions']['python_full']}")
+    click.echo(
+        f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "
+        f"{header['key_id']}, {'+'.join(header['codecs'])}, taken {_when(header['created_at'])}"
+        f" under Python {header['versions']['python_full']}"
+    )
 
 
 @cli.command(epilog=_EXIT_HELP)
@@ -480,15 +548,19 @@ def fork(store, as_id, ref) -> None:
 @cli.command(epilog=_EXIT_HELP)
 @store_option
 @click.option("--keep-last", type=int, default=None, help="Keep each job's N latest snapshots.")
-@click.option("--older-than", default=None,
-              help="Drop snapshots older than this (30m, 12h, 7d, 2w); a job's latest stays.")
+@click.option(
+    "--older-than",
+    default=None,
+    help="Drop snapshots older than this (30m, 12h, 7d, 2w); a job's latest stays.",
+)
 @click.option("--finished", is_flag=True, help="Drop done and failed jobs entirely.")
 def prune(store, keep_last, older_than, finished) -> None:
     """Delete old snapshots and finished jobs. A job that can still be resumed always
     keeps its latest snapshot; files no catalog row names are swept too."""
     if keep_last is None and older_than is None and not finished:
-        raise click.UsageError("say what to prune: --keep-last N, --older-than DURATION "
-                               "and/or --finished")
+        raise click.UsageError(
+            "say what to prune: --keep-last N, --older-than DURATION and/or --finished"
+        )
     if keep_last is not None and keep_last < 1:
         raise click.BadParameter("--keep-last must be at least 1")
     cutoff = time.time() - _parse_duration(older_than) if older_than else None
@@ -497,10 +569,12 @@ def prune(store, keep_last, older_than, finished) -> None:
         report = _admin.prune(home, keep_last=keep_last, older_than=cutoff, finished=finished)
     except SnapstateError as exc:
         _fail(exc)
-    click.echo(f"pruned {report.snapshots} snapshot(s) and {len(report.jobs)} finished job(s)"
-               + (f": {', '.join(report.jobs)}" if report.jobs else "")
-               + (f"; removed {report.orphans} orphan file(s)" if report.orphans else "")
-               + (f"; removed {report.temp_files} temp file(s)" if report.temp_files else ""))
+    click.echo(
+        f"pruned {report.snapshots} snapshot(s) and {len(report.jobs)} finished job(s)"
+        + (f": {', '.join(report.jobs)}" if report.jobs else "")
+        + (f"; removed {report.orphans} orphan file(s)" if report.orphans else "")
+        + (f"; removed {report.temp_files} temp file(s)" if report.temp_files else "")
+    )
     for job_id in report.running:
         _say(f"job {job_id} is running: not pruned")
     for problem in report.damaged:
@@ -521,27 +595,62 @@ def effects(store, as_json, job_id) -> None:
         home.catalog.get_job(job_id)
     except SnapstateError as exc:
         _fail(exc)
-    rows = [{"effect": e.ordinal, "state": e.state, "kind": e.kind, "name": e.name,
-             "args": e.args_repr, "call_site": e.call_site, "key": e.key,
-             "attempts": e.attempts, "note": e.note, "updated": e.updated}
-            for e in home.catalog.effects(job_id)]
+    rows = [
+        {
+            "effect": e.ordinal,
+            "state": e.state,
+            "kind": e.kind,
+            "name": e.name,
+            "args": e.args_repr,
+            "call_site": e.call_site,
+            "key": e.key,
+            "attempts": e.attempts,
+            "note": e.note,
+            "updated": e.updated,
+        }
+        for e in home.catalog.effects(job_id)
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
-    _inspect.table(["#", "STATE", "CALL", "AT", "ATTEMPTS", "KEY", "NOTE"],
-                   [[str(r["effect"]), r["state"], f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
-                     r["call_site"].rsplit("/", 1)[-1], str(r["attempts"]), r["key"],
-                     r["note"]] for r in rows])
+    _inspect.table(
+        ["#", "STATE", "CALL", "AT", "ATTEMPTS", "KEY", "NOTE"],
+        [
+            [
+                str(r["effect"]),
+                r["state"],
+                f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
+                r["call_site"].rsplit("/", 1)[-1],
+                str(r["attempts"]),
+                r["key"],
+                r["note"],
+            ]
+            for r in rows
+        ],
+    )
 
 
 @cli.command(epilog=_EXIT_HELP)
 @store_option
-@click.option("--committed", "committed", flag_value=True, default=None,
-              help="The action did happen at the provider.")
-@click.option("--not-committed", "committed", flag_value=False,
-              help="The action did not happen: it will be dispatched again on resume.")
-@click.option("--result", "result_json", default=None,
-              help="With --committed: the provider's result, as JSON (default: None).")
+@click.option(
+    "--committed",
+    "committed",
+    flag_value=True,
+    default=None,
+    help="The action did happen at the provider.",
+)
+@click.option(
+    "--not-committed",
+    "committed",
+    flag_value=False,
+    help="The action did not happen: it will be dispatched again on resume.",
+)
+@click.option(
+    "--result",
+    "result_json",
+    default=None,
+    help="With --committed: the provider's result, as JSON (default: None).",
+)
 @click.argument("job_id")
 @click.argument("effect", type=click.IntRange(1, 2**63 - 1))
 def reconcile(store, committed, result_json, job_id, effect) -> None:
@@ -560,9 +669,11 @@ def reconcile(store, committed, result_json, job_id, effect) -> None:
         _admin.reconcile(home, job_id, effect, committed=committed, result=result)
     except SnapstateError as exc:
         _fail(exc)
-    _say(f"effect {effect} of job {job_id} reconciled as "
-         f"{'committed' if committed else 'not committed'}; continue with: snaprun resume "
-         f"{job_id}")
+    _say(
+        f"effect {effect} of job {job_id} reconciled as "
+        f"{'committed' if committed else 'not committed'}; continue with: snaprun resume "
+        f"{job_id}"
+    )
 
 
 @cli.command(epilog=_EXIT_HELP)
@@ -598,8 +709,9 @@ def replay(store, ref) -> None:
     if job.replay_stop:
         _say(f"replay of {job_id}@{seq} stopped: {job.replay_stop}; nothing was dispatched")
     else:
-        _say(f"replay of {job_id}@{seq} finished: main() returned {result!r}; nothing was "
-             "dispatched")
+        _say(
+            f"replay of {job_id}@{seq} finished: main() returned {result!r}; nothing was dispatched"
+        )
     sys.exit(EXIT_DONE)
 
 
@@ -619,33 +731,62 @@ def stats(store, as_json, job_id) -> None:
     if as_json:
         click.echo(json.dumps(rows if job_id is None else rows[0], indent=1))
         return
-    _inspect.table(["JOB", "STATUS", "RESUMES", "SNAPSHOT AGE", "EFFECTS", "SERVED", "RECONCILED",
-                    "AMBIGUOUS", "RESTART->PROGRESS"],
-                   [[r["job"], r["status"], str(r["resumes"]),
-                     "-" if r["snapshot_age_s"] is None else _ago(r["snapshot_age_s"]),
-                     str(r["effects"]), str(r["served_from_ledger"]), str(r["reconciled"]),
-                     str(r["ambiguous"]),
-                     "-" if r["restart_to_progress_s"] is None
-                     else f"{r['restart_to_progress_s']:.3f}s"] for r in rows])
+    _inspect.table(
+        [
+            "JOB",
+            "STATUS",
+            "RESUMES",
+            "SNAPSHOT AGE",
+            "EFFECTS",
+            "SERVED",
+            "RECONCILED",
+            "AMBIGUOUS",
+            "RESTART->PROGRESS",
+        ],
+        [
+            [
+                r["job"],
+                r["status"],
+                str(r["resumes"]),
+                "-" if r["snapshot_age_s"] is None else _ago(r["snapshot_age_s"]),
+                str(r["effects"]),
+                str(r["served_from_ledger"]),
+                str(r["reconciled"]),
+                str(r["ambiguous"]),
+                "-" if r["restart_to_progress_s"] is None else f"{r['restart_to_progress_s']:.3f}s",
+            ]
+            for r in rows
+        ],
+    )
 
 
 @cli.command(epilog=_EXIT_HELP)
 @store_option
-@click.option("--encrypt", is_flag=True,
-              help="Require encryption: new snapshots are encrypted, plaintext ones refused.")
+@click.option(
+    "--encrypt",
+    is_flag=True,
+    help="Require encryption: new snapshots are encrypted, plaintext ones refused.",
+)
 def init(store, encrypt) -> None:
     """Create a store (and its key); stores are also created on first use."""
     home = _home(store, create=True)
     if encrypt:
         home.set_encryption(True)
-    _say(f"store {home.directory} ready (key {home.keys.current.key_id}, encryption "
-         f"{'required' if home.encrypt else 'off'})")
+    _say(
+        f"store {home.directory} ready (key {home.keys.current.key_id}, encryption "
+        f"{'required' if home.encrypt else 'off'})"
+    )
 
 
 @cli.command(epilog=_EXIT_HELP)
 @store_option
-@click.option("--accept", "accept_id", default=None, metavar="JOB",
-              help="Let a job rebuilt by repair resume, once you checked its providers.")
+@click.option(
+    "--accept",
+    "accept_id",
+    default=None,
+    metavar="JOB",
+    help="Let a job rebuilt by repair resume, once you checked its providers.",
+)
 def repair(store, accept_id) -> None:
     """Rebuild a lost or damaged catalog from the signed snapshot files.
 
@@ -674,11 +815,14 @@ def repair(store, accept_id) -> None:
         for path in job.left_alone:
             _say(f"left alone (not on job {job.job_id}'s latest branch): {path}")
         copied = f" (its first files are copies of job {job.parent}'s)" if job.parent else ""
-        click.echo(f"rebuilt job {job.job_id}: snapshots {', '.join(map(str, job.seqs))}"
-                   f"{copied}, parked")
-    _say(f"{len(report.jobs)} job(s) rebuilt and parked: their effect ledgers were lost, so "
-         "what each sent after its latest snapshot is unknown. Check with the providers, "
-         "then `snaprun repair --accept JOB` and `snaprun resume JOB`.")
+        click.echo(
+            f"rebuilt job {job.job_id}: snapshots {', '.join(map(str, job.seqs))}{copied}, parked"
+        )
+    _say(
+        f"{len(report.jobs)} job(s) rebuilt and parked: their effect ledgers were lost, so "
+        "what each sent after its latest snapshot is unknown. Check with the providers, "
+        "then `snaprun repair --accept JOB` and `snaprun resume JOB`."
+    )
 
 
 @cli.group()
@@ -693,14 +837,29 @@ def keys_list(store, as_json) -> None:
     """List key ids (never the secrets)."""
     home = _home(store, readonly=True)
     current = home.keys.current.key_id
-    rows = [{"key": k.key_id, "current": k.key_id == current, "retired": k.retired,
-             "created": k.created} for k in home.keys.keys()]
+    rows = [
+        {
+            "key": k.key_id,
+            "current": k.key_id == current,
+            "retired": k.retired,
+            "created": k.created,
+        }
+        for k in home.keys.keys()
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
-    _inspect.table(["KEY", "STATE", "CREATED"], [
-        [r["key"], "current" if r["current"] else ("retired" if r["retired"] else "valid"),
-         _when(r["created"]) if r["created"] else "from SNAPSTATE_KEY"] for r in rows])
+    _inspect.table(
+        ["KEY", "STATE", "CREATED"],
+        [
+            [
+                r["key"],
+                "current" if r["current"] else ("retired" if r["retired"] else "valid"),
+                _when(r["created"]) if r["created"] else "from SNAPSTATE_KEY",
+            ]
+            for r in rows
+        ],
+    )
 
 
 @keys.command("rotate")
@@ -716,8 +875,13 @@ def keys_rotate(store) -> None:
 
 @keys.command("export")
 @store_option
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="The key file to write (mode 0600; never overwritten).")
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The key file to write (mode 0600; never overwritten).",
+)
 @click.argument("key_id")
 def keys_export(store, output, key_id) -> None:
     """Write key KEY_ID (with its secret) to a new file, for `snaprun keys import`."""
@@ -725,8 +889,10 @@ def keys_export(store, output, key_id) -> None:
         _home(store).keys.export(key_id, output)
     except SnapstateError as exc:
         _fail(exc)
-    _say(f"key {key_id} written to {output} (it holds the secret: keep it private, "
-         "delete it once imported)")
+    _say(
+        f"key {key_id} written to {output} (it holds the secret: keep it private, "
+        "delete it once imported)"
+    )
 
 
 @keys.command("import")
@@ -738,10 +904,15 @@ def keys_import(store, path) -> None:
         key, added = _home(store, create=True).keys.import_file(path)
     except SnapstateError as exc:
         _fail(exc)
-    _say(f"key {key.key_id} " + ("imported: snapshots signed with it now verify here"
-                                 if added else "was already in this store; nothing changed"
-                                 + (" (it is retired: its snapshots stay refused)"
-                                    if key.retired else "")))
+    _say(
+        f"key {key.key_id} "
+        + (
+            "imported: snapshots signed with it now verify here"
+            if added
+            else "was already in this store; nothing changed"
+            + (" (it is retired: its snapshots stay refused)" if key.retired else "")
+        )
+    )
 
 
 @keys.command("retire")

@@ -50,10 +50,17 @@ def code_digest(code: types.CodeType) -> str:
     if hit is not None and hit[0] is code:
         return hit[1]
     h = xxhash.xxh3_64()
-    for part in (code.co_code, repr(code.co_names).encode(), repr(code.co_varnames).encode(),
-                 repr(code.co_cellvars).encode(), repr(code.co_freevars).encode(),
-                 _canonical(code.co_consts).encode(), str(code.co_flags).encode(),
-                 str(code.co_argcount).encode(), str(code.co_kwonlyargcount).encode()):
+    for part in (
+        code.co_code,
+        repr(code.co_names).encode(),
+        repr(code.co_varnames).encode(),
+        repr(code.co_cellvars).encode(),
+        repr(code.co_freevars).encode(),
+        _canonical(code.co_consts).encode(),
+        str(code.co_flags).encode(),
+        str(code.co_argcount).encode(),
+        str(code.co_kwonlyargcount).encode(),
+    ):
         h.update(part)
         h.update(b"\0")
     digest = h.hexdigest()
@@ -62,8 +69,9 @@ def code_digest(code: types.CodeType) -> str:
 
 
 def code_ref(code: types.CodeType, module: str) -> CodeRef:
-    return CodeRef(module, code.co_qualname, code.co_firstlineno, code_digest(code),
-                   code.co_filename)
+    return CodeRef(
+        module, code.co_qualname, code.co_firstlineno, code_digest(code), code.co_filename
+    )
 
 
 # ----------------------------------------------------------------------------- lookup
@@ -113,8 +121,9 @@ def _source_codes(module: types.ModuleType, acc: dict) -> None:
         source = None
     if source:
         try:
-            _walk(compile(source, module.__file__ or module.__name__, "exec",
-                          dont_inherit=True), acc)
+            _walk(
+                compile(source, module.__file__ or module.__name__, "exec", dont_inherit=True), acc
+            )
         except (SyntaxError, ValueError):
             pass
 
@@ -140,10 +149,15 @@ def find_code(ref: CodeRef) -> types.CodeType:
     try:
         index = _module_index(ref.module)
     except Exception as exc:
-        change = (f"module {ref.module!r} (holding {ref.qualname}()) cannot be imported "
-                  f"({type(exc).__name__}: {exc})")
-        raise _code_changed(change, "Resume from the directory the job was started in, with "
-                            "the same sys.path, and the original source.") from None
+        change = (
+            f"module {ref.module!r} (holding {ref.qualname}()) cannot be imported "
+            f"({type(exc).__name__}: {exc})"
+        )
+        raise _code_changed(
+            change,
+            "Resume from the directory the job was started in, with "
+            "the same sys.path, and the original source.",
+        ) from None
     code = index.get((ref.qualname, ref.firstlineno, ref.digest))
     if code is not None:
         return code
@@ -151,13 +165,20 @@ def find_code(ref: CodeRef) -> types.CodeType:
     if not same_name:
         change = f"{ref.qualname}() no longer exists in module {ref.module}"
     elif any(k[1] == ref.firstlineno for k in same_name):
-        change = (f"the body of {ref.qualname}() at {ref.filename or ref.module}:{ref.firstlineno} "
-                  "changed")
+        change = (
+            f"the body of {ref.qualname}() at {ref.filename or ref.module}:{ref.firstlineno} "
+            "changed"
+        )
     else:
-        change = (f"{ref.qualname}() moved from line {ref.firstlineno} to line "
-                  f"{', '.join(str(k[1]) for k in same_name)} of {ref.filename or ref.module}")
-    raise _code_changed(change, "Restore the original source (e.g. check out the commit the "
-                        "job started from) to resume this job, or start a new job.")
+        change = (
+            f"{ref.qualname}() moved from line {ref.firstlineno} to line "
+            f"{', '.join(str(k[1]) for k in same_name)} of {ref.filename or ref.module}"
+        )
+    raise _code_changed(
+        change,
+        "Restore the original source (e.g. check out the commit the "
+        "job started from) to resume this job, or start a new job.",
+    )
 
 
 def _code_changed(change: str, fix: str) -> IncompatibleSnapshot:

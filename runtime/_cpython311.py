@@ -12,9 +12,17 @@ VERSION = (3, 11)
 
 # struct _PyInterpreterFrame
 IFRAME_FIELDS = [
-    ("f_func", _P), ("f_globals", _P), ("f_builtins", _P), ("f_locals", _P),
-    ("f_code", _P), ("frame_obj", _P), ("previous", _P), ("prev_instr", _P),
-    ("stacktop", ctypes.c_int), ("is_entry", ctypes.c_bool), ("owner", ctypes.c_char),
+    ("f_func", _P),
+    ("f_globals", _P),
+    ("f_builtins", _P),
+    ("f_locals", _P),
+    ("f_code", _P),
+    ("frame_obj", _P),
+    ("previous", _P),
+    ("prev_instr", _P),
+    ("stacktop", ctypes.c_int),
+    ("is_entry", ctypes.c_bool),
+    ("owner", ctypes.c_char),
 ]
 CODE_FIELD = "f_code"
 # greenlet does not rewrite `previous` on 3.11: the pointer is the original one.

@@ -11,9 +11,17 @@ _P = ctypes.c_void_p
 VERSION = (3, 12)
 
 IFRAME_FIELDS = [
-    ("f_code", _P), ("previous", _P), ("f_funcobj", _P), ("f_globals", _P),
-    ("f_builtins", _P), ("f_locals", _P), ("frame_obj", _P), ("prev_instr", _P),
-    ("stacktop", ctypes.c_int), ("return_offset", ctypes.c_uint16), ("owner", ctypes.c_char),
+    ("f_code", _P),
+    ("previous", _P),
+    ("f_funcobj", _P),
+    ("f_globals", _P),
+    ("f_builtins", _P),
+    ("f_locals", _P),
+    ("frame_obj", _P),
+    ("prev_instr", _P),
+    ("stacktop", ctypes.c_int),
+    ("return_offset", ctypes.c_uint16),
+    ("owner", ctypes.c_char),
 ]
 CODE_FIELD = "f_code"
 # greenlet (>= 3.0) rewrites a suspended greenlet's `previous` pointers to skip frames

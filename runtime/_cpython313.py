@@ -12,9 +12,17 @@ _P = ctypes.c_void_p
 VERSION = (3, 13)
 
 IFRAME_FIELDS = [
-    ("f_executable", _P), ("previous", _P), ("f_funcobj", _P), ("f_globals", _P),
-    ("f_builtins", _P), ("f_locals", _P), ("frame_obj", _P), ("instr_ptr", _P),
-    ("stacktop", ctypes.c_int), ("return_offset", ctypes.c_uint16), ("owner", ctypes.c_char),
+    ("f_executable", _P),
+    ("previous", _P),
+    ("f_funcobj", _P),
+    ("f_globals", _P),
+    ("f_builtins", _P),
+    ("f_locals", _P),
+    ("frame_obj", _P),
+    ("instr_ptr", _P),
+    ("stacktop", ctypes.c_int),
+    ("return_offset", ctypes.c_uint16),
+    ("owner", ctypes.c_char),
 ]
 CODE_FIELD = "f_executable"
 FRAME_DATA_OFFSET = 64

@@ -74,8 +74,7 @@ ClassState = tuple
 
 _SKIP_CLASS_ATTRS = frozenset({"_abc_impl"})
 # Class attributes a library's metaclass keeps (pydantic's), besides _-prefixed ones.
-_MANAGED = frozenset({"model_config", "model_fields", "model_computed_fields",
-                      "model_post_init"})
+_MANAGED = frozenset({"model_config", "model_fields", "model_computed_fields", "model_post_init"})
 _PLAIN_METACLASSES = (type, abc.ABCMeta)
 _MISSING = object()
 
@@ -115,12 +114,12 @@ def _index_body(body: list, prefix: str, owner: str | None, defs: dict, attrs: d
             qualname = prefix + node.name
             first = min([node.lineno] + [d.lineno for d in node.decorator_list])
             defs[(qualname, first)] = part = _digest(node)
-            if owner is not None:       # a method is the initializer of its name too
+            if owner is not None:  # a method is the initializer of its name too
                 _chain_digest(attrs[owner], node.name, part)
             _index_body(node.body, qualname + ".<locals>.", None, defs, attrs)
         elif isinstance(node, ast.ClassDef):
             qualname = prefix + node.name
-            if owner is not None:       # a nested class: the initializer of its name
+            if owner is not None:  # a nested class: the initializer of its name
                 _chain_digest(attrs[owner], node.name, _digest(node))
             attrs[qualname] = {}
             _index_body(node.body, qualname + ".", qualname, defs, attrs)
@@ -132,7 +131,7 @@ def _index_body(body: list, prefix: str, owner: str | None, defs: dict, attrs: d
             for target in targets:
                 for name in _names(target):
                     _chain_digest(attrs[owner], name, part)
-        else:   # if/try/with/for blocks: definitions inside keep the enclosing prefix
+        else:  # if/try/with/for blocks: definitions inside keep the enclosing prefix
             for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                 block = getattr(node, field, None)
                 if isinstance(block, list):
@@ -230,15 +229,21 @@ class _Capture:
         for fn, path in chain:
             code = fn.__code__
             if code.co_filename not in self.files:
-                continue            # generated code (dataclass, namedtuple), a library's
+                continue  # generated code (dataclass, namedtuple), a library's
             attrs = fn.__dict__
             defaults, kwdefaults = fn.__defaults__, fn.__kwdefaults__
             if attrs:
                 attrs = {k: v for k, v in attrs.items() if not _dunder(k)}
             cells = self.cells(fn) if fn.__closure__ else None
             if defaults is not None or kwdefaults is not None or attrs or cells:
-                out[path] = (code_digest(code), _def_digest(code), defaults, kwdefaults,
-                             dict(attrs), (anchor, cells) if cells else None)
+                out[path] = (
+                    code_digest(code),
+                    _def_digest(code),
+                    defaults,
+                    kwdefaults,
+                    dict(attrs),
+                    (anchor, cells) if cells else None,
+                )
 
     def cells(self, fn: types.FunctionType) -> dict:
         """{free variable: value} of a decorator wrapper's closure, without the cells
@@ -250,12 +255,14 @@ class _Capture:
             try:
                 value = cell.cell_contents
             except ValueError:
-                continue            # empty: nothing to put back
+                continue  # empty: nothing to put back
             if value is wrapped and wrapped is not None:
                 continue
-            if isinstance(value, (types.FunctionType, type)) \
-                    and getattr(value, "__module__", None) in self.names \
-                    and "<locals>" not in getattr(value, "__qualname__", "<locals>"):
+            if (
+                isinstance(value, (types.FunctionType, type))
+                and getattr(value, "__module__", None) in self.names
+                and "<locals>" not in getattr(value, "__qualname__", "<locals>")
+            ):
                 continue
             out[name] = value
         return out
@@ -272,13 +279,20 @@ class _Capture:
             value = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
             if type(value) is types.FunctionType:
                 if value.__qualname__.startswith(prefix):
-                    if value.__defaults__ is not None or value.__kwdefaults__ is not None \
-                            or value.__dict__ or value.__closure__:
+                    if (
+                        value.__defaults__ is not None
+                        or value.__kwdefaults__ is not None
+                        or value.__dict__
+                        or value.__closure__
+                    ):
                         self.function(value, f"{path}.{name}", functions)
                     present.add(name)
                     continue
-            elif isinstance(value, type) and value.__module__ == module \
-                    and value.__qualname__ == prefix + name:
+            elif (
+                isinstance(value, type)
+                and value.__module__ == module
+                and value.__qualname__ == prefix + name
+            ):
                 self.klass(value, f"{path}.{name}", module, functions, classes)
                 present.add(name)
                 continue
@@ -286,12 +300,12 @@ class _Capture:
                 continue
             present.add(name)
             if not own_meta and name not in body and (name[:1] == "_" or name in _MANAGED):
-                continue            # set by a library's metaclass: it owns it
+                continue  # set by a library's metaclass: it owns it
             if _is_data(raw):
                 saved[name] = value
             elif _assigned_function(raw):
-                rebound[name] = raw     # a function the job set on the class (a hook)
-        if saved or rebound or digests:     # else nothing to put back nor to delete again
+                rebound[name] = raw  # a function the job set on the class (a hook)
+        if saved or rebound or digests:  # else nothing to put back nor to delete again
             classes[path] = (saved, digests, present, rebound)
 
 
@@ -320,9 +334,16 @@ def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
         classes: dict = {}
         for key, value in list(vars(module).items()):
             if type(value) is function_type:
-                if (value.__defaults__ is not None or value.__kwdefaults__ is not None
-                        or value.__dict__ or value.__closure__) and value.__module__ == name \
-                        and value.__qualname__ == key:
+                if (
+                    (
+                        value.__defaults__ is not None
+                        or value.__kwdefaults__ is not None
+                        or value.__dict__
+                        or value.__closure__
+                    )
+                    and value.__module__ == name
+                    and value.__qualname__ == key
+                ):
                     cap.function(value, key, functions)
             elif isinstance(value, type):
                 if value.__module__ == name and value.__qualname__ == key:
@@ -339,8 +360,9 @@ def roots(defs: dict) -> list[tuple[str, object]]:
         for path, state in parts["functions"].items():
             defaults, kwdefaults, attrs = state[2:5]
             for name, value in (state[5][1] if len(state) > 5 and state[5] else {}).items():
-                out.append((f"module {module}, function {path}(), closure variable {name!r}",
-                            value))
+                out.append(
+                    (f"module {module}, function {path}(), closure variable {name!r}", value)
+                )
             for i, value in enumerate(defaults or ()):
                 out.append((f"module {module}, function {path}(), default argument [{i}]", value))
             for name, value in (kwdefaults or {}).items():
@@ -383,18 +405,22 @@ def _same_shape(fn: types.FunctionType, defaults, kwdefaults) -> bool:
     return kwdefaults is None or set(kwdefaults) == set(now_k)
 
 
-def _restore_function(module: str, path: str, fn, state: FunctionState,
-                      files: set[str] = frozenset()) -> None:
+def _restore_function(
+    module: str, path: str, fn, state: FunctionState, files: set[str] = frozenset()
+) -> None:
     saved_code, saved_def, defaults, kwdefaults, attrs = state[:5]
     closure = state[5] if len(state) > 5 else None
     if not isinstance(fn, types.FunctionType):
         return
     if "__wrapped__" not in path and (fn.__module__ != module or fn.__qualname__ != path):
-        return          # another object now lives at that path: never put state on it
+        return  # another object now lives at that path: never put state on it
     code = fn.__code__
     # The definition digest covers the number of defaults; without source, check it.
-    if code_digest(code) == saved_code and _def_digest(code) == saved_def \
-            and (saved_def is not None or _same_shape(fn, defaults, kwdefaults)):
+    if (
+        code_digest(code) == saved_code
+        and _def_digest(code) == saved_def
+        and (saved_def is not None or _same_shape(fn, defaults, kwdefaults))
+    ):
         fn.__defaults__ = defaults
         fn.__kwdefaults__ = kwdefaults
         if closure is not None:
@@ -402,8 +428,9 @@ def _restore_function(module: str, path: str, fn, state: FunctionState,
     fn.__dict__.update(attrs)
 
 
-def _restore_cells(fn: types.FunctionType, anchor: str | None, cells: dict,
-                   files: set[str]) -> None:
+def _restore_cells(
+    fn: types.FunctionType, anchor: str | None, cells: dict, files: set[str]
+) -> None:
     """Put saved closure values into the fresh function's own cells (the fresh wrapper
     keeps its fresh wrapped function), when the decorated definition is unchanged."""
     if fn.__closure__ is None or _anchor(_chain(fn), files) != anchor:
@@ -414,13 +441,18 @@ def _restore_cells(fn: types.FunctionType, anchor: str | None, cells: dict,
             fn.__closure__[index[name]].cell_contents = value
 
 
-def _restore_class(module: str, path: str, cls, state: ClassState,
-                   agent_modules: set[str] = frozenset()) -> None:
+def _restore_class(
+    module: str, path: str, cls, state: ClassState, agent_modules: set[str] = frozenset()
+) -> None:
     attrs, old = state[:2]
-    present = state[2] if len(state) > 2 else None      # None: an older snapshot
+    present = state[2] if len(state) > 2 else None  # None: an older snapshot
     rebound = state[3] if len(state) > 3 else {}
-    if not isinstance(cls, type) or cls.__module__ != module or cls.__qualname__ != path \
-            or _skipped_class(cls):
+    if (
+        not isinstance(cls, type)
+        or cls.__module__ != module
+        or cls.__qualname__ != path
+        or _skipped_class(cls)
+    ):
         return
     new = _class_digests(cls)
     known = old is not None and new is not None
@@ -428,25 +460,34 @@ def _restore_class(module: str, path: str, cls, state: ClassState,
     own = vars(cls)
     for name, value in (*attrs.items(), *rebound.items()):
         if known and old.get(name) != new.get(name):
-            continue            # its initializer in the class body changed: new value wins
+            continue  # its initializer in the class body changed: new value wins
         current = own.get(name, _MISSING)
         if current is not _MISSING:
             if library and not (known and name in new):
-                continue        # the metaclass set it on the fresh class: its value wins
-            if not known and name in attrs and (
-                    not _is_data(current) or isinstance(current, type)
-                    and current.__qualname__ == f"{path}.{name}"):
-                continue        # no source to compare: now a method, descriptor or class
+                continue  # the metaclass set it on the fresh class: its value wins
+            if (
+                not known
+                and name in attrs
+                and (
+                    not _is_data(current)
+                    or isinstance(current, type)
+                    and current.__qualname__ == f"{path}.{name}"
+                )
+            ):
+                continue  # no source to compare: now a method, descriptor or class
         setattr(cls, name, value)
     if known:
         for name, current in list(own.items()):
-            if name not in old or old[name] != new.get(name) or _dunder(name) \
-                    or name in _SKIP_CLASS_ATTRS:
+            if (
+                name not in old
+                or old[name] != new.get(name)
+                or _dunder(name)
+                or name in _SKIP_CLASS_ATTRS
+            ):
                 continue
-            if name in present if present is not None \
-                    else name in attrs or not _is_data(current):
+            if name in present if present is not None else name in attrs or not _is_data(current):
                 continue
-            delattr(cls, name)      # deleted by the job; the class body is unchanged
+            delattr(cls, name)  # deleted by the job; the class body is unchanged
 
 
 def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:

@@ -47,16 +47,27 @@ from dataclasses import dataclass
 import greenlet
 
 from ..serializers._store import EffectRow
-from ._errors import (DivergenceError, EffectOutsideJob, RestoreError, SecretUnavailable,
-                      StaleWriter, StoreFailure, TamperedSnapshot)
+from ._errors import (
+    DivergenceError,
+    EffectOutsideJob,
+    RestoreError,
+    SecretUnavailable,
+    StaleWriter,
+    StoreFailure,
+    TamperedSnapshot,
+)
 from ._faults import fault_point
 from ._lease import dispatch_margin, send_guard
 
-__all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4",
-           "effect_time_left"]
+__all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4", "effect_time_left"]
 
 DISPATCHED, CONFIRMED, FAILED, AMBIGUOUS, NOT_COMMITTED = (
-    "dispatched", "confirmed", "failed", "ambiguous", "not-committed")
+    "dispatched",
+    "confirmed",
+    "failed",
+    "ambiguous",
+    "not-committed",
+)
 
 
 # ------------------------------------------------------------------------ secrets
@@ -73,7 +84,7 @@ class Secret:
         self.name, self._value, self._env = name, value, None
 
     @classmethod
-    def from_env(cls, variable: str) -> "Secret":
+    def from_env(cls, variable: str) -> Secret:
         try:
             value = os.environ[variable]
         except KeyError:
@@ -86,7 +97,8 @@ class Secret:
         if self._value is _GONE:
             raise SecretUnavailable(
                 f"secret {self.name!r} was not saved in the snapshot (secrets never are); "
-                "obtain it again after a restore, e.g. with Secret.from_env(...)")
+                "obtain it again after a restore, e.g. with Secret.from_env(...)"
+            )
         return self._value
 
     def __repr__(self) -> str:
@@ -146,22 +158,22 @@ def _canonical(value, out: list, path: str = "value", _seen: set | None = None) 
 
 def _canonical_object(value, out: list, path: str, seen: set) -> None:
     """An object: its type, then
-      - a function, class or method: its qualified name;
-      - an object snapstate saves through an adapter (an SDK or HTTP client, a file):
-        what its adapter saves (its configuration), credentials as a fixed marker;
-      - an object with attributes (a dataclass, a plain class): its attributes;
-      - anything else: its bytes through snapstate's pickler, which refuses what a
-        snapshot could not save either (UnpicklableError: the argument is named)."""
+    - a function, class or method: its qualified name;
+    - an object snapstate saves through an adapter (an SDK or HTTP client, a file):
+      what its adapter saves (its configuration), credentials as a fixed marker;
+    - an object with attributes (a dataclass, a plain class): its attributes;
+    - anything else: its bytes through snapstate's pickler, which refuses what a
+      snapshot could not save either (UnpicklableError: the argument is named)."""
     from ..resources import _secrets
     from ..resources._adapters import reducer_for
     from ..serializers import _pickler
+
     kind = type(value)
     out.append(f"{kind.__module__}.{kind.__qualname__}:")
     if isinstance(value, _secrets.Credential):
         out.append("<credential>")
         return
-    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-                          type)):
+    if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)):
         owner = getattr(value, "__self__", None)
         out.append(f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}")
         if isinstance(value, types.MethodType):
@@ -181,27 +193,36 @@ def _canonical_object(value, out: list, path: str, seen: set) -> None:
         seen.discard(id(value))
         return
     attrs = getattr(value, "__dict__", None)
-    if isinstance(attrs, dict) and kind.__reduce_ex__ is object.__reduce_ex__ \
-            and getattr(kind, "__getstate__", object.__getstate__) is object.__getstate__:
+    if (
+        isinstance(attrs, dict)
+        and kind.__reduce_ex__ is object.__reduce_ex__
+        and getattr(kind, "__getstate__", object.__getstate__) is object.__getstate__
+    ):
         seen.add(id(value))
         state = dict(attrs)
         for cls in kind.__mro__:
             for name in getattr(cls, "__slots__", ()) or ():
-                if isinstance(name, str) and name not in ("__dict__", "__weakref__") \
-                        and hasattr(value, name):
+                if (
+                    isinstance(name, str)
+                    and name not in ("__dict__", "__weakref__")
+                    and hasattr(value, name)
+                ):
                     state[name] = getattr(value, name)
         _canonical(state, out, path, seen)
         seen.discard(id(value))
         return
     with _secrets.digesting():
-        out.append(hashlib.sha256(_pickler.dumps(
-            value, roots=lambda: [(path, value)], digest=True)).hexdigest())
+        out.append(
+            hashlib.sha256(
+                _pickler.dumps(value, roots=lambda: [(path, value)], digest=True)
+            ).hexdigest()
+        )
 
 
 def args_digest(name: str, args: tuple, kwargs: dict) -> str:
     """The digest the ledger matches a re-executed call by. An argument snapstate cannot
     save cannot be digested either: refused naming it and the fix."""
-    out = [name, "list["]               # the layout digests always had: list, then dict
+    out = [name, "list["]  # the layout digests always had: list, then dict
     for i, value in enumerate(args):
         _digest_argument(name, f"argument {i + 1}", value, out)
     out.append("]")
@@ -215,6 +236,7 @@ def args_digest(name: str, args: tuple, kwargs: dict) -> str:
 
 def _digest_argument(name: str, label: str, value, out: list) -> None:
     from ..serializers._pickler import UnpicklableError
+
     try:
         _canonical(value, out, label)
     except UnpicklableError as exc:
@@ -222,7 +244,8 @@ def _digest_argument(name: str, label: str, value, out: list) -> None:
         raise TypeError(
             f"effect {name}: its {label} cannot be recorded in the ledger, which identifies "
             f"a call by its arguments: {exc}.{fix} Or do not pass it as an argument: let "
-            "the effect function use it from a global or a closure.") from None
+            "the effect function use it from a global or a closure."
+        ) from None
 
 
 _SHORT = reprlib.Repr()
@@ -241,6 +264,7 @@ def seal(keys, value) -> bytes:
     clear), signed like a snapshot (HMAC-SHA256)."""
     from ..resources import _secrets
     from ..serializers import _pickler
+
     _secrets.bind(keys)
     data = _pickler.dumps(value)
     key = keys.current
@@ -250,12 +274,13 @@ def seal(keys, value) -> bytes:
 
 def unseal(keys, blob: bytes, where: str):
     n = blob[0]
-    kid, mac, data = blob[1:1 + n].decode(), blob[1 + n:33 + n], blob[33 + n:]
+    kid, mac, data = blob[1 : 1 + n].decode(), blob[1 + n : 33 + n], blob[33 + n :]
     key = keys.get(kid)
     if not hmac.compare_digest(hmac.new(key.mac_key, data, hashlib.sha256).digest(), mac):
         raise TamperedSnapshot(f"the recorded result of {where} fails its signature check")
     from ..resources import _secrets
     from ..serializers import _pickler
+
     _secrets.bind(keys)
     return _pickler.loads(data)
 
@@ -284,25 +309,31 @@ class _Spec:
     fencing_token: bool = False
 
 
-def _spec(fn, idempotency, lookup, kind, retry, timeout_param=None,
-          fencing_token=False) -> _Spec:
+def _spec(fn, idempotency, lookup, kind, retry, timeout_param=None, fencing_token=False) -> _Spec:
     if idempotency not in (None, "key"):
         raise ValueError('idempotency must be None or "key"')
     if kind not in ("write", "read"):
         raise ValueError('kind must be "write" or "read"')
-    if timeout_param is not None and not (isinstance(timeout_param, str)
-                                          and timeout_param.isidentifier()):
-        raise ValueError("timeout_param must be the name of a keyword parameter, e.g. "
-                         '"timeout"')
+    if timeout_param is not None and not (
+        isinstance(timeout_param, str) and timeout_param.isidentifier()
+    ):
+        raise ValueError('timeout_param must be the name of a keyword parameter, e.g. "timeout"')
     if not isinstance(fencing_token, bool):
         raise ValueError("fencing_token must be True or False")
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
     return _Spec(fn, name, idempotency, lookup, kind, retry, timeout_param, fencing_token)
 
 
-def effect(fn=None, *, idempotency: str | None = None, lookup=None, kind: str = "write",
-           retry: Retry | None = None, timeout_param: str | None = None,
-           fencing_token: bool = False):
+def effect(
+    fn=None,
+    *,
+    idempotency: str | None = None,
+    lookup=None,
+    kind: str = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+):
     """Declare an outbound call: recorded in the ledger, dispatched at most once.
 
     idempotency="key": the function receives `idempotency_key` (stable across restores)
@@ -316,25 +347,38 @@ def effect(fn=None, *, idempotency: str | None = None, lookup=None, kind: str = 
     with every takeover: a provider that keeps the highest token seen per key can
     refuse a stale runner's late request.
     """
+
     def decorate(function):
         spec = _spec(function, idempotency, lookup, kind, retry, timeout_param, fencing_token)
 
         @functools.wraps(function)
         def wrapper(*args, **kwargs):
             return _call(spec, args, kwargs, None)
+
         wrapper.__snapstate_effect__ = spec
         return wrapper
+
     return decorate(fn) if fn is not None else decorate
 
 
-def call_effect(fn, *args, key: str | None = None, idempotency: str | None = None, lookup=None,
-                kind: str = "write", retry: Retry | None = None,
-                timeout_param: str | None = None, fencing_token: bool = False, **kwargs):
+def call_effect(
+    fn,
+    *args,
+    key: str | None = None,
+    idempotency: str | None = None,
+    lookup=None,
+    kind: str = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    **kwargs,
+):
     """Run fn(*args, **kwargs) as an effect, for functions you do not own. `key` names
     the logical action explicitly (its idempotency key derives from it); e.g.
     call_effect(requests.post, url, json=body, timeout_param="timeout")."""
-    return _call(_spec(fn, idempotency, lookup, kind, retry, timeout_param, fencing_token),
-                 args, kwargs, key)
+    return _call(
+        _spec(fn, idempotency, lookup, kind, retry, timeout_param, fencing_token), args, kwargs, key
+    )
 
 
 def effect_time_left() -> float | None:
@@ -343,6 +387,7 @@ def effect_time_left() -> float | None:
     runner may take the job over and send it again). Pass it as the request's timeout.
     None outside an effect sent by a job (plain Python, or between effects)."""
     from . import _job
+
     job = _job._ACTIVE
     if job is None or job.ledger.sending is None:
         return None
@@ -354,6 +399,7 @@ def _current_job():
     a call from another thread or greenlet is refused: the ledger could not record it,
     and a restore would send it again."""
     from . import _job
+
     job = _job._ACTIVE
     if job is None:
         return None
@@ -362,7 +408,8 @@ def _current_job():
             f"an effect was called from {threading.current_thread().name!r} (not the job's "
             f"task) while job {job.job_id} runs: it cannot be recorded in the ledger, so it "
             "was not sent. Call effects from the agent's own code, not from threads or "
-            "greenlets it starts.")
+            "greenlets it starts."
+        )
     return job
 
 
@@ -371,8 +418,9 @@ def _call_site() -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
-def _invoke(spec: _Spec, args, kwargs, key: str, *, timeout: float | None = None,
-            token: int | None = None):
+def _invoke(
+    spec: _Spec, args, kwargs, key: str, *, timeout: float | None = None, token: int | None = None
+):
     args = tuple(_reveal(a) for a in args)
     kwargs = {k: _reveal(v) for k, v in kwargs.items()}
     if spec.idempotency == "key" or spec.lookup is not None:
@@ -393,12 +441,12 @@ def _lookup(spec: _Spec, key: str, token: int | None):
 
 def _call(spec: _Spec, args: tuple, kwargs: dict, explicit_key: str | None):
     job = _current_job()
-    if job is None:   # plain Python: no ledger
+    if job is None:  # plain Python: no ledger
         return _invoke(spec, args, kwargs, f"adhoc-{_uuid.uuid4().hex}")
     try:
         return job.ledger.call(spec, args, kwargs, explicit_key, _call_site())
     except StoreFailure as exc:
-        job.store_failed(exc)       # the run stops here; the agent never sees it
+        job.store_failed(exc)  # the run stops here; the agent never sees it
         raise
 
 
@@ -416,7 +464,7 @@ def _value(kind: str, produce):
 
 def now() -> _datetime.datetime:
     """The current UTC time, recorded: a re-execution after a restore gets the same."""
-    return _value("now", lambda: _datetime.datetime.now(_datetime.timezone.utc))
+    return _value("now", lambda: _datetime.datetime.now(_datetime.UTC))
 
 
 # snapstate.random() draws from its own generator, never the global `random` state a
@@ -441,13 +489,13 @@ class Ledger:
 
     def __init__(self, job):
         self.job = job
-        self.ordinal = 0                 # restored from the snapshot
-        self.pending: list[EffectRow] = []   # value records not yet durable
+        self.ordinal = 0  # restored from the snapshot
+        self.pending: list[EffectRow] = []  # value records not yet durable
         self.replay = False
-        self.restored = False            # served calls count as "served after restore"
+        self.restored = False  # served calls count as "served after restore"
         self._incarnation: str | None = None
-        self.deadline: float | None = None   # the lease deadline of the last dispatch
-        self.sending: float | None = None    # while an effect is sent: its request's deadline
+        self.deadline: float | None = None  # the lease deadline of the last dispatch
+        self.sending: float | None = None  # while an effect is sent: its request's deadline
 
     @property
     def catalog(self):
@@ -479,30 +527,49 @@ class Ledger:
             self._check(row, f"snapstate.{kind}", "", "", call_site)
             return unseal(self.job.home.keys, row.result, call_site)
         if self.replay:
-            self.job.end_replay(f"the recorded history ends before snapstate.{kind}() at "
-                                f"{call_site}")
+            self.job.end_replay(
+                f"the recorded history ends before snapstate.{kind}() at {call_site}"
+            )
         value = produce()
         t = time.time()
-        self.pending.append(EffectRow(self.job.job_id, ordinal, "", f"snapstate.{kind}",
-                                      call_site, args_digest(f"snapstate.{kind}", (), {}), "",
-                                      "value", CONFIRMED, seal(self.job.home.keys, value),
-                                      None, 1, t, t, ""))
+        self.pending.append(
+            EffectRow(
+                self.job.job_id,
+                ordinal,
+                "",
+                f"snapstate.{kind}",
+                call_site,
+                args_digest(f"snapstate.{kind}", (), {}),
+                "",
+                "value",
+                CONFIRMED,
+                seal(self.job.home.keys, value),
+                None,
+                1,
+                t,
+                t,
+                "",
+            )
+        )
         return value
 
     # -------------------------------------------------------------- effects
     def _check(self, row: EffectRow, name: str, digest: str, shown: str, call_site: str):
         expected = args_digest(name, (), {}) if row.kind == "value" else digest
-        if row.name != name or (digest and row.args_digest != expected) or (
-                row.kind == "value" and row.args_digest != expected):
+        if (
+            row.name != name
+            or (digest and row.args_digest != expected)
+            or (row.kind == "value" and row.args_digest != expected)
+        ):
             raise DivergenceError(
                 f"effect {row.ordinal} at {call_site} diverged from the ledger: it recorded "
                 f"{row.name}({row.args_repr}) at {row.call_site}, and the re-executed code "
                 f"now calls {name}({shown}). Nothing was dispatched. Code between a snapshot "
                 "and a crash must make the same calls; use snapstate.now()/random()/uuid4() "
-                "for values that change between runs.")
+                "for values that change between runs."
+            )
 
-    def call(self, spec: _Spec, args: tuple, kwargs: dict, explicit: str | None,
-             call_site: str):
+    def call(self, spec: _Spec, args: tuple, kwargs: dict, explicit: str | None, call_site: str):
         self.ordinal += 1
         ordinal = self.ordinal
         key = self.identity_key(ordinal, explicit)
@@ -510,17 +577,34 @@ class Ledger:
         digest = args_digest(spec.name, args, kwargs)
         shown = args_repr(args, kwargs)
         # An explicit key names one logical action wherever it is called from.
-        row = (self.catalog.effect_by_key(self.job.job_id, key) if explicit is not None
-               else None) or self.catalog.effect(self.job.job_id, ordinal)
+        row = (
+            self.catalog.effect_by_key(self.job.job_id, key) if explicit is not None else None
+        ) or self.catalog.effect(self.job.job_id, ordinal)
         if row is not None:
             self._check(row, spec.name, digest, shown, call_site)
             return self._recover(spec, row, args, kwargs, call_site)
         if self.replay:
-            self.job.end_replay(f"the recorded history ends before effect {ordinal} "
-                                f"({spec.name} at {call_site})")
+            self.job.end_replay(
+                f"the recorded history ends before effect {ordinal} ({spec.name} at {call_site})"
+            )
         t = time.time()
-        row = EffectRow(self.job.job_id, ordinal, key, spec.name, call_site, digest, shown,
-                        spec.kind, DISPATCHED, None, None, 1, t, t, "")
+        row = EffectRow(
+            self.job.job_id,
+            ordinal,
+            key,
+            spec.name,
+            call_site,
+            digest,
+            shown,
+            spec.kind,
+            DISPATCHED,
+            None,
+            None,
+            1,
+            t,
+            t,
+            "",
+        )
         fault_point("effect-before-prepare", ordinal)
         try:
             self.flush()
@@ -537,6 +621,7 @@ class Ledger:
         a resumed process has taken no snapshot yet when it re-executes a call."""
         from ..serializers import _refs
         from . import _agent
+
         _refs.bind(_agent.agent_modules(self.job.entry))
 
     def _redispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
@@ -553,8 +638,8 @@ class Ledger:
         ttl = self.job.lease.ttl
         try:
             self.deadline = self.catalog.record_effects(
-                [row], epoch=self.job.epoch, replace=replace, ttl=ttl,
-                margin=dispatch_margin(ttl))
+                [row], epoch=self.job.epoch, replace=replace, ttl=ttl, margin=dispatch_margin(ttl)
+            )
         except StaleWriter as exc:
             self.job.fenced(exc)
 
@@ -567,11 +652,14 @@ class Ledger:
         ends = self.deadline - send_guard(self.job.lease.ttl)
         left = ends - time.time()
         if left <= 0:
-            self.job.fenced(StaleWriter(
-                f"job {self.job.job_id}: effect {row.ordinal} ({row.name}) was not sent: the "
-                f"lease deadline recorded when it was dispatched passed {-left:.1f}s ago (the "
-                "runner was paused between recording and sending it), so another runner may "
-                "have taken the job over. This runner stops; nothing was sent."))
+            self.job.fenced(
+                StaleWriter(
+                    f"job {self.job.job_id}: effect {row.ordinal} ({row.name}) was not sent: the "
+                    f"lease deadline recorded when it was dispatched passed {-left:.1f}s ago (the "
+                    "runner was paused between recording and sending it), so another runner may "
+                    "have taken the job over. This runner stops; nothing was sent."
+                )
+            )
         self.sending = ends
         try:
             return _invoke(spec, args, kwargs, row.key, timeout=left, token=self.job.epoch)
@@ -584,8 +672,13 @@ class Ledger:
             try:
                 result = self._send(spec, row, args, kwargs)
             except Exception as exc:
-                retryable = spec.retry is not None and isinstance(exc, spec.retry.on) and (
-                    spec.idempotency == "key" or spec.lookup is not None or spec.kind == "read")
+                retryable = (
+                    spec.retry is not None
+                    and isinstance(exc, spec.retry.on)
+                    and (
+                        spec.idempotency == "key" or spec.lookup is not None or spec.kind == "read"
+                    )
+                )
                 if retryable and attempt < spec.retry.attempts:
                     attempt += 1
                     time.sleep(min(delay, spec.retry.max_backoff))
@@ -593,9 +686,10 @@ class Ledger:
                     if spec.lookup is not None and spec.idempotency != "key":
                         found = _lookup(spec, row.key, self.job.epoch)
                         if found is not None:
-                            return self._confirm(row, found, attempt, "found by lookup after "
-                                                 f"{type(exc).__name__}")
-                    row = _again(row)        # each attempt is fenced and recorded first
+                            return self._confirm(
+                                row, found, attempt, f"found by lookup after {type(exc).__name__}"
+                            )
+                    row = _again(row)  # each attempt is fenced and recorded first
                     self._fence(row, replace=True)
                     continue
                 self._record(row, FAILED, exc, attempt, f"{type(exc).__name__}: {exc}")
@@ -611,14 +705,33 @@ class Ledger:
     def _record(self, row: EffectRow, state: str, value, attempts: int, note: str) -> None:
         try:
             sealed = seal(self.job.home.keys, value)
-        except Exception as exc:   # an unpicklable result: keep the fact, not the value
+        except Exception as exc:  # an unpicklable result: keep the fact, not the value
             sealed, note = None, f"result not stored ({type(exc).__name__}: {exc})"
         t = time.time()
         try:
-            self.catalog.record_effects([EffectRow(
-                row.job_id, row.ordinal, row.key, row.name, row.call_site, row.args_digest,
-                row.args_repr, row.kind, state, sealed, row.external_id, attempts, row.created,
-                t, note)], epoch=self.job.epoch, replace=True)
+            self.catalog.record_effects(
+                [
+                    EffectRow(
+                        row.job_id,
+                        row.ordinal,
+                        row.key,
+                        row.name,
+                        row.call_site,
+                        row.args_digest,
+                        row.args_repr,
+                        row.kind,
+                        state,
+                        sealed,
+                        row.external_id,
+                        attempts,
+                        row.created,
+                        t,
+                        note,
+                    )
+                ],
+                epoch=self.job.epoch,
+                replace=True,
+            )
         except StaleWriter as exc:
             # Taken over while the call was out: the outcome is the new runner's to find
             # out; this runner stops here, no agent code runs after it.
@@ -628,8 +741,10 @@ class Ledger:
         if self.restored and not self.replay:
             self.catalog.bump_metric(self.job.job_id, "served_from_ledger")
         if row.result is None:
-            raise RestoreError(f"effect {row.ordinal} at {call_site} happened but its result "
-                               f"could not be stored ({row.note}); it cannot be replayed")
+            raise RestoreError(
+                f"effect {row.ordinal} at {call_site} happened but its result "
+                f"could not be stored ({row.note}); it cannot be replayed"
+            )
         value = unseal(self.job.home.keys, row.result, f"effect {row.ordinal}")
         if row.state == FAILED:
             raise value
@@ -641,8 +756,10 @@ class Ledger:
         if self.replay:
             if row.state == FAILED:
                 return self._served(row, call_site)
-            self.job.end_replay(f"effect {row.ordinal} ({row.name} at {call_site}) has no "
-                                f"recorded outcome (state {row.state})")
+            self.job.end_replay(
+                f"effect {row.ordinal} ({row.name} at {call_site}) has no "
+                f"recorded outcome (state {row.state})"
+            )
         if row.state == NOT_COMMITTED or spec.kind == "read":
             # Reconciled as not having happened, or harmless to repeat: dispatch again.
             return self._redispatch(spec, _again(row), args, kwargs)
@@ -652,26 +769,31 @@ class Ledger:
             # otherwise the re-executed code sees the recorded failure again
             # (`snaprun reconcile --not-committed` allows a new attempt).
             if spec.idempotency == "key":
-                return self._redispatch(spec, _again(row, "retried with the same key after a "
-                                                   "failure"), args, kwargs)
+                return self._redispatch(
+                    spec, _again(row, "retried with the same key after a failure"), args, kwargs
+                )
             if spec.lookup is not None:
                 found = _lookup(spec, row.key, self.job.epoch)
                 if found is not None:
-                    return self._confirm(row, found, row.attempts, "found by lookup after a "
-                                         "failure")
-                return self._redispatch(spec, _again(row, "lookup: not found; dispatched "
-                                                   "again"), args, kwargs)
+                    return self._confirm(
+                        row, found, row.attempts, "found by lookup after a failure"
+                    )
+                return self._redispatch(
+                    spec, _again(row, "lookup: not found; dispatched again"), args, kwargs
+                )
             return self._served(row, call_site)
         if row.state == DISPATCHED and spec.idempotency == "key":
-            return self._redispatch(spec, _again(row, "retried with the same idempotency key"),
-                                  args, kwargs)
+            return self._redispatch(
+                spec, _again(row, "retried with the same idempotency key"), args, kwargs
+            )
         if row.state == DISPATCHED and spec.lookup is not None:
             found = _lookup(spec, row.key, self.job.epoch)
             self.catalog.bump_metric(self.job.job_id, "reconciled")
             if found is not None:
                 return self._confirm(row, found, row.attempts, "found by lookup after a restart")
-            return self._redispatch(spec, _again(row, "lookup: not found; dispatched again"),
-                                  args, kwargs)
+            return self._redispatch(
+                spec, _again(row, "lookup: not found; dispatched again"), args, kwargs
+            )
         if row.state == DISPATCHED:
             self._record(row, AMBIGUOUS, None, row.attempts, "outcome unknown after a restart")
             self.catalog.bump_metric(self.job.job_id, "ambiguous")
@@ -681,17 +803,32 @@ class Ledger:
 def _again(row: EffectRow, note: str = "") -> EffectRow:
     """The row of one more attempt, in state dispatched: recorded before it is sent,
     so a crash during a second attempt is seen as an unknown outcome again."""
-    return EffectRow(row.job_id, row.ordinal, row.key, row.name, row.call_site, row.args_digest,
-                     row.args_repr, row.kind, DISPATCHED, None, row.external_id,
-                     row.attempts + 1, row.created, time.time(), note or row.note)
+    return EffectRow(
+        row.job_id,
+        row.ordinal,
+        row.key,
+        row.name,
+        row.call_site,
+        row.args_digest,
+        row.args_repr,
+        row.kind,
+        DISPATCHED,
+        None,
+        row.external_id,
+        row.attempts + 1,
+        row.created,
+        time.time(),
+        note or row.note,
+    )
 
 
 def explain_ambiguous(job_id: str, row: EffectRow) -> str:
-    return (f"job {job_id} parked: effect {row.ordinal} ({row.name}({row.args_repr}) at "
-            f"{row.call_site}, idempotency key {row.key}) was dispatched but its outcome is "
-            "unknown: the process stopped before the response was recorded, and the provider "
-            "honours no idempotency key and offers no lookup. Check with the provider whether "
-            f"it happened, then run `snaprun reconcile {job_id} {row.ordinal} --committed "
-            f"[--result JSON]` or `snaprun reconcile {job_id} {row.ordinal} --not-committed`, "
-            f"and `snaprun resume {job_id}`.")
-
+    return (
+        f"job {job_id} parked: effect {row.ordinal} ({row.name}({row.args_repr}) at "
+        f"{row.call_site}, idempotency key {row.key}) was dispatched but its outcome is "
+        "unknown: the process stopped before the response was recorded, and the provider "
+        "honours no idempotency key and offers no lookup. Check with the provider whether "
+        f"it happened, then run `snaprun reconcile {job_id} {row.ordinal} --committed "
+        f"[--result JSON]` or `snaprun reconcile {job_id} {row.ordinal} --not-committed`, "
+        f"and `snaprun resume {job_id}`."
+    )

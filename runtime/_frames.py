@@ -10,27 +10,27 @@ from ._codeid import CodeRef
 __all__ = ["FrameRecord", "CALL", "GENERATOR", "GENERATOR_CREATED", "VALUE", "INSTANCE"]
 
 # kinds
-CALL = "call"                    # paused in a call; resumes when the callee returns
-GENERATOR = "generator"          # suspended generator, paused at a yield
-GENERATOR_CREATED = "created"    # generator created but never started
+CALL = "call"  # paused in a call; resumes when the callee returns
+GENERATOR = "generator"  # suspended generator, paused at a yield
+GENERATOR_CREATED = "created"  # generator created but never started
 
 # what the pending instruction leaves on the stack when its callee returns
-VALUE = "value"                  # the callee's return value (call, property, __getitem__)
-INSTANCE = "instance"            # the new object: Class() -> __init__ returns None
+VALUE = "value"  # the callee's return value (call, property, __getitem__)
+INSTANCE = "instance"  # the new object: Class() -> __init__ returns None
 
 
 @dataclass
 class FrameRecord:
     code: CodeRef
-    slots: list                  # raw local slots: locals, cell objects, free cells; NULL kept
-    stack: list                  # value stack below the pending instruction's result
-    resume: int                  # code unit where execution continues
-    pending: int                 # code unit of the instruction the frame is paused in
+    slots: list  # raw local slots: locals, cell objects, free cells; NULL kept
+    stack: list  # value stack below the pending instruction's result
+    resume: int  # code unit where execution continues
+    pending: int  # code unit of the instruction the frame is paused in
     kind: str = CALL
     result: str = VALUE
-    instance: object = None      # the object Class() returns, for result == INSTANCE
-    handled: dict = field(default_factory=dict)   # stack index -> exception being handled
-    lineno: int = 0              # for messages and `inspect`
+    instance: object = None  # the object Class() returns, for result == INSTANCE
+    handled: dict = field(default_factory=dict)  # stack index -> exception being handled
+    lineno: int = 0  # for messages and `inspect`
 
     @property
     def where(self) -> str:

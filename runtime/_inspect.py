@@ -38,26 +38,48 @@ def _locals(names: list | None, slots) -> dict[str, str]:
 
 def describe(header: dict, payload) -> dict:
     """The report for a verified snapshot: never imports or runs agent code."""
-    report = {key: header.get(key) for key in ("job_id", "seq", "label", "created_at", "epoch",
-                                                 "key_id", "codecs", "entry", "argv")}
+    report = {
+        key: header.get(key)
+        for key in (
+            "job_id",
+            "seq",
+            "label",
+            "created_at",
+            "epoch",
+            "key_id",
+            "codecs",
+            "entry",
+            "argv",
+        )
+    }
     versions = header.get("versions")
     report["python"] = versions.get("python_full") if isinstance(versions, dict) else None
     metas = [f if isinstance(f, dict) else {} for f in header.get("frames") or []]
-    frames = [{"function": f.get("qualname"), "file": f.get("filename"), "line": f.get("lineno"),
-               "source": linecache.getline(f["filename"], f["lineno"]).strip()
-               if isinstance(f.get("filename"), str) and isinstance(f.get("lineno"), int)
-               else "", "locals": None}
-              for f in metas]
+    frames = [
+        {
+            "function": f.get("qualname"),
+            "file": f.get("filename"),
+            "line": f.get("lineno"),
+            "source": linecache.getline(f["filename"], f["lineno"]).strip()
+            if isinstance(f.get("filename"), str) and isinstance(f.get("lineno"), int)
+            else "",
+            "locals": None,
+        }
+        for f in metas
+    ]
     try:
         state = _inert.loads(payload)
         for out, meta, record in zip(frames, metas, state["frames"]):
             out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
-        report["globals"] = {str(module): {str(k): _inert.render(v) for k, v in values.items()
-                                           if not _inert.is_code_object(v)}
-                             for module, values in state["globals"].items()}
-    except Exception as exc:     # a damaged body: the frames from the header still show
+        report["globals"] = {
+            str(module): {
+                str(k): _inert.render(v) for k, v in values.items() if not _inert.is_code_object(v)
+            }
+            for module, values in state["globals"].items()
+        }
+    except Exception as exc:  # a damaged body: the frames from the header still show
         report["locals_unavailable"] = f"{type(exc).__name__}: {exc}"
-    report["tasks"] = [{"task": "main", "frames": frames[::-1]}]   # outermost first
+    report["tasks"] = [{"task": "main", "frames": frames[::-1]}]  # outermost first
     return report
 
 
@@ -71,15 +93,17 @@ def table(headers: list[str], rows: list[list[str]]) -> None:
 def render(report: dict) -> None:
     console = Console(width=200, soft_wrap=True, highlight=False)
     label = f" ({report['label']})" if report.get("label") else ""
-    console.print(f"job {report['job_id']} snapshot {report['seq']}{label}, Python "
-                  f"{report['python']}, key {report['key_id']}", markup=False)
+    console.print(
+        f"job {report['job_id']} snapshot {report['seq']}{label}, Python "
+        f"{report['python']}, key {report['key_id']}",
+        markup=False,
+    )
     if report.get("locals_unavailable"):
         console.print(f"locals unavailable: {report['locals_unavailable']}", markup=False)
     for task in report["tasks"]:
         console.print(f"task {task['task']}", markup=False)
         for frame in task["frames"]:
-            console.print(f"  {frame['function']}()  {frame['file']}:{frame['line']}",
-                          markup=False)
+            console.print(f"  {frame['function']}()  {frame['file']}:{frame['line']}", markup=False)
             if frame["source"]:
                 console.print(f"    > {frame['source']}", markup=False)
             for name, value in (frame["locals"] or {}).items():

@@ -33,9 +33,20 @@ from . import _agent, _defstate, _process, _rootlog
 from ._capture import capture_stack
 from ._codeid import CodeRef, find_code
 from ._effects import Ledger
-from ._errors import (HeaderMismatch, IncompatibleSnapshot, JobFinished, JobNotFound, JobParked,
-                      RestoreError, SnapshotError, SnapshotWriteError, SnapstateError,
-                      StaleWriter, StoreDamaged, StoreFailure)
+from ._errors import (
+    HeaderMismatch,
+    IncompatibleSnapshot,
+    JobFinished,
+    JobNotFound,
+    JobParked,
+    RestoreError,
+    SnapshotError,
+    SnapshotWriteError,
+    SnapstateError,
+    StaleWriter,
+    StoreDamaged,
+    StoreFailure,
+)
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
@@ -77,11 +88,12 @@ class _Done:
 class _Stop:
     """The agent asks the hub to stop the run here, leaving it paused: park or end
     of a replay."""
+
     error: BaseException | None
     reason: str
 
 
-_ACTIVE: "Job | None" = None
+_ACTIVE: Job | None = None
 
 
 def snapshot(label: str | None = None) -> SnapshotInfo:
@@ -93,8 +105,10 @@ def snapshot(label: str | None = None) -> SnapshotInfo:
     if job is None:
         return SnapshotInfo(False, 0.0, None, label)
     if greenlet.getcurrent() is not job._agent:
-        raise SnapshotError("snapshot() was called from a greenlet or thread the job did not "
-                            "start; call it from the agent's own code")
+        raise SnapshotError(
+            "snapshot() was called from a greenlet or thread the job did not "
+            "start; call it from the agent's own code"
+        )
     return job._hub.switch(_FreezeRequest(label, sys.exception()))
 
 
@@ -121,8 +135,9 @@ def check_versions(header: dict, where: str) -> None:
     then = header.get("versions", {})
     changes = []
     if then.get("python") != now["python"]:
-        changes.append(f"Python {then.get('python_full') or then.get('python')} -> "
-                       f"{now['python_full']}")
+        changes.append(
+            f"Python {then.get('python_full') or then.get('python')} -> {now['python_full']}"
+        )
     for lib in ("greenlet", "cloudpickle"):
         if _minor(then.get(lib, "?")) != _minor(now[lib]):
             changes.append(f"{lib} {then.get(lib)} -> {now[lib]}")
@@ -130,13 +145,14 @@ def check_versions(header: dict, where: str) -> None:
         raise IncompatibleSnapshot(
             f"{where} was taken under another runtime: {'; '.join(changes)}. Resume it with "
             f"the interpreter and library versions it was taken with "
-            f"(Python {then.get('python_full')}).")
+            f"(Python {then.get('python_full')})."
+        )
 
 
 def _local_names(code) -> list[str]:
     names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
     names += list(code.co_freevars)
-    return names[:nlocalsplus(code)]
+    return names[: nlocalsplus(code)]
 
 
 def _names_for_header(ref: CodeRef) -> list[str] | None:
@@ -167,26 +183,27 @@ class Job:
         self._resumed: dict | None = None
         self._hub_error: BaseException | None = None
         self._hub = self._agent = None
-        self.say = lambda message: None     # where the CLI's stderr notes go
+        self.say = lambda message: None  # where the CLI's stderr notes go
         self.ledger = Ledger(self)
         self.replay_stop: str | None = None
         self._restart_at: float | None = None
         # Called on the hub right after each snapshot is committed (SIGTERM --grace).
         self.after_commit = None
-        self.finishing = False          # the run is over: recording its outcome
+        self.finishing = False  # the run is over: recording its outcome
 
     @classmethod
-    def create(cls, home: Home, entry: _agent.EntryPoint, argv: list[str],
-               job_id: str | None = None) -> "Job":
-        if job_id is None:    # from the script's name, sanitized: `my agent!.py` is fine
-            job_id = derive_job_id(entry.module.split('.')[-1], secrets.token_hex(4))
+    def create(
+        cls, home: Home, entry: _agent.EntryPoint, argv: list[str], job_id: str | None = None
+    ) -> Job:
+        if job_id is None:  # from the script's name, sanitized: `my agent!.py` is fine
+            job_id = derive_job_id(entry.module.split(".")[-1], secrets.token_hex(4))
         validate_job_id(job_id)
         _refuse_leftover_files(home, job_id)
         # The entry point is loaded before the job exists: a script without main() or
         # a missing module:function is refused (EntryPointError) leaving no job whose
         # module code would re-run on every resume. Loading it again to run is free.
         sys.argv = [entry.path or entry.module, *argv]
-        host_logging = _rootlog.baseline()     # before the agent's import configures it
+        host_logging = _rootlog.baseline()  # before the agent's import configures it
         entry.load()
         home.catalog.create_job(job_id, entry.as_dict(), list(argv))
         job = cls(home, job_id, entry, argv)
@@ -194,7 +211,7 @@ class Job:
         return job
 
     @classmethod
-    def open(cls, home: Home, job_id: str) -> "Job":
+    def open(cls, home: Home, job_id: str) -> Job:
         validate_job_id(job_id)
         row = home.catalog.get_job(job_id)
         return cls(home, job_id, _agent.EntryPoint.from_dict(row.entry), row.argv)
@@ -203,7 +220,7 @@ class Job:
     def run(self, *, force: bool = False):
         """Run the entry function from the start under the job's lease; returns its
         result and records the outcome in the catalog."""
-        check_accepted(self.home.catalog, self.job_id)   # a job rebuilt by repair waits
+        check_accepted(self.home.catalog, self.job_id)  # a job rebuilt by repair waits
         self._acquire(force=force, resuming=False)
         return self._run_leased(self.prepare)
 
@@ -212,10 +229,12 @@ class Job:
         later ones); with no snapshot yet, from the start of its entry function.
         A done job never runs again (JobFinished), whichever way it is resumed."""
         if self.home.catalog.get_job(self.job_id).status == "done":
-            raise JobFinished(f"job {self.job_id} is done; nothing to resume (`snaprun fork "
-                              f"{self.job_id}@SEQ` starts a copy from one of its snapshots)")
-        check_accepted(self.home.catalog, self.job_id)   # a job rebuilt by repair waits
-        self._acquire(force=force, resuming=False)   # counted once the restore succeeded
+            raise JobFinished(
+                f"job {self.job_id} is done; nothing to resume (`snaprun fork "
+                f"{self.job_id}@SEQ` starts a copy from one of its snapshots)"
+            )
+        check_accepted(self.home.catalog, self.job_id)  # a job rebuilt by repair waits
+        self._acquire(force=force, resuming=False)  # counted once the restore succeeded
         self._restart_at = time.time()
         self.ledger.restored = True
         return self._run_leased(lambda: self._restore_for_resume(at))
@@ -230,14 +249,17 @@ class Job:
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
         path = self.home.row_path(row)
-        header, payload = self.home.read_row(row)      # the very file the row recorded
-        with tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch, \
-                scratch_copies(scratch):
+        header, payload = self.home.read_row(row)  # the very file the row recorded
+        with (
+            tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch,
+            scratch_copies(scratch),
+        ):
             return self._loop(self.restore(header, payload, path), (), {})
 
     # called by the ledger, in the agent's greenlet
     def park(self, row, call_site: str) -> None:
         from ._effects import explain_ambiguous
+
         self._hub.switch(_Stop(JobParked(explain_ambiguous(self.job_id, row)), "parked"))
 
     def fenced(self, error: StaleWriter) -> None:
@@ -256,14 +278,15 @@ class Job:
     def progressed(self) -> None:
         """The first new durable progress after a restart: record how long it took."""
         if self._restart_at is not None:
-            self.home.catalog.set_metric(self.job_id, "restart_to_progress_s",
-                                         time.time() - self._restart_at)
+            self.home.catalog.set_metric(
+                self.job_id, "restart_to_progress_s", time.time() - self._restart_at
+            )
             self._restart_at = None
 
     def prepare(self):
         """Load the entry point; returns the function to run."""
-        _process.begin(self)       # the environment the job's changes are measured against
-        _rootlog.begin(self)       # root logger handlers already there are the host's
+        _process.begin(self)  # the environment the job's changes are measured against
+        _rootlog.begin(self)  # root logger handlers already there are the host's
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
         return self.entry.load()
 
@@ -279,10 +302,15 @@ class Job:
             row = rows[-1]
         else:
             fn = self.prepare()
-            self.home.catalog.record_resume(self.job_id, self.epoch, "no snapshot yet: "
-                                            "restarted from the start of the entry function")
-            self.say(f"job {self.job_id} has no snapshot yet: restarting its entry function "
-                     "(the effect ledger keeps completed side effects from repeating)")
+            self.home.catalog.record_resume(
+                self.job_id,
+                self.epoch,
+                "no snapshot yet: restarted from the start of the entry function",
+            )
+            self.say(
+                f"job {self.job_id} has no snapshot yet: restarting its entry function "
+                "(the effect ledger keeps completed side effects from repeating)"
+            )
             return fn
         path = self.home.row_path(row)
         # Refuses another job's file, a dropped branch's file, any file but the row's.
@@ -294,8 +322,11 @@ class Job:
             self.home.catalog.delete_snapshot(self.job_id, r.seq)
             self.home.delete_file(r.file)
         if later:
-            self.home.catalog.log_event(self.job_id, "rewound", f"to snapshot {row.seq}; "
-                                        f"dropped {', '.join(str(r.seq) for r in later)}")
+            self.home.catalog.log_event(
+                self.job_id,
+                "rewound",
+                f"to snapshot {row.seq}; dropped {', '.join(str(r.seq) for r in later)}",
+            )
         self.home.catalog.record_resume(self.job_id, self.epoch, f"from snapshot {row.seq}")
         self.say(f"job {self.job_id} resumed from snapshot {row.seq}")
         return outer
@@ -360,7 +391,7 @@ class Job:
         try:
             lease.release()
         except (StaleWriter, StoreFailure):
-            pass           # the outcome is recorded; the lease dies with this process
+            pass  # the outcome is recorded; the lease dies with this process
 
     def _loop(self, fn, args, kwargs):
         global _ACTIVE
@@ -373,7 +404,7 @@ class Job:
             while isinstance(message, _FreezeRequest):
                 message = self._take_snapshot(message)
             if isinstance(message, _Stop):
-                _PARKED_AGENTS.append(self._agent)   # stays paused, never unwound
+                _PARKED_AGENTS.append(self._agent)  # stays paused, never unwound
                 if message.error is not None:
                     raise message.error
                 self.replay_stop = message.reason
@@ -384,19 +415,20 @@ class Job:
 
     def _take_snapshot(self, request: _FreezeRequest):
         seq = self.seq + 1
-        close_all_for_snapshot()       # resource() handles reopen on their next use
+        close_all_for_snapshot()  # resource() handles reopen on their next use
         try:
             header, payload = self._freeze(request, seq)
         except SnapshotError as exc:
             return self._agent.throw(exc)
-        if self.ledger.replay:      # a replay writes nothing
+        if self.ledger.replay:  # a replay writes nothing
             self.seq = seq
             return self._agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
         try:
             if self.lease is not None and self.lease.lost is not None:
                 raise self.lease.lost
-            row = self.home.write_snapshot(self.job_id, seq, self.epoch, request.label, header,
-                                           payload)
+            row = self.home.write_snapshot(
+                self.job_id, seq, self.epoch, request.label, header, payload
+            )
             fault_point("before-commit", seq)
             self.ledger.flush()
             self.home.commit_snapshot(row)
@@ -409,7 +441,7 @@ class Job:
         self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
         if self.after_commit is not None:
-            self.after_commit(seq)       # may end the process (SIGTERM --grace)
+            self.after_commit(seq)  # may end the process (SIGTERM --grace)
         return self._agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
 
     # ------------------------------------------------------------------ freezing
@@ -423,27 +455,44 @@ class Job:
         except SnapshotError as exc:
             raise SnapshotError(f"{label} failed: {exc}") from None
         modules = _agent.agent_modules(self.entry)
-        state = {"process": _process.capture(self),    # first: its env is applied first
-                 "frames": frames, "globals": _agent.capture_globals(modules),
-                 "defs": _defstate.capture(modules),     # functions' and classes' state
-                 "handled": request.handled, "label": request.label,
-                 "effects": self.ledger.ordinal,
-                 "logging": _rootlog.capture(self)}     # basicConfig(...) in main()
+        state = {
+            "process": _process.capture(self),  # first: its env is applied first
+            "frames": frames,
+            "globals": _agent.capture_globals(modules),
+            "defs": _defstate.capture(modules),  # functions' and classes' state
+            "handled": request.handled,
+            "label": request.label,
+            "effects": self.ledger.ordinal,
+            "logging": _rootlog.capture(self),
+        }  # basicConfig(...) in main()
         try:
-            _secrets.bind(self.home.keys)      # credentials in SDK clients are sealed
-            _refs.bind(modules)     # other modules' objects are saved by reference
+            _secrets.bind(self.home.keys)  # credentials in SDK clients are sealed
+            _refs.bind(modules)  # other modules' objects are saved by reference
             payload = _pickler.dumps(state, roots=lambda: self._roots(state))
         except _pickler.UnpicklableError as exc:
-            fix = f" {exc.fix}" if exc.fix else ""      # the fix for that kind of object
+            fix = f" {exc.fix}" if exc.fix else ""  # the fix for that kind of object
             raise SnapshotError(f"{label} failed: {exc}.{fix}") from None
         header = {
-            "job_id": self.job_id, "seq": seq, "epoch": self.epoch, "label": request.label,
-            "created_at": time.time(), "versions": runtime_versions(),
-            "entry": self.entry.as_dict(), "argv": self.argv,
-            "frames": [{"module": f.code.module, "qualname": f.code.qualname,
-                        "firstlineno": f.code.firstlineno, "digest": f.code.digest,
-                        "filename": f.code.filename, "lineno": f.lineno,
-                        "locals": _names_for_header(f.code)} for f in frames],
+            "job_id": self.job_id,
+            "seq": seq,
+            "epoch": self.epoch,
+            "label": request.label,
+            "created_at": time.time(),
+            "versions": runtime_versions(),
+            "entry": self.entry.as_dict(),
+            "argv": self.argv,
+            "frames": [
+                {
+                    "module": f.code.module,
+                    "qualname": f.code.qualname,
+                    "firstlineno": f.code.firstlineno,
+                    "digest": f.code.digest,
+                    "filename": f.code.filename,
+                    "lineno": f.lineno,
+                    "locals": _names_for_header(f.code),
+                }
+                for f in frames
+            ],
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
         }
@@ -464,8 +513,9 @@ class Job:
             for i, value in enumerate(rec.stack):
                 roots.append((f"task main, frame {rec.where}, value stack [{i}]", value))
             if rec.instance is not None:
-                roots.append((f"task main, frame {rec.where}, object being constructed",
-                              rec.instance))
+                roots.append(
+                    (f"task main, frame {rec.where}, object being constructed", rec.instance)
+                )
         for module, values in state["globals"].items():
             for name, value in values.items():
                 roots.append((f"module {module}, global {name!r}", value))
@@ -480,8 +530,9 @@ class Job:
         returns the function that continues the job right after its snapshot()."""
         missing = JOB_HEADER_FIELDS - set(header)
         if missing:
-            raise HeaderMismatch(f"{where} has no snapshot header (missing "
-                                 f"{', '.join(sorted(missing))})")
+            raise HeaderMismatch(
+                f"{where} has no snapshot header (missing {', '.join(sorted(missing))})"
+            )
         check_versions(header, where)
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
         _rootlog.begin(self)
@@ -493,7 +544,8 @@ class Job:
             raise IncompatibleSnapshot(
                 f"{where} cannot be resumed: the agent's code no longer imports "
                 f"({type(exc).__name__}: {exc}). Restore the original source to resume this "
-                "job.") from None
+                "job."
+            ) from None
         self._check_code(header, where)
         try:
             _secrets.bind(self.home.keys)
@@ -503,13 +555,16 @@ class Job:
         except (ImportError, AttributeError) as exc:
             raise IncompatibleSnapshot(
                 f"{where} refers to code that no longer exists ({type(exc).__name__}: {exc}). "
-                "Restore the original source to resume this job.") from None
+                "Restore the original source to resume this job."
+            ) from None
         except Exception as exc:
-            raise RestoreError(f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
-                               "resume from an earlier snapshot of the job.") from None
+            raise RestoreError(
+                f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
+                "resume from an earlier snapshot of the job."
+            ) from None
         _agent.restore_globals(state["globals"])
-        _defstate.restore(state.get("defs", {}), state["globals"])   # onto the fresh import
-        _process.restore(self, state.get("process"))   # cwd, random; env applied by loads
+        _defstate.restore(state.get("defs", {}), state["globals"])  # onto the fresh import
+        _process.restore(self, state.get("process"))  # cwd, random; env applied by loads
         _rootlog.restore(self, state.get("logging"))
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
@@ -528,18 +583,23 @@ class Job:
                 problems.append(getattr(exc, "change", str(exc)))
         if not problems:
             return
-        changed = [name for name, digest in header.get("modules", {}).items()
-                   if name in sys.modules and _agent.module_digest(sys.modules[name]) != digest]
+        changed = [
+            name
+            for name, digest in header.get("modules", {}).items()
+            if name in sys.modules and _agent.module_digest(sys.modules[name]) != digest
+        ]
         files = f" Changed files: {', '.join(changed)}." if changed else ""
         raise IncompatibleSnapshot(
             f"{where} cannot be resumed: the agent's code changed since it was taken: "
             f"{'; '.join(dict.fromkeys(problems))}.{files} Restore the original source to "
-            "resume this job, or start a new job.")
+            "resume this job, or start a new job."
+        )
 
     def _resume_info(self) -> SnapshotInfo:
         header = self._resumed
-        return SnapshotInfo(True, max(0.0, time.time() - header["created_at"]), header["seq"],
-                            header["label"])
+        return SnapshotInfo(
+            True, max(0.0, time.time() - header["created_at"]), header["seq"], header["label"]
+        )
 
 
 def _refuse_leftover_files(home: Home, job_id: str) -> None:
@@ -548,7 +608,7 @@ def _refuse_leftover_files(home: Home, job_id: str) -> None:
     new job would overwrite them."""
     try:
         home.catalog.get_job(job_id)
-        return                  # a known job: creating it again is JobExists
+        return  # a known job: creating it again is JobExists
     except JobNotFound:
         pass
     folder = home.job_directory(job_id)
@@ -563,7 +623,8 @@ def _refuse_leftover_files(home: Home, job_id: str) -> None:
             f"does not know ({', '.join(sorted(written)[:3])}{', ...' if len(written) > 3 else ''}"
             f" in {folder}): the catalog may be stale (a lost catalog.db-wal, a restored "
             "backup). Nothing was created; `snaprun repair` rebuilds lost jobs from their files, "
-            "or choose another id.")
+            "or choose another id."
+        )
 
 
 # Agents whose run stopped on a fatal store error stay paused forever: letting them be

@@ -13,12 +13,20 @@ import importlib
 import sys
 import types
 
-__all__ = ["LAYOUT", "NULL", "IFrame", "nlocalsplus", "iframe_of", "read_pointers",
-           "true_previous", "generator_handled_exception", "object_at"]
+__all__ = [
+    "LAYOUT",
+    "NULL",
+    "IFrame",
+    "nlocalsplus",
+    "iframe_of",
+    "read_pointers",
+    "true_previous",
+    "generator_handled_exception",
+    "object_at",
+]
 
 _SUPPORTED = {(3, 11): "_cpython311", (3, 12): "_cpython312", (3, 13): "_cpython313"}
 _VERSION = sys.version_info[:2]
-
 
 
 def check_supported(implementation: str, version: tuple[int, int], full: str) -> str:
@@ -26,7 +34,8 @@ def check_supported(implementation: str, version: tuple[int, int], full: str) ->
     if implementation != "cpython" or version not in _SUPPORTED:
         raise ImportError(
             f"snapstate's freeze engine supports CPython 3.11, 3.12 and 3.13; this is "
-            f"{implementation} {full}. Run the agent under one of those.")
+            f"{implementation} {full}. Run the agent under one of those."
+        )
     return _SUPPORTED[version]
 
 
@@ -71,8 +80,11 @@ NULL = _Null()
 
 def nlocalsplus(code: types.CodeType) -> int:
     """Number of local slots (locals, cells, free variables) of `code`."""
-    return (code.co_nlocals + len([c for c in code.co_cellvars if c not in code.co_varnames])
-            + len(code.co_freevars))
+    return (
+        code.co_nlocals
+        + len([c for c in code.co_cellvars if c not in code.co_varnames])
+        + len(code.co_freevars)
+    )
 
 
 def object_at(address: int):
@@ -87,7 +99,8 @@ def iframe_of(frame: types.FrameType) -> tuple[int, IFrame]:
     if getattr(view, LAYOUT.CODE_FIELD) != id(frame.f_code) or view.frame_obj != id(frame):
         raise RuntimeError(
             f"interpreter frame of {frame.f_code.co_qualname} does not match the CPython "
-            f"{_VERSION[0]}.{_VERSION[1]} layout table; this interpreter build is not supported")
+            f"{_VERSION[0]}.{_VERSION[1]} layout table; this interpreter build is not supported"
+        )
     return address, view
 
 
@@ -120,8 +133,11 @@ def is_init_shim(view: IFrame) -> bool:
     if LAYOUT.INIT_SHIM_NAME is None:
         return False
     code = code_of(view)
-    return (isinstance(code, types.CodeType) and code.co_name == LAYOUT.INIT_SHIM_NAME
-            and code.co_filename == LAYOUT.INIT_SHIM_NAME)
+    return (
+        isinstance(code, types.CodeType)
+        and code.co_name == LAYOUT.INIT_SHIM_NAME
+        and code.co_filename == LAYOUT.INIT_SHIM_NAME
+    )
 
 
 def generator_handled_exception(gen) -> BaseException | None:
@@ -163,7 +179,9 @@ def _self_check() -> None:
         if not stack or stack[0] is not slots[2]:
             raise RuntimeError("the value stack is not where the table says")
         if true_previous(callee_frame, callee_view) != caller_addr:
-            raise RuntimeError("the callee's original `previous` pointer is not where the table says")
+            raise RuntimeError(
+                "the callee's original `previous` pointer is not where the table says"
+            )
     finally:
         g.throw(greenlet.GreenletExit)
 
@@ -188,7 +206,8 @@ def verify_layout() -> None:
     except (RuntimeError, ValueError) as exc:
         raise ImportError(
             f"snapstate's CPython {_VERSION[0]}.{_VERSION[1]} frame layout table does not "
-            f"match this interpreter ({sys.version.split()[0]}): {exc}") from None
+            f"match this interpreter ({sys.version.split()[0]}): {exc}"
+        ) from None
 
 
 verify_layout()

@@ -38,10 +38,11 @@ def lease_ttl() -> float:
         ttl = float(text)
     except ValueError:
         ttl = math.nan
-    if not MIN_TTL <= ttl <= MAX_TTL:          # also refuses nan and inf
+    if not MIN_TTL <= ttl <= MAX_TTL:  # also refuses nan and inf
         raise SnapstateError(
             f"{TTL_VARIABLE}={text!r} is not a lease ttl: give a number of seconds from "
-            f"{MIN_TTL:.0f} to {MAX_TTL:.0f}, or unset it for the default {DEFAULT_TTL:.0f}s")
+            f"{MIN_TTL:.0f} to {MAX_TTL:.0f}, or unset it for the default {DEFAULT_TTL:.0f}s"
+        )
     return ttl
 
 
@@ -75,8 +76,9 @@ class Lease:
 
     def acquire(self, *, force: bool = False, resuming: bool = False) -> int:
         self.epoch = self._take(force, resuming)
-        self._thread = threading.Thread(target=self._beat, name=f"snapstate-lease-{self.job_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._beat, name=f"snapstate-lease-{self.job_id}", daemon=True
+        )
         self._thread.start()
         return self.epoch
 
@@ -87,17 +89,18 @@ class Lease:
         give_up: float | None = None
         while True:
             try:
-                return self.catalog.acquire_lease(self.job_id, self.owner, self.ttl,
-                                                  force=force, resuming=resuming)
+                return self.catalog.acquire_lease(
+                    self.job_id, self.owner, self.ttl, force=force, resuming=resuming
+                )
             except LeaseHeld:
                 if not force:
                     raise
                 now = time.time()
                 lease = self.catalog.get_lease(self.job_id)
                 if lease is None or not lease.is_live(now):
-                    continue                       # it ended meanwhile: try again
+                    continue  # it ended meanwhile: try again
                 if not silent(lease, now) or (give_up is not None and now >= give_up):
-                    raise                          # heartbeating (again): never taken over
+                    raise  # heartbeating (again): never taken over
                 if give_up is None:
                     give_up = lease.expires + min(lease.expires - lease.heartbeat, MAX_TTL)
                     self.say(
@@ -105,7 +108,8 @@ class Lease:
                         f"{lease.epoch}), alive but silent: no heartbeat for "
                         f"{now - lease.heartbeat:.1f}s. --force waits until its lease expires "
                         f"at {_clock(lease.expires)} (in {lease.expires - now:.1f}s), then "
-                        "takes the job over")
+                        "takes the job over"
+                    )
                 time.sleep(max(0.0, min(lease.expires, give_up) - now) + 0.01)
 
     def _beat(self) -> None:
@@ -116,10 +120,10 @@ class Lease:
                 except StaleWriter as exc:
                     self.lost = exc
                     return
-                except Exception:   # a busy or briefly unavailable catalog: next beat
+                except Exception:  # a busy or briefly unavailable catalog: next beat
                     continue
         finally:
-            self.catalog.close()   # this thread's connection
+            self.catalog.close()  # this thread's connection
 
     def stop(self) -> None:
         self._stop.set()

@@ -31,11 +31,11 @@ __all__ = ["build_resume_chain", "rebuild_generator", "unmorph", "morph_record",
 @dataclass(frozen=True)
 class _MorphInfo:
     original: types.CodeType
-    prologue: int          # units before the original body
+    prologue: int  # units before the original body
     call_start: int
     call_end: int
-    pending: FrameRecord   # the record without its values: where the frame is paused
-    created: FrameRecord | None   # whole record of a generator not started yet
+    pending: FrameRecord  # the record without its values: where the frame is paused
+    created: FrameRecord | None  # whole record of a generator not started yet
 
 
 # id(morph code) -> (weak reference to it, info). Entries go away with their code, so
@@ -136,9 +136,12 @@ class _Prologue:
 
 def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
     code = find_code(rec.code)
-    nargs = (code.co_argcount + code.co_kwonlyargcount
-             + bool(code.co_flags & inspect.CO_VARARGS)
-             + bool(code.co_flags & inspect.CO_VARKEYWORDS))
+    nargs = (
+        code.co_argcount
+        + code.co_kwonlyargcount
+        + bool(code.co_flags & inspect.CO_VARARGS)
+        + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    )
     pro = _Prologue(code)
     if rec.kind != CALL:
         pro.emit("RETURN_GENERATOR")
@@ -146,11 +149,11 @@ def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
     pro.emit("RESUME", 0)
     for i, value in enumerate(rec.slots):
         if value is NULL:
-            if i < nargs:   # argument slots were filled with dummy defaults
+            if i < nargs:  # argument slots were filled with dummy defaults
                 pro.emit("DELETE_FAST", i)
             continue
         pro.push(value)
-        pro.emit("STORE_FAST", i)    # cell and free slots receive the cell itself
+        pro.emit("STORE_FAST", i)  # cell and free slots receive the cell itself
     for i, value in enumerate(rec.stack):
         if i in rec.handled:
             # Inside an except/finally body: re-run PUSH_EXC_INFO so the handled
@@ -167,46 +170,73 @@ def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
     call_start = pro.units
     if rec.kind == CALL:
         pro.call(inner if inner is not None else value_fn)
-        if rec.result == INSTANCE:   # Class() evaluates to the instance, not __init__'s None
+        if rec.result == INSTANCE:  # Class() evaluates to the instance, not __init__'s None
             pro.emit("POP_TOP")
             pro.emit("LOAD_CONST", pro.const(_Values([rec.instance])))
             pro.emit("LOAD_CONST", pro.const(0))
             pro.emit("BINARY_SUBSCR")
     elif rec.kind == GENERATOR:
-        pro.push(None)               # the re-executed YIELD_VALUE yields this
+        pro.push(None)  # the re-executed YIELD_VALUE yields this
     call_end = pro.units
-    pro.emit("JUMP_FORWARD", rec.resume)   # relative to the end of the prologue
+    pro.emit("JUMP_FORWARD", rec.resume)  # relative to the end of the prologue
     prologue = pro.units
 
-    entries = [bc.ExceptionEntry(e.start + prologue, e.end + prologue, e.target + prologue,
-                                 e.depth, e.lasti) for e in bc.exception_entries(code)]
+    entries = [
+        bc.ExceptionEntry(
+            e.start + prologue, e.end + prologue, e.target + prologue, e.depth, e.lasti
+        )
+        for e in bc.exception_entries(code)
+    ]
     position = None
     if rec.kind == CALL:
         for e in bc.exception_entries(code):
             if e.start <= rec.pending < e.end:
-                entries.insert(0, bc.ExceptionEntry(call_start, call_end, e.target + prologue,
-                                                    e.depth, e.lasti))
+                entries.insert(
+                    0,
+                    bc.ExceptionEntry(call_start, call_end, e.target + prologue, e.depth, e.lasti),
+                )
                 break
         position = list(code.co_positions())[rec.pending]
 
     table = bc.linetable_no_location(call_start)
     if position and position[0] is not None:
-        table += bc.linetable_positions(call_end - call_start, position[0] - code.co_firstlineno,
-                                        position)
+        table += bc.linetable_positions(
+            call_end - call_start, position[0] - code.co_firstlineno, position
+        )
         table += bc.linetable_positions(prologue - call_end, code.co_firstlineno - position[0])
     else:
         table += bc.linetable_no_location(prologue - call_start)
     table += code.co_linetable
 
     morph = code.replace(
-        co_code=bytes(pro.out) + code.co_code, co_consts=tuple(pro.consts),
-        co_exceptiontable=bc.encode_exception_table(entries), co_linetable=bytes(table),
-        co_stacksize=max(code.co_stacksize, len(rec.stack) + 6) + 2)
-    pending = FrameRecord(code=rec.code, slots=[], stack=[], resume=rec.resume,
-                          pending=rec.pending, kind=rec.kind, result=rec.result,
-                          instance=rec.instance, lineno=rec.lineno)
-    _register(morph, _MorphInfo(code, prologue, call_start, call_end, pending,
-                                rec if rec.kind == GENERATOR_CREATED else None))
+        co_code=bytes(pro.out) + code.co_code,
+        co_consts=tuple(pro.consts),
+        co_exceptiontable=bc.encode_exception_table(entries),
+        co_linetable=bytes(table),
+        co_stacksize=max(code.co_stacksize, len(rec.stack) + 6) + 2,
+    )
+    pending = FrameRecord(
+        code=rec.code,
+        slots=[],
+        stack=[],
+        resume=rec.resume,
+        pending=rec.pending,
+        kind=rec.kind,
+        result=rec.result,
+        instance=rec.instance,
+        lineno=rec.lineno,
+    )
+    _register(
+        morph,
+        _MorphInfo(
+            code,
+            prologue,
+            call_start,
+            call_end,
+            pending,
+            rec if rec.kind == GENERATOR_CREATED else None,
+        ),
+    )
     return morph
 
 
@@ -216,11 +246,14 @@ def build_morph_function(rec: FrameRecord, inner=None, value_fn=None) -> types.F
     n_free = len(morph.co_freevars)
     closure = None
     if n_free:
-        closure = tuple(c if isinstance(c, types.CellType) else types.CellType()
-                        for c in rec.slots[len(rec.slots) - n_free:])
-    fn = types.FunctionType(morph, module.__dict__, morph.co_name,
-                            (None,) * morph.co_argcount, closure)
-    kwonly = morph.co_varnames[morph.co_argcount:morph.co_argcount + morph.co_kwonlyargcount]
+        closure = tuple(
+            c if isinstance(c, types.CellType) else types.CellType()
+            for c in rec.slots[len(rec.slots) - n_free :]
+        )
+    fn = types.FunctionType(
+        morph, module.__dict__, morph.co_name, (None,) * morph.co_argcount, closure
+    )
+    kwonly = morph.co_varnames[morph.co_argcount : morph.co_argcount + morph.co_kwonlyargcount]
     fn.__kwdefaults__ = {name: None for name in kwonly} or None
     fn.__qualname__ = morph.co_qualname
     return fn

@@ -45,23 +45,26 @@ class ProcessState:
 
     __slots__ = ("random", "numpy_random", "env_set", "env_removed", "cwd", "baseline")
 
-    def __init__(self, random_state, numpy_random, env_set: dict[str, str],
-                 env_removed: list[str], cwd: str):
+    def __init__(
+        self, random_state, numpy_random, env_set: dict[str, str], env_removed: list[str], cwd: str
+    ):
         self.random, self.numpy_random = random_state, numpy_random
         self.env_set, self.env_removed, self.cwd = env_set, env_removed, cwd
-        self.baseline: dict[str, str] | None = None   # set when unpickled: env before the diff
+        self.baseline: dict[str, str] | None = None  # set when unpickled: env before the diff
 
     def __reduce__(self):
         # The names stay readable (snaprun inspect shows them); the values are sealed as
         # one credential (one seal per snapshot) that unpickles as a JSON str.
-        env_set = ((list(self.env_set), credential(json.dumps(list(self.env_set.values()))))
-                   if self.env_set else {})
-        return (_loaded, (self.random, self.numpy_random, env_set, self.env_removed,
-                          self.cwd))
+        env_set = (
+            (list(self.env_set), credential(json.dumps(list(self.env_set.values()))))
+            if self.env_set
+            else {}
+        )
+        return (_loaded, (self.random, self.numpy_random, env_set, self.env_removed, self.cwd))
 
 
 def _loaded(random_state, numpy_random, env_set, env_removed, cwd) -> ProcessState:
-    if isinstance(env_set, tuple):          # (names, sealed values); older snapshots: a dict
+    if isinstance(env_set, tuple):  # (names, sealed values); older snapshots: a dict
         env_set = dict(zip(env_set[0], json.loads(env_set[1])))
     state = ProcessState(random_state, numpy_random, env_set, env_removed, cwd)
     state.baseline = dict(os.environ)
@@ -144,8 +147,10 @@ def capture(job) -> ProcessState:
     try:
         cwd = os.getcwd()
     except FileNotFoundError:
-        raise SnapshotError("the job's working directory was removed while it ran; change "
-                            "into an existing directory (os.chdir) before snapshot()") from None
+        raise SnapshotError(
+            "the job's working directory was removed while it ran; change "
+            "into an existing directory (os.chdir) before snapshot()"
+        ) from None
     numpy_random = None
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:
@@ -164,7 +169,7 @@ def restore(job, state: ProcessState | None) -> None:
     try:
         os.chdir(state.cwd)
     except OSError as exc:
-        if state.baseline is not None:        # leave the process's environment as it was
+        if state.baseline is not None:  # leave the process's environment as it was
             _revert_env(state.baseline)
         gone = isinstance(exc, (FileNotFoundError, NotADirectoryError))
         raise ResourceReopenError(
@@ -172,10 +177,12 @@ def restore(job, state: ProcessState | None) -> None:
             + ("no longer exists" if gone else f"cannot be entered ({exc.strerror})")
             + ", so the job cannot continue where it was. The snapshot is intact: "
             + ("recreate the directory" if gone else "fix its permissions")
-            + " and resume the job again.") from None
+            + " and resume the job again."
+        ) from None
     random.setstate(state.random)
     if state.numpy_random is not None:
-        import numpy.random      # the job had imported it: its state was saved
+        import numpy.random  # the job had imported it: its state was saved
+
         numpy.random.set_state(state.numpy_random)
     owned = set(state.env_set) | set(state.env_removed)
     job._process_tracker = _Tracker(dict(os.environ), owned)

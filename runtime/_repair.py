@@ -38,7 +38,7 @@ from ._errors import JobParked, SnapstateError, StoreDamaged, StoreError
 
 __all__ = ["MARK", "RebuiltJob", "RepairReport", "repair", "accept", "check_accepted"]
 
-MARK = "repair_unaccepted"      # metric set on a rebuilt job until --accept
+MARK = "repair_unaccepted"  # metric set on a rebuilt job until --accept
 _SNAP_NAME = re.compile(r"(\d+)-e(\d+)\.snap")
 _SCRATCH = "repair.tmp-"
 
@@ -49,48 +49,57 @@ class RebuiltJob:
     seqs: list[int]
     epoch: int
     parent: str | None = None
-    left_alone: list[str] = field(default_factory=list)   # files not on its latest branch
+    left_alone: list[str] = field(default_factory=list)  # files not on its latest branch
 
 
 @dataclass
 class RepairReport:
     directory: str
-    healthy: bool = False              # nothing needed rebuilding
-    moved_aside: str | None = None     # the folder holding the damaged catalog
-    identity_restored: bool = False    # store.json was missing and was written
+    healthy: bool = False  # nothing needed rebuilding
+    moved_aside: str | None = None  # the folder holding the damaged catalog
+    identity_restored: bool = False  # store.json was missing and was written
     jobs: list[RebuiltJob] = field(default_factory=list)
-    unverifiable: list[tuple[str, str]] = field(default_factory=list)   # (path, reason)
+    unverifiable: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
 
 
 def parked_message(job_id: str, latest: int, when: float) -> str:
-    return (f"job {job_id} was rebuilt by `snaprun repair` from its snapshot files on "
-            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(when))}: its effect ledger "
-            f"was lost with the catalog, so what it sent after snapshot {latest} (and whether "
-            "it had already finished) is unknown, and resuming could send those effects "
-            "again. Check with the providers what it already did, then `snaprun repair "
-            f"--accept {job_id}` and `snaprun resume {job_id}` (or start over from a snapshot "
-            f"with `snaprun fork {job_id}@{latest}`).")
+    return (
+        f"job {job_id} was rebuilt by `snaprun repair` from its snapshot files on "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(when))}: its effect ledger "
+        f"was lost with the catalog, so what it sent after snapshot {latest} (and whether "
+        "it had already finished) is unknown, and resuming could send those effects "
+        "again. Check with the providers what it already did, then `snaprun repair "
+        f"--accept {job_id}` and `snaprun resume {job_id}` (or start over from a snapshot "
+        f"with `snaprun fork {job_id}@{latest}`)."
+    )
 
 
 def check_accepted(catalog: Store, job_id: str) -> None:
     """JobParked (exit 4) for a job rebuilt by repair that the user has not accepted."""
     if catalog.metrics(job_id).get(MARK):
         latest = catalog.latest(job_id)
-        raise JobParked(parked_message(job_id, latest.seq if latest else 0,
-                                       catalog.metrics(job_id)[MARK]))
+        raise JobParked(
+            parked_message(job_id, latest.seq if latest else 0, catalog.metrics(job_id)[MARK])
+        )
 
 
 def accept(home: Home, job_id: str) -> None:
     """The user checked the providers: the rebuilt job may resume."""
     job = home.catalog.get_job(job_id)
     if not home.catalog.metrics(job_id).get(MARK):
-        raise StoreError(f"job {job_id} was not rebuilt by `snaprun repair` (or was already "
-                         "accepted); nothing to accept")
+        raise StoreError(
+            f"job {job_id} was not rebuilt by `snaprun repair` (or was already "
+            "accepted); nothing to accept"
+        )
     if job.status == "parked":
         home.catalog.set_status(job_id, "interrupted", error=None)
     home.catalog.set_metric(job_id, MARK, 0)
-    home.catalog.log_event(job_id, "accepted", "rebuilt job accepted after repair: it may "
-                           "resume; effects after its latest snapshot may be sent again")
+    home.catalog.log_event(
+        job_id,
+        "accepted",
+        "rebuilt job accepted after repair: it may "
+        "resume; effects after its latest snapshot may be sent again",
+    )
 
 
 # ------------------------------------------------------------------------ repair
@@ -111,6 +120,7 @@ def _catalog_healthy(directory: str) -> bool:
 
 def _load_config_encrypt(directory: str) -> bool:
     import json
+
     try:
         with open(os.path.join(directory, "config.json")) as f:
             return bool(json.load(f).get("encrypt"))
@@ -148,8 +158,9 @@ def _scan(directory: str, keys: KeyRing, encrypt: bool, report: RepairReport) ->
                 report.unverifiable.append((path, f"its header holds snapshot {header['seq']}"))
                 continue
             if header["job_id"] == job and header.get("epoch") != epoch:
-                report.unverifiable.append((path, f"its header says epoch "
-                                                  f"{header.get('epoch')!r}, its name {epoch}"))
+                report.unverifiable.append(
+                    (path, f"its header says epoch {header.get('epoch')!r}, its name {epoch}")
+                )
                 continue
             found.setdefault(job, {}).setdefault(seq, []).append((epoch, path, header, digest))
     return found
@@ -161,13 +172,19 @@ def _store_id(directory: str, found: dict) -> tuple[str | None, bool]:
     identity = _identity.load(directory)
     if identity is not None:
         return identity.store_id, False
-    seen = Counter(h.get("store_id") for job, seqs in found.items() for files in seqs.values()
-                   for _, _, h, _ in files if h["job_id"] == job and h.get("store_id"))
+    seen = Counter(
+        h.get("store_id")
+        for job, seqs in found.items()
+        for files in seqs.values()
+        for _, _, h, _ in files
+        if h["job_id"] == job and h.get("store_id")
+    )
     return (seen.most_common(1)[0][0] if seen else None), True
 
 
-def _branch(job: str, seqs: dict, store_id: str | None, now: float
-            ) -> tuple[RebuiltJob, JobRow, list[SnapshotRow]]:
+def _branch(
+    job: str, seqs: dict, store_id: str | None, now: float
+) -> tuple[RebuiltJob, JobRow, list[SnapshotRow]]:
     """The job's latest branch: per seq its newest file, up to the first seq whose
     epoch is lower than an earlier one's (epochs never go down along a job's
     snapshots: from there on, the files are a dropped branch's leftovers)."""
@@ -184,10 +201,19 @@ def _branch(job: str, seqs: dict, store_id: str | None, now: float
             continue
         top, last_header = epoch, header
         origin = _binding.origin_of(header, store_id, job, epoch)
-        rows.append(SnapshotRow(job, seq, header.get("label"),
-                                os.path.join("snapshots", job, os.path.basename(path)),
-                                os.path.getsize(path), header["created_at"], epoch, digest,
-                                origin))
+        rows.append(
+            SnapshotRow(
+                job,
+                seq,
+                header.get("label"),
+                os.path.join("snapshots", job, os.path.basename(path)),
+                os.path.getsize(path),
+                header["created_at"],
+                epoch,
+                digest,
+                origin,
+            )
+        )
         rebuilt.seqs.append(seq)
         own = header.get("epoch") if header["job_id"] == job else 0
         rebuilt.epoch = max(rebuilt.epoch, epoch, own if isinstance(own, int) else 0)
@@ -195,9 +221,18 @@ def _branch(job: str, seqs: dict, store_id: str | None, now: float
     copied = [r for r in rows if r.origin and r.origin.get("job") != job]
     rebuilt.parent = copied[-1].origin.get("job") if copied else None
     latest = rows[-1].seq
-    job_row = JobRow(job, last_header["entry"], list(last_header.get("argv") or []),
-                     "parked", min(r.created for r in rows), now, 0, rebuilt.parent,
-                     copied[-1].seq if copied else None, parked_message(job, latest, now))
+    job_row = JobRow(
+        job,
+        last_header["entry"],
+        list(last_header.get("argv") or []),
+        "parked",
+        min(r.created for r in rows),
+        now,
+        0,
+        rebuilt.parent,
+        copied[-1].seq if copied else None,
+        parked_message(job, latest, now),
+    )
     return rebuilt, job_row, rows
 
 
@@ -211,11 +246,13 @@ def repair(directory: str) -> RepairReport:
         raise StoreError(f"no store at {directory}: nothing to repair")
     keys_path = os.path.join(directory, _identity.KEYS_FILE)
     if not os.path.exists(keys_path):
-        raise StoreDamaged(f"the key file {keys_path} is missing: without the store's keys no "
-                           "snapshot can be verified, so nothing can be rebuilt. Restore "
-                           "keys.json from a backup, then run `snaprun repair` again")
+        raise StoreDamaged(
+            f"the key file {keys_path} is missing: without the store's keys no "
+            "snapshot can be verified, so nothing can be rebuilt. Restore "
+            "keys.json from a backup, then run `snaprun repair` again"
+        )
     with _identity.store_lock(directory, exclusive=True, create=True):
-        for name in os.listdir(directory):          # a repair cut short
+        for name in os.listdir(directory):  # a repair cut short
             if name.startswith(_SCRATCH):
                 shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
         keys = KeyRing(directory)
@@ -234,8 +271,9 @@ def repair(directory: str) -> RepairReport:
         now = time.time()
         scratch = os.path.join(directory, f"{_SCRATCH}{os.getpid()}")
         # In an encrypted store the rebuilt rows are sealed like every other row.
-        catalog = SqliteStore(scratch, sealer=_sealing.Sealer(keys, _load_config_encrypt(
-            directory)))
+        catalog = SqliteStore(
+            scratch, sealer=_sealing.Sealer(keys, _load_config_encrypt(directory))
+        )
         try:
             for job in sorted(found):
                 rebuilt, job_row, rows = _branch(job, found[job], store_id, now)
@@ -243,12 +281,14 @@ def repair(directory: str) -> RepairReport:
                 report.jobs.append(rebuilt)
             db = catalog._db()
             db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            db.execute("PRAGMA journal_mode=DELETE")     # one self-contained file
+            db.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
         finally:
             catalog.close()
         report.moved_aside = _move_aside(directory, now)
-        _fs.OS.rename(os.path.join(scratch, _identity.CATALOG_FILE),
-                      os.path.join(directory, _identity.CATALOG_FILE))
+        _fs.OS.rename(
+            os.path.join(scratch, _identity.CATALOG_FILE),
+            os.path.join(directory, _identity.CATALOG_FILE),
+        )
         _fs.OS.fsync_dir(directory)
         shutil.rmtree(scratch, ignore_errors=True)
     return report
@@ -256,9 +296,15 @@ def repair(directory: str) -> RepairReport:
 
 def _move_aside(directory: str, now: float) -> str | None:
     """Move catalog.db, -wal and -shm into catalog.damaged-<time>/ (never deleted)."""
-    names = [n for n in (_identity.CATALOG_FILE, _identity.CATALOG_FILE + "-wal",
-                         _identity.CATALOG_FILE + "-shm")
-             if os.path.lexists(os.path.join(directory, n))]
+    names = [
+        n
+        for n in (
+            _identity.CATALOG_FILE,
+            _identity.CATALOG_FILE + "-wal",
+            _identity.CATALOG_FILE + "-shm",
+        )
+        if os.path.lexists(os.path.join(directory, n))
+    ]
     if not names:
         return None
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))

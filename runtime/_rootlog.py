@@ -42,8 +42,9 @@ def capture(job) -> tuple[int | None, list] | None:
     root = logging.getLogger()
     handlers, level = _baseline(job)
     added = [h for h in root.handlers if not any(h is b for b in handlers)]
-    saved_level = root.level if (root.level != level or getattr(job, "_root_log_owned",
-                                                                False)) else None
+    saved_level = (
+        root.level if (root.level != level or getattr(job, "_root_log_owned", False)) else None
+    )
     if not added and saved_level is None:
         return None
     return (saved_level, added)
@@ -61,8 +62,8 @@ def restore(job, state: tuple[int | None, list] | None) -> None:
     root.handlers[:] = [h for h in root.handlers if any(h is b for b in host)] + list(saved)
     if level is not None:
         root.setLevel(level)
-        job._root_log_owned = True     # saved again at the next snapshot
-    for handler in replaced:           # added by the fresh import, now unused
+        job._root_log_owned = True  # saved again at the next snapshot
+    for handler in replaced:  # added by the fresh import, now unused
         if not _used_elsewhere(handler):
             handler.close()
 

@@ -28,8 +28,8 @@ from ._errors import StaleWriter
 
 __all__ = ["EXIT_SIGTERM", "EXIT_SIGINT", "SigtermHandler"]
 
-EXIT_SIGTERM = 128 + signal.SIGTERM      # 143, as a shell reports a process it stopped
-EXIT_SIGINT = 128 + signal.SIGINT        # 130
+EXIT_SIGTERM = 128 + signal.SIGTERM  # 143, as a shell reports a process it stopped
+EXIT_SIGINT = 128 + signal.SIGINT  # 130
 
 
 class SigtermHandler:
@@ -38,7 +38,7 @@ class SigtermHandler:
     def __init__(self, job, grace: float | None = None):
         self.job = job
         self.grace = grace
-        self.pending = False          # a SIGTERM came; waiting for the next snapshot
+        self.pending = False  # a SIGTERM came; waiting for the next snapshot
         self._timer: threading.Timer | None = None
         self._previous = None
         self._previous_int = None
@@ -59,22 +59,24 @@ class SigtermHandler:
 
     def _on_sigint(self, signum, frame) -> None:
         if self.job.finishing:
-            return          # the run is over and its outcome is being recorded
+            return  # the run is over and its outcome is being recorded
         self._abandon_transaction()
         self._stop("Ctrl-C: stopped", code=EXIT_SIGINT, signal_name="Ctrl-C")
 
     # ------------------------------------------------------------ the signal
     def _on_sigterm(self, signum, frame) -> None:
         if self.job.finishing:
-            return          # the run is over and its outcome is being recorded
+            return  # the run is over and its outcome is being recorded
         if self.grace and not self.pending:
             self.pending = True
             self.job.after_commit = self._stop_after_snapshot
             self._timer = threading.Timer(self.grace, self._grace_ran_out)
             self._timer.daemon = True
             self._timer.start()
-            _write(f"snaprun: SIGTERM: job {self.job.job_id} stops at its next snapshot "
-                   f"(grace {self.grace:g}s)\n")
+            _write(
+                f"snaprun: SIGTERM: job {self.job.job_id} stops at its next snapshot "
+                f"(grace {self.grace:g}s)\n"
+            )
             return
         if self.pending:
             detail = f"SIGTERM: stopped; no snapshot within the grace of {self.grace:g}s"
@@ -104,35 +106,40 @@ class SigtermHandler:
             except Exception:
                 pass
 
-    def _stop(self, detail: str, code: int = EXIT_SIGTERM,
-              signal_name: str = "SIGTERM") -> None:
+    def _stop(self, detail: str, code: int = EXIT_SIGTERM, signal_name: str = "SIGTERM") -> None:
         job = self.job
         try:
-            sys.stdout.flush()     # the agent's output so far (not agent code)
+            sys.stdout.flush()  # the agent's output so far (not agent code)
         except Exception:
             pass
         try:
             _record_stop(job, detail)
-        except Exception as exc:   # a failing store: the dead runner shows interrupted
+        except Exception as exc:  # a failing store: the dead runner shows interrupted
             _write(f"snaprun: could not record the stop in the store ({exc})\n")
-        _write(f"snaprun: job {job.job_id} stopped by {signal_name} (left interrupted); "
-               f"continue it with: snaprun resume {job.job_id}\n")
+        _write(
+            f"snaprun: job {job.job_id} stopped by {signal_name} (left interrupted); "
+            f"continue it with: snaprun resume {job.job_id}\n"
+        )
         os._exit(code)
 
 
 def _record_stop(job, detail: str) -> None:
     catalog = job.home.catalog
-    if isinstance(catalog, SqliteStore):   # a connection of its own, no shared state
-        catalog = SqliteStore(catalog.directory, clock=catalog.clock,
-                              synchronous=catalog.synchronous, sealer=catalog.sealer)
-    if job.epoch is None:      # no lease taken yet: the job is not this runner's
+    if isinstance(catalog, SqliteStore):  # a connection of its own, no shared state
+        catalog = SqliteStore(
+            catalog.directory,
+            clock=catalog.clock,
+            synchronous=catalog.synchronous,
+            sealer=catalog.sealer,
+        )
+    if job.epoch is None:  # no lease taken yet: the job is not this runner's
         catalog.log_event(job.job_id, "interrupted", detail)
         return
     try:
         catalog.set_status(job.job_id, "interrupted", epoch=job.epoch, error=detail)
         catalog.release_lease(job.job_id, job.epoch)
     except StaleWriter:
-        pass                   # taken over: the job is another runner's now
+        pass  # taken over: the job is another runner's now
 
 
 def _write(text: str) -> None:

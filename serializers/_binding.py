@@ -24,21 +24,34 @@ __all__ = ["expected", "origin_of", "check"]
 def expected(row: SnapshotRow, store_id: str | None) -> dict:
     """What the header of the row's file must say: store, job and epoch."""
     if row.origin:
-        return {"store": row.origin.get("store"), "job": row.origin.get("job"),
-                "epoch": row.origin.get("epoch")}
+        return {
+            "store": row.origin.get("store"),
+            "job": row.origin.get("job"),
+            "epoch": row.origin.get("epoch"),
+        }
     return {"store": store_id, "job": row.job_id, "epoch": row.epoch}
 
 
 def origin_of(header: dict, store_id: str | None, job_id: str, epoch: int) -> dict | None:
     """The origin to record for a file entering job `job_id` at `epoch`: None when its
     header is the job's own, else what the header says."""
-    seen = {"store": header.get("store_id"), "job": header.get("job_id"),
-            "epoch": header.get("epoch")}
+    seen = {
+        "store": header.get("store_id"),
+        "job": header.get("job_id"),
+        "epoch": header.get("epoch"),
+    }
     return None if seen == {"store": store_id, "job": job_id, "epoch": epoch} else seen
 
 
-def check(row: SnapshotRow, header: dict, digest: str, *, store_id: str | None, path: str,
-          parent: str | None = None) -> None:
+def check(
+    row: SnapshotRow,
+    header: dict,
+    digest: str,
+    *,
+    store_id: str | None,
+    path: str,
+    parent: str | None = None,
+) -> None:
     """HeaderMismatch saying what differs, if the verified file at `path` (its header,
     its digest) is not the one the row recorded."""
     problems = []
@@ -50,26 +63,34 @@ def check(row: SnapshotRow, header: dict, digest: str, *, store_id: str | None, 
         if job != row.job_id and (parent is None or job != parent):
             problems.append(f"its header names job {job!r}")
         elif job == row.job_id and row.epoch and header.get("epoch") != row.epoch:
-            problems.append(f"it was written under lease epoch {header.get('epoch')!r}, the "
-                            f"catalog's row under epoch {row.epoch} (a dropped branch's file)")
+            problems.append(
+                f"it was written under lease epoch {header.get('epoch')!r}, the "
+                f"catalog's row under epoch {row.epoch} (a dropped branch's file)"
+            )
     else:
         want = expected(row, store_id)
         if header.get("job_id") != want["job"]:
-            problems.append(f"its header names job {header.get('job_id')!r}, the catalog "
-                            f"expects {want['job']!r}")
+            problems.append(
+                f"its header names job {header.get('job_id')!r}, the catalog "
+                f"expects {want['job']!r}"
+            )
         if header.get("epoch") != want["epoch"]:
-            problems.append(f"it was written under lease epoch {header.get('epoch')!r}, the "
-                            f"catalog's row under epoch {want['epoch']!r} (a dropped or "
-                            "older branch's file)")
+            problems.append(
+                f"it was written under lease epoch {header.get('epoch')!r}, the "
+                f"catalog's row under epoch {want['epoch']!r} (a dropped or "
+                "older branch's file)"
+            )
         if header.get("store_id") != want["store"]:
-            problems.append(f"its header names store {header.get('store_id')!r}, the "
-                            f"catalog expects {want['store']!r}")
+            problems.append(
+                f"its header names store {header.get('store_id')!r}, the "
+                f"catalog expects {want['store']!r}"
+            )
         if digest != row.digest:
-            problems.append("its digest differs from the one the catalog recorded (another "
-                            "file)")
+            problems.append("its digest differs from the one the catalog recorded (another file)")
     if problems:
         raise HeaderMismatch(
             f"{path} is not the file the catalog recorded as snapshot {row.seq} of job "
             f"{row.job_id}: {'; '.join(problems)}. Refusing it (a swapped or rolled-back "
             "file); restore the original file, or resume from another snapshot "
-            f"(`snaprun log {row.job_id}`).")
+            f"(`snaprun log {row.job_id}`)."
+        )

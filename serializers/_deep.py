@@ -42,10 +42,12 @@ from ._pickler import FreezePickler
 
 __all__ = ["dump_deep", "bounded", "too_deep", "message", "TOO_DEEP"]
 
-TOO_DEEP = ("nested too deeply to save: lists, dicts, tuples or objects with their own "
-            "__reduce__, __setstate__ or __hash__ (frozen dataclasses too) nested inside each "
-            "other more than about {levels} deep (Python's C recursion limit); flatten the "
-            "structure (e.g. keep the links in a list) before snapshot()")
+TOO_DEEP = (
+    "nested too deeply to save: lists, dicts, tuples or objects with their own "
+    "__reduce__, __setstate__ or __hash__ (frozen dataclasses too) nested inside each "
+    "other more than about {levels} deep (Python's C recursion limit); flatten the "
+    "structure (e.g. keep the links in a list) before snapshot()"
+)
 
 # Objects whose reduction needs no flush: they hold nothing that is still being built.
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, type)
@@ -73,13 +75,17 @@ def _inert(value, depth: int = 0) -> bool:
 
 def _is_plain(t: type) -> bool:
     try:
-        return (not issubclass(t, type) and t not in copyreg.dispatch_table
-                and t.__reduce_ex__ is object.__reduce_ex__ and t.__reduce__ is object.__reduce__
-                and getattr(t, "__setstate__", None) is None
-                and (t.__hash__ is object.__hash__ or t.__hash__ is None)
-                and t.__getattribute__ is object.__getattribute__
-                and getattr(t, "__getattr__", None) is None)
-    except Exception:    # a class whose attributes cannot even be looked up
+        return (
+            not issubclass(t, type)
+            and t not in copyreg.dispatch_table
+            and t.__reduce_ex__ is object.__reduce_ex__
+            and t.__reduce__ is object.__reduce__
+            and getattr(t, "__setstate__", None) is None
+            and (t.__hash__ is object.__hash__ or t.__hash__ is None)
+            and t.__getattribute__ is object.__getattribute__
+            and getattr(t, "__getattr__", None) is None
+        )
+    except Exception:  # a class whose attributes cannot even be looked up
         return False
 
 
@@ -105,11 +111,13 @@ class _Root:
 
 class _Flush:
     """A point in the stream where every queued state is written."""
+
     __slots__ = ()
 
 
 class _Later:
     """An object's state, written after a flush."""
+
     __slots__ = ("state",)
 
     def __init__(self, state):
@@ -118,6 +126,7 @@ class _Later:
 
 class _Apply:
     """One queued state: loads as its object with the state applied."""
+
     __slots__ = ("reduction",)
 
     def __init__(self, obj, state, setter):
@@ -128,8 +137,8 @@ class DeepPickler(FreezePickler):
     def __init__(self, file, protocol=5):
         super().__init__(file, protocol=protocol)
         self._queue: collections.deque = collections.deque()
-        self._kinds: dict[type, tuple] = {}     # type -> (plain?, dispatch_table reducer)
-        self._opened: dict[int, object] = {}    # objects flushed before (kept alive)
+        self._kinds: dict[type, tuple] = {}  # type -> (plain?, dispatch_table reducer)
+        self._opened: dict[int, object] = {}  # objects flushed before (kept alive)
 
     def reducer_override(self, obj):
         t = type(obj)
@@ -150,7 +159,7 @@ class DeepPickler(FreezePickler):
             return (rv[0], rv[1])
         if rv is NotImplemented:
             if issubclass(t, type) or t is types.FunctionType:
-                return NotImplemented     # saved by reference: holds nothing
+                return NotImplemented  # saved by reference: holds nothing
             kind = self._kinds.get(t)
             if kind is None:
                 reduce = self.dispatch_table.get(t)
@@ -158,9 +167,14 @@ class DeepPickler(FreezePickler):
             plain, reduce = kind
             rv = reduce(obj) if reduce is not None else obj.__reduce_ex__(self.proto)
             if not isinstance(rv, tuple):
-                return NotImplemented     # a global name: saved by reference
-            if (plain and rv[0] is copyreg.__newobj__ and len(rv[1]) == 1 and rv[1][0] is t
-                    and len(rv) <= 5):
+                return NotImplemented  # a global name: saved by reference
+            if (
+                plain
+                and rv[0] is copyreg.__newobj__
+                and len(rv[1]) == 1
+                and rv[1][0] is t
+                and len(rv) <= 5
+            ):
                 rv = tuple(rv) + (None,) * (5 - len(rv))
                 if rv[2] is not None:
                     self._queue.append(_Apply(obj, rv[2], None))
@@ -192,7 +206,7 @@ class DeepPickler(FreezePickler):
                 barrier = False
                 yield queue.popleft()
             else:
-                barrier = True     # all but this item saved by the next fetch
+                barrier = True  # all but this item saved by the next fetch
                 yield None
 
 
@@ -244,7 +258,7 @@ def dump_deep(dump, obj) -> bytes:
         try:
             return dump(_Root(obj), DeepPickler)
         finally:
-            budget.value = before    # every C level entered has been left again
+            budget.value = before  # every C level entered has been left again
     return _with_limit(_safe_limit(), dump, _Root(obj), DeepPickler)
 
 
@@ -258,7 +272,7 @@ def _with_limit(limit: int, dump, *args) -> bytes:
     before = sys.getrecursionlimit()
     try:
         sys.setrecursionlimit(limit)
-    except RecursionError:      # already deeper than that: leave it
+    except RecursionError:  # already deeper than that: leave it
         return dump(*args)
     try:
         return dump(*args)
@@ -271,7 +285,7 @@ def bounded(dump, obj) -> bytes:
     recursion) lowered for the dump to what the C stack holds: past that, the C pickler
     would overflow the stack (a crash) instead of raising RecursionError."""
     if sys.version_info >= (3, 12) or sys.getrecursionlimit() <= 1000:
-        return dump(obj)     # _safe_limit() is never below 1000
+        return dump(obj)  # _safe_limit() is never below 1000
     safe = _safe_limit()
     if sys.getrecursionlimit() <= safe:
         return dump(obj)

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["FileSystem", "OS", "TEMP_SUFFIX", "write_atomic", "temp_owner", "writer_is_gone",
-           "make_private_dir", "create_private_file"]
+__all__ = [
+    "FileSystem",
+    "OS",
+    "TEMP_SUFFIX",
+    "write_atomic",
+    "temp_owner",
+    "writer_is_gone",
+    "make_private_dir",
+    "create_private_file",
+]
 
 TEMP_SUFFIX = ".tmp"
 
@@ -131,7 +139,7 @@ def make_private_dir(path: str) -> None:
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
-        return          # created by another process (or a file: the caller's error)
+        return  # created by another process (or a file: the caller's error)
     os.chmod(path, 0o700)
 
 

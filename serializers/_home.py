@@ -25,8 +25,14 @@ import json
 import os
 import shutil
 
-from ..runtime._errors import (HeaderMismatch, InvalidJobId, SnapshotWriteError, StaleWriter,
-                               StoreDamaged, StoreError)
+from ..runtime._errors import (
+    HeaderMismatch,
+    InvalidJobId,
+    SnapshotWriteError,
+    StaleWriter,
+    StoreDamaged,
+    StoreError,
+)
 from . import _binding, _fs, _identity, _sealing, _snapfile
 from ._ids import validate_job_id
 from ._keys import KeyRing
@@ -43,9 +49,15 @@ def default_home(store: str | None = None) -> str:
 
 
 class Home:
-    def __init__(self, directory: str, *, fs: _fs.FileSystem = _fs.OS,
-                 catalog: Store | None = None, create: bool = True,
-                 writable: bool | None = None):
+    def __init__(
+        self,
+        directory: str,
+        *,
+        fs: _fs.FileSystem = _fs.OS,
+        catalog: Store | None = None,
+        create: bool = True,
+        writable: bool | None = None,
+    ):
         self.directory = os.path.abspath(directory)
         self.writable = create if writable is None else writable
         self.fs = fs
@@ -55,9 +67,9 @@ class Home:
             raise StoreError(
                 f"no store at {self.directory}: name an existing store with --store DIR or "
                 "SNAPSTATE_HOME (`snaprun ls --store DIR` lists its jobs); stores are created "
-                "by `snaprun run` and `snaprun init`")
-        with _identity.store_lock(self.directory, exclusive=self.writable,
-                                  create=self.writable):
+                "by `snaprun run` and `snaprun init`"
+            )
+        with _identity.store_lock(self.directory, exclusive=self.writable, create=self.writable):
             if _identity.is_store(self.directory):
                 self._open_existing(catalog)
             else:
@@ -80,13 +92,16 @@ class Home:
         if catalog is None:
             problem = _identity.catalog_problem(directory)
             if problem:
-                raise StoreDamaged(f"{problem}, in the store {directory}; "
-                                   + _identity.repair_hint(directory))
+                raise StoreDamaged(
+                    f"{problem}, in the store {directory}; " + _identity.repair_hint(directory)
+                )
         keys_path = os.path.join(directory, _identity.KEYS_FILE)
-        keys_lost = (f"the key file {keys_path} of the store {directory} is missing: its "
-                     "snapshots cannot be verified without it, and a new key would verify none "
-                     "of them, so none was made. Restore keys.json from a backup (or import the "
-                     "store's key); `snaprun repair` cannot recreate a key")
+        keys_lost = (
+            f"the key file {keys_path} of the store {directory} is missing: its "
+            "snapshots cannot be verified without it, and a new key would verify none "
+            "of them, so none was made. Restore keys.json from a backup (or import the "
+            "store's key); `snaprun repair` cannot recreate a key"
+        )
         self.identity = identity = _identity.load(directory)
         # No identity and no snapshot: maybe a creation cut short (or a catalog passed in).
         unfinished = identity is None and not _identity.has_snapshot_files(directory)
@@ -98,14 +113,15 @@ class Home:
             self._check_keys()
         try:
             self.catalog = catalog or SqliteStore(
-                directory, create=False, writable=self.writable and identity is not None)
+                directory, create=False, writable=self.writable and identity is not None
+            )
         except StoreDamaged as exc:
             raise StoreDamaged(f"{exc}; " + _identity.repair_hint(directory)) from None
         try:
             if not has_keys:
                 if not self.writable or self.catalog.list_jobs():
                     raise StoreDamaged(keys_lost)
-                self.keys = KeyRing(directory)      # finish the creation: no job yet
+                self.keys = KeyRing(directory)  # finish the creation: no job yet
             if identity is None:
                 self.identity = self._adopt_identity(catalog is None)
         except BaseException:
@@ -121,13 +137,14 @@ class Home:
         version = getattr(self.catalog, "schema_version", SCHEMA_VERSION)
         if version == SCHEMA_VERSION and self.catalog.list_jobs():
             path = os.path.join(self.directory, _identity.IDENTITY_FILE)
-            raise StoreDamaged(f"the store identity {path} is missing; "
-                               + _identity.repair_hint(self.directory))
+            raise StoreDamaged(
+                f"the store identity {path} is missing; " + _identity.repair_hint(self.directory)
+            )
         if not self.writable:
             return None
         keys = KeyRing(self.directory)
         identity = _identity.create(self.directory, self._fingerprints(keys))
-        if own_catalog and version != SCHEMA_VERSION:      # now upgrade the schema
+        if own_catalog and version != SCHEMA_VERSION:  # now upgrade the schema
             self.catalog.close()
             self.catalog = SqliteStore(self.directory, create=False, writable=True)
         return identity
@@ -146,10 +163,12 @@ class Home:
             raise StoreDamaged(
                 f"the key file {os.path.join(self.directory, _identity.KEYS_FILE)} holds none "
                 f"of the keys the store {self.directory} was created with (it was replaced); "
-                "restore the store's keys.json from a backup")
+                "restore the store's keys.json from a backup"
+            )
         if self.writable and not set(mine.values()) <= recorded:
             self.identity = _identity.StoreIdentity(
-                self.identity.store_id, self.identity.created, dict(self.identity.keys, **mine))
+                self.identity.store_id, self.identity.created, dict(self.identity.keys, **mine)
+            )
             _identity.save(self.directory, self.identity)
 
     @property
@@ -201,7 +220,8 @@ class Home:
         if os.path.commonpath([root, real]) != root or real == root:
             raise StoreDamaged(
                 f"{what} resolves to {real}, outside {root}: the store {self.directory} is "
-                "damaged or was tampered with; refusing to read, write or delete it")
+                "damaged or was tampered with; refusing to read, write or delete it"
+            )
         return path
 
     def absolute(self, file: str, job_id: str | None = None) -> str:
@@ -209,10 +229,15 @@ class Home:
         job's own folder when `job_id` is given)."""
         what = f"the catalog's file {file!r}" + (f" of job {job_id!r}" if job_id else "")
         if not isinstance(file, str) or not file or "\0" in file or os.path.isabs(file):
-            raise StoreDamaged(f"{what} is not a path inside the store {self.directory}: the "
-                               "store is damaged or was tampered with; refusing it")
-        inside = (self._job_folder(job_id, what) if job_id is not None
-                  else os.path.join(self.directory, "snapshots"))
+            raise StoreDamaged(
+                f"{what} is not a path inside the store {self.directory}: the "
+                "store is damaged or was tampered with; refusing it"
+            )
+        inside = (
+            self._job_folder(job_id, what)
+            if job_id is not None
+            else os.path.join(self.directory, "snapshots")
+        )
         return self._confine(os.path.join(self.directory, file), inside, what)
 
     def _job_folder(self, job_id: str, what: str) -> str:
@@ -229,18 +254,23 @@ class Home:
     def job_directory(self, job_id: str) -> str:
         """<store>/snapshots/<job>: InvalidJobId for an id outside the safe alphabet."""
         validate_job_id(job_id)
-        return self._confine(os.path.join(self.directory, "snapshots", job_id),
-                             os.path.join(self.directory, "snapshots"),
-                             f"the folder of job {job_id!r}")
+        return self._confine(
+            os.path.join(self.directory, "snapshots", job_id),
+            os.path.join(self.directory, "snapshots"),
+            f"the folder of job {job_id!r}",
+        )
 
     def snapshot_path(self, job_id: str, seq: int, epoch: int) -> str:
         if not isinstance(seq, int) or not isinstance(epoch, int) or seq < 0 or epoch < 0:
-            raise StoreDamaged(f"snapshot {seq!r} (epoch {epoch!r}) of job {job_id!r} is not a "
-                               "valid sequence number")
+            raise StoreDamaged(
+                f"snapshot {seq!r} (epoch {epoch!r}) of job {job_id!r} is not a "
+                "valid sequence number"
+            )
         return os.path.join(self.job_directory(job_id), f"{seq:06d}-e{epoch}.snap")
 
-    def write_snapshot(self, job_id: str, seq: int, epoch: int, label: str | None,
-                       header: dict, payload: bytes) -> SnapshotRow:
+    def write_snapshot(
+        self, job_id: str, seq: int, epoch: int, label: str | None, header: dict, payload: bytes
+    ) -> SnapshotRow:
         """Write the file durably (not yet in the catalog). SnapshotWriteError on any
         I/O failure: never retried."""
         path = self.snapshot_path(job_id, seq, epoch)
@@ -250,22 +280,26 @@ class Home:
             raise SnapshotWriteError(
                 f"snapshot {seq} of job {job_id} was not written: {path} already exists and "
                 "the catalog does not list it, so the catalog may be stale; nothing was "
-                f"overwritten. Check the store (`snaprun repair --store {self.directory}`).")
+                f"overwritten. Check the store (`snaprun repair --store {self.directory}`)."
+            )
         # The header binds the file to this store, job, sequence number and epoch.
         header = dict(header, store_id=self.store_id, job_id=job_id, seq=seq, epoch=epoch)
         if self.encrypt:
             header = _sealing.seal_header(header, self.keys)
         try:
             _fs.make_private_dir(os.path.dirname(path))
-            size, digest = _snapfile.write_signed(path, header, payload, self.keys,
-                                                  encrypt=self.encrypt, fs=self.fs)
+            size, digest = _snapfile.write_signed(
+                path, header, payload, self.keys, encrypt=self.encrypt, fs=self.fs
+            )
         except OSError as exc:
             raise SnapshotWriteError(
                 f"snapshot {seq} of job {job_id} could not be written to {path} "
                 f"({exc.strerror or exc}); it is not retried. The job stopped; its previous "
-                f"snapshot is intact: fix the cause, then `snaprun resume {job_id}`.") from exc
-        return SnapshotRow(job_id, seq, label, self.relative(path), size, header["created_at"],
-                           epoch, digest)
+                f"snapshot is intact: fix the cause, then `snaprun resume {job_id}`."
+            ) from exc
+        return SnapshotRow(
+            job_id, seq, label, self.relative(path), size, header["created_at"], epoch, digest
+        )
 
     def commit_snapshot(self, row: SnapshotRow) -> None:
         """Make a written snapshot the job's latest (compare-and-swap); a refused
@@ -285,26 +319,27 @@ class Home:
         return _job_header(path, _sealing.open_header(header, self.keys, path))
 
     def read(self, path: str) -> tuple[dict, bytearray]:
-        header, payload = _snapfile.read_payload(path, self.keys,
-                                                 require_encryption=self.encrypt)
+        header, payload = _snapfile.read_payload(path, self.keys, require_encryption=self.encrypt)
         return _job_header(path, _sealing.open_header(header, self.keys, path)), payload
 
     def _check_row(self, row: SnapshotRow, header: dict, digest: str) -> None:
         parent = None
-        if row.digest is None:      # a previous release's row: its job may be a fork
+        if row.digest is None:  # a previous release's row: its job may be a fork
             try:
                 parent = self.catalog.get_job(row.job_id).parent
             except StoreError:
                 pass
-        _binding.check(row, header, digest, store_id=self.store_id,
-                       path=self.row_path(row), parent=parent)
+        _binding.check(
+            row, header, digest, store_id=self.store_id, path=self.row_path(row), parent=parent
+        )
 
     def read_row(self, row: SnapshotRow) -> tuple[dict, bytearray]:
         """Verify a row's file, check that it is the very file the row recorded (store,
         job, seq, epoch, digest: HeaderMismatch otherwise), then decode its body."""
         path = self.row_path(row)
-        header, payload, digest = _snapfile.read_verified(path, self.keys,
-                                                          require_encryption=self.encrypt)
+        header, payload, digest = _snapfile.read_verified(
+            path, self.keys, require_encryption=self.encrypt
+        )
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
         self._check_row(row, header, digest)
         return header, payload
@@ -312,8 +347,7 @@ class Home:
     def verify_row(self, row: SnapshotRow) -> tuple[dict, str]:
         """read_row() without decoding the body: (header, digest)."""
         path = self.row_path(row)
-        header, digest = _snapfile.verify_digest(path, self.keys,
-                                                 require_encryption=self.encrypt)
+        header, digest = _snapfile.verify_digest(path, self.keys, require_encryption=self.encrypt)
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
         self._check_row(row, header, digest)
         return header, digest
@@ -324,20 +358,35 @@ class Home:
         header says and binds its digest."""
         _, digest = self.verify_row(row)
         target = self.copy_snapshot(self.row_path(row), job_id, row.seq)
-        return SnapshotRow(job_id, row.seq, row.label, self.relative(target), row.size,
-                           row.created, 0, digest, _binding.expected(row, self.store_id))
+        return SnapshotRow(
+            job_id,
+            row.seq,
+            row.label,
+            self.relative(target),
+            row.size,
+            row.created,
+            0,
+            digest,
+            _binding.expected(row, self.store_id),
+        )
 
     def import_file(self, path: str, job_id: str) -> tuple[dict, SnapshotRow]:
         """Copy a verified snapshot file from outside into job `job_id`: (its header, the
         row to record; nothing is recorded here)."""
-        header, digest = _snapfile.verify_digest(path, self.keys,
-                                                 require_encryption=self.encrypt)
+        header, digest = _snapfile.verify_digest(path, self.keys, require_encryption=self.encrypt)
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
         target = self.copy_snapshot(path, job_id, header["seq"])
-        return header, SnapshotRow(job_id, header["seq"], header["label"],
-                                   self.relative(target), os.path.getsize(target),
-                                   header["created_at"], 0, digest,
-                                   _binding.origin_of(header, self.store_id, job_id, 0))
+        return header, SnapshotRow(
+            job_id,
+            header["seq"],
+            header["label"],
+            self.relative(target),
+            os.path.getsize(target),
+            header["created_at"],
+            0,
+            digest,
+            _binding.origin_of(header, self.store_id, job_id, 0),
+        )
 
     def copy_snapshot(self, source: str, job_id: str, seq: int, epoch: int = 0) -> str:
         """Copy a verified snapshot file into a job's folder (durably: temp, fsync,
@@ -345,8 +394,9 @@ class Home:
         fork) stays independent of the store's copy."""
         target = self.snapshot_path(job_id, seq, epoch)
         _fs.make_private_dir(os.path.dirname(target))
-        self._confine(target, os.path.join(self.directory, "snapshots"),
-                      f"snapshot {seq} of job {job_id!r}")
+        self._confine(
+            target, os.path.join(self.directory, "snapshots"), f"snapshot {seq} of job {job_id!r}"
+        )
         _fs.write_atomic(target, _read_chunks(source), self.fs)
         return target
 
@@ -361,8 +411,10 @@ class Home:
         """Delete a job's folder <store>/snapshots/<job> (never anything else)."""
         folder = self.job_directory(job_id)
         if os.path.islink(folder):
-            raise StoreDamaged(f"the folder of job {job_id!r} ({folder}) is a symbolic link: "
-                               "the store was tampered with; refusing to delete it")
+            raise StoreDamaged(
+                f"the folder of job {job_id!r} ({folder}) is a symbolic link: "
+                "the store was tampered with; refusing to delete it"
+            )
         shutil.rmtree(folder, ignore_errors=True)
 
     def sweep_temp_files(self) -> int:
@@ -388,24 +440,31 @@ class Home:
         known = {os.path.normpath(row.file) for row in self.catalog.snapshots(job_id)}
         if not os.path.isdir(folder):
             return []
-        return [self.relative(os.path.join(folder, n)) for n in sorted(os.listdir(folder))
-                if n.endswith(".snap") and self.relative(os.path.join(folder, n)) not in known
-                and os.path.isfile(os.path.join(folder, n))
-                and not os.path.islink(os.path.join(folder, n))]
+        return [
+            self.relative(os.path.join(folder, n))
+            for n in sorted(os.listdir(folder))
+            if n.endswith(".snap")
+            and self.relative(os.path.join(folder, n)) not in known
+            and os.path.isfile(os.path.join(folder, n))
+            and not os.path.islink(os.path.join(folder, n))
+        ]
 
     def close(self) -> None:
         self.catalog.close()
 
 
-JOB_HEADER_FIELDS = frozenset({"job_id", "seq", "label", "created_at", "versions", "entry",
-                               "argv", "frames", "modules"})
+JOB_HEADER_FIELDS = frozenset(
+    {"job_id", "seq", "label", "created_at", "versions", "entry", "argv", "frames", "modules"}
+)
 
 
 def _job_header(path: str, header: dict) -> dict:
     missing = JOB_HEADER_FIELDS - set(header)
     if missing:
-        raise HeaderMismatch(f"{path} is signed but is no job snapshot (its header lacks "
-                             f"{', '.join(sorted(missing))}); refusing it")
+        raise HeaderMismatch(
+            f"{path} is signed but is no job snapshot (its header lacks "
+            f"{', '.join(sorted(missing))}); refusing it"
+        )
     if not isinstance(header["entry"], dict) or not isinstance(header["seq"], int):
         raise HeaderMismatch(f"{path} is signed but its header is not a job snapshot's")
     return header
@@ -415,4 +474,3 @@ def _read_chunks(path: str, size: int = 1 << 20):
     with open(path, "rb") as f:
         while chunk := f.read(size):
             yield chunk
-

@@ -34,9 +34,23 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ..runtime._errors import StoreDamaged
 from . import _fs
 
-__all__ = ["StoreIdentity", "IDENTITY_FILE", "CATALOG_FILE", "KEYS_FILE", "LOCK_FILE",
-           "load", "create", "save", "fingerprint", "key_fingerprints", "has_snapshot_files",
-           "is_store", "catalog_problem", "store_lock", "repair_hint"]
+__all__ = [
+    "StoreIdentity",
+    "IDENTITY_FILE",
+    "CATALOG_FILE",
+    "KEYS_FILE",
+    "LOCK_FILE",
+    "load",
+    "create",
+    "save",
+    "fingerprint",
+    "key_fingerprints",
+    "has_snapshot_files",
+    "is_store",
+    "catalog_problem",
+    "store_lock",
+    "repair_hint",
+]
 
 IDENTITY_FILE = "store.json"
 CATALOG_FILE = "catalog.db"
@@ -50,26 +64,32 @@ _SQLITE_MAGIC = b"SQLite format 3\0"
 class StoreIdentity:
     store_id: str
     created: float
-    keys: dict[str, str] = field(default_factory=dict)   # key id -> fingerprint
+    keys: dict[str, str] = field(default_factory=dict)  # key id -> fingerprint
 
 
 def fingerprint(secret: bytes) -> str:
     """A key's public fingerprint: HKDF of its secret (one-way, never the secret)."""
-    return HKDF(algorithm=hashes.SHA256(), length=16, salt=None,
-                info=b"snapstate key fingerprint").derive(secret).hex()
+    return (
+        HKDF(algorithm=hashes.SHA256(), length=16, salt=None, info=b"snapstate key fingerprint")
+        .derive(secret)
+        .hex()
+    )
 
 
 def key_fingerprints(keys) -> dict[str, str]:
     """{key id: fingerprint} of a KeyRing's keys, except SNAPSTATE_KEY's (not the
     store's own)."""
     from ._keys import ENV_KEY
+
     env = os.environ.get(ENV_KEY, "").strip().lower()
     return {k.key_id: fingerprint(k.secret) for k in keys.keys() if k.secret.hex() != env}
 
 
 def repair_hint(directory: str) -> str:
-    return (f"nothing was re-created. Restore the file from a backup, or rebuild the "
-            f"catalog from the signed snapshot files with `snaprun repair --store {directory}`")
+    return (
+        f"nothing was re-created. Restore the file from a backup, or rebuild the "
+        f"catalog from the signed snapshot files with `snaprun repair --store {directory}`"
+    )
 
 
 def load(directory: str) -> StoreIdentity | None:
@@ -79,32 +99,44 @@ def load(directory: str) -> StoreIdentity | None:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read(1 << 20))
-        identity = StoreIdentity(data["store_id"], float(data["created"]),
-                                 dict(data.get("keys") or {}))
-        if not (isinstance(identity.store_id, str) and len(identity.store_id) == 32
-                and all(c in "0123456789abcdef" for c in identity.store_id)
-                and all(isinstance(v, str) for v in identity.keys.values())):
+        identity = StoreIdentity(
+            data["store_id"], float(data["created"]), dict(data.get("keys") or {})
+        )
+        if not (
+            isinstance(identity.store_id, str)
+            and len(identity.store_id) == 32
+            and all(c in "0123456789abcdef" for c in identity.store_id)
+            and all(isinstance(v, str) for v in identity.keys.values())
+        ):
             raise ValueError("bad store id or fingerprints")
         return identity
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        raise StoreDamaged(f"the store identity {path} is damaged ({exc}); "
-                           + repair_hint(directory)) from None
+        raise StoreDamaged(
+            f"the store identity {path} is damaged ({exc}); " + repair_hint(directory)
+        ) from None
 
 
 def save(directory: str, identity: StoreIdentity) -> None:
     """Write store.json atomically and durably (mode 0600)."""
-    data = json.dumps({"format": _FORMAT, "store_id": identity.store_id,
-                       "created": identity.created, "keys": identity.keys},
-                      indent=1, sort_keys=True).encode()
+    data = json.dumps(
+        {
+            "format": _FORMAT,
+            "store_id": identity.store_id,
+            "created": identity.created,
+            "keys": identity.keys,
+        },
+        indent=1,
+        sort_keys=True,
+    ).encode()
     _fs.write_atomic(os.path.join(directory, IDENTITY_FILE), [data])
 
 
-def create(directory: str, key_fingerprints: dict[str, str],
-           store_id: str | None = None) -> StoreIdentity:
-    identity = StoreIdentity(store_id or secrets.token_hex(16), time.time(),
-                             dict(key_fingerprints))
+def create(
+    directory: str, key_fingerprints: dict[str, str], store_id: str | None = None
+) -> StoreIdentity:
+    identity = StoreIdentity(store_id or secrets.token_hex(16), time.time(), dict(key_fingerprints))
     save(directory, identity)
     return identity
 
@@ -129,9 +161,11 @@ def has_snapshot_files(directory: str) -> bool:
 def is_store(directory: str) -> bool:
     """Whether `directory` already holds a store (complete or damaged): its identity,
     its catalog or snapshot files are there."""
-    return (os.path.exists(os.path.join(directory, IDENTITY_FILE))
-            or os.path.lexists(os.path.join(directory, CATALOG_FILE))
-            or has_snapshot_files(directory))
+    return (
+        os.path.exists(os.path.join(directory, IDENTITY_FILE))
+        or os.path.lexists(os.path.join(directory, CATALOG_FILE))
+        or has_snapshot_files(directory)
+    )
 
 
 def catalog_problem(directory: str) -> str | None:
@@ -165,14 +199,16 @@ def catalog_problem(directory: str) -> str | None:
     wal = path + "-wal"
     # A checkpoint cut short (disk full, kill -9) leaves the file shorter than its
     # header says while the WAL still holds the pages: SQLite recovers that itself.
-    try:        # (another process may checkpoint and remove it meanwhile)
+    try:  # (another process may checkpoint and remove it meanwhile)
         wal_holds_pages = os.stat(wal).st_size > 32
     except OSError:
         wal_holds_pages = False
-    if size % page_size or (valid_for == change_counter and size < pages * page_size
-                            and not wal_holds_pages):
-        return (f"the catalog {path} is truncated ({size} bytes; its header says "
-                f"{pages * page_size})")
+    if size % page_size or (
+        valid_for == change_counter and size < pages * page_size and not wal_holds_pages
+    ):
+        return (
+            f"the catalog {path} is truncated ({size} bytes; its header says {pages * page_size})"
+        )
     return None
 
 

@@ -19,8 +19,11 @@ _PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def is_valid_job_id(job_id: object) -> bool:
-    return (isinstance(job_id, str) and 0 < len(job_id) <= MAX_LENGTH
-            and _PATTERN.fullmatch(job_id) is not None)
+    return (
+        isinstance(job_id, str)
+        and 0 < len(job_id) <= MAX_LENGTH
+        and _PATTERN.fullmatch(job_id) is not None
+    )
 
 
 def validate_job_id(job_id: object, *, what: str = "job id") -> str:
@@ -32,7 +35,8 @@ def validate_job_id(job_id: object, *, what: str = "job id") -> str:
         shown = shown[:57] + "..."
     raise InvalidJobId(
         f"{what} {shown} is not allowed: use letters, digits, '.', '_' and '-', starting "
-        f"with a letter or digit, at most {MAX_LENGTH} characters")
+        f"with a letter or digit, at most {MAX_LENGTH} characters"
+    )
 
 
 def derive_job_id(base: str, suffix: str) -> str:
@@ -40,5 +44,5 @@ def derive_job_id(base: str, suffix: str) -> str:
     become '-', and `base` is shortened so the whole id fits MAX_LENGTH (a script named
     `my agent!.py`, the fork of a fork of a fork). `suffix` must itself be valid."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", base).lstrip("._-") or "job"
-    safe = safe[:MAX_LENGTH - len(suffix) - 1].rstrip("-")
+    safe = safe[: MAX_LENGTH - len(suffix) - 1].rstrip("-")
     return validate_job_id(f"{safe or 'job'}-{suffix}")

@@ -20,8 +20,7 @@ import reprlib
 
 from ..runtime._layout import NULL
 
-__all__ = ["loads", "Inert", "InertType", "render", "attributes", "cell_contents",
-           "is_code_object"]
+__all__ = ["loads", "Inert", "InertType", "render", "attributes", "cell_contents", "is_code_object"]
 
 _MAX_ITEMS = 6
 _MAX_STRING = 80
@@ -43,29 +42,35 @@ class InertType(type):
                 target.__setstate__(state)
                 target.__dict__["_setter"] = cls._qualname
                 return None
-            if isinstance(target, InertType):        # cloudpickle's _class_setstate
+            if isinstance(target, InertType):  # cloudpickle's _class_setstate
                 names = state[0] if isinstance(state, tuple) and state else state
                 if isinstance(names, dict) and isinstance(names.get("__module__"), str):
                     target._module = names["__module__"]
                 return None
-        if cls._module.startswith("cloudpickle") and cls._qualname in (
-                "_make_skeleton_class", "_make_skeleton_enum") and len(args) > 2:
+        if (
+            cls._module.startswith("cloudpickle")
+            and cls._qualname in ("_make_skeleton_class", "_make_skeleton_enum")
+            and len(args) > 2
+        ):
             # a class pickled by value: a placeholder class, so that NEWOBJ can make
             # its instances
             name = args[2] if cls._qualname == "_make_skeleton_enum" else args[1]
             return _placeholder("", name if isinstance(name, str) else "?")
         obj = Inert.__new__(cls, *args, **kwargs)
-        obj.__dict__["_called"] = True      # REDUCE: shown with its full dotted name
+        obj.__dict__["_called"] = True  # REDUCE: shown with its full dotted name
         return obj
 
-    def __repr__(cls) -> str:       # a class or function the pickle names by reference
+    def __repr__(cls) -> str:  # a class or function the pickle names by reference
         return f"<{_dotted(cls._module, cls._qualname)}>"
 
 
 def _is_state_setter(qualname: str) -> bool:
     name = qualname.rsplit(".", 1)[-1].lower()
-    return ("setstate" in name or (name.lstrip("_").startswith("set_") and name.endswith("state"))
-            or name in ("_fill_cell", "cell_set"))
+    return (
+        "setstate" in name
+        or (name.lstrip("_").startswith("set_") and name.endswith("state"))
+        or name in ("_fill_cell", "cell_set")
+    )
 
 
 class Inert(metaclass=InertType):
@@ -76,8 +81,9 @@ class Inert(metaclass=InertType):
 
     def __new__(cls, *args, **kwargs):
         obj = object.__new__(cls)
-        obj.__dict__.update(_args=args, _kwargs=kwargs, _state=None, _items=[], _pairs=[],
-                            _called=False)
+        obj.__dict__.update(
+            _args=args, _kwargs=kwargs, _state=None, _items=[], _pairs=[], _called=False
+        )
         return obj
 
     def __init__(self, *args, **kwargs):
@@ -99,7 +105,7 @@ class Inert(metaclass=InertType):
     def __setitem__(self, key, value) -> None:
         self._pairs.append((key, value))
 
-    def __call__(self, *args, **kwargs) -> "Inert":
+    def __call__(self, *args, **kwargs) -> Inert:
         """A call of a decoded object (e.g. cloudpickle's `_builtin_type(name)(...)`)."""
         call = _CALL(*args, **kwargs)
         call.__dict__["_callee"] = self
@@ -119,15 +125,24 @@ def _dotted(module: str, qualname: str) -> str:
 
 
 def _placeholder(module: str, qualname: str) -> InertType:
-    return InertType(qualname.rsplit(".", 1)[-1], (Inert,),
-                     {"_module": module, "_qualname": qualname, "__slots__": ()})
+    return InertType(
+        qualname.rsplit(".", 1)[-1],
+        (Inert,),
+        {"_module": module, "_qualname": qualname, "__slots__": ()},
+    )
 
 
 _CALL = _placeholder("", "<call>")
 
 _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None))
-_SAFE_BUILTINS = {"set": set, "frozenset": frozenset, "complex": complex, "slice": slice,
-                  "bytes": bytes, "bytearray": bytearray}
+_SAFE_BUILTINS = {
+    "set": set,
+    "frozenset": frozenset,
+    "complex": complex,
+    "slice": slice,
+    "bytes": bytes,
+    "bytearray": bytearray,
+}
 
 
 def _plain(value) -> bool:
@@ -143,30 +158,38 @@ def _safe_builtin(module: str, name: str):
     placeholder = _placeholder(module, name)
 
     def build(*args):
-        if all(_plain(a) for a in args):       # e.g. set([1, 2]); never bytes(10**12)
+        if all(_plain(a) for a in args):  # e.g. set([1, 2]); never bytes(10**12)
             try:
                 return fn(*args)
             except (TypeError, ValueError):
                 pass
         return placeholder(*args)
+
     return build
 
 
 def _call_decoded(func, args, _flushed):
-    if (isinstance(func, InertType) and (func._module, func._qualname) == ("copyreg", "__newobj__")
-            and args and isinstance(args[0], InertType)):
-        return args[0].__new__(args[0], *args[1:])       # as NEWOBJ decodes
+    if (
+        isinstance(func, InertType)
+        and (func._module, func._qualname) == ("copyreg", "__newobj__")
+        and args
+        and isinstance(args[0], InertType)
+    ):
+        return args[0].__new__(args[0], *args[1:])  # as NEWOBJ decodes
     try:
         return func(*args)
-    except TypeError:    # not a placeholder: nothing to call
+    except TypeError:  # not a placeholder: nothing to call
         return _placeholder("", "<call>")(func, *args)
 
 
 # The helpers of a deep dump (serializers/_deep.py) only pass values through: decoded
 # as such, so a deep snapshot reads like an ordinary one. They call nothing but
 # placeholders.
-_DEEP_DUMP = {"_applied": lambda obj: obj, "_first": lambda value, _flushed: value,
-              "_call_flushed": _call_decoded}
+_DEEP_DUMP = {
+    "_applied": lambda obj: obj,
+    "_first": lambda value, _flushed: value,
+    "_call_flushed": _call_decoded,
+}
 
 
 class _View:
@@ -177,14 +200,14 @@ class _View:
 
     def read(self, n: int = -1) -> bytes:
         end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
-        data = self.view[self.pos:end].tobytes()
+        data = self.view[self.pos : end].tobytes()
         self.pos = end
         return data
 
     def readinto(self, buffer) -> int:
         target = memoryview(buffer).cast("B")
         n = min(len(target), len(self.view) - self.pos)
-        target[:n] = self.view[self.pos:self.pos + n]
+        target[:n] = self.view[self.pos : self.pos + n]
         self.pos += n
         return n
 
@@ -226,7 +249,7 @@ class InertUnpickler(pickle.Unpickler):
 def loads(data) -> object:
     """Decode a pickle into builtin values and Inert placeholders, running nothing."""
     enabled = gc.isenabled()
-    gc.disable()             # millions of new containers would trigger useless collections
+    gc.disable()  # millions of new containers would trigger useless collections
     try:
         return InertUnpickler(_View(data)).load()
     finally:
@@ -241,11 +264,18 @@ def attributes(obj) -> dict:
         return {}
     state = obj._state
     attrs: dict = {}
-    if obj.__dict__.get("_setter") == "_set_exception_state" and isinstance(state, tuple) \
-            and state and isinstance(state[0], dict):
-        return dict(state[0])    # (attributes, cause, context, suppress, traceback)
-    if isinstance(state, tuple) and len(state) == 2 and all(
-            s is None or isinstance(s, dict) for s in state):
+    if (
+        obj.__dict__.get("_setter") == "_set_exception_state"
+        and isinstance(state, tuple)
+        and state
+        and isinstance(state[0], dict)
+    ):
+        return dict(state[0])  # (attributes, cause, context, suppress, traceback)
+    if (
+        isinstance(state, tuple)
+        and len(state) == 2
+        and all(s is None or isinstance(s, dict) for s in state)
+    ):
         for part in state:
             attrs.update(part or {})
     elif isinstance(state, dict):
@@ -264,7 +294,7 @@ def _name_of(kind: str) -> str:
     return kind.rsplit(".", 1)[-1]
 
 
-def _function_name(obj: "Inert") -> str | None:
+def _function_name(obj: Inert) -> str | None:
     kind, args = obj.kind, obj._args
     if kind == "snapstate.serializers._pickler._rebuild_function" and len(args) >= 3:
         module = attributes(args[0]).get("module")
@@ -286,14 +316,14 @@ _REPR.maxlong = 60
 def _scalar(value) -> str:
     try:
         return _REPR.repr(value)
-    except ValueError:         # an int too large to print
+    except ValueError:  # an int too large to print
         return f"<int of {value.bit_length()} bits>"
 
 
 def render(value, depth: int = _DEPTH) -> str:
     """A readable, bounded one-line rendering of a decoded value."""
     text = _render(value, depth, set())
-    return text if len(text) <= _MAX_LENGTH else text[:_MAX_LENGTH - 3] + "..."
+    return text if len(text) <= _MAX_LENGTH else text[: _MAX_LENGTH - 3] + "..."
 
 
 def _items(values, depth: int, seen: set) -> str:
@@ -320,8 +350,10 @@ def _render(value, depth: int, seen: set) -> str:
         try:
             if isinstance(value, dict):
                 pairs = list(value.items())
-                shown = [f"{_render(k, depth - 1, seen)}: {_render(v, depth - 1, seen)}"
-                         for k, v in pairs[:_MAX_ITEMS]]
+                shown = [
+                    f"{_render(k, depth - 1, seen)}: {_render(v, depth - 1, seen)}"
+                    for k, v in pairs[:_MAX_ITEMS]
+                ]
                 return "{" + ", ".join(shown + (["..."] if len(pairs) > _MAX_ITEMS else [])) + "}"
             inner = _items(value, depth, seen)
             if isinstance(value, list):
@@ -352,7 +384,7 @@ def _render_inert(obj: Inert, depth: int, seen: set) -> str:
         return special
     kind, args = obj.kind, obj._args
     if kind == "copyreg._reconstructor" and isinstance(_arg(obj, 0), InertType):
-        kind, args = _dotted(args[0]._module, args[0]._qualname), ()   # protocol 0/1 object
+        kind, args = _dotted(args[0]._module, args[0]._qualname), ()  # protocol 0/1 object
     # an instance (NEWOBJ) by its class name, any other call by its full dotted name
     name = kind if obj._called else _name_of(kind)
     if depth <= 0:
@@ -371,9 +403,14 @@ def _render_inert(obj: Inert, depth: int, seen: set) -> str:
     if obj._items:
         parts.append(f"items=[{_items(obj._items, depth, seen)}]")
     if obj._pairs:
-        parts.append("items={" + ", ".join(f"{_render(k, depth - 1, seen)}: "
-                                           f"{_render(v, depth - 1, seen)}"
-                                           for k, v in obj._pairs[:_MAX_ITEMS]) + "}")
+        parts.append(
+            "items={"
+            + ", ".join(
+                f"{_render(k, depth - 1, seen)}: {_render(v, depth - 1, seen)}"
+                for k, v in obj._pairs[:_MAX_ITEMS]
+            )
+            + "}"
+        )
     return f"{name}({', '.join(parts)})"
 
 
@@ -385,8 +422,11 @@ def _text(value, quote: bool = True) -> str:
 
 def cell_contents(value):
     """What a decoded cell holds (NULL when empty); any other value as is."""
-    if isinstance(value, Inert) and "cell" in _name_of(value.kind).lower() and \
-            value.kind.startswith(("snapstate.", "cloudpickle")):
+    if (
+        isinstance(value, Inert)
+        and "cell" in _name_of(value.kind).lower()
+        and value.kind.startswith(("snapstate.", "cloudpickle"))
+    ):
         state = value._state
         if isinstance(state, tuple) and len(state) == 2:
             return state[1] if state[0] else NULL
@@ -416,8 +456,10 @@ def _render_special(obj: Inert, depth: int, seen: set) -> str | None:
     if kind == "snapstate.runtime._morph.rebuild_generator":
         record = attributes(_arg(obj, 0))
         ref = attributes(record.get("code"))
-        return (f"<generator {_text(ref.get('qualname', '?'), False)}() paused at line "
-                f"{record.get('lineno', '?')}>")
+        return (
+            f"<generator {_text(ref.get('qualname', '?'), False)}() paused at line "
+            f"{record.get('lineno', '?')}>"
+        )
     if kind == "snapstate.serializers._pickler._exhausted_generator":
         return "<exhausted generator>"
     if kind == "snapstate.serializers._pickler._finished_coroutine":
@@ -435,16 +477,20 @@ def _render_special(obj: Inert, depth: int, seen: set) -> str | None:
     if callee is not None:
         if callee.kind.endswith("._builtin_type") and _arg(callee, 0) == "CodeType":
             return "<code>"
-        return (f"{_render(callee, depth - 1, seen)}"
-                f"({', '.join(_render(a, depth - 1, seen) for a in obj._args)})")
+        return (
+            f"{_render(callee, depth - 1, seen)}"
+            f"({', '.join(_render(a, depth - 1, seen) for a in obj._args)})"
+        )
     return None
 
 
 def _render_resource(obj: Inert, name: str) -> str:
     a = obj._args
-    if name == "rebuild_view" and len(a) >= 5:       # resources/_numpy.py
-        return (f"numpy view (shape {_text(a[2])}, strides {_text(a[3])}, offset "
-                f"{_text(a[4])}) of {_render(a[0], 1, set())}")
+    if name == "rebuild_view" and len(a) >= 5:  # resources/_numpy.py
+        return (
+            f"numpy view (shape {_text(a[2])}, strides {_text(a[3])}, offset "
+            f"{_text(a[4])}) of {_render(a[0], 1, set())}"
+        )
     if name == "_reopen_file" and len(a) >= 3:
         return f"open file {_text(a[0])} (mode {_text(a[1])}, at byte {_text(a[2])})"
     if name == "_closed_file" and len(a) >= 3:
@@ -462,8 +508,7 @@ def _render_resource(obj: Inert, name: str) -> str:
     if name == "_new_requests":
         return "requests.Session()"
     if name == "_rebuilt_requests_response" and a and isinstance(a[0], dict):
-        return (f"requests.Response({_text(a[0].get('status_code'))}, "
-                f"url={_text(a[0].get('url'))})")
+        return f"requests.Response({_text(a[0].get('status_code'))}, url={_text(a[0].get('url'))})"
     if name == "Handle" and a:
         label = a[2] if len(a) > 2 and isinstance(a[2], str) else _render(a[0], 1, set())
         return f"resource {label!r} (reopened by its factory on first use)"
@@ -474,5 +519,6 @@ def _render_resource(obj: Inert, name: str) -> str:
         return f"closed named temporary file {_text(a[0])} (mode {_text(a[1])})"
     if "temp" in name.lower() and a:
         return f"named temporary file {_text(a[0])}" + (
-            f" (mode {_text(a[1])})" if len(a) > 1 else "")
+            f" (mode {_text(a[1])})" if len(a) > 1 else ""
+        )
     return f"{name}({', '.join(_render(x, 1, set()) for x in a)})"

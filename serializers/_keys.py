@@ -35,8 +35,9 @@ import re
 import secrets
 import stat
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -61,8 +62,9 @@ _LEGACY_STORED = re.compile(r"k[0-9]+-[0-9a-f]{8}")
 def key_id_of(secret: bytes) -> str:
     """The id of a secret: HKDF with its own info string, so it reveals nothing of the
     HMAC or AEAD keys derived from the same secret."""
-    digest = HKDF(algorithm=hashes.SHA256(), length=10, salt=None,
-                  info=b"snapstate key-id").derive(secret)
+    digest = HKDF(algorithm=hashes.SHA256(), length=10, salt=None, info=b"snapstate key-id").derive(
+        secret
+    )
     return "k-" + digest.hex()
 
 
@@ -78,8 +80,9 @@ class Key:
     retired: bool = False
 
     def _derive(self, purpose: bytes) -> bytes:
-        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                    info=b"snapstate " + purpose).derive(self.secret)
+        return HKDF(
+            algorithm=hashes.SHA256(), length=32, salt=None, info=b"snapstate " + purpose
+        ).derive(self.secret)
 
     @functools.cached_property
     def mac_key(self) -> bytes:
@@ -104,9 +107,11 @@ def _env_key() -> Key | None:
     except ValueError:
         raise StoreError(f"{ENV_KEY} must be hex (at least 64 hex digits, 32 bytes)") from None
     if len(secret) < _MIN_SECRET:
-        raise StoreError(f"{ENV_KEY} is {len(secret)} bytes; it must be at least 32 bytes "
-                         "(64 hex digits): generate one with `python -c 'import secrets; "
-                         "print(secrets.token_hex(32))'`")
+        raise StoreError(
+            f"{ENV_KEY} is {len(secret)} bytes; it must be at least 32 bytes "
+            "(64 hex digits): generate one with `python -c 'import secrets; "
+            "print(secrets.token_hex(32))'`"
+        )
     return Key(key_id_of(secret), secret, 0.0)
 
 
@@ -114,14 +119,18 @@ def _check_private(path: str, st: os.stat_result, what: str) -> None:
     """Refuse a key file another user owns, or that others may read or write (ssh's
     rule for private keys): its keys could be known or replaced by someone else."""
     if st.st_uid != os.getuid():
-        raise StoreError(f"{what} {path} belongs to uid {st.st_uid}, not to you (uid "
-                         f"{os.getuid()}); a key file must be your own: copy it and run "
-                         f"`chmod 600` on the copy")
+        raise StoreError(
+            f"{what} {path} belongs to uid {st.st_uid}, not to you (uid "
+            f"{os.getuid()}); a key file must be your own: copy it and run "
+            f"`chmod 600` on the copy"
+        )
     if stat.S_IMODE(st.st_mode) & 0o077:
-        raise StoreError(f"{what} {path} is readable or writable by others (mode "
-                         f"{stat.S_IMODE(st.st_mode):04o}); its keys may be known to "
-                         f"others. Run `chmod 600 {path}` (and consider `snaprun keys "
-                         "rotate`)")
+        raise StoreError(
+            f"{what} {path} is readable or writable by others (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}); its keys may be known to "
+            f"others. Run `chmod 600 {path}` (and consider `snaprun keys "
+            "rotate`)"
+        )
 
 
 def _read_private(path: str, what: str) -> bytes:
@@ -143,8 +152,7 @@ def _parse_secret(value, where: str) -> bytes:
     except ValueError:
         raise ValueError(f"{where}: the secret is not valid hex") from None
     if len(secret) < _MIN_SECRET:
-        raise ValueError(f"{where}: the secret is {len(secret)} bytes, not at least "
-                         f"{_MIN_SECRET}")
+        raise ValueError(f"{where}: the secret is {len(secret)} bytes, not at least {_MIN_SECRET}")
     return secret
 
 
@@ -162,8 +170,11 @@ def _parse_store(data: bytes) -> tuple[dict[str, Key], str]:
         doc = json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("keys"), dict) \
-            or not isinstance(doc.get("current"), str):
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("keys"), dict)
+        or not isinstance(doc.get("current"), str)
+    ):
         raise ValueError("not an object with 'current' and 'keys'")
     keys = {}
     for key_id, entry in doc["keys"].items():
@@ -174,8 +185,12 @@ def _parse_store(data: bytes) -> tuple[dict[str, Key], str]:
         retired = entry.get("retired", False)
         if not isinstance(retired, bool):
             raise ValueError(f"key {key_id}: 'retired' is not true or false")
-        keys[key_id] = Key(key_id, _parse_secret(entry.get("secret"), f"key {key_id}"),
-                           _parse_created(entry.get("created"), f"key {key_id}"), retired)
+        keys[key_id] = Key(
+            key_id,
+            _parse_secret(entry.get("secret"), f"key {key_id}"),
+            _parse_created(entry.get("created"), f"key {key_id}"),
+            retired,
+        )
     if doc["current"] not in keys:
         raise ValueError(f"the current key {doc['current'][:80]!r} is not among its keys")
     if keys[doc["current"]].retired:
@@ -201,8 +216,9 @@ class KeyRing:
                 raise StoreDamaged(
                     f"the store's key file {self.path} is missing; a new key would verify "
                     "none of the store's snapshots, so none was made. Restore keys.json "
-                    f"from a backup, or set {ENV_KEY} to the key that signed them")
-            self._update(lambda stored: (None, None))     # creates it under the lock
+                    f"from a backup, or set {ENV_KEY} to the key that signed them"
+                )
+            self._update(lambda stored: (None, None))  # creates it under the lock
 
     # ------------------------------------------------------------ reading
     def _reload(self) -> bool:
@@ -218,7 +234,8 @@ class KeyRing:
                 f"the store's key file {self.path} is corrupt ({exc}). It was left as it "
                 "is: replacing it would make every snapshot signed with its keys "
                 f"unverifiable. Restore keys.json from a backup, or set {ENV_KEY} to the "
-                "key that signed the snapshots") from None
+                "key that signed the snapshots"
+            ) from None
         return True
 
     @property
@@ -239,17 +256,20 @@ class KeyRing:
     def get(self, key_id: str) -> Key:
         key = self._keys.get(key_id)
         if key is None and self._env is not None and key_id == _legacy_env_id(self._env.secret):
-            key = self._env                      # a file signed before ids were derived
+            key = self._env  # a file signed before ids were derived
         if key is None:
             raise UnknownKey(
                 f"signed with key {key_id!r}, which the store in use ({self.directory}) "
                 f"does not have (it has {', '.join(sorted(self._keys)) or 'none'}). A file "
                 "is only verified with the keys of the store in use: in the store that "
                 f"wrote it run `snaprun keys export {key_id} -o key.json`, then here "
-                f"`snaprun keys import key.json`; or set {ENV_KEY} to that key")
+                f"`snaprun keys import key.json`; or set {ENV_KEY} to that key"
+            )
         if key.retired:
-            raise RetiredKey(f"signed with key {key_id!r}, which was retired; it is no longer "
-                             "trusted. Only snapshots signed with a current key can be resumed.")
+            raise RetiredKey(
+                f"signed with key {key_id!r}, which was retired; it is no longer "
+                "trusted. Only snapshots signed with a current key can be resumed."
+            )
         return key
 
     def keys(self) -> list[Key]:
@@ -264,7 +284,7 @@ class KeyRing:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
-            os.close(fd)                         # closing releases the lock
+            os.close(fd)  # closing releases the lock
 
     def _update(self, change: Callable[[dict[str, Key]], tuple[T, str | None]]) -> T:
         """Read-modify-write of keys.json under the lock, on a fresh read of it.
@@ -272,7 +292,7 @@ class KeyRing:
         the id of the key that becomes current (None: the current one stays); the
         file is rewritten only if something changed."""
         with self._locked():
-            if not self._reload():                # first use: make the store's key
+            if not self._reload():  # first use: make the store's key
                 key = _new_key()
                 self._stored, self._stored_current = {key.key_id: key}, key.key_id
                 self._save()
@@ -285,9 +305,13 @@ class KeyRing:
             return result
 
     def _save(self) -> None:
-        data = {"current": self._stored_current,
-                "keys": {k.key_id: {"secret": k.secret.hex(), "created": k.created,
-                                    "retired": k.retired} for k in self._stored.values()}}
+        data = {
+            "current": self._stored_current,
+            "keys": {
+                k.key_id: {"secret": k.secret.hex(), "created": k.created, "retired": k.retired}
+                for k in self._stored.values()
+            },
+        }
         tmp = self.path + f".{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -308,23 +332,26 @@ class KeyRing:
 
     def rotate(self) -> Key:
         """Make a new key current; older keys keep verifying their snapshots."""
+
         def change(stored: dict[str, Key]) -> tuple[Key, str]:
             key = _new_key()
             stored[key.key_id] = key
             return key, key.key_id
+
         return self._update(change)
 
     def retire(self, key_id: str) -> Key:
         def change(stored: dict[str, Key]) -> tuple[Key, None]:
             key = stored.get(key_id)
             if key is None:
-                raise StoreError(f"no stored key {key_id!r} in {self.path} (keys: "
-                                 f"{', '.join(sorted(stored))})")
+                raise StoreError(
+                    f"no stored key {key_id!r} in {self.path} (keys: {', '.join(sorted(stored))})"
+                )
             if key_id == self._stored_current:
-                raise StoreError(f"key {key_id!r} is current; run `snaprun keys rotate` "
-                                 "first")
+                raise StoreError(f"key {key_id!r} is current; run `snaprun keys rotate` first")
             stored[key_id] = Key(key.key_id, key.secret, key.created, True)
             return stored[key_id], None
+
         return self._update(change)
 
     # ------------------------------------------------------------ moving keys
@@ -333,18 +360,28 @@ class KeyRing:
         file is never overwritten)."""
         key = self._keys.get(key_id)
         if key is None:
-            raise StoreError(f"no key {key_id!r} in the store {self.directory} (keys: "
-                             f"{', '.join(sorted(self._keys))})")
+            raise StoreError(
+                f"no key {key_id!r} in the store {self.directory} (keys: "
+                f"{', '.join(sorted(self._keys))})"
+            )
         if key.retired:
-            raise StoreError(f"key {key_id!r} is retired: it is no longer trusted, so it "
-                             "is not exported")
-        data = json.dumps({"format": _EXPORT_FORMAT, "key_id": key.key_id,
-                           "secret": key.secret.hex(), "created": key.created or time.time()},
-                          indent=1).encode()
+            raise StoreError(
+                f"key {key_id!r} is retired: it is no longer trusted, so it is not exported"
+            )
+        data = json.dumps(
+            {
+                "format": _EXPORT_FORMAT,
+                "key_id": key.key_id,
+                "secret": key.secret.hex(),
+                "created": key.created or time.time(),
+            },
+            indent=1,
+        ).encode()
         path = os.path.abspath(path)
         if os.path.lexists(path):
-            raise StoreError(f"{path} already exists; it was not overwritten (choose "
-                             "another file name)")
+            raise StoreError(
+                f"{path} already exists; it was not overwritten (choose another file name)"
+            )
         tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -356,10 +393,11 @@ class KeyRing:
                 f.flush()
                 os.fsync(f.fileno())
             try:
-                os.link(tmp, path)               # atomic, and fails if path exists
+                os.link(tmp, path)  # atomic, and fails if path exists
             except FileExistsError:
-                raise StoreError(f"{path} already exists; it was not overwritten "
-                                 "(choose another file name)") from None
+                raise StoreError(
+                    f"{path} already exists; it was not overwritten (choose another file name)"
+                ) from None
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -388,11 +426,14 @@ class KeyRing:
             have = stored.get(key.key_id)
             if have is not None:
                 if have.secret != key.secret:
-                    raise StoreError(f"the store {self.directory} already has a different "
-                                     f"key with id {key.key_id!r}; {path} was not imported")
+                    raise StoreError(
+                        f"the store {self.directory} already has a different "
+                        f"key with id {key.key_id!r}; {path} was not imported"
+                    )
                 return (have, False), None
             stored[key.key_id] = key
             return (key, True), None
+
         return self._update(change)
 
 
@@ -401,17 +442,24 @@ def _parse_export(data: bytes, path: str) -> Key:
     try:
         doc = json.loads(data)
         if not isinstance(doc, dict) or doc.get("format") != _EXPORT_FORMAT:
-            raise ValueError(f"not a snapstate key file (no \"format\": \"{_EXPORT_FORMAT}\")")
+            raise ValueError(f'not a snapstate key file (no "format": "{_EXPORT_FORMAT}")')
         key_id = doc.get("key_id")
         if not isinstance(key_id, str) or not _ID.fullmatch(key_id):
             raise ValueError("its key_id is not a valid key id")
         secret = _parse_secret(doc.get("secret"), "key")
         created = _parse_created(doc.get("created"), "key")
     except (ValueError, RecursionError) as exc:
-        raise StoreError(f"{path} is not a valid key file: {exc}; nothing was imported. "
-                         "Make it with `snaprun keys export ID -o FILE`") from None
-    if key_id != key_id_of(secret) and key_id != _legacy_env_id(secret) \
-            and not _LEGACY_STORED.fullmatch(key_id):
-        raise StoreError(f"{path}: key id {key_id!r} does not match its secret (its id "
-                         f"would be {key_id_of(secret)!r}); nothing was imported")
+        raise StoreError(
+            f"{path} is not a valid key file: {exc}; nothing was imported. "
+            "Make it with `snaprun keys export ID -o FILE`"
+        ) from None
+    if (
+        key_id != key_id_of(secret)
+        and key_id != _legacy_env_id(secret)
+        and not _LEGACY_STORED.fullmatch(key_id)
+    ):
+        raise StoreError(
+            f"{path}: key id {key_id!r} does not match its secret (its id "
+            f"would be {key_id_of(secret)!r}); nothing was imported"
+        )
     return Key(key_id, secret, created)

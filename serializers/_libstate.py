@@ -28,8 +28,8 @@ import os
 
 __all__ = ["reduce", "setstate", "same_reduce", "APPLIERS"]
 
-_PLAIN_TYPES: dict[type, bool] = {}     # type -> saved by the plain reference only
-_TRIAL = [False]                        # inside a trial pickle: nested refs stay plain
+_PLAIN_TYPES: dict[type, bool] = {}  # type -> saved by the plain reference only
+_TRIAL = [False]  # inside a trial pickle: nested refs stay plain
 
 
 def reduce(obj, t: type, module: str, attr: str):
@@ -45,22 +45,28 @@ def reduce(obj, t: type, module: str, attr: str):
     try:
         rv = obj.__reduce_ex__(5)
     except Exception:
-        return None                 # cannot be pickled at all: its identity is all it has
+        return None  # cannot be pickled at all: its identity is all it has
     if not isinstance(rv, tuple) or not 2 <= len(rv) <= 5:
         return None
     func, args, state, items, pairs = rv + (None,) * (5 - len(rv))
     newobj = func is copyreg.__newobj__ and len(args) == 1 and args[0] is t
     container = issubclass(t, (list, dict))
     if newobj and state is None and not container:
-        return None                 # a sentinel: nothing but its class
+        return None  # a sentinel: nothing but its class
     items = list(items) if items is not None else None
     pairs = list(pairs) if pairs is not None else None
     if not _trial((func, args, state, items, pairs)):
         return None
     from ._refs import module_object, module_object_setstate
-    return (module_object, (module, attr, t, func, args, newobj), (f"{module}.{attr}", state),
-            None if items is None else iter(items), None if pairs is None else iter(pairs),
-            module_object_setstate)
+
+    return (
+        module_object,
+        (module, attr, t, func, args, newobj),
+        (f"{module}.{attr}", state),
+        None if items is None else iter(items),
+        None if pairs is None else iter(pairs),
+        module_object_setstate,
+    )
 
 
 def _plain_type(t: type) -> bool:
@@ -68,15 +74,19 @@ def _plain_type(t: type) -> bool:
     the new process's logger) and types a resource adapter reopens or refuses (a
     library's connection or file is that library's, not to be reopened by a restore)."""
     from ..resources._adapters import UNTRACKED, reducer_for
+
     if t in UNTRACKED or reducer_for(t) is not None:
         return True
-    return any(c.__module__ == "logging" and c.__name__ in ("Logger", "PlaceHolder", "Manager")
-               for c in t.__mro__)
+    return any(
+        c.__module__ == "logging" and c.__name__ in ("Logger", "PlaceHolder", "Manager")
+        for c in t.__mro__
+    )
 
 
 def _trial(parts) -> bool:
     """Whether parts pickle with the snapshot's pickler (nested references plain)."""
     from ._pickler import FreezePickler
+
     _TRIAL[0] = True
     try:
         FreezePickler(io.BytesIO(), protocol=5).dump(parts)
@@ -113,7 +123,7 @@ def setstate(obj, state) -> None:
     if state is not None:
         attrs = obj.__dict__
         if getattr(t, "__getstate__", None) is _DEFAULT_GETSTATE:
-            attrs.clear()           # exact: an attribute the job deleted stays deleted
+            attrs.clear()  # exact: an attribute the job deleted stays deleted
         attrs.update(state)
     if slots:
         for name, value in slots.items():

@@ -29,7 +29,7 @@ import dill
 
 from ..resources._adapters import UNTRACKED, reducer_for
 from ..runtime._capture import capture_generator
-from ..runtime._codeid import code_ref, find_code, CodeRef
+from ..runtime._codeid import CodeRef, code_ref, find_code
 from ..runtime._morph import is_morph, rebuild_generator
 from . import _refs
 from ._describe import explain
@@ -74,6 +74,7 @@ def _exhausted_generator():
 def _finished_coroutine():
     async def finished():
         return None
+
     coro = finished()
     coro.close()
     return coro
@@ -104,7 +105,7 @@ def _is_importable(fn) -> bool:
 
 class FreezePickler(cloudpickle.Pickler):
     def reducer_override(self, obj):
-        where = _refs.INDEX.get(id(obj))      # a non-agent module's object: by reference
+        where = _refs.INDEX.get(id(obj))  # a non-agent module's object: by reference
         if where is not None and (reduced := _refs.reduce(obj, where)) is not None:
             return reduced
         t = type(obj)
@@ -122,17 +123,20 @@ class FreezePickler(cloudpickle.Pickler):
             frame = obj.cr_frame if t is types.CoroutineType else obj.ag_frame
             if frame is None:
                 return (_finished_coroutine, ())
-            created = t is types.CoroutineType and \
-                inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
-            if created:     # never awaited yet: rebuilt like a generator not started yet
+            created = (
+                t is types.CoroutineType and inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
+            )
+            if created:  # never awaited yet: rebuilt like a generator not started yet
                 return (rebuild_generator, (capture_generator(obj),))
             if t is types.AsyncGeneratorType:
                 raise pickle.PicklingError(
                     f"async generator {obj.__qualname__}() has not finished and cannot be "
-                    "frozen; exhaust or close it before the snapshot")
+                    "frozen; exhaust or close it before the snapshot"
+                )
             raise pickle.PicklingError(
                 f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
-                "it to completion before the snapshot")
+                "it to completion before the snapshot"
+            )
         adapter = reducer_for(t)
         if adapter is not None:
             return adapter(obj)
@@ -141,10 +145,20 @@ class FreezePickler(cloudpickle.Pickler):
         if isinstance(obj, BaseException):
             reduced = obj.__reduce__()
             traceback = save_traceback(obj.__traceback__) if obj.__traceback__ else None
-            return (reduced[0], reduced[1], (dict(obj.__dict__), obj.__cause__,
-                                             obj.__context__, obj.__suppress_context__,
-                                             traceback),
-                    None, None, _set_exception_state)
+            return (
+                reduced[0],
+                reduced[1],
+                (
+                    dict(obj.__dict__),
+                    obj.__cause__,
+                    obj.__context__,
+                    obj.__suppress_context__,
+                    traceback,
+                ),
+                None,
+                None,
+                _set_exception_state,
+            )
         if issubclass(t, type):
             return super().reducer_override(obj)
         return NotImplemented
@@ -153,18 +167,27 @@ class FreezePickler(cloudpickle.Pickler):
         if is_morph(fn.__code__):
             raise pickle.PicklingError(f"function {fn.__qualname__} is a restore stub")
         module = fn.__globals__.get("__name__")
-        if (not isinstance(module, str) or module == "__main__" or module not in sys.modules
-                or sys.modules[module].__dict__ is not fn.__globals__ or _is_importable(fn)):
+        if (
+            not isinstance(module, str)
+            or module == "__main__"
+            or module not in sys.modules
+            or sys.modules[module].__dict__ is not fn.__globals__
+            or _is_importable(fn)
+        ):
             return super().reducer_override(fn)
         ref = code_ref(fn.__code__, module)
         try:
             find_code(ref)
         except Exception:
             return super().reducer_override(fn)
-        return (_rebuild_function, (ref, fn.__name__, fn.__qualname__, fn.__closure__),
-                (fn.__defaults__, fn.__kwdefaults__, dict(fn.__dict__), fn.__doc__,
-                 fn.__module__),
-                None, None, _set_function_state)
+        return (
+            _rebuild_function,
+            (ref, fn.__name__, fn.__qualname__, fn.__closure__),
+            (fn.__defaults__, fn.__kwdefaults__, dict(fn.__dict__), fn.__doc__, fn.__module__),
+            None,
+            None,
+            _set_function_state,
+        )
 
     def _reduce_generator(self, gen):
         if gen.gi_running:
@@ -186,7 +209,7 @@ def _dump(obj, pickler_class=None) -> bytes:
         try:
             pickler.dump(obj)
             return buf.getvalue()
-        except (ValueError, RecursionError, pickle.PicklingError):   # a cycle: memo needed
+        except (ValueError, RecursionError, pickle.PicklingError):  # a cycle: memo needed
             buf = io.BytesIO()
             pickler = (pickler_class or FreezePickler)(buf, protocol=5)
     else:
@@ -198,6 +221,7 @@ def _dump(obj, pickler_class=None) -> bytes:
 def _dump_any(obj) -> bytes:
     """_dump; for a graph too deep for it (a long linked list), the deep dump."""
     from . import _deep
+
     try:
         return _deep.bounded(_dump, obj)
     except pickle.PicklingError as exc:
@@ -208,6 +232,7 @@ def _dump_any(obj) -> bytes:
 
 def _too_deep(error) -> bool:
     from . import _deep
+
     return isinstance(error, BaseException) and _deep.too_deep(error)
 
 
@@ -242,13 +267,19 @@ def _dumps(obj, roots) -> bytes:
             return _dump_any(obj)
         except _PICKLE_ERRORS as exc:
             chain: list = []
-            path, culprit, error = find_unpicklable(roots() if roots else [("value", obj)], exc,
-                                                    chain=chain)
-            if _too_deep(error):       # never worth the dill fallback
+            path, culprit, error = find_unpicklable(
+                roots() if roots else [("value", obj)], exc, chain=chain
+            )
+            if _too_deep(error):  # never worth the dill fallback
                 from . import _deep
+
                 raise UnpicklableError(path, culprit, _deep.message(), chain) from None
-            if (culprit is None or isinstance(culprit, HANDLE_TYPES) or type(culprit) in _DILL_TYPES
-                    or reducer_for(type(culprit)) is not None):   # refused by its adapter
+            if (
+                culprit is None
+                or isinstance(culprit, HANDLE_TYPES)
+                or type(culprit) in _DILL_TYPES
+                or reducer_for(type(culprit)) is not None
+            ):  # refused by its adapter
                 raise UnpicklableError(path, culprit, error, chain) from None
             try:
                 dill.loads(dill.dumps(culprit, protocol=5))
@@ -295,8 +326,11 @@ def _children(obj):
             for k, v in list(attrs.items()):
                 yield f".{k}", v
         for cls in type(obj).__mro__:
-            for name in getattr(cls, "__slots__", ()) if isinstance(
-                    getattr(cls, "__slots__", ()), (tuple, list)) else ():
+            for name in (
+                getattr(cls, "__slots__", ())
+                if isinstance(getattr(cls, "__slots__", ()), (tuple, list))
+                else ()
+            ):
                 if hasattr(obj, name):
                     yield f".{name}", getattr(obj, name)
 
@@ -316,15 +350,17 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0, chain: list | Non
         if chain is not None:
             chain.append((path, obj))
         if _too_deep(error):
-            return path, obj, error     # its parts are as deep: name the outermost
+            return path, obj, error  # its parts are as deep: name the outermost
         adapter = reducer_for(type(obj))
-        parts = getattr(adapter, "parts", None)   # what an adapter saves of obj, if it says
-        if (isinstance(obj, HANDLE_TYPES) or _depth > 40
-                or (adapter is not None and parts is None)):
-            return path, obj, error     # refused by its own adapter: it is the culprit
-        deeper = find_unpicklable([(path + name, child) for name, child in
-                                   (parts(obj) if parts else _children(obj))],
-                                  error, _depth + 1, chain)
+        parts = getattr(adapter, "parts", None)  # what an adapter saves of obj, if it says
+        if isinstance(obj, HANDLE_TYPES) or _depth > 40 or (adapter is not None and parts is None):
+            return path, obj, error  # refused by its own adapter: it is the culprit
+        deeper = find_unpicklable(
+            [(path + name, child) for name, child in (parts(obj) if parts else _children(obj))],
+            error,
+            _depth + 1,
+            chain,
+        )
         if deeper[1] is not None:
             return deeper
         return path, obj, error

@@ -48,16 +48,35 @@ __all__ = ["INDEX", "bind", "prepare", "reduce", "module_attribute", "module_str
 
 # id(obj) -> (module name, attribute name): attributes of non-agent modules.
 INDEX: dict[int, tuple[str, str]] = {}
-_SEEN: dict[str, tuple[types.ModuleType, int]] = {}   # module name -> (module, dict size)
-_STRINGS: dict[int, tuple[str, str, str]] = {}        # id(str) -> (module, name, value)
+_SEEN: dict[str, tuple[types.ModuleType, int]] = {}  # module name -> (module, dict size)
+_STRINGS: dict[int, tuple[str, str, str]] = {}  # id(str) -> (module, name, value)
 _EXCLUDED: set[str] = {"__main__"}
 _BY_NAME: dict[type, bool] = {}
 
 # Types the pickler never passes to reducer_override, or saves by name itself.
-_SKIP = frozenset({type(None), bool, int, float, complex, str, bytes, bytearray, tuple, list,
-                   dict, set, frozenset, types.ModuleType, types.FunctionType,
-                   types.BuiltinFunctionType, types.CodeType, type(Ellipsis),
-                   type(NotImplemented)})
+_SKIP = frozenset(
+    {
+        type(None),
+        bool,
+        int,
+        float,
+        complex,
+        str,
+        bytes,
+        bytearray,
+        tuple,
+        list,
+        dict,
+        set,
+        frozenset,
+        types.ModuleType,
+        types.FunctionType,
+        types.BuiltinFunctionType,
+        types.CodeType,
+        type(Ellipsis),
+        type(NotImplemented),
+    }
+)
 # A str that is a sentinel: '==SUPPRESS==', '--unknown--', '@@@SKIP_HEADER@@@',
 # '<missing API key>', or a name saying so.
 _SENTINEL_TEXT = re.compile(r"(\W)\1+\w[\w -]*\1\1+|<\w[\w -]*>")
@@ -89,20 +108,23 @@ def _forget(name: str) -> None:
 def _index_module(name: str, module: types.ModuleType, attrs: dict) -> None:
     in_sys = name == "sys"
     for attr, value in list(attrs.items()):
-        t = type(value)             # never isinstance(): it asks lazy proxies __class__
+        t = type(value)  # never isinstance(): it asks lazy proxies __class__
         if t in _SKIP or issubclass(t, type):
-            if t is str and (_SENTINEL_TEXT.fullmatch(value) or _SENTINEL_NAME.search(attr)) \
-                    and attr[:2] != "__":
+            if (
+                t is str
+                and (_SENTINEL_TEXT.fullmatch(value) or _SENTINEL_NAME.search(attr))
+                and attr[:2] != "__"
+            ):
                 _STRINGS[id(value)] = (name, attr, value)
             continue
         if attr[:2] == "__" and not in_sys:
-            continue                # __spec__, __loader__: nobody compares them
+            continue  # __spec__, __loader__: nobody compares them
         if in_sys and attr in _SYS_STREAMS:
             continue
         INDEX[id(value)] = (name, attr)
 
 
-_WALKED: list = [None]      # sys.modules' signature at the last walk
+_WALKED: list = [None]  # sys.modules' signature at the last walk
 
 
 def _signature() -> tuple:
@@ -125,7 +147,7 @@ def refresh() -> None:
     _WALKED[0] = signature
     seen = _SEEN
     for name in [n for n, (m, _) in seen.items() if sys.modules.get(n) is not m]:
-        del seen[name]          # removed or replaced: let the old module go
+        del seen[name]  # removed or replaced: let the old module go
     for name, module in list(sys.modules.items()):
         if not issubclass(type(module), types.ModuleType) or name in _EXCLUDED:
             continue
@@ -202,13 +224,13 @@ def reduce(obj, where: tuple[str, str]):
         return None
     t = type(obj)
     if t.__module__ in _EXCLUDED:
-        return None        # the agent's own object that a library holds
+        return None  # the agent's own object that a library holds
     by_name = _BY_NAME.get(t)
     if by_name is None:
         by_name = _BY_NAME[t] = _pickles_by_name(obj)
     if by_name:
         return None
-    if obj is os.environ:           # its class is swapped for tracking (runtime/_process)
+    if obj is os.environ:  # its class is swapped for tracking (runtime/_process)
         return (module_attribute, (module, attr))
     return _libstate.reduce(obj, t, module, attr) or (module_attribute, (module, attr, _kind(t)))
 
@@ -240,15 +262,18 @@ def module_attribute(module: str, attr: str, kind: str | None = None):
     except AttributeError:
         raise AttributeError(
             f"the snapshot refers to {module}.{attr} (an object of module {module}), which "
-            f"module {module} no longer has") from None
+            f"module {module} no longer has"
+        ) from None
     if kind is not None and _kind(type(current)) != kind:
         from ..runtime._errors import ResourceReopenError
+
         raise ResourceReopenError(
             f"the snapshot refers to {module}.{attr}, a {kind} in the job's process (an object "
             f"the job put into module {module}, whose state cannot be saved), but "
             f"{module}.{attr} is {type(current).__name__} in this process: the job's object "
             "cannot come back. Make that object in the agent's own code after snapshot() (or "
-            "keep it out of the library module while a snapshot is taken).")
+            "keep it out of the library module while a snapshot is taken)."
+        )
     return current
 
 
@@ -264,10 +289,10 @@ def module_object(module: str, attr: str, t: type, func, args, newobj: bool):
     built, like a decimal.Context without an applier)."""
     mod = importlib.import_module(module)
     current = mod.__dict__.get(attr, _MISSING)
-    if type(current) is t or _kind(type(current)) == _kind(t):   # t may be a copy by value
-        if newobj:                  # built with no arguments: all it holds is its state
+    if type(current) is t or _kind(type(current)) == _kind(t):  # t may be a copy by value
+        if newobj:  # built with no arguments: all it holds is its state
             if issubclass(t, list):
-                list.clear(current)         # the saved items are appended next
+                list.clear(current)  # the saved items are appended next
             elif issubclass(t, dict):
                 dict.clear(current)
             return current
@@ -295,7 +320,8 @@ def module_object_setstate(obj, named_state: tuple) -> None:
         raise TypeError(
             f"the state the job gave to {name} (a {type(obj).__name__} of that library) "
             f"cannot be put back onto the new process's {name}: {type(exc).__name__}: {exc}. "
-            f"The installed version of the library may differ from the job's") from None
+            f"The installed version of the library may differ from the job's"
+        ) from None
 
 
 # Library objects the job changed or installed: their state goes with the reference.

@@ -34,8 +34,15 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from ..runtime._errors import StoreDamaged, TamperedSnapshot, UnknownKey
 from ._keys import ENV_KEY, Key, KeyRing
 
-__all__ = ["Sealer", "PLAIN", "KeyedDigest", "MAGIC", "seal_header", "open_header",
-           "HEADER_PRIVATE"]
+__all__ = [
+    "Sealer",
+    "PLAIN",
+    "KeyedDigest",
+    "MAGIC",
+    "seal_header",
+    "open_header",
+    "HEADER_PRIVATE",
+]
 
 MAGIC = b"SS1"
 _DIGEST_PREFIX = "hmac-sha256:"
@@ -43,8 +50,9 @@ _NONCE = 12
 
 
 def _derive(key: Key, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                info=b"snapstate " + info).derive(key.secret)
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"snapstate " + info).derive(
+        key.secret
+    )
 
 
 def _aad(place: tuple) -> bytes:
@@ -67,7 +75,7 @@ class KeyedDigest(str):
     SHA-256 hex digest it was made from: comparing it with one recomputes the HMAC
     under the key it names, so the ledger's equality checks work unchanged."""
 
-    def __new__(cls, stored: str, sealer: "Sealer"):
+    def __new__(cls, stored: str, sealer: Sealer):
         self = super().__new__(cls, stored)
         self._sealer = sealer
         return self
@@ -77,7 +85,7 @@ class KeyedDigest(str):
             return str.__eq__(self, other)
         if other.startswith(_DIGEST_PREFIX):
             return str.__eq__(self, other)
-        kid = self[len(_DIGEST_PREFIX):].split(":", 1)[0]
+        kid = self[len(_DIGEST_PREFIX) :].split(":", 1)[0]
         return hmac.compare_digest(str(self), self._sealer._keyed(other, kid))
 
     def __ne__(self, other) -> bool:
@@ -86,7 +94,7 @@ class KeyedDigest(str):
 
     __hash__ = str.__hash__
 
-    def __reduce__(self):                 # pickled as the stored text
+    def __reduce__(self):  # pickled as the stored text
         return (str, (str(self),))
 
 
@@ -113,7 +121,8 @@ class Sealer:
                 raise UnknownKey(
                     f"a catalog value is sealed with key {kid!r}, which this store does not "
                     f"have; set {ENV_KEY} to that key (it was current when the value was "
-                    "written)")
+                    "written)"
+                )
             cached = self._derived[(kid, info)] = _derive(key, info)
         return cached
 
@@ -135,7 +144,8 @@ class Sealer:
         kid = self._current()
         nonce = os.urandom(_NONCE)
         sealed = AESGCM(self._key(kid, b"catalog aes-256-gcm")).encrypt(
-            nonce, kind + data, _aad(place))
+            nonce, kind + data, _aad(place)
+        )
         encoded = kid.encode()
         return MAGIC + bytes([len(encoded)]) + encoded + nonce + sealed
 
@@ -144,33 +154,40 @@ class Sealer:
         or belongs to another place. Unchanged when not enabled."""
         if not self.enabled or stored is None:
             return stored
-        if not isinstance(stored, bytes) or not stored.startswith(MAGIC) \
-                or len(stored) < len(MAGIC) + 1:
+        if (
+            not isinstance(stored, bytes)
+            or not stored.startswith(MAGIC)
+            or len(stored) < len(MAGIC) + 1
+        ):
             if self.tolerant:
                 return stored
             raise StoreDamaged(
                 f"the catalog value {_where(place)} is not sealed, in a store that requires "
                 "encryption: the catalog was edited or replaced (or `snaprun init --encrypt` "
-                "was interrupted: run it again). Refusing it.")
+                "was interrupted: run it again). Refusing it."
+            )
         n = stored[len(MAGIC)]
         start = len(MAGIC) + 1
-        kid = stored[start:start + n].decode(errors="replace")
-        nonce = stored[start + n:start + n + _NONCE]
-        body = stored[start + n + _NONCE:]
+        kid = stored[start : start + n].decode(errors="replace")
+        nonce = stored[start + n : start + n + _NONCE]
+        body = stored[start + n + _NONCE :]
         try:
             opened = AESGCM(self._key(kid, b"catalog aes-256-gcm")).decrypt(
-                nonce, body, _aad(place))
+                nonce, body, _aad(place)
+            )
         except (InvalidTag, ValueError):
             raise StoreDamaged(
                 f"the catalog value {_where(place)} fails authentication: it was modified, "
-                "or moved from another row or column. Refusing it.") from None
+                "or moved from another row or column. Refusing it."
+            ) from None
         kind, data = opened[:1], opened[1:]
         return data.decode() if kind == b"s" else data
 
     # ------------------------------------------------------------------ digests
     def _keyed(self, digest: str, kid: str) -> str:
-        mac = hmac.new(self._key(kid, b"catalog args-digest hmac-sha256"), digest.encode(),
-                       hashlib.sha256).hexdigest()
+        mac = hmac.new(
+            self._key(kid, b"catalog args-digest hmac-sha256"), digest.encode(), hashlib.sha256
+        ).hexdigest()
         return f"{_DIGEST_PREFIX}{kid}:{mac}"
 
     def digest(self, digest: str) -> str:
@@ -190,7 +207,8 @@ class Sealer:
                 return stored
             raise StoreDamaged(
                 f"the catalog value {_where(place)} is not a keyed digest, in a store that "
-                "requires encryption: the catalog was edited or replaced. Refusing it.")
+                "requires encryption: the catalog was edited or replaced. Refusing it."
+            )
         return KeyedDigest(stored, self)
 
 
@@ -207,8 +225,7 @@ HEADER_PRIVATE = ("argv", "label")
 def seal_header(header: dict, keys: KeyRing) -> dict:
     """The header of an encrypted snapshot: argv and label sealed for this job and seq."""
     private = json.dumps({name: header.get(name) for name in HEADER_PRIVATE})
-    blob = Sealer(keys, True).seal(private, "header", "private", header["job_id"],
-                                   header["seq"])
+    blob = Sealer(keys, True).seal(private, "header", "private", header["job_id"], header["seq"])
     return dict(header, **{name: None for name in HEADER_PRIVATE}, sealed=blob.hex())
 
 
@@ -218,10 +235,14 @@ def open_header(header: dict, keys: KeyRing, path: str) -> dict:
     if sealed is None:
         return header
     try:
-        opened = json.loads(Sealer(keys, True).open(bytes.fromhex(sealed), "header", "private",
-                                                    header.get("job_id"), header.get("seq")))
+        opened = json.loads(
+            Sealer(keys, True).open(
+                bytes.fromhex(sealed), "header", "private", header.get("job_id"), header.get("seq")
+            )
+        )
         values = {name: opened[name] for name in HEADER_PRIVATE}
     except (StoreDamaged, TypeError, ValueError, KeyError) as exc:
-        raise TamperedSnapshot(f"{path}: its sealed header fields do not open ({exc}); "
-                               "refusing it") from None
+        raise TamperedSnapshot(
+            f"{path}: its sealed header fields do not open ({exc}); refusing it"
+        ) from None
     return dict(header, **values)

@@ -37,18 +37,34 @@ import zstandard
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused,
-                               SnapshotRejected, TamperedSnapshot, TruncatedSnapshot)
+from ..runtime._errors import (
+    CorruptSnapshot,
+    HeaderMismatch,
+    PlaintextRefused,
+    SnapshotRejected,
+    TamperedSnapshot,
+    TruncatedSnapshot,
+)
 from . import _fs
 from ._keys import KeyRing
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "write", "write_signed", "verify", "verify_digest",
-           "read_payload", "read_verified", "peek_header", "CHUNK_SIZE"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "write",
+    "write_signed",
+    "verify",
+    "verify_digest",
+    "read_payload",
+    "read_verified",
+    "peek_header",
+    "CHUNK_SIZE",
+]
 
 MAGIC = b"SNAPSTATE\0"
 FORMAT_VERSION = 2
 CHUNK_SIZE = 1 << 20
-_FIXED = struct.Struct("<HI")       # format version, header length
+_FIXED = struct.Struct("<HI")  # format version, header length
 _LEN = struct.Struct("<I")
 _TRAILER = 16 + 16 + 32
 _PICKLE, _ZSTD, _AEAD = "pickle-5", "zstd", "aes-256-gcm"
@@ -66,19 +82,21 @@ def _sealed(chunks, key: bytes, prefix: bytes, header_sha: bytes):
     index, pending = 0, None
     for chunk in chunks:
         if pending is not None:
-            yield aead.encrypt(prefix + struct.pack("<I", index), pending,
-                               _aad(header_sha, index, False))
+            yield aead.encrypt(
+                prefix + struct.pack("<I", index), pending, _aad(header_sha, index, False)
+            )
             index += 1
         pending = chunk
-    yield aead.encrypt(prefix + struct.pack("<I", index), pending or b"",
-                       _aad(header_sha, index, True))
+    yield aead.encrypt(
+        prefix + struct.pack("<I", index), pending or b"", _aad(header_sha, index, True)
+    )
 
 
-def _compressed(payload) -> "iter[bytes]":
+def _compressed(payload) -> iter[bytes]:
     chunker = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).chunker(chunk_size=CHUNK_SIZE)
     view = memoryview(payload)
     for start in range(0, len(view), 4 * CHUNK_SIZE):
-        yield from chunker.compress(view[start:start + 4 * CHUNK_SIZE])
+        yield from chunker.compress(view[start : start + 4 * CHUNK_SIZE])
     yield from chunker.finish()
 
 
@@ -100,37 +118,59 @@ def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes, out: list | No
     yield end + header_digest + body_hash.digest() + mac.digest()
 
 
-def write(path: str, header: dict, payload: bytes, keys: KeyRing, *, encrypt: bool = False,
-          fs: _fs.FileSystem = _fs.OS) -> int:
+def write(
+    path: str,
+    header: dict,
+    payload: bytes,
+    keys: KeyRing,
+    *,
+    encrypt: bool = False,
+    fs: _fs.FileSystem = _fs.OS,
+) -> int:
     """Write a signed (and optionally encrypted) snapshot file atomically and durably;
     returns its size. `payload` is the pickle."""
     return write_signed(path, header, payload, keys, encrypt=encrypt, fs=fs)[0]
 
 
-def write_signed(path: str, header: dict, payload: bytes, keys: KeyRing, *,
-                 encrypt: bool = False, fs: _fs.FileSystem = _fs.OS) -> tuple[int, str]:
+def write_signed(
+    path: str,
+    header: dict,
+    payload: bytes,
+    keys: KeyRing,
+    *,
+    encrypt: bool = False,
+    fs: _fs.FileSystem = _fs.OS,
+) -> tuple[int, str]:
     """write(), returning (size, digest): the digest is the file's HMAC (hex), which
     names the exact header and body; the catalog records it to bind its row to this
     very file."""
     key = keys.current
-    header = dict(header, key_id=key.key_id, chunk_size=CHUNK_SIZE,
-                  codecs=[_PICKLE, _ZSTD] + ([_AEAD] if encrypt else []))
+    header = dict(
+        header,
+        key_id=key.key_id,
+        chunk_size=CHUNK_SIZE,
+        codecs=[_PICKLE, _ZSTD] + ([_AEAD] if encrypt else []),
+    )
     chunks = _compressed(payload)
     if encrypt:
         header["nonce_prefix"] = os.urandom(8).hex()
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     if encrypt:
-        chunks = _sealed(chunks, key.aead_key, bytes.fromhex(header["nonce_prefix"]),
-                         hashlib.sha256(header_bytes).digest())
+        chunks = _sealed(
+            chunks,
+            key.aead_key,
+            bytes.fromhex(header["nonce_prefix"]),
+            hashlib.sha256(header_bytes).digest(),
+        )
     digest: list[str] = []
     size = _fs.write_atomic(path, _file_bytes(header_bytes, chunks, key.mac_key, digest), fs)
     return size, digest[0]
 
 
 # ------------------------------------------------------------------------ reading
-_READ_BUFFER = 1 << 20          # large buffered reads, whatever the chunk lengths
-_MAX_CHUNK_SIZE = 16 << 20      # keeps one chunk (and so a reader's memory) bounded
-_TAG = 16                       # AES-GCM adds a 16-byte tag to each sealed chunk
+_READ_BUFFER = 1 << 20  # large buffered reads, whatever the chunk lengths
+_MAX_CHUNK_SIZE = 16 << 20  # keeps one chunk (and so a reader's memory) bounded
+_TAG = 16  # AES-GCM adds a 16-byte tag to each sealed chunk
 
 
 class _Reader:
@@ -142,12 +182,16 @@ class _Reader:
         # A damaged length must not make us allocate gigabytes: never ask for more
         # than the file still holds.
         if n > self.size - self.f.tell():
-            raise TruncatedSnapshot(f"{self.path} is truncated or damaged (its {what} claims "
-                                    f"{n} bytes, more than the file holds)")
+            raise TruncatedSnapshot(
+                f"{self.path} is truncated or damaged (its {what} claims "
+                f"{n} bytes, more than the file holds)"
+            )
         data = self.f.read(n)
         if len(data) != n:
-            raise TruncatedSnapshot(f"{self.path} is truncated (it ends inside its {what}); "
-                                    "resume from another snapshot of the job")
+            raise TruncatedSnapshot(
+                f"{self.path} is truncated (it ends inside its {what}); "
+                "resume from another snapshot of the job"
+            )
         return data
 
 
@@ -177,19 +221,26 @@ def _read_header(reader: _Reader) -> tuple[dict, bytes]:
     if version != FORMAT_VERSION:
         raise CorruptSnapshot(
             f"{path} uses snapshot format {version}; this snapstate reads format "
-            f"{FORMAT_VERSION}. Resume it with the snapstate release that wrote it.")
+            f"{FORMAT_VERSION}. Resume it with the snapstate release that wrote it."
+        )
     header_bytes = reader.exactly(length, "header")
     try:
         header = json.loads(header_bytes)
-    except RecursionError:   # deeply nested JSON: hostile, never a snapshot header
-        raise CorruptSnapshot(f"{path} is not a snapshot: its header is JSON nested too "
-                              "deeply to be a snapshot header") from None
+    except RecursionError:  # deeply nested JSON: hostile, never a snapshot header
+        raise CorruptSnapshot(
+            f"{path} is not a snapshot: its header is JSON nested too "
+            "deeply to be a snapshot header"
+        ) from None
     except ValueError:
         header = None
-    if not isinstance(header, dict) or not isinstance(header.get("key_id"), str) \
-            or not isinstance(header.get("codecs"), list):
-        raise HeaderMismatch(f"{path} has a damaged header (not a snapshot header); it was "
-                             "edited or replaced")
+    if (
+        not isinstance(header, dict)
+        or not isinstance(header.get("key_id"), str)
+        or not isinstance(header.get("codecs"), list)
+    ):
+        raise HeaderMismatch(
+            f"{path} has a damaged header (not a snapshot header); it was edited or replaced"
+        )
     return header, header_bytes
 
 
@@ -203,8 +254,9 @@ def _chunk_limit(header: dict, path: str) -> int:
     """The exact length of every body chunk but the last, from the header's chunk size."""
     size = header.get("chunk_size")
     if type(size) is not int or not 0 < size <= _MAX_CHUNK_SIZE:
-        raise CorruptSnapshot(f"{path} has a damaged header (chunk size {size!r}); it was not "
-                              "written by snapstate")
+        raise CorruptSnapshot(
+            f"{path} has a damaged header (chunk size {size!r}); it was not written by snapstate"
+        )
     return size + (_TAG if _AEAD in header["codecs"] else 0)
 
 
@@ -218,11 +270,13 @@ def _body_chunks(reader: _Reader, limit: int, hashes):
         prefix = reader.exactly(_LEN.size, "body")
         (length,) = _LEN.unpack(prefix)
         if length > reader.size - reader.f.tell():
-            reader.exactly(length, "body")      # a length past the end: truncated
+            reader.exactly(length, "body")  # a length past the end: truncated
         if length and (length > limit or (previous is not None and len(previous) != limit)):
             bad = length if length > limit else len(previous)
-            raise CorruptSnapshot(f"{reader.path} is damaged: it has a body chunk of {bad} bytes "
-                                  f"where its writer makes chunks of {limit}")
+            raise CorruptSnapshot(
+                f"{reader.path} is damaged: it has a body chunk of {bad} bytes "
+                f"where its writer makes chunks of {limit}"
+            )
         for h in hashes:
             h.update(prefix)
         if length == 0:
@@ -245,8 +299,10 @@ def _verify_open(f, path: str, keys: KeyRing, require_encryption: bool):
     header, header_bytes = _read_header(reader)
     encrypted = _AEAD in header["codecs"]
     if require_encryption and not encrypted:
-        raise PlaintextRefused(f"{path} is not encrypted, and this store requires "
-                               "encryption; it was not written by this store")
+        raise PlaintextRefused(
+            f"{path} is not encrypted, and this store requires "
+            "encryption; it was not written by this store"
+        )
     try:
         key = keys.get(header["key_id"])
     except SnapshotRejected as exc:
@@ -267,14 +323,20 @@ def _verify_open(f, path: str, keys: KeyRing, require_encryption: bool):
     if signed and header_ok and body_ok:
         return header, header_bytes, key, body_start, digest
     if not body_ok:
-        raise CorruptSnapshot(f"{path} is damaged: its body does not match its checksum. "
-                              "Resume from an earlier snapshot of the job.")
+        raise CorruptSnapshot(
+            f"{path} is damaged: its body does not match its checksum. "
+            "Resume from an earlier snapshot of the job."
+        )
     if not header_ok:
-        raise HeaderMismatch(f"{path}: the header does not belong to this snapshot's body "
-                             "(swapped with another snapshot's, or edited); refusing it")
-    raise TamperedSnapshot(f"{path}: the signature does not match; the file was modified "
-                           "after it was written (or signed by another key with the same id). "
-                           "Refusing it.")
+        raise HeaderMismatch(
+            f"{path}: the header does not belong to this snapshot's body "
+            "(swapped with another snapshot's, or edited); refusing it"
+        )
+    raise TamperedSnapshot(
+        f"{path}: the signature does not match; the file was modified "
+        "after it was written (or signed by another key with the same id). "
+        "Refusing it."
+    )
 
 
 def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dict:
@@ -285,22 +347,25 @@ def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dic
         return _verify_open(f, path, keys, require_encryption)[0]
 
 
-def verify_digest(path: str, keys: KeyRing, *, require_encryption: bool = False
-                  ) -> tuple[dict, str]:
+def verify_digest(
+    path: str, keys: KeyRing, *, require_encryption: bool = False
+) -> tuple[dict, str]:
     """verify(), returning (header, digest): the digest as write_signed() returned it."""
     with _open(path) as f:
         header, _, _, _, digest = _verify_open(f, path, keys, require_encryption)
     return header, digest.hex()
 
 
-def read_payload(path: str, keys: KeyRing, *, require_encryption: bool = False
-                 ) -> tuple[dict, bytearray]:
+def read_payload(
+    path: str, keys: KeyRing, *, require_encryption: bool = False
+) -> tuple[dict, bytearray]:
     """(header, pickle bytes) of a verified file (see read_verified)."""
     return read_verified(path, keys, require_encryption=require_encryption)[:2]
 
 
-def read_verified(path: str, keys: KeyRing, *, require_encryption: bool = False
-                  ) -> tuple[dict, bytearray, str]:
+def read_verified(
+    path: str, keys: KeyRing, *, require_encryption: bool = False
+) -> tuple[dict, bytearray, str]:
     """(header, pickle bytes, digest) of a verified file.
 
     A first pass verifies the file in constant memory; a second pass over the same
@@ -311,7 +376,8 @@ def read_verified(path: str, keys: KeyRing, *, require_encryption: bool = False
     in the first place (no decompression bomb from an unsigned file)."""
     with _open(path) as f:
         header, header_bytes, key, body_start, verified = _verify_open(
-            f, path, keys, require_encryption)
+            f, path, keys, require_encryption
+        )
         f.seek(body_start)
         reader = _Reader(f, path)
         mac = hmac.new(key.mac_key, header_bytes, hashlib.sha256)
@@ -326,8 +392,9 @@ def read_verified(path: str, keys: KeyRing, *, require_encryption: bool = False
         try:
             for i, (chunk, last) in enumerate(chunks):
                 if aead is not None:
-                    chunk = aead.decrypt(prefix + struct.pack("<I", i), chunk,
-                                         _aad(header_sha, i, last))
+                    chunk = aead.decrypt(
+                        prefix + struct.pack("<I", i), chunk, _aad(header_sha, i, last)
+                    )
                 out += decompressor.decompress(chunk)
                 del chunk
         except InvalidTag:

@@ -4,8 +4,8 @@ checks and their writes are atomic across processes."""
 
 from __future__ import annotations
 
-import errno
 import dataclasses
+import errno
 import json
 import os
 import sqlite3
@@ -13,9 +13,18 @@ import threading
 import time
 import urllib.parse
 
-from ..runtime._errors import (JobExists, JobFinished, JobNotFound, LeaseHeld, SnapshotNotFound,
-                               SnapstateError, StaleWriter, StoreDamaged, StoreError,
-                               StoreFailure)
+from ..runtime._errors import (
+    JobExists,
+    JobFinished,
+    JobNotFound,
+    LeaseHeld,
+    SnapshotNotFound,
+    SnapstateError,
+    StaleWriter,
+    StoreDamaged,
+    StoreError,
+    StoreFailure,
+)
 from . import _fs
 from ._sealing import PLAIN, Sealer
 from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
@@ -25,8 +34,12 @@ __all__ = ["SqliteStore"]
 SCHEMA_VERSION = 2
 # Version 1 (the previous release) lacks the snapshots' digest and origin columns; it is
 # upgraded in place by the first writable open.
-_UPGRADES = {1: ("ALTER TABLE snapshots ADD COLUMN digest TEXT",
-                 "ALTER TABLE snapshots ADD COLUMN origin TEXT")}
+_UPGRADES = {
+    1: (
+        "ALTER TABLE snapshots ADD COLUMN digest TEXT",
+        "ALTER TABLE snapshots ADD COLUMN origin TEXT",
+    )
+}
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
 
 _SCHEMA = """
@@ -59,12 +72,24 @@ CREATE TABLE IF NOT EXISTS metrics (
 
 # SQLite messages of a failing store (the disk, the file system, permissions): the
 # store failed, not the agent, and the job stays resumable once the cause is fixed.
-_FAILURE_MESSAGES = ("database or disk is full", "disk i/o error", "readonly database",
-                     "unable to open database file", "read-only file system")
+_FAILURE_MESSAGES = (
+    "database or disk is full",
+    "disk i/o error",
+    "readonly database",
+    "unable to open database file",
+    "read-only file system",
+)
 # Messages of a catalog that is not (or no longer) a SQLite database: damage.
 _DAMAGE_MESSAGES = ("file is not a database", "database disk image is malformed")
-_FAILURE_ERRNOS = {errno.ENOSPC, errno.EROFS, errno.EIO, errno.EDQUOT, errno.EFBIG,
-                   errno.EACCES, errno.EPERM}
+_FAILURE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EROFS,
+    errno.EIO,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EACCES,
+    errno.EPERM,
+}
 
 
 def store_failure(exc: BaseException, path: str) -> SnapstateError | None:
@@ -74,11 +99,14 @@ def store_failure(exc: BaseException, path: str) -> SnapstateError | None:
     if isinstance(exc, sqlite3.DatabaseError):
         text = str(exc).lower()
         if any(m in text for m in _DAMAGE_MESSAGES):
-            return StoreDamaged(f"the catalog {path} is damaged or unreadable ({exc}); nothing "
-                                "was changed. Restore it from a backup, or run `snaprun "
-                                "repair`.")
-        if not isinstance(exc, sqlite3.OperationalError) or \
-                not any(m in text for m in _FAILURE_MESSAGES):
+            return StoreDamaged(
+                f"the catalog {path} is damaged or unreadable ({exc}); nothing "
+                "was changed. Restore it from a backup, or run `snaprun "
+                "repair`."
+            )
+        if not isinstance(exc, sqlite3.OperationalError) or not any(
+            m in text for m in _FAILURE_MESSAGES
+        ):
             return None
         reason = str(exc)
     elif isinstance(exc, OSError) and exc.errno in _FAILURE_ERRNOS:
@@ -87,7 +115,8 @@ def store_failure(exc: BaseException, path: str) -> SnapstateError | None:
         return None
     return StoreFailure(
         f"the store failed: {reason} at {os.path.dirname(path)}; the job is left resumable: "
-        "free space / make it writable, then `snaprun resume JOB`")
+        "free space / make it writable, then `snaprun resume JOB`"
+    )
 
 
 class SqliteStore(Store):
@@ -98,8 +127,16 @@ class SqliteStore(Store):
     store's catalog is never re-created: StoreDamaged instead). `writable=False`: open
     for reading only (no schema upgrade)."""
 
-    def __init__(self, directory: str, *, clock=time.time, synchronous: str = "FULL",
-                 sealer: Sealer = PLAIN, create: bool = True, writable: bool = True):
+    def __init__(
+        self,
+        directory: str,
+        *,
+        clock=time.time,
+        synchronous: str = "FULL",
+        sealer: Sealer = PLAIN,
+        create: bool = True,
+        writable: bool = True,
+    ):
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be FULL or NORMAL")
         self.synchronous = synchronous
@@ -111,32 +148,37 @@ class SqliteStore(Store):
         if not create and not os.path.isfile(self.path):
             raise StoreDamaged(f"the catalog {self.path} is missing")
         if create:
-            _fs.create_private_file(self.path)   # before SQLite: -wal and -shm get its mode
+            _fs.create_private_file(self.path)  # before SQLite: -wal and -shm get its mode
         self.clock = clock
         self._local = threading.local()
         self._snapshot_extra = "digest, origin"
         self._create = create
         self._writable = writable
-        self._checked = create      # switch to WAL only once the file is known ours
+        self._checked = create  # switch to WAL only once the file is known ours
         # Several processes may open a new store at once: the schema is checked and
         # created in one write transaction.
         try:
             with self._tx(immediate=writable) as db:
                 version = db.execute("PRAGMA user_version").fetchone()[0]
                 self.schema_version = version if version else SCHEMA_VERSION
-                names = {r[0] for r in db.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                names = {
+                    r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                }
                 if not names and not create:
-                    raise StoreDamaged(f"the catalog {self.path} holds no tables (it was "
-                                       "emptied or re-created)")
+                    raise StoreDamaged(
+                        f"the catalog {self.path} holds no tables (it was emptied or re-created)"
+                    )
                 if names and not _TABLES <= names:
-                    raise StoreDamaged(f"the catalog {self.path} lacks the tables "
-                                       f"{', '.join(sorted(_TABLES - names))}")
+                    raise StoreDamaged(
+                        f"the catalog {self.path} lacks the tables "
+                        f"{', '.join(sorted(_TABLES - names))}"
+                    )
                 if names and version not in (SCHEMA_VERSION, *_UPGRADES):
                     raise StoreError(
                         f"the catalog {self.path} has schema version {version}; this "
                         f"snapstate uses {SCHEMA_VERSION}. Use the snapstate release that "
-                        "created it, or start a new store (--store DIR).")
+                        "created it, or start a new store (--store DIR)."
+                    )
                 if not names:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
@@ -148,9 +190,9 @@ class SqliteStore(Store):
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     self.schema_version = SCHEMA_VERSION
                 elif version != SCHEMA_VERSION:
-                    self._snapshot_extra = "NULL, NULL"     # read-only over version 1
+                    self._snapshot_extra = "NULL, NULL"  # read-only over version 1
             if not create:
-                self._checked = True        # WAL is persistent: usually already set
+                self._checked = True  # WAL is persistent: usually already set
                 if writable:
                     self._wal(self._db())
         except sqlite3.DatabaseError as exc:
@@ -177,11 +219,15 @@ class SqliteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         if self._create:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        else:     # an existing store's catalog: never create the file; a read-only
+        else:  # an existing store's catalog: never create the file; a read-only
             # opening never writes it either (no checkpoint when it closes)
             mode = "rw" if self._writable else "ro"
-            db = sqlite3.connect(f"file:{urllib.parse.quote(self.path)}?mode={mode}", uri=True,
-                                 timeout=30, isolation_level=None)
+            db = sqlite3.connect(
+                f"file:{urllib.parse.quote(self.path)}?mode={mode}",
+                uri=True,
+                timeout=30,
+                isolation_level=None,
+            )
         try:
             if self._checked and self._writable:
                 self._wal(db)
@@ -193,7 +239,7 @@ class SqliteStore(Store):
         return db
 
     def _wal(self, db: sqlite3.Connection) -> None:
-        for attempt in range(200):   # switching to WAL is not covered by the busy timeout
+        for attempt in range(200):  # switching to WAL is not covered by the busy timeout
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 break
@@ -235,7 +281,7 @@ class SqliteStore(Store):
             if mapped is not None:
                 raise mapped from exc
             if kind is None:
-                raise exc           # a COMMIT that failed otherwise (e.g. busy)
+                raise exc  # a COMMIT that failed otherwise (e.g. busy)
             return False
 
         def _raise_mapped(self, exc: BaseException):
@@ -244,7 +290,7 @@ class SqliteStore(Store):
                 raise exc
             raise mapped from exc
 
-    def _tx(self, immediate: bool = True) -> "_Tx":
+    def _tx(self, immediate: bool = True) -> _Tx:
         return self._Tx(self._db(), immediate, self.path)
 
     def close(self) -> None:
@@ -256,26 +302,47 @@ class SqliteStore(Store):
     # ---------------------------------------------------------------- jobs
     def _job(self, row) -> JobRow:
         argv = self.sealer.open(row[2], "jobs", "argv", row[0])
-        return JobRow(row[0], json.loads(row[1]), json.loads(argv), row[3], row[4], row[5],
-                      row[6], row[7], row[8], self.sealer.open(row[9], "jobs", "error", row[0]))
+        return JobRow(
+            row[0],
+            json.loads(row[1]),
+            json.loads(argv),
+            row[3],
+            row[4],
+            row[5],
+            row[6],
+            row[7],
+            row[8],
+            self.sealer.open(row[9], "jobs", "error", row[0]),
+        )
 
-    _JOB_COLUMNS = ("job_id, entry, argv, status, created, updated, resume_count, parent, "
-                    "fork_seq, error")
+    _JOB_COLUMNS = (
+        "job_id, entry, argv, status, created, updated, resume_count, parent, fork_seq, error"
+    )
 
     def create_job(self, job_id, entry, argv, *, parent=None, fork_seq=None) -> JobRow:
         now = self.clock()
         with self._tx() as db:
             self._insert_job(db, job_id, entry, argv, parent, fork_seq, now)
-            self._event(db, job_id, "created", f"forked from {parent}@{fork_seq}" if parent
-                        else f"entry {entry.get('path') or entry.get('module')}")
+            self._event(
+                db,
+                job_id,
+                "created",
+                f"forked from {parent}@{fork_seq}"
+                if parent
+                else f"entry {entry.get('path') or entry.get('module')}",
+            )
         return self.get_job(job_id)
 
     def get_job(self, job_id) -> JobRow:
-        row = self._db().execute(f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE job_id = ?",
-                                 (job_id,)).fetchone()
+        row = (
+            self._db()
+            .execute(f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
+            .fetchone()
+        )
         if row is None:
-            raise JobNotFound(f"no job {job_id!r} in {self.directory} (`snaprun ls` lists the "
-                              "jobs)")
+            raise JobNotFound(
+                f"no job {job_id!r} in {self.directory} (`snaprun ls` lists the jobs)"
+            )
         return self._job(row)
 
     def list_jobs(self) -> list[JobRow]:
@@ -286,9 +353,10 @@ class SqliteStore(Store):
         with self._tx() as db:
             if epoch is not None:
                 self._check_epoch(db, job_id, epoch)
-            cur = db.execute("UPDATE jobs SET status = ?, error = ?, updated = ? WHERE job_id = ?",
-                             (status, self.sealer.seal(error, "jobs", "error", job_id),
-                              self.clock(), job_id))
+            cur = db.execute(
+                "UPDATE jobs SET status = ?, error = ?, updated = ? WHERE job_id = ?",
+                (status, self.sealer.seal(error, "jobs", "error", job_id), self.clock(), job_id),
+            )
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job {job_id!r}")
             self._event(db, job_id, status, error or "")
@@ -306,22 +374,29 @@ class SqliteStore(Store):
         return LeaseRow(row[0], Owner(row[1], row[2], row[3]), row[4], row[5], row[6])
 
     def get_lease(self, job_id) -> LeaseRow | None:
-        row = self._db().execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
-                                 (job_id,)).fetchone()
+        row = (
+            self._db()
+            .execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,))
+            .fetchone()
+        )
         return self._lease(row) if row else None
 
     def acquire_lease(self, job_id, owner, ttl, *, force=False, resuming=False) -> int:
         now = self.clock()
         with self._tx() as db:
-            job = db.execute("SELECT epoch, status FROM jobs WHERE job_id = ?",
-                             (job_id,)).fetchone()
+            job = db.execute(
+                "SELECT epoch, status FROM jobs WHERE job_id = ?", (job_id,)
+            ).fetchone()
             if job is None:
                 raise JobNotFound(f"no job {job_id!r} in {self.directory}")
-            if job[1] == "done":     # checked where the lease is taken: no race with a finish
-                raise JobFinished(f"job {job_id} is done; it never runs again (`snaprun fork "
-                                  f"{job_id}@SEQ` starts a copy from one of its snapshots)")
-            row = db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
-                             (job_id,)).fetchone()
+            if job[1] == "done":  # checked where the lease is taken: no race with a finish
+                raise JobFinished(
+                    f"job {job_id} is done; it never runs again (`snaprun fork "
+                    f"{job_id}@SEQ` starts a copy from one of its snapshots)"
+                )
+            row = db.execute(
+                f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,)
+            ).fetchone()
             if row is not None:
                 lease = self._lease(row)
                 if lease.is_live(now):
@@ -335,21 +410,37 @@ class SqliteStore(Store):
                         f"job {job_id} is held by a live runner ({lease.owner}, lease epoch "
                         f"{lease.epoch}, last heartbeat {age:.0f}s ago, expires in "
                         f"{lease.expires - now:.0f}s); only one runner per job. "
-                        + ("--force never takes over a runner that is heartbeating; it waits "
-                           "out the lease of one that is silent (no heartbeat for "
-                           f"{2 * holder_ttl / 3:.0f}s)" if force
-                           else "Wait for it to finish, or use --force to wait out its lease "
-                           "once its heartbeat is silent"))
+                        + (
+                            "--force never takes over a runner that is heartbeating; it waits "
+                            "out the lease of one that is silent (no heartbeat for "
+                            f"{2 * holder_ttl / 3:.0f}s)"
+                            if force
+                            else "Wait for it to finish, or use --force to wait out its lease "
+                            "once its heartbeat is silent"
+                        )
+                    )
             epoch = job[0] + 1
-            db.execute("UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
-                       " resume_count = resume_count + ? WHERE job_id = ?",
-                       (epoch, now, int(resuming), job_id))
-            db.execute(f"INSERT OR REPLACE INTO leases ({self._LEASE_COLUMNS}) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (job_id, owner.host, owner.pid, owner.started, epoch, now + ttl, now))
-            self._event(db, job_id, "lease", f"epoch {epoch} taken by {owner}"
-                        + (" (forced, after the previous lease expired)"
-                           if force and row is not None and row[5] <= now else ""))
+            db.execute(
+                "UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
+                " resume_count = resume_count + ? WHERE job_id = ?",
+                (epoch, now, int(resuming), job_id),
+            )
+            db.execute(
+                f"INSERT OR REPLACE INTO leases ({self._LEASE_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (job_id, owner.host, owner.pid, owner.started, epoch, now + ttl, now),
+            )
+            self._event(
+                db,
+                job_id,
+                "lease",
+                f"epoch {epoch} taken by {owner}"
+                + (
+                    " (forced, after the previous lease expired)"
+                    if force and row is not None and row[5] <= now
+                    else ""
+                ),
+            )
         return epoch
 
     def _check_epoch(self, db, job_id, epoch) -> None:
@@ -359,40 +450,48 @@ class SqliteStore(Store):
             raise StaleWriter(
                 f"job {job_id}: this runner's lease epoch {epoch} is no longer current "
                 f"(current: {current}); another runner took the job over. This runner's write "
-                "was rejected; nothing changed.")
+                "was rejected; nothing changed."
+            )
 
     def record_resume(self, job_id, epoch, detail) -> None:
         with self._tx() as db:
             self._check_epoch(db, job_id, epoch)
-            db.execute("UPDATE jobs SET resume_count = resume_count + 1 WHERE job_id = ?",
-                       (job_id,))
+            db.execute(
+                "UPDATE jobs SET resume_count = resume_count + 1 WHERE job_id = ?", (job_id,)
+            )
             self._event(db, job_id, "resumed", detail)
 
     def heartbeat(self, job_id, epoch, ttl) -> None:
         now = self.clock()
         with self._tx() as db:
             self._check_epoch(db, job_id, epoch)
-            db.execute("UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?",
-                       (now + ttl, now, job_id))
+            db.execute(
+                "UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?",
+                (now + ttl, now, job_id),
+            )
 
     def _fence_dispatch(self, db, job_id, epoch, ttl, margin, what) -> float:
         """Inside a dispatch's transaction: the epoch holds the lease and its deadline is
         more than `margin` seconds away; renew it (a heartbeat) and return the new one."""
-        now = self.clock()            # inside the transaction: after any wait for the lock
+        now = self.clock()  # inside the transaction: after any wait for the lock
         self._check_epoch(db, job_id, epoch)
-        expires = db.execute("SELECT expires FROM leases WHERE job_id = ?",
-                             (job_id,)).fetchone()[0]
+        expires = db.execute("SELECT expires FROM leases WHERE job_id = ?", (job_id,)).fetchone()[0]
         if expires - now <= margin:
             raise StaleWriter(
                 f"job {job_id}: {what} was not sent: this runner's lease (epoch {epoch}) "
-                + (f"expired {now - expires:.1f}s ago" if expires <= now
-                   else f"expires in {expires - now:.1f}s")
+                + (
+                    f"expired {now - expires:.1f}s ago"
+                    if expires <= now
+                    else f"expires in {expires - now:.1f}s"
+                )
                 + f", under the {margin:.1f}s a request needs (the runner was paused or its "
                 "heartbeats were delayed), so another runner may take the job over. This "
-                "runner stops; nothing was sent or recorded.")
+                "runner stops; nothing was sent or recorded."
+            )
         deadline = now + ttl
-        db.execute("UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?",
-                   (deadline, now, job_id))
+        db.execute(
+            "UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?", (deadline, now, job_id)
+        )
         return deadline
 
     def release_lease(self, job_id, epoch) -> None:
@@ -400,46 +499,64 @@ class SqliteStore(Store):
             db.execute("DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch))
 
     # ---------------------------------------------------------------- snapshots
-    _INSERT_SNAPSHOT = ("INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
-                        "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    _INSERT_SNAPSHOT = (
+        "INSERT INTO snapshots (job_id, seq, label, file, size, created, epoch, "
+        "digest, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
 
     @property
     def _select_snapshots(self) -> str:
         # a read-only opening of a schema-1 catalog has no digest/origin columns
-        return ("SELECT job_id, seq, label, file, size, created, epoch, "
-                f"{self._snapshot_extra} FROM snapshots")
+        return (
+            "SELECT job_id, seq, label, file, size, created, epoch, "
+            f"{self._snapshot_extra} FROM snapshots"
+        )
 
     def _snapshot(self, row) -> SnapshotRow:
         label = self.sealer.open(row[2], "snapshots", "label", row[0], row[1])
-        return SnapshotRow(row[0], row[1], label, *row[3:8],
-                           json.loads(row[8]) if row[8] else None)
+        return SnapshotRow(row[0], row[1], label, *row[3:8], json.loads(row[8]) if row[8] else None)
 
     def _snapshot_values(self, row: SnapshotRow) -> tuple:
-        return (row.job_id, row.seq, self._label(row), row.file, row.size, row.created,
-                row.epoch, row.digest,
-                json.dumps(row.origin, sort_keys=True) if row.origin else None)
+        return (
+            row.job_id,
+            row.seq,
+            self._label(row),
+            row.file,
+            row.size,
+            row.created,
+            row.epoch,
+            row.digest,
+            json.dumps(row.origin, sort_keys=True) if row.origin else None,
+        )
 
     def commit_snapshot(self, row: SnapshotRow) -> None:
         with self._tx() as db:
             self._check_epoch(db, row.job_id, row.epoch)
-            latest = db.execute("SELECT MAX(seq) FROM snapshots WHERE job_id = ?",
-                                (row.job_id,)).fetchone()[0] or 0
+            latest = (
+                db.execute(
+                    "SELECT MAX(seq) FROM snapshots WHERE job_id = ?", (row.job_id,)
+                ).fetchone()[0]
+                or 0
+            )
             if latest != row.seq - 1:
                 raise StaleWriter(
                     f"job {row.job_id}: snapshot {row.seq} expected {row.seq - 1} to be the "
                     f"latest, but it is {latest}; another writer moved the job on. Nothing "
-                    "changed.")
+                    "changed."
+                )
             db.execute(self._INSERT_SNAPSHOT, self._snapshot_values(row))
             db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (row.created, row.job_id))
-            self._event(db, row.job_id, "snapshot",
-                        f"{row.seq}" + (f" ({row.label})" if row.label else ""))
+            self._event(
+                db, row.job_id, "snapshot", f"{row.seq}" + (f" ({row.label})" if row.label else "")
+            )
 
     def _label(self, row: SnapshotRow):
         return self.sealer.seal(row.label, "snapshots", "label", row.job_id, row.seq)
 
     def snapshots(self, job_id) -> list[SnapshotRow]:
-        rows = self._db().execute(f"{self._select_snapshots} WHERE job_id = ? "
-                                  "ORDER BY seq", (job_id,))
+        rows = self._db().execute(
+            f"{self._select_snapshots} WHERE job_id = ? ORDER BY seq", (job_id,)
+        )
         return [self._snapshot(r) for r in rows]
 
     def delete_snapshot(self, job_id, seq) -> None:
@@ -454,77 +571,117 @@ class SqliteStore(Store):
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
 
-    def rebuild_job(self, job: JobRow, epoch: int, rows: list[SnapshotRow],
-                    metrics: dict | None = None) -> None:
+    def rebuild_job(
+        self, job: JobRow, epoch: int, rows: list[SnapshotRow], metrics: dict | None = None
+    ) -> None:
         """Recreate a job and its snapshot rows from its files (snaprun repair), in one
         transaction; its next lease epoch is above every epoch its files carry."""
         with self._tx() as db:
             if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone():
-                raise JobExists(f"a job named {job.job_id!r} already exists in "
-                                f"{self.directory}")
-            db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, "
-                       "resume_count, parent, fork_seq, error, epoch) VALUES "
-                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       (job.job_id, json.dumps(job.entry),
-                        self.sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
-                        job.status, job.created, job.updated, job.resume_count, job.parent,
-                        job.fork_seq, self.sealer.seal(job.error, "jobs", "error", job.job_id),
-                        epoch))
-            db.executemany(self._INSERT_SNAPSHOT,
-                           [self._snapshot_values(r) for r in rows])
-            db.executemany("INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
-                           [(job.job_id, k, v) for k, v in (metrics or {}).items()])
+                raise JobExists(f"a job named {job.job_id!r} already exists in {self.directory}")
+            db.execute(
+                "INSERT INTO jobs (job_id, entry, argv, status, created, updated, "
+                "resume_count, parent, fork_seq, error, epoch) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job.job_id,
+                    json.dumps(job.entry),
+                    self.sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
+                    job.status,
+                    job.created,
+                    job.updated,
+                    job.resume_count,
+                    job.parent,
+                    job.fork_seq,
+                    self.sealer.seal(job.error, "jobs", "error", job.job_id),
+                    epoch,
+                ),
+            )
+            db.executemany(self._INSERT_SNAPSHOT, [self._snapshot_values(r) for r in rows])
+            db.executemany(
+                "INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
+                [(job.job_id, k, v) for k, v in (metrics or {}).items()],
+            )
             self._event(db, job.job_id, "rebuilt", job.error or "")
 
     # ---------------------------------------------------------------- admin operations
     def _insert_job(self, db, job_id, entry, argv, parent, fork_seq, now) -> None:
         if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone():
-            raise JobExists(f"a job named {job_id!r} already exists in {self.directory}; "
-                            "choose another id")
-        db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
-                   " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
-                   (job_id, json.dumps(entry),
-                    self.sealer.seal(json.dumps(argv), "jobs", "argv", job_id), now, now, parent,
-                    fork_seq))
+            raise JobExists(
+                f"a job named {job_id!r} already exists in {self.directory}; choose another id"
+            )
+        db.execute(
+            "INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
+            " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+            (
+                job_id,
+                json.dumps(entry),
+                self.sealer.seal(json.dumps(argv), "jobs", "argv", job_id),
+                now,
+                now,
+                parent,
+                fork_seq,
+            ),
+        )
 
     def _live_lease(self, db, job_id) -> LeaseRow | None:
-        row = db.execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?",
-                         (job_id,)).fetchone()
+        row = db.execute(
+            f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,)
+        ).fetchone()
         lease = self._lease(row) if row else None
         return lease if lease is not None and lease.is_live(self.clock()) else None
 
     def fork_job(self, parent, fork_seq, job_id, copies, inherited_effects) -> JobRow:
         now = self.clock()
         with self._tx() as db:
-            source = db.execute("SELECT entry, argv FROM jobs WHERE job_id = ?",
-                                (parent,)).fetchone()
+            source = db.execute(
+                "SELECT entry, argv FROM jobs WHERE job_id = ?", (parent,)
+            ).fetchone()
             if source is None:
                 raise JobNotFound(f"no job {parent!r} in {self.directory}")
-            rows = [self._snapshot(r) for r in db.execute(
-                f"{self._select_snapshots} WHERE job_id = ? AND seq <= ? "
-                "ORDER BY seq", (parent, fork_seq))]
+            rows = [
+                self._snapshot(r)
+                for r in db.execute(
+                    f"{self._select_snapshots} WHERE job_id = ? AND seq <= ? ORDER BY seq",
+                    (parent, fork_seq),
+                )
+            ]
             if not rows or rows[-1].seq != fork_seq:
-                raise SnapshotNotFound(f"job {parent} has no snapshot {fork_seq}; `snaprun log "
-                                       f"{parent}` lists its snapshots")
+                raise SnapshotNotFound(
+                    f"job {parent} has no snapshot {fork_seq}; `snaprun log "
+                    f"{parent}` lists its snapshots"
+                )
             if sorted(copies) != [r.seq for r in rows] or any(
-                    copies[r.seq].digest is not None and r.digest is not None
-                    and copies[r.seq].digest != r.digest for r in rows):
-                raise StoreError(f"the snapshots of job {parent} changed during the fork "
-                                 "(pruned or rewound); nothing was forked, try again")
+                copies[r.seq].digest is not None
+                and r.digest is not None
+                and copies[r.seq].digest != r.digest
+                for r in rows
+            ):
+                raise StoreError(
+                    f"the snapshots of job {parent} changed during the fork "
+                    "(pruned or rewound); nothing was forked, try again"
+                )
             argv = json.loads(self.sealer.open(source[1], "jobs", "argv", parent))
             self._insert_job(db, job_id, json.loads(source[0]), argv, parent, fork_seq, now)
-            db.executemany(self._INSERT_SNAPSHOT,
-                           [self._snapshot_values(copies[r.seq]) for r in rows])
+            db.executemany(
+                self._INSERT_SNAPSHOT, [self._snapshot_values(copies[r.seq]) for r in rows]
+            )
             # Effects before the fork point are the new job's history; those after it
             # are the original's future: the fork makes its own, with its own keys.
             # Re-sealed for the new job (a sealed value is bound to its row).
-            inherited = [self._effect(r) for r in db.execute(
-                f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? AND ordinal <= ? "
-                "ORDER BY ordinal", (parent, inherited_effects))]
+            inherited = [
+                self._effect(r)
+                for r in db.execute(
+                    f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? AND ordinal <= ? "
+                    "ORDER BY ordinal",
+                    (parent, inherited_effects),
+                )
+            ]
             db.executemany(
                 f"INSERT INTO effects ({self._EFFECT_COLUMNS}) VALUES "
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [self._effect_values(dataclasses.replace(e, job_id=job_id)) for e in inherited])
+                [self._effect_values(dataclasses.replace(e, job_id=job_id)) for e in inherited],
+            )
             self._event(db, job_id, "created", f"forked from {parent}@{fork_seq}")
             self._event(db, parent, "forked", f"snapshot {fork_seq} as job {job_id}")
         return self.get_job(job_id)
@@ -543,32 +700,48 @@ class SqliteStore(Store):
         with self._tx() as db:
             job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if job is None:
-                raise JobNotFound(f"no job {job_id!r} in {self.directory} (`snaprun ls` lists "
-                                  "the jobs)")
+                raise JobNotFound(
+                    f"no job {job_id!r} in {self.directory} (`snaprun ls` lists the jobs)"
+                )
             lease = self._live_lease(db, job_id)
             if lease is not None:
-                raise LeaseHeld(f"job {job_id} is running ({lease.owner}); reconcile it once "
-                                "it has stopped")
-            found = db.execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
-                               "AND ordinal = ?", (job_id, ordinal)).fetchone()
+                raise LeaseHeld(
+                    f"job {job_id} is running ({lease.owner}); reconcile it once it has stopped"
+                )
+            found = db.execute(
+                f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? AND ordinal = ?",
+                (job_id, ordinal),
+            ).fetchone()
             effect = self._effect(found) if found else None
             if effect is None or effect.kind == "value":
-                raise StoreError(f"job {job_id} has no effect {ordinal} (`snaprun effects "
-                                 f"{job_id}`)")
+                raise StoreError(
+                    f"job {job_id} has no effect {ordinal} (`snaprun effects {job_id}`)"
+                )
             if effect.state not in ("ambiguous", "dispatched", "failed"):
-                raise StoreError(f"effect {ordinal} of job {job_id} is {effect.state}; only an "
-                                 "ambiguous or failed effect can be reconciled")
-            settled = dataclasses.replace(effect, state=state, result=result, note=note,
-                                          updated=now)
-            db.execute(f"INSERT OR REPLACE INTO effects ({self._EFFECT_COLUMNS}) VALUES "
-                       "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       self._effect_values(settled))
-            db.execute("INSERT INTO metrics (job_id, name, value) VALUES (?, 'reconciled', 1) "
-                       "ON CONFLICT (job_id, name) DO UPDATE SET value = value + 1", (job_id,))
+                raise StoreError(
+                    f"effect {ordinal} of job {job_id} is {effect.state}; only an "
+                    "ambiguous or failed effect can be reconciled"
+                )
+            settled = dataclasses.replace(
+                effect, state=state, result=result, note=note, updated=now
+            )
+            db.execute(
+                f"INSERT OR REPLACE INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self._effect_values(settled),
+            )
+            db.execute(
+                "INSERT INTO metrics (job_id, name, value) VALUES (?, 'reconciled', 1) "
+                "ON CONFLICT (job_id, name) DO UPDATE SET value = value + 1",
+                (job_id,),
+            )
             self._event(db, job_id, "reconciled", f"effect {ordinal}: {note}")
             if job[0] == "parked":
-                db.execute("UPDATE jobs SET status = 'interrupted', error = NULL, updated = ? "
-                           "WHERE job_id = ?", (now, job_id))
+                db.execute(
+                    "UPDATE jobs SET status = 'interrupted', error = NULL, updated = ? "
+                    "WHERE job_id = ?",
+                    (now, job_id),
+                )
                 self._event(db, job_id, "interrupted", "")
         return settled
 
@@ -580,9 +753,12 @@ class SqliteStore(Store):
             lease = self._live_lease(db, job_id)
             if lease is not None:
                 raise LeaseHeld(f"job {job_id} is running ({lease.owner}); it is not pruned")
-            rows = [self._snapshot(r) for r in db.execute(
-                f"{self._select_snapshots} WHERE job_id = ? ORDER BY seq",
-                (job_id,))]
+            rows = [
+                self._snapshot(r)
+                for r in db.execute(
+                    f"{self._select_snapshots} WHERE job_id = ? ORDER BY seq", (job_id,)
+                )
+            ]
             if finished and job[0] in ("done", "failed"):
                 for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
                     db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
@@ -591,18 +767,23 @@ class SqliteStore(Store):
             if older_than is not None:
                 keep = {r.seq for r in rows if r.seq in keep and r.created >= older_than}
             if rows:
-                keep.add(rows[-1].seq)       # a resumable job keeps its latest snapshot
+                keep.add(rows[-1].seq)  # a resumable job keeps its latest snapshot
             dropped = [r for r in rows if r.seq not in keep]
-            db.executemany("DELETE FROM snapshots WHERE job_id = ? AND seq = ?",
-                           [(job_id, r.seq) for r in dropped])
+            db.executemany(
+                "DELETE FROM snapshots WHERE job_id = ? AND seq = ?",
+                [(job_id, r.seq) for r in dropped],
+            )
             if dropped:
-                self._event(db, job_id, "pruned",
-                            f"snapshots {', '.join(str(r.seq) for r in dropped)}")
+                self._event(
+                    db, job_id, "pruned", f"snapshots {', '.join(str(r.seq) for r in dropped)}"
+                )
             return False, dropped
 
     # ---------------------------------------------------------------- effect ledger
-    _EFFECT_COLUMNS = ("job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
-                       "state, result, external_id, attempts, created, updated, note")
+    _EFFECT_COLUMNS = (
+        "job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
+        "state, result, external_id, attempts, created, updated, note"
+    )
 
     _SEALED_EFFECT_COLUMNS = {"args_repr": 6, "result": 9, "external_id": 10, "note": 14}
 
@@ -622,18 +803,33 @@ class SqliteStore(Store):
         return tuple(values)
 
     def effect(self, job_id, ordinal) -> EffectRow | None:
-        row = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
-                                 "AND ordinal = ?", (job_id, ordinal)).fetchone()
+        row = (
+            self._db()
+            .execute(
+                f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? AND ordinal = ?",
+                (job_id, ordinal),
+            )
+            .fetchone()
+        )
         return self._effect(row) if row else None
 
     def effect_by_key(self, job_id, key) -> EffectRow | None:
-        row = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
-                                 "AND key = ? ORDER BY ordinal LIMIT 1", (job_id, key)).fetchone()
+        row = (
+            self._db()
+            .execute(
+                f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
+                "AND key = ? ORDER BY ordinal LIMIT 1",
+                (job_id, key),
+            )
+            .fetchone()
+        )
         return self._effect(row) if row else None
 
     def effects(self, job_id) -> list[EffectRow]:
-        rows = self._db().execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? "
-                                  "ORDER BY ordinal", (job_id,))
+        rows = self._db().execute(
+            f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? ORDER BY ordinal",
+            (job_id,),
+        )
         return [self._effect(r) for r in rows]
 
     def record_effects(self, rows, *, epoch, replace=False, ttl=None, margin=0.0):
@@ -643,33 +839,49 @@ class SqliteStore(Store):
         deadline = None
         with self._tx() as db:
             if ttl is not None:
-                deadline = self._fence_dispatch(db, rows[0].job_id, epoch, ttl, margin,
-                                                f"effect {rows[-1].ordinal} ({rows[-1].name})")
+                deadline = self._fence_dispatch(
+                    db,
+                    rows[0].job_id,
+                    epoch,
+                    ttl,
+                    margin,
+                    f"effect {rows[-1].ordinal} ({rows[-1].name})",
+                )
             elif epoch is not None:
                 self._check_epoch(db, rows[0].job_id, epoch)
             try:
-                db.executemany(f"{verb} INTO effects ({self._EFFECT_COLUMNS}) VALUES "
-                               "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               [self._effect_values(r) for r in rows])
+                db.executemany(
+                    f"{verb} INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [self._effect_values(r) for r in rows],
+                )
             except sqlite3.IntegrityError:
-                raise StoreError(f"job {rows[0].job_id}: effect {rows[0].ordinal} is already "
-                                 "recorded") from None
+                raise StoreError(
+                    f"job {rows[0].job_id}: effect {rows[0].ordinal} is already recorded"
+                ) from None
         return deadline
 
     def bump_metric(self, job_id, name, by=1) -> None:
         with self._tx() as db:
-            db.execute("INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?) ON CONFLICT "
-                       "(job_id, name) DO UPDATE SET value = value + excluded.value",
-                       (job_id, name, by))
+            db.execute(
+                "INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?) ON CONFLICT "
+                "(job_id, name) DO UPDATE SET value = value + excluded.value",
+                (job_id, name, by),
+            )
 
     def set_metric(self, job_id, name, value) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
-                       (job_id, name, value))
+            db.execute(
+                "INSERT OR REPLACE INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
+                (job_id, name, value),
+            )
 
     def metrics(self, job_id) -> dict:
-        return dict(self._db().execute("SELECT name, value FROM metrics WHERE job_id = ?",
-                                       (job_id,)).fetchall())
+        return dict(
+            self._db()
+            .execute("SELECT name, value FROM metrics WHERE job_id = ?", (job_id,))
+            .fetchall()
+        )
 
     # ---------------------------------------------------------------- sealing
     def reseal(self, sealer: Sealer) -> None:
@@ -677,37 +889,60 @@ class SqliteStore(Store):
         turned on or off for a store that has rows; values already in the new form are
         taken as they are), then compact the catalog and empty its WAL, so no earlier
         form of a value stays in the files."""
-        reader = Sealer(sealer.keys if sealer.enabled else self.sealer.keys,
-                        sealer.enabled or self.sealer.enabled, tolerant=True)
+        reader = Sealer(
+            sealer.keys if sealer.enabled else self.sealer.keys,
+            sealer.enabled or self.sealer.enabled,
+            tolerant=True,
+        )
         old, self.sealer = self.sealer, reader
         try:
             with self._tx() as db:
-                jobs = [self._job(r) for r in db.execute(
-                    f"SELECT {self._JOB_COLUMNS} FROM jobs").fetchall()]
-                snaps = [self._snapshot(r) for r in db.execute(
-                    self._select_snapshots).fetchall()]
-                effects = [self._effect(r) for r in db.execute(
-                    f"SELECT {self._EFFECT_COLUMNS} FROM effects").fetchall()]
-                events = [(i, job_id, at, kind, self.sealer.open(
-                    detail, "events", "detail", job_id, kind, repr(at)))
+                jobs = [
+                    self._job(r)
+                    for r in db.execute(f"SELECT {self._JOB_COLUMNS} FROM jobs").fetchall()
+                ]
+                snaps = [self._snapshot(r) for r in db.execute(self._select_snapshots).fetchall()]
+                effects = [
+                    self._effect(r)
+                    for r in db.execute(f"SELECT {self._EFFECT_COLUMNS} FROM effects").fetchall()
+                ]
+                events = [
+                    (
+                        i,
+                        job_id,
+                        at,
+                        kind,
+                        self.sealer.open(detail, "events", "detail", job_id, kind, repr(at)),
+                    )
                     for i, job_id, at, kind, detail in db.execute(
-                        "SELECT id, job_id, at, kind, detail FROM events").fetchall()]
+                        "SELECT id, job_id, at, kind, detail FROM events"
+                    ).fetchall()
+                ]
                 self.sealer = sealer
                 for job in jobs:
-                    db.execute("UPDATE jobs SET argv = ?, error = ? WHERE job_id = ?",
-                               (sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
-                                sealer.seal(job.error, "jobs", "error", job.job_id),
-                                job.job_id))
+                    db.execute(
+                        "UPDATE jobs SET argv = ?, error = ? WHERE job_id = ?",
+                        (
+                            sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
+                            sealer.seal(job.error, "jobs", "error", job.job_id),
+                            job.job_id,
+                        ),
+                    )
                 for snap in snaps:
-                    db.execute("UPDATE snapshots SET label = ? WHERE job_id = ? AND seq = ?",
-                               (self._label(snap), snap.job_id, snap.seq))
+                    db.execute(
+                        "UPDATE snapshots SET label = ? WHERE job_id = ? AND seq = ?",
+                        (self._label(snap), snap.job_id, snap.seq),
+                    )
                 for i, job_id, at, kind, detail in events:
-                    db.execute("UPDATE events SET detail = ? WHERE id = ?",
-                               (sealer.seal(detail, "events", "detail", job_id, kind,
-                                            repr(at)), i))
-                db.executemany(f"INSERT OR REPLACE INTO effects ({self._EFFECT_COLUMNS}) VALUES "
-                               "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               [self._effect_values(r) for r in effects])
+                    db.execute(
+                        "UPDATE events SET detail = ? WHERE id = ?",
+                        (sealer.seal(detail, "events", "detail", job_id, kind, repr(at)), i),
+                    )
+                db.executemany(
+                    f"INSERT OR REPLACE INTO effects ({self._EFFECT_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [self._effect_values(r) for r in effects],
+                )
         except BaseException:
             self.sealer = old
             raise
@@ -718,16 +953,27 @@ class SqliteStore(Store):
     # ---------------------------------------------------------------- timeline
     def _event(self, db, job_id, kind, detail) -> None:
         at = float(self.clock())
-        db.execute("INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
-                   (job_id, at, kind, self.sealer.seal(detail, "events", "detail", job_id, kind,
-                                                       repr(at))))
+        db.execute(
+            "INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+            (
+                job_id,
+                at,
+                kind,
+                self.sealer.seal(detail, "events", "detail", job_id, kind, repr(at)),
+            ),
+        )
 
     def log_event(self, job_id, kind, detail="") -> None:
         with self._tx() as db:
             self._event(db, job_id, kind, detail)
 
     def events(self, job_id) -> list[EventRow]:
-        rows = self._db().execute("SELECT job_id, at, kind, detail FROM events WHERE job_id = ? "
-                                  "ORDER BY id", (job_id,))
-        return [EventRow(r[0], r[1], r[2], self.sealer.open(r[3], "events", "detail", r[0],
-                                                            r[2], repr(r[1]))) for r in rows]
+        rows = self._db().execute(
+            "SELECT job_id, at, kind, detail FROM events WHERE job_id = ? ORDER BY id", (job_id,)
+        )
+        return [
+            EventRow(
+                r[0], r[1], r[2], self.sealer.open(r[3], "events", "detail", r[0], r[2], repr(r[1]))
+            )
+            for r in rows
+        ]

@@ -22,8 +22,18 @@ from dataclasses import dataclass
 from ..runtime._errors import SnapshotNotFound
 from ._fs import process_start
 
-__all__ = ["Store", "JobRow", "SnapshotRow", "LeaseRow", "EventRow", "EffectRow", "Owner", "STATUSES",
-           "pid_alive", "process_start"]
+__all__ = [
+    "Store",
+    "JobRow",
+    "SnapshotRow",
+    "LeaseRow",
+    "EventRow",
+    "EffectRow",
+    "Owner",
+    "STATUSES",
+    "pid_alive",
+    "process_start",
+]
 
 STATUSES = ("running", "waiting", "done", "failed", "parked", "interrupted")
 
@@ -38,7 +48,7 @@ class Owner:
     started: int = 0
 
     @classmethod
-    def me(cls) -> "Owner":
+    def me(cls) -> Owner:
         return cls(socket.gethostname(), os.getpid(), process_start(os.getpid()))
 
     def __str__(self) -> str:
@@ -64,7 +74,7 @@ class SnapshotRow:
     job_id: str
     seq: int
     label: str | None
-    file: str          # path relative to the store directory
+    file: str  # path relative to the store directory
     size: int
     created: float
     epoch: int
@@ -90,7 +100,8 @@ class LeaseRow:
             return False
         if self.owner.host == socket.gethostname():
             return pid_alive(self.owner.pid) and (
-                not self.owner.started or process_start(self.owner.pid) == self.owner.started)
+                not self.owner.started or process_start(self.owner.pid) == self.owner.started
+            )
         return True
 
 
@@ -99,20 +110,20 @@ class EffectRow:
     """One logical action in a job's effect ledger."""
 
     job_id: str
-    ordinal: int                 # position along the job's path (or of its explicit key)
-    key: str                     # idempotency key given to the provider
-    name: str                    # the effect function's qualified name
-    call_site: str               # file:line of the call
-    args_digest: str             # digest of the arguments (secrets by reference)
-    args_repr: str               # redacted, truncated arguments for people
-    kind: str                    # "write" | "read" | "value"
-    state: str                   # dispatched | confirmed | failed | ambiguous
+    ordinal: int  # position along the job's path (or of its explicit key)
+    key: str  # idempotency key given to the provider
+    name: str  # the effect function's qualified name
+    call_site: str  # file:line of the call
+    args_digest: str  # digest of the arguments (secrets by reference)
+    args_repr: str  # redacted, truncated arguments for people
+    kind: str  # "write" | "read" | "value"
+    state: str  # dispatched | confirmed | failed | ambiguous
     result: bytes | None = None  # signed pickle of the result or the error
     external_id: str | None = None
     attempts: int = 0
     created: float = 0.0
     updated: float = 0.0
-    note: str = ""               # how it was reconciled, the error text
+    note: str = ""  # how it was reconciled, the error text
 
 
 @dataclass(frozen=True)
@@ -146,8 +157,15 @@ class Store(abc.ABC):
 
     # ---------------------------------------------------------------- jobs
     @abc.abstractmethod
-    def create_job(self, job_id: str, entry: dict, argv: list, *, parent: str | None = None,
-                   fork_seq: int | None = None) -> JobRow:
+    def create_job(
+        self,
+        job_id: str,
+        entry: dict,
+        argv: list,
+        *,
+        parent: str | None = None,
+        fork_seq: int | None = None,
+    ) -> JobRow:
         """Insert a new job (status running); JobExists if the id is taken."""
 
     @abc.abstractmethod
@@ -159,8 +177,9 @@ class Store(abc.ABC):
         """All jobs, oldest first."""
 
     @abc.abstractmethod
-    def set_status(self, job_id: str, status: str, *, epoch: int | None = None,
-                   error: str | None = None) -> None:
+    def set_status(
+        self, job_id: str, status: str, *, epoch: int | None = None, error: str | None = None
+    ) -> None:
         """Set a job's status; with `epoch`, only while that epoch holds the lease
         (StaleWriter otherwise)."""
 
@@ -170,8 +189,9 @@ class Store(abc.ABC):
 
     # ---------------------------------------------------------------- leases
     @abc.abstractmethod
-    def acquire_lease(self, job_id: str, owner: Owner, ttl: float, *, force: bool = False,
-                      resuming: bool = False) -> int:
+    def acquire_lease(
+        self, job_id: str, owner: Owner, ttl: float, *, force: bool = False, resuming: bool = False
+    ) -> int:
         """Take the job's lease and return the new epoch. LeaseHeld while another
         owner's lease is live, even with `force` (which only changes the message and
         the timeline's note: the runtime waits out a silent holder's lease, see
@@ -215,8 +235,9 @@ class Store(abc.ABC):
         job; StoreError if that sequence number is taken."""
 
     @abc.abstractmethod
-    def rebuild_job(self, job: JobRow, epoch: int, rows: list[SnapshotRow],
-                    metrics: dict | None = None) -> None:
+    def rebuild_job(
+        self, job: JobRow, epoch: int, rows: list[SnapshotRow], metrics: dict | None = None
+    ) -> None:
         """Recreate a job (with the given status, error and lease epoch), its snapshot
         rows and metrics in one transaction: `snaprun repair`. JobExists if the id is
         taken."""
@@ -226,8 +247,14 @@ class Store(abc.ABC):
     # a check made in one transaction and acted on in another could be overtaken by a
     # runner starting in between.
     @abc.abstractmethod
-    def fork_job(self, parent: str, fork_seq: int, job_id: str, copies: dict[int, SnapshotRow],
-                 inherited_effects: int) -> JobRow:
+    def fork_job(
+        self,
+        parent: str,
+        fork_seq: int,
+        job_id: str,
+        copies: dict[int, SnapshotRow],
+        inherited_effects: int,
+    ) -> JobRow:
         """Create job `job_id` as a fork of `parent` at its snapshot `fork_seq`: for each
         of the parent's snapshot rows up to fork_seq the row `copies[seq]` (its file copied
         in and checked by the caller beforehand, its digest bound), and the parent's ledger rows
@@ -236,14 +263,23 @@ class Store(abc.ABC):
         rows are no longer those of `files`; nothing changed then."""
 
     @abc.abstractmethod
-    def import_job(self, job_id: str, entry: dict, argv: list, row: SnapshotRow, *,
-                   parent: str | None, source: str) -> JobRow:
+    def import_job(
+        self,
+        job_id: str,
+        entry: dict,
+        argv: list,
+        row: SnapshotRow,
+        *,
+        parent: str | None,
+        source: str,
+    ) -> JobRow:
         """Create job `job_id` holding the one snapshot `row` (its file copied in by the
         caller beforehand), imported from `source`. JobExists if the id is taken."""
 
     @abc.abstractmethod
-    def reconcile_effect(self, job_id: str, ordinal: int, *, state: str,
-                         result: bytes | None, note: str) -> EffectRow:
+    def reconcile_effect(
+        self, job_id: str, ordinal: int, *, state: str, result: bytes | None, note: str
+    ) -> EffectRow:
         """Settle an effect whose outcome is unknown: only while no live lease holds the
         job (LeaseHeld), only a recorded write/read effect (StoreError otherwise) that
         is ambiguous, dispatched or failed (StoreError otherwise). Sets its state,
@@ -251,8 +287,9 @@ class Store(abc.ABC):
         parked job interrupted (resumable). Returns the new row."""
 
     @abc.abstractmethod
-    def prune_job(self, job_id: str, *, finished: bool, keep_last: int | None,
-                  older_than: float | None) -> tuple[bool, list[SnapshotRow]]:
+    def prune_job(
+        self, job_id: str, *, finished: bool, keep_last: int | None, older_than: float | None
+    ) -> tuple[bool, list[SnapshotRow]]:
         """Drop what the rules say, only while no live lease holds the job (LeaseHeld):
         with `finished`, a done or failed job entirely; otherwise its snapshots beyond
         the `keep_last` latest and those created before `older_than` (a timestamp),
@@ -273,9 +310,15 @@ class Store(abc.ABC):
         """The job's ledger, by ordinal."""
 
     @abc.abstractmethod
-    def record_effects(self, rows: list[EffectRow], *, epoch: int | None,
-                       replace: bool = False, ttl: float | None = None,
-                       margin: float = 0.0) -> float | None:
+    def record_effects(
+        self,
+        rows: list[EffectRow],
+        *,
+        epoch: int | None,
+        replace: bool = False,
+        ttl: float | None = None,
+        margin: float = 0.0,
+    ) -> float | None:
         """Insert (or, with replace, overwrite) ledger rows in one durable transaction,
         fenced by the lease epoch (StaleWriter otherwise). Inserting an existing
         ordinal raises StoreError: a logical action is recorded once.
@@ -315,8 +358,9 @@ class Store(abc.ABC):
         for row in self.snapshots(job_id):
             if row.seq == seq:
                 return row
-        raise SnapshotNotFound(f"job {job_id} has no snapshot {seq}; `snaprun log {job_id}` "
-                               "lists its snapshots")
+        raise SnapshotNotFound(
+            f"job {job_id} has no snapshot {seq}; `snaprun log {job_id}` lists its snapshots"
+        )
 
     def effective_status(self, job: JobRow, now: float) -> str:
         """A running job whose runner is gone is shown as interrupted (resumable)."""
@@ -325,5 +369,5 @@ class Store(abc.ABC):
         lease = self.get_lease(job.job_id)
         return "running" if lease is not None and lease.is_live(now) else "interrupted"
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional hook: most stores hold nothing)
         """Release connections."""

@@ -39,8 +39,11 @@ def save_traceback(tb) -> list[tuple]:
             unit = pending.pending
         module = frame.f_globals.get("__name__")
         ref = None
-        if isinstance(module, str) and sys.modules.get(module) is not None \
-                and sys.modules[module].__dict__ is frame.f_globals:
+        if (
+            isinstance(module, str)
+            and sys.modules.get(module) is not None
+            and sys.modules[module].__dict__ is frame.f_globals
+        ):
             ref = code_ref(code, module)
         entries.append((ref, code.co_filename, code.co_name, code.co_qualname, tb.tb_lineno, unit))
         tb = tb.tb_next
@@ -59,12 +62,18 @@ def _raising_stub(code: types.CodeType) -> tuple[types.CodeType, int]:
     bc.emit(pro, "LOAD_CONST", len(code.co_consts))
     bc.emit(pro, "RAISE_VARARGS", 1)
     prologue = len(pro) // 2
-    entries = [bc.ExceptionEntry(e.start + prologue, e.end + prologue, e.target + prologue,
-                                 e.depth, e.lasti) for e in bc.exception_entries(code)]
+    entries = [
+        bc.ExceptionEntry(
+            e.start + prologue, e.end + prologue, e.target + prologue, e.depth, e.lasti
+        )
+        for e in bc.exception_entries(code)
+    ]
     stub = code.replace(
-        co_code=bytes(pro) + code.co_code, co_consts=code.co_consts + (_StubRaise,),
+        co_code=bytes(pro) + code.co_code,
+        co_consts=code.co_consts + (_StubRaise,),
         co_exceptiontable=bc.encode_exception_table(entries),
-        co_linetable=bytes(bc.linetable_no_location(prologue)) + code.co_linetable)
+        co_linetable=bytes(bc.linetable_no_location(prologue)) + code.co_linetable,
+    )
     _STUB_CACHE[id(code)] = (code, stub, prologue)
     return stub, prologue
 
@@ -74,7 +83,7 @@ def _frame_running(code: types.CodeType, globals_: dict):
     closure = tuple(types.CellType() for _ in code.co_freevars) or None
     fn = types.FunctionType(code, globals_, code.co_name, (None,) * code.co_argcount, closure)
     if code.co_kwonlyargcount:
-        names = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+        names = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
         fn.__kwdefaults__ = dict.fromkeys(names)
     try:
         result = fn()
@@ -90,8 +99,9 @@ def _frame_running(code: types.CodeType, globals_: dict):
     raise RuntimeError(f"stub of {code.co_qualname} did not raise")
 
 
-def _entry_frame(ref: CodeRef | None, filename: str, name: str, qualname: str, lineno: int,
-                 unit: int):
+def _entry_frame(
+    ref: CodeRef | None, filename: str, name: str, qualname: str, lineno: int, unit: int
+):
     if ref is not None:
         try:
             code = find_code(ref)

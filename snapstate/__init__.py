@@ -11,8 +11,8 @@ snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
 from snapstate.resources._adapters import register_adapter as register_adapter
-from snapstate.resources._secrets import credential as credential
 from snapstate.resources._registry import resource as resource
+from snapstate.resources._secrets import credential as credential
 from snapstate.runtime._effects import Retry as Retry
 from snapstate.runtime._effects import Secret as Secret
 from snapstate.runtime._effects import call_effect as call_effect
@@ -25,10 +25,10 @@ from snapstate.runtime._errors import CorruptSnapshot as CorruptSnapshot
 from snapstate.runtime._errors import DivergenceError as DivergenceError
 from snapstate.runtime._errors import EffectOutsideJob as EffectOutsideJob
 from snapstate.runtime._errors import HeaderMismatch as HeaderMismatch
-from snapstate.runtime._errors import InvalidJobId as InvalidJobId
-from snapstate.runtime._errors import JobFinished as JobFinished
 from snapstate.runtime._errors import IncompatibleSnapshot as IncompatibleSnapshot
+from snapstate.runtime._errors import InvalidJobId as InvalidJobId
 from snapstate.runtime._errors import JobExists as JobExists
+from snapstate.runtime._errors import JobFinished as JobFinished
 from snapstate.runtime._errors import JobNotFound as JobNotFound
 from snapstate.runtime._errors import JobParked as JobParked
 from snapstate.runtime._errors import LeaseHeld as LeaseHeld

@@ -15,8 +15,9 @@ SNAPRUN = str(Path(sys.executable).with_name("snaprun"))
 
 
 def pytest_addoption(parser):
-    parser.addoption("--run-slow", action="store_true", default=False,
-                     help="run long sweeps marked slow")
+    parser.addoption(
+        "--run-slow", action="store_true", default=False, help="run long sweeps marked slow"
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,8 +44,14 @@ class Run:
         return None
 
 
-def snaprun(*args, cwd, fault: str | None = None, env: dict | None = None,
-            python: str | None = None, timeout: float = 120) -> Run:
+def snaprun(
+    *args,
+    cwd,
+    fault: str | None = None,
+    env: dict | None = None,
+    python: str | None = None,
+    timeout: float = 120,
+) -> Run:
     """Run `snaprun ARGS...` in a fresh process (SIGKILLed by itself at `fault`)."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1")
     full_env.pop("SNAPSTATE_FAULT", None)
@@ -52,8 +59,14 @@ def snaprun(*args, cwd, fault: str | None = None, env: dict | None = None,
         full_env["SNAPSTATE_FAULT"] = fault
     full_env.update(env or {})
     exe = [SNAPRUN] if python is None else [python, "-m", "snapstate.runtime._cli"]
-    proc = subprocess.run(exe + [str(a) for a in args], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        exe + [str(a) for a in args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class LLMStub:
     def __init__(self):
         self.requests: list[dict] = []
-        self.failures: dict[str, int] = {}      # "flaky-N" message -> 503s sent so far
+        self.failures: dict[str, int] = {}  # "flaky-N" message -> 503s sent so far
         self.lock = threading.Lock()
         stub = self
 
@@ -36,8 +36,9 @@ class LLMStub:
                 body = json.loads(raw) if raw else None
                 with stub.lock:
                     headers = {k.lower(): v for k, v in self.headers.items()}
-                    stub.requests.append({"method": "POST", "path": self.path,
-                                          "headers": headers, "body": body})
+                    stub.requests.append(
+                        {"method": "POST", "path": self.path, "headers": headers, "body": body}
+                    )
                 path = self.path.split("?", 1)[0]
                 text = _text(body)
                 if text.startswith("flaky-") and stub._fail(text):
@@ -64,7 +65,7 @@ class LLMStub:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def start(self) -> "LLMStub":
+    def start(self) -> LLMStub:
         self.thread.start()
         return self
 
@@ -105,27 +106,51 @@ def _text(body) -> str:
 
 def _chat_completion(body: dict) -> dict:
     text = _text(body)
-    return {"id": f"chatcmpl-{len(text)}", "object": "chat.completion", "created": 1700000000,
-            "model": body.get("model", "stub"),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": f"echo: {text}"}}],
-            "usage": {"prompt_tokens": len(text), "completion_tokens": len(text) + 6,
-                      "total_tokens": 2 * len(text) + 6}}
+    return {
+        "id": f"chatcmpl-{len(text)}",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": body.get("model", "stub"),
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": f"echo: {text}"},
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(text),
+            "completion_tokens": len(text) + 6,
+            "total_tokens": 2 * len(text) + 6,
+        },
+    }
 
 
 def _chunks(completion: dict) -> bytes:
     """A chat completion as server-sent events (stream=True): one chunk per word."""
     words = completion["choices"][0]["message"]["content"].split(" ")
-    events = [{"id": completion["id"], "object": "chat.completion.chunk",
-               "created": completion["created"], "model": completion["model"],
-               "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
-              for word in words]
+    events = [
+        {
+            "id": completion["id"],
+            "object": "chat.completion.chunk",
+            "created": completion["created"],
+            "model": completion["model"],
+            "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}],
+        }
+        for word in words
+    ]
     return ("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode()
 
 
 def _message(body: dict) -> dict:
     text = _text(body)
-    return {"id": f"msg_{len(text)}", "type": "message", "role": "assistant",
-            "model": body.get("model", "stub"), "stop_reason": "end_turn",
-            "stop_sequence": None, "content": [{"type": "text", "text": f"echo: {text}"}],
-            "usage": {"input_tokens": len(text), "output_tokens": len(text) + 6}}
+    return {
+        "id": f"msg_{len(text)}",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "stub"),
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "content": [{"type": "text", "text": f"echo: {text}"}],
+        "usage": {"input_tokens": len(text), "output_tokens": len(text) + 6},
+    }

@@ -27,8 +27,8 @@ class Provider:
         self.deliveries: Counter = Counter()
         self.by_key: dict[str, dict] = {}
         self.by_ref: dict[str, dict] = {}
-        self.tokens: dict[str, int] = {}       # highest fencing token seen per key
-        self.refused: Counter = Counter()       # requests refused for a stale token
+        self.tokens: dict[str, int] = {}  # highest fencing token seen per key
+        self.refused: Counter = Counter()  # requests refused for a stale token
         self.lock = threading.Lock()
         self._next = 0
         provider = self
@@ -47,8 +47,7 @@ class Provider:
 
             def do_POST(self):
                 order = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, body = provider.order(self.path, order,
-                                              self.headers.get("Idempotency-Key"))
+                status, body = provider.order(self.path, order, self.headers.get("Idempotency-Key"))
                 self._reply(status, body)
 
             def do_GET(self):
@@ -61,8 +60,9 @@ class Provider:
 
     def order(self, path: str, order: dict, key: str | None):
         with self.lock:
-            stale = self._fence(key or order.get("ref") or order["action"],
-                                order.get("fencing_token"))
+            stale = self._fence(
+                key or order.get("ref") or order["action"], order.get("fencing_token")
+            )
             if stale:
                 self.refused[order["action"]] += 1
                 return 409, {"error": stale}
@@ -72,8 +72,11 @@ class Provider:
                 if key in self.by_key:
                     return 200, self.by_key[key]
             self._next += 1
-            placed = {"id": f"po-{self._next}", "action": order["action"],
-                      "amount": order["amount"]}
+            placed = {
+                "id": f"po-{self._next}",
+                "action": order["action"],
+                "amount": order["amount"],
+            }
             self.deliveries[order["action"]] += 1
             if path == "/keyed":
                 self.by_key[key] = placed
@@ -103,7 +106,7 @@ class Provider:
                 return 200, self.by_ref[ref]
         return 404, {"error": "no such order"}
 
-    def __enter__(self) -> "Provider":
+    def __enter__(self) -> Provider:
         self.thread.start()
         return self
 

@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import snaprun, snapshot_files
-from snapstate import (InvalidJobId, JobExists, JobFinished, LeaseHeld, SnapshotNotFound,
-                       StoreError)
+
+from snapstate import InvalidJobId, JobExists, JobFinished, LeaseHeld, SnapshotNotFound, StoreError
 from snapstate.runtime import _admin
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
@@ -26,7 +25,7 @@ from snapstate.serializers._home import Home
 from snapstate.serializers._ids import MAX_LENGTH, is_valid_job_id
 from snapstate.serializers._store import EffectRow, Owner
 
-AGENT = '''\
+AGENT = """\
 import snapstate
 from snapstate import snapshot
 
@@ -40,7 +39,7 @@ def main():
     snapshot("three")
     print("end", flush=True)
     return 3
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +67,14 @@ def home(done_store, tmp_path):
 
 def state(home: Home, job_id: str):
     c = home.catalog
-    return (c.get_job(job_id), c.snapshots(job_id), c.effects(job_id), c.events(job_id),
-            c.get_lease(job_id), c.metrics(job_id))
+    return (
+        c.get_job(job_id),
+        c.snapshots(job_id),
+        c.effects(job_id),
+        c.events(job_id),
+        c.get_lease(job_id),
+        c.metrics(job_id),
+    )
 
 
 def files(home: Home, job_id: str) -> dict:
@@ -94,7 +99,8 @@ def test_fork_copies_rows_files_and_the_effects_before_the_fork_point(home):
     twin = home.catalog.get_job("twin")
     assert (twin.parent, twin.fork_seq, twin.status) == ("job", 2, "running")
     assert ("forked", "snapshot 2 as job twin") in [
-        (e.kind, e.detail) for e in home.catalog.events("job")]
+        (e.kind, e.detail) for e in home.catalog.events("job")
+    ]
     assert Job.open(home, "twin").resume() == 3
 
 
@@ -137,7 +143,7 @@ def test_import_copies_the_file(home, tmp_path):
     stored = home.row_path(row)
     assert not os.path.samefile(stored, user)
     size = user.stat().st_size
-    with open(user, "r+b") as f:         # in place: a hard link would see this
+    with open(user, "r+b") as f:  # in place: a hard link would see this
         f.write(b"\0" * size)
     assert home.verify(stored)["seq"] == 2
     assert job.resume(seq) == 3
@@ -187,9 +193,23 @@ def test_resume_file_of_a_done_jobs_own_file_is_refused_by_the_cli(home):
 # ------------------------------------------------------------------ reconcile
 def _parked(home: Home) -> None:
     """Make `job` parked with an ambiguous write effect 4."""
-    home.catalog.record_effects([EffectRow("job", 4, "job:4", "agent.charge", "agent.py:9",
-                                           "d", "(5)", "write", "ambiguous", attempts=1)],
-                                epoch=None)
+    home.catalog.record_effects(
+        [
+            EffectRow(
+                "job",
+                4,
+                "job:4",
+                "agent.charge",
+                "agent.py:9",
+                "d",
+                "(5)",
+                "write",
+                "ambiguous",
+                attempts=1,
+            )
+        ],
+        epoch=None,
+    )
     home.catalog.set_status("job", "parked", error="effect 4 unknown")
 
 
@@ -214,7 +234,7 @@ def test_reconcile_is_refused_while_a_live_runner_holds_the_job(home):
     assert home.catalog.get_job("job").status == "interrupted"
     with pytest.raises(StoreError, match="confirmed"):
         _admin.reconcile(home, "job", 4, committed=False)
-    with pytest.raises(StoreError, match="no effect 1"):     # a value effect
+    with pytest.raises(StoreError, match="no effect 1"):  # a value effect
         _admin.reconcile(home, "job", 1, committed=False)
 
 
@@ -228,9 +248,14 @@ def test_prune_skips_running_jobs_and_sweeps_only_old_orphans(home):
     epoch = home.catalog.acquire_lease("live", Owner.me(), 30)
     snaps = Path(home.directory, "snapshots")
     old = time.time() - 2 * _admin.ORPHAN_GRACE_S
-    for name, stamp in (("job/000009-e1.snap", old), ("job/000010-e1.snap", None),
-                        ("live/000009-e1.snap", old), ("ghost/000001-e0.snap", old),
-                        ("runner/000001-e1.snap", old), ("young/000001-e0.snap", None)):
+    for name, stamp in (
+        ("job/000009-e1.snap", old),
+        ("job/000010-e1.snap", None),
+        ("live/000009-e1.snap", old),
+        ("ghost/000001-e0.snap", old),
+        ("runner/000001-e1.snap", old),
+        ("young/000001-e0.snap", None),
+    ):
         (snaps / name).parent.mkdir(exist_ok=True)
         (snaps / name).write_bytes(b"x")
         if stamp:
@@ -270,8 +295,7 @@ def test_stats(home):
     _parked(home)
     before = state(home, "job")
     (row,) = _admin.stats(home, "job")
-    assert (row["job"], row["status"], row["effects"], row["ambiguous"]) == (
-        "job", "parked", 1, 1)
+    assert (row["job"], row["status"], row["effects"], row["ambiguous"]) == ("job", "parked", 1, 1)
     assert [r["job"] for r in _admin.stats(home)] == ["job"]
     assert state(home, "job") == before
     with pytest.raises(InvalidJobId):
@@ -285,17 +309,37 @@ def test_one_exit_code_table_covers_every_error():
     shadowed by an earlier base class; every public error class gets a code; the
     epilog of --help documents 130 and 143."""
     import snapstate
-    from snapstate import (JobParked, SnapshotWriteError, SnapstateError, StaleWriter,
-                           StoreDamaged, StoreFailure)
+    from snapstate import (
+        JobParked,
+        SnapshotWriteError,
+        SnapstateError,
+        StaleWriter,
+        StoreDamaged,
+        StoreFailure,
+    )
     from snapstate.runtime._cli import _EXIT_HELP, EXIT_CODES, exit_code
-    expected = {StoreFailure: 1, SnapshotWriteError: 1, JobParked: 4, LeaseHeld: 5,
-                StaleWriter: 5, InvalidJobId: 2, StoreDamaged: 2, JobFinished: 2,
-                JobExists: 2, SnapshotNotFound: 2, StoreError: 2}
+
+    expected = {
+        StoreFailure: 1,
+        SnapshotWriteError: 1,
+        JobParked: 4,
+        LeaseHeld: 5,
+        StaleWriter: 5,
+        InvalidJobId: 2,
+        StoreDamaged: 2,
+        JobFinished: 2,
+        JobExists: 2,
+        SnapshotNotFound: 2,
+        StoreError: 2,
+    }
     assert {kind: exit_code(kind("x")) for kind in expected} == expected
     for i, (kind, _) in enumerate(EXIT_CODES):
         assert not any(issubclass(kind, earlier) for earlier, _ in EXIT_CODES[:i]), kind
-    errors = [getattr(snapstate, n) for n in snapstate.__all__
-              if isinstance(getattr(snapstate, n), type)
-              and issubclass(getattr(snapstate, n), SnapstateError)]
+    errors = [
+        getattr(snapstate, n)
+        for n in snapstate.__all__
+        if isinstance(getattr(snapstate, n), type)
+        and issubclass(getattr(snapstate, n), SnapstateError)
+    ]
     assert all(exit_code(kind("x")) in (1, 2, 4, 5) for kind in errors)
     assert "130  stopped by Ctrl-C" in _EXIT_HELP and "143  stopped by SIGTERM" in _EXIT_HELP

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import AGENTS, snaprun
+
 from snapstate import HeaderMismatch
 from snapstate.runtime._cli import cli
 from snapstate.serializers import _snapfile
@@ -31,17 +31,19 @@ def pristine(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("binding")
     store = root / "store"
     for job in ("a", "b"):
-        run = snaprun("run", "--store", store, "--job", job, LOOPS, cwd=root,
-                      fault="after-snapshot:3")
+        run = snaprun(
+            "run", "--store", store, "--job", job, LOOPS, cwd=root, fault="after-snapshot:3"
+        )
         assert run.returncode == -9, run.stderr
     (root / "dropped").mkdir()
     for name in ("000002-e1.snap", "000003-e1.snap"):
         shutil.copy(store / "snapshots" / "a" / name, root / "dropped" / name)
-    run = snaprun("resume", "--store", store, "--at", "1", "a", cwd=root,
-                  fault="after-snapshot:2")
+    run = snaprun("resume", "--store", store, "--at", "1", "a", cwd=root, fault="after-snapshot:2")
     assert run.returncode == -9, run.stderr
     assert sorted(p.name for p in (store / "snapshots" / "a").iterdir()) == [
-        "000001-e1.snap", "000002-e2.snap"]
+        "000001-e1.snap",
+        "000002-e2.snap",
+    ]
     return root
 
 
@@ -90,10 +92,13 @@ def test_other_jobs_snapshot_at_this_jobs_path_is_refused(root, monkeypatch):
     target = store / "snapshots" / "a" / "000002-e2.snap"
     shutil.copy(store / "snapshots" / "b" / "000002-e1.snap", target)
     _refused(root, "a", 2, "names job 'b'")
-    for args in (["inspect", "--store", store, "a@2"], ["inspect", "--store", store, "a"],
-                 ["export", "--store", store, "-o", root / "x.snap", "a@2"],
-                 ["replay", "--store", store, "a@2"],
-                 ["fork", "--store", store, "--as", "f", "a@2"]):
+    for args in (
+        ["inspect", "--store", store, "a@2"],
+        ["inspect", "--store", store, "a"],
+        ["export", "--store", store, "-o", root / "x.snap", "a@2"],
+        ["replay", "--store", store, "a@2"],
+        ["fork", "--store", store, "--as", "f", "a@2"],
+    ):
         _exit_2(_cli(root, *args, monkeypatch=monkeypatch), "names job 'b'")
     assert not (root / "x.snap").exists()
     run = snaprun("resume", "--store", store, "a", cwd=root)
@@ -103,7 +108,7 @@ def test_other_jobs_snapshot_at_this_jobs_path_is_refused(root, monkeypatch):
     try:
         assert home.catalog.effective_status(home.catalog.get_job("a"), 0) == "interrupted"
         assert [r.seq for r in home.catalog.snapshots("a")] == [1, 2]
-        assert [j.job_id for j in home.catalog.list_jobs()] == ["a", "b"]     # no fork
+        assert [j.job_id for j in home.catalog.list_jobs()] == ["a", "b"]  # no fork
     finally:
         home.close()
 
@@ -113,8 +118,7 @@ def test_dropped_branch_file_at_the_new_rows_path_is_refused(root):
     snapshot 2 (epoch 2) is refused, saying the epochs differ (before, resume silently
     continued the dropped branch)."""
     store = root / "store"
-    shutil.copy(root / "dropped" / "000002-e1.snap",
-                store / "snapshots" / "a" / "000002-e2.snap")
+    shutil.copy(root / "dropped" / "000002-e1.snap", store / "snapshots" / "a" / "000002-e2.snap")
     _refused(root, "a", 2, "epoch 1", "epoch 2")
     run = snaprun("resume", "--store", store, "a", cwd=root)
     assert run.returncode == 2 and "epoch" in run.stderr and run.stdout == "", run.stderr
@@ -124,11 +128,11 @@ def test_dropped_branch_file_at_its_own_path_with_the_row_edited_is_refused(root
     """A rollback made in the catalog: the dropped snapshot 2 restored at its own old
     path and a's row 2 edited to name that file is refused (epoch and digest)."""
     store = root / "store"
-    shutil.copy(root / "dropped" / "000002-e1.snap",
-                store / "snapshots" / "a" / "000002-e1.snap")
+    shutil.copy(root / "dropped" / "000002-e1.snap", store / "snapshots" / "a" / "000002-e1.snap")
     db = sqlite3.connect(store / "catalog.db")
-    db.execute("UPDATE snapshots SET file = 'snapshots/a/000002-e1.snap' WHERE job_id = 'a' "
-               "AND seq = 2")
+    db.execute(
+        "UPDATE snapshots SET file = 'snapshots/a/000002-e1.snap' WHERE job_id = 'a' AND seq = 2"
+    )
     db.commit()
     db.close()
     _refused(root, "a", 2, "epoch 1", "digest")
@@ -145,9 +149,13 @@ def test_forgery_with_the_same_identity_is_refused_by_its_digest(root):
         path = home.absolute(row.file)
         body = payload.replace(b"while-4", b"whilE-4")
         assert body != payload
-        _snapfile.write(path, {k: v for k, v in header.items()
-                               if k not in ("key_id", "chunk_size", "codecs")}, body, home.keys)
-        assert _snapfile.verify(path, home.keys)["epoch"] == row.epoch     # validly signed
+        _snapfile.write(
+            path,
+            {k: v for k, v in header.items() if k not in ("key_id", "chunk_size", "codecs")},
+            body,
+            home.keys,
+        )
+        assert _snapfile.verify(path, home.keys)["epoch"] == row.epoch  # validly signed
     finally:
         home.close()
     _refused(root, "a", 2, "digest")
@@ -159,9 +167,11 @@ def test_forks_and_imports_keep_resuming(root, monkeypatch):
     record that origin and the digest, so they verify, and g resumes to the end; b's
     file put in place of g's snapshot 2 is still refused."""
     store = root / "store"
-    for args in (["fork", "--store", store, "--as", "f", "a@2"],
-                 ["fork", "--store", store, "--as", "g", "f@2"],
-                 ["export", "--store", store, "-o", root / "a2.snap", "a@2"]):
+    for args in (
+        ["fork", "--store", store, "--as", "f", "a@2"],
+        ["fork", "--store", store, "--as", "g", "f@2"],
+        ["export", "--store", store, "-o", root / "a2.snap", "a@2"],
+    ):
         result = _cli(root, *args, monkeypatch=monkeypatch)
         assert result.exit_code == 0, result.stderr
     home = _home(root)
@@ -180,8 +190,9 @@ def test_forks_and_imports_keep_resuming(root, monkeypatch):
     run = snaprun("resume", "--store", store, "g", cwd=root)
     assert run.returncode == 0 and run.result == "13", run.stderr
     assert "resumed from snapshot 2" in run.stderr
-    shutil.copy(store / "snapshots" / "b" / "000001-e1.snap",
-                store / "snapshots" / "f" / "000001-e0.snap")
+    shutil.copy(
+        store / "snapshots" / "b" / "000001-e1.snap", store / "snapshots" / "f" / "000001-e0.snap"
+    )
     _refused(root, "f", 1, "names job 'b'", "digest")
 
 
@@ -195,7 +206,11 @@ def test_write_snapshot_binds_the_header(root):
         row = home.write_snapshot("b", 4, 1, None, forged, payload)
         written, digest = _snapfile.verify_digest(home.absolute(row.file), home.keys)
         assert (written["job_id"], written["seq"], written["epoch"], written["store_id"]) == (
-            "b", 4, 1, home.store_id)
+            "b",
+            4,
+            1,
+            home.store_id,
+        )
         assert row.digest == digest
     finally:
         home.close()

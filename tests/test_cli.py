@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
 
 LOOPS = AGENTS / "loops.py"
@@ -16,8 +15,9 @@ LOOPS = AGENTS / "loops.py"
 def killed_job(tmp_path):
     """A loops.py job SIGKILLed right after its snapshot 3 (of 6)."""
     store = tmp_path / "store"
-    run = snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path,
-                  fault="after-snapshot:3")
+    run = snaprun(
+        "run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path, fault="after-snapshot:3"
+    )
     assert run.returncode == -9
     return store, tmp_path, run
 
@@ -32,7 +32,8 @@ def test_ls_shows_a_killed_job_as_interrupted(killed_job):
     store, cwd, _ = killed_job
     rows = _json(snaprun("ls", "--store", store, "--json", cwd=cwd))
     assert [(r["job"], r["status"], r["snapshots"], r["latest"]) for r in rows] == [
-        ("job", "interrupted", 3, 3)]
+        ("job", "interrupted", 3, 3)
+    ]
     table = snaprun("ls", "--store", store, cwd=cwd)
     assert "interrupted" in table.stdout and table.stderr == ""
 
@@ -54,14 +55,21 @@ def test_log_is_the_jobs_timeline(killed_job):
     """log shows creation, the lease, each snapshot and, after resume, the outcome."""
     store, cwd, _ = killed_job
     assert snaprun("resume", "--store", store, "job", cwd=cwd).returncode == 0
-    events = [(e["kind"], e["detail"]) for e in
-              _json(snaprun("log", "--store", store, "--json", "job", cwd=cwd))]
+    events = [
+        (e["kind"], e["detail"])
+        for e in _json(snaprun("log", "--store", store, "--json", "job", cwd=cwd))
+    ]
     kinds = [k for k, _ in events]
     assert kinds[:2] == ["created", "lease"] and kinds[-1] == "done"
     assert ("resumed", "from snapshot 3") in events
     assert [d for k, d in events if k == "snapshot"] == [
-        "1 (for-3)", "2 (while-4)", "3 (nested-x0)", "4 (nested-x1)", "5 (nested-y0)",
-        "6 (nested-y1)"]
+        "1 (for-3)",
+        "2 (while-4)",
+        "3 (nested-x0)",
+        "4 (nested-x1)",
+        "5 (nested-y0)",
+        "6 (nested-y1)",
+    ]
 
 
 def test_resume_at_rewinds_and_drops_later_snapshots(killed_job):
@@ -70,10 +78,16 @@ def test_resume_at_rewinds_and_drops_later_snapshots(killed_job):
     base = snaprun("run", "--store", cwd / "base", "--job", "b", LOOPS, cwd=cwd)
     resumed = snaprun("resume", "--store", store, "--at", "1", "job", cwd=cwd)
     assert resumed.returncode == 0, resumed.stderr
-    assert killed.stdout.startswith("for ")           # printed after snapshot 1...
-    assert resumed.stdout == base.stdout               # ...so it is printed again
+    assert killed.stdout.startswith("for ")  # printed after snapshot 1...
+    assert resumed.stdout == base.stdout  # ...so it is printed again
     assert [f.name[:6] for f in snapshot_files(store, "job")] == [
-        "000001", "000002", "000003", "000004", "000005", "000006"]
+        "000001",
+        "000002",
+        "000003",
+        "000004",
+        "000005",
+        "000006",
+    ]
 
 
 def test_export_verify_and_resume_the_exported_file(killed_job):
@@ -126,13 +140,16 @@ def test_prune_older_than_keeps_the_latest(killed_job):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["resume", "nope"], "no job 'nope'"),
-    (["inspect", "job@99"], "has no snapshot 99"),
-    (["log", "nope"], "no job 'nope'"),
-    (["run", "--job", "job", str(LOOPS)], "already exists"),
-    (["export", "job", "-o", "x.snap"], "name a snapshot"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["resume", "nope"], "no job 'nope'"),
+        (["inspect", "job@99"], "has no snapshot 99"),
+        (["log", "nope"], "no job 'nope'"),
+        (["run", "--job", "job", str(LOOPS)], "already exists"),
+        (["export", "job", "-o", "x.snap"], "name a snapshot"),
+    ],
+)
 def test_invalid_input_exits_2_without_traceback(killed_job, args, message):
     """Unknown jobs and snapshots, a taken id, a missing @SEQ: exit 2, message, no traceback."""
     store, cwd, _ = killed_job
@@ -159,15 +176,17 @@ def test_help_documents_exit_codes(tmp_path):
 def test_agent_failure_exits_1_and_is_resumable(tmp_path):
     """An agent that raises: exit 1, its traceback on stderr, status failed, resumable."""
     agent = tmp_path / "flaky.py"
-    agent.write_text("import os\nfrom snapstate import snapshot\n\ndef main():\n"
-                     "    snapshot('before')\n"
-                     "    if not os.path.exists('fixed'):\n"
-                     "        raise RuntimeError('not fixed yet')\n"
-                     "    print('fixed', flush=True)\n    return 1\n")
+    agent.write_text(
+        "import os\nfrom snapstate import snapshot\n\ndef main():\n"
+        "    snapshot('before')\n"
+        "    if not os.path.exists('fixed'):\n"
+        "        raise RuntimeError('not fixed yet')\n"
+        "    print('fixed', flush=True)\n    return 1\n"
+    )
     store = tmp_path / "store"
     run = snaprun("run", "--store", store, "--job", "f", agent, cwd=tmp_path)
     assert run.returncode == 1 and "RuntimeError: not fixed yet" in run.stderr
-    assert 'raise RuntimeError' in run.stderr and "snapstate/runtime" not in run.stderr
+    assert "raise RuntimeError" in run.stderr and "snapstate/runtime" not in run.stderr
     assert _json(snaprun("ls", "--store", store, "--json", cwd=tmp_path))[0]["status"] == "failed"
     (tmp_path / "fixed").write_text("")
     again = snaprun("resume", "--store", store, "f", cwd=tmp_path)
@@ -177,12 +196,14 @@ def test_agent_failure_exits_1_and_is_resumable(tmp_path):
 def test_job_killed_before_its_first_snapshot_restarts(tmp_path):
     """Crash window: SIGKILL before any snapshot; resume runs the entry from the start."""
     agent = tmp_path / "slow.py"
-    agent.write_text("import os, signal\nfrom snapstate import snapshot\n\ndef main():\n"
-                     "    print('start', flush=True)\n"
-                     "    if not os.path.exists('again'):\n"
-                     "        open('again', 'w').close()\n"
-                     "        os.kill(os.getpid(), signal.SIGKILL)\n"
-                     "    snapshot('one')\n    return 'ok'\n")
+    agent.write_text(
+        "import os, signal\nfrom snapstate import snapshot\n\ndef main():\n"
+        "    print('start', flush=True)\n"
+        "    if not os.path.exists('again'):\n"
+        "        open('again', 'w').close()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    snapshot('one')\n    return 'ok'\n"
+    )
     store = tmp_path / "store"
     assert snaprun("run", "--store", store, "--job", "s", agent, cwd=tmp_path).returncode == -9
     again = snaprun("resume", "--store", store, "s", cwd=tmp_path)

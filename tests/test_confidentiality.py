@@ -31,9 +31,9 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, snaprun
 from providers import Provider
+
 from snapstate import Secret
 from snapstate.runtime._effects import args_digest
 from snapstate.runtime._errors import StoreDamaged
@@ -65,12 +65,21 @@ def _run_agent(store: Path, cwd: Path, tokens: dict, provider: Provider, encrypt
     keep = sqlite3.connect(store / "catalog.db")
     keep.execute("SELECT COUNT(*) FROM jobs").fetchone()
     env = {"PROVIDER_URL": provider.url, **{f"CONF_{k}": v for k, v in tokens.items()}}
-    failed = snaprun("run", "--store", store, "--job", "job", AGENT, tokens["ARGV"], cwd=cwd,
-                     env={**env, "CONF_FAIL": "1"})
+    failed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        AGENT,
+        tokens["ARGV"],
+        cwd=cwd,
+        env={**env, "CONF_FAIL": "1"},
+    )
     assert failed.returncode == 1 and tokens["ERROR"] in failed.stderr, failed.stderr
     done = snaprun("resume", "--store", store, "job", cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
-    assert provider.deliveries[tokens["ARG"]] == 1     # served from the ledger on resume
+    assert provider.deliveries[tokens["ARG"]] == 1  # served from the ledger on resume
     return keep
 
 
@@ -102,9 +111,10 @@ FILES: dict[str, dict[str, tuple[bytes, int]]] = {}
 
 def _store_files(store: Path) -> dict[str, tuple[bytes, int]]:
     """Every file and directory of a store: relative path -> (bytes, st_mode)."""
-    return {str(p.relative_to(store)): (p.read_bytes() if p.is_file() else b"",
-                                        p.stat().st_mode)
-            for p in [store, *store.rglob("*")]}
+    return {
+        str(p.relative_to(store)): (p.read_bytes() if p.is_file() else b"", p.stat().st_mode)
+        for p in [store, *store.rglob("*")]
+    }
 
 
 def _store_bytes(name: str) -> dict[str, bytes]:
@@ -116,8 +126,7 @@ def _store_bytes(name: str) -> dict[str, bytes]:
 
 
 def _json(store: Path, cwd: Path, *args) -> object:
-    run = snaprun(*args, "--store", store, "--json", *(["job"] if args[0] != "ls" else []),
-                  cwd=cwd)
+    run = snaprun(*args, "--store", store, "--json", *(["job"] if args[0] != "ls" else []), cwd=cwd)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
@@ -131,8 +140,9 @@ def test_encrypted_store_holds_no_token_in_any_file(stores):
     store, tokens = stores["sealed"]
     files = _store_bytes("sealed")
     assert "config.json" in files and len(files["catalog.db-wal"]) > 0
-    plain_digest = args_digest("conf_agent.place",
-                               (tokens["ARG"], Secret(tokens["SECRET"], name="api")), {})
+    plain_digest = args_digest(
+        "conf_agent.place", (tokens["ARG"], Secret(tokens["SECRET"], name="api")), {}
+    )
     for path, data in files.items():
         for name, token in tokens.items():
             for form in _forms(token):
@@ -160,7 +170,7 @@ def test_encrypted_headers_carry_no_argv_or_label(stores):
     files = sorted((sealed / "snapshots" / "job").glob("*.snap"))
     raw = _snapfile.peek_header(str(files[0]))
     assert raw["argv"] is None and raw["label"] is None and "sealed" in raw
-    assert raw["frames"] and raw["frames"][0]["qualname"] == "main"    # code identity stays
+    assert raw["frames"] and raw["frames"][0]["qualname"] == "main"  # code identity stays
     home = Home(str(sealed))
     try:
         header = home.verify(str(files[0]))
@@ -177,19 +187,31 @@ def test_encrypted_headers_carry_no_argv_or_label(stores):
 # ------------------------------------------------------------------------ display
 def _shown(store: Path, tokens: dict, cwd: Path) -> dict:
     """effects/log/ls/stats --json with the store's tokens replaced by their names."""
+
     def generic(value):
         text = json.dumps(value)
         for name, token in tokens.items():
             text = text.replace(token, f"<{name}>")
         return json.loads(text)
-    effects = [{k: r[k] for k in ("effect", "state", "kind", "name", "args", "attempts",
-                                  "note")} for r in _json(store, cwd, "effects")]
-    log = [(e["kind"], e["detail"]) for e in _json(store, cwd, "log")
-           if e["kind"] not in ("lease", "created")]
-    ls = [{k: r[k] for k in ("job", "status", "snapshots", "latest", "label", "error")}
-          for r in _json(store, cwd, "ls")]
-    stats = {k: v for k, v in _json(store, cwd, "stats").items()
-             if k not in ("snapshot_age_s", "restart_to_progress_s")}
+
+    effects = [
+        {k: r[k] for k in ("effect", "state", "kind", "name", "args", "attempts", "note")}
+        for r in _json(store, cwd, "effects")
+    ]
+    log = [
+        (e["kind"], e["detail"])
+        for e in _json(store, cwd, "log")
+        if e["kind"] not in ("lease", "created")
+    ]
+    ls = [
+        {k: r[k] for k in ("job", "status", "snapshots", "latest", "label", "error")}
+        for r in _json(store, cwd, "ls")
+    ]
+    stats = {
+        k: v
+        for k, v in _json(store, cwd, "stats").items()
+        if k not in ("snapshot_age_s", "restart_to_progress_s")
+    }
     return generic({"effects": effects, "log": log, "ls": ls, "stats": stats})
 
 
@@ -200,7 +222,7 @@ def test_cli_shows_opened_values_as_in_a_plaintext_store(stores):
     cwd = stores["plain"][0].parent
     raw = sqlite3.connect(stores["sealed"][0] / "catalog.db")
     try:
-        (args, note), = raw.execute("SELECT args_repr, note FROM effects WHERE ordinal = 3")
+        ((args, note),) = raw.execute("SELECT args_repr, note FROM effects WHERE ordinal = 3")
     finally:
         raw.close()
     assert args.startswith(b"SS1") and note.startswith(b"SS1")
@@ -225,7 +247,7 @@ def sealed_copy(stores, tmp_path):
 
 def _edit(store: Path, sql: str) -> None:
     db = sqlite3.connect(store / "catalog.db")
-    db.create_function("flip", 1, lambda b: b[:-1] + bytes([b[-1] ^ 1]))   # last bit
+    db.create_function("flip", 1, lambda b: b[:-1] + bytes([b[-1] ^ 1]))  # last bit
     try:
         with db:
             assert db.execute(sql).rowcount >= 1
@@ -233,24 +255,58 @@ def _edit(store: Path, sql: str) -> None:
         db.close()
 
 
-@pytest.mark.parametrize("sql, read, where", [
-    ("UPDATE effects SET args_repr = (SELECT args_repr FROM effects WHERE ordinal = 1) "
-     "WHERE ordinal = 2", lambda c: c.effects("job"), "effects.args_repr"),
-    ("UPDATE effects SET note = (SELECT args_repr FROM effects WHERE ordinal = 3) "
-     "WHERE ordinal = 3", lambda c: c.effects("job"), "effects.note"),
-    ("UPDATE effects SET result = (SELECT result FROM effects WHERE ordinal = 1) "
-     "WHERE ordinal = 2", lambda c: c.effect("job", 2), "effects.result"),
-    ("UPDATE snapshots SET label = (SELECT label FROM snapshots WHERE seq = 2) "
-     "WHERE seq = 1", lambda c: c.snapshots("job"), "snapshots.label"),
-    ("UPDATE events SET detail = (SELECT detail FROM events WHERE kind = 'failed') "
-     "WHERE kind = 'done'", lambda c: c.events("job"), "events.detail"),
-    ("UPDATE jobs SET argv = flip(argv)",
-     lambda c: c.get_job("job"), "jobs.argv"),
-    ("UPDATE jobs SET argv = '[\"forged\"]'", lambda c: c.list_jobs(), "jobs.argv"),
-    ("UPDATE effects SET args_digest = 'abc' WHERE ordinal = 1",
-     lambda c: c.effect("job", 1), "effects.args_digest"),
-], ids=["moved-row", "moved-column", "moved-result", "swapped-label", "moved-event",
-        "edited-byte", "plaintext", "plain-digest"])
+@pytest.mark.parametrize(
+    "sql, read, where",
+    [
+        (
+            "UPDATE effects SET args_repr = (SELECT args_repr FROM effects WHERE ordinal = 1) "
+            "WHERE ordinal = 2",
+            lambda c: c.effects("job"),
+            "effects.args_repr",
+        ),
+        (
+            "UPDATE effects SET note = (SELECT args_repr FROM effects WHERE ordinal = 3) "
+            "WHERE ordinal = 3",
+            lambda c: c.effects("job"),
+            "effects.note",
+        ),
+        (
+            "UPDATE effects SET result = (SELECT result FROM effects WHERE ordinal = 1) "
+            "WHERE ordinal = 2",
+            lambda c: c.effect("job", 2),
+            "effects.result",
+        ),
+        (
+            "UPDATE snapshots SET label = (SELECT label FROM snapshots WHERE seq = 2) "
+            "WHERE seq = 1",
+            lambda c: c.snapshots("job"),
+            "snapshots.label",
+        ),
+        (
+            "UPDATE events SET detail = (SELECT detail FROM events WHERE kind = 'failed') "
+            "WHERE kind = 'done'",
+            lambda c: c.events("job"),
+            "events.detail",
+        ),
+        ("UPDATE jobs SET argv = flip(argv)", lambda c: c.get_job("job"), "jobs.argv"),
+        ("UPDATE jobs SET argv = '[\"forged\"]'", lambda c: c.list_jobs(), "jobs.argv"),
+        (
+            "UPDATE effects SET args_digest = 'abc' WHERE ordinal = 1",
+            lambda c: c.effect("job", 1),
+            "effects.args_digest",
+        ),
+    ],
+    ids=[
+        "moved-row",
+        "moved-column",
+        "moved-result",
+        "swapped-label",
+        "moved-event",
+        "edited-byte",
+        "plaintext",
+        "plain-digest",
+    ],
+)
 def test_moved_edited_or_plain_value_is_refused(sealed_copy, sql, read, where):
     """A sealed value copied to another row or column, a flipped byte, or a plaintext
     value in place of a sealed one: reading it raises StoreDamaged naming the value's
@@ -258,7 +314,7 @@ def test_moved_edited_or_plain_value_is_refused(sealed_copy, sql, read, where):
     store, _ = sealed_copy
     home = Home(str(store))
     try:
-        read(home.catalog)                         # control: intact before the edit
+        read(home.catalog)  # control: intact before the edit
         _edit(store, sql)
         with pytest.raises(StoreDamaged, match=where.replace(".", r"\.")):
             read(home.catalog)
@@ -282,14 +338,14 @@ def test_rotation_keeps_old_rows_readable(sealed_copy):
         first = home.catalog.effect("job", 1)
         assert first.args_digest.startswith(f"hmac-sha256:{old}:")
         assert first.args_digest == args_digest(
-            "conf_agent.place", (tokens["ARG"], Secret("x", name="api")), {})
+            "conf_agent.place", (tokens["ARG"], Secret("x", name="api")), {}
+        )
         assert first.args_digest != args_digest("conf_agent.place", ("other",), {})
         header = home.verify(str(store / home.catalog.snapshots("job")[0].file))
         assert header["label"] == f"label {tokens['LABEL']}"
         raw = sqlite3.connect(store / "catalog.db")
         try:
-            (detail,) = raw.execute("SELECT detail FROM events ORDER BY id DESC LIMIT 1"
-                                    ).fetchone()
+            (detail,) = raw.execute("SELECT detail FROM events ORDER BY id DESC LIMIT 1").fetchone()
         finally:
             raw.close()
         assert new.encode() in detail and old.encode() not in detail
@@ -305,9 +361,17 @@ def test_modes_under_umask_022(stores, name):
     config.json (the encrypted store's) and snapshot files 0600: every directory of the
     store 0700, every file 0600."""
     modes = {path: mode for path, (_, mode) in FILES[name].items()}
-    expected = {".", "snapshots", "snapshots/job", "catalog.db", "catalog.db-wal",
-                "catalog.db-shm", "keys.json", "snapshots/job/000001-e1.snap",
-                "snapshots/job/000002-e2.snap"} | ({"config.json"} if name == "sealed" else set())
+    expected = {
+        ".",
+        "snapshots",
+        "snapshots/job",
+        "catalog.db",
+        "catalog.db-wal",
+        "catalog.db-shm",
+        "keys.json",
+        "snapshots/job/000001-e1.snap",
+        "snapshots/job/000002-e2.snap",
+    } | ({"config.json"} if name == "sealed" else set())
     assert expected <= set(modes)
     for path, mode in modes.items():
         wanted = 0o700 if stat.S_ISDIR(mode) else 0o600
@@ -343,21 +407,47 @@ def test_init_encrypt_seals_rows_already_in_the_catalog(tmp_path):
     home = Home(str(store))
     try:
         home.catalog.create_job("job", {"path": "agent.py"}, [token])
-        home.catalog.add_snapshot_unfenced(SnapshotRow("job", 1, f"label {token}",
-                                                       "snapshots/job/000001-e0.snap", 1,
-                                                       1.0, 0))
-        home.catalog.record_effects([EffectRow("job", 1, "k", "agent.send", "agent.py:3",
-                                               digest, repr(token), "write", "confirmed",
-                                               token.encode(), token, 1, 1.0, 1.0,
-                                               f"note {token}")], epoch=None)
+        home.catalog.add_snapshot_unfenced(
+            SnapshotRow("job", 1, f"label {token}", "snapshots/job/000001-e0.snap", 1, 1.0, 0)
+        )
+        home.catalog.record_effects(
+            [
+                EffectRow(
+                    "job",
+                    1,
+                    "k",
+                    "agent.send",
+                    "agent.py:3",
+                    digest,
+                    repr(token),
+                    "write",
+                    "confirmed",
+                    token.encode(),
+                    token,
+                    1,
+                    1.0,
+                    1.0,
+                    f"note {token}",
+                )
+            ],
+            epoch=None,
+        )
         home.catalog.set_status("job", "failed", error=f"error {token}")
-        before = (home.catalog.get_job("job"), home.catalog.snapshots("job"),
-                  home.catalog.effects("job"), home.catalog.events("job"))
-        assert token.encode() in _catalog_bytes(store)          # control
+        before = (
+            home.catalog.get_job("job"),
+            home.catalog.snapshots("job"),
+            home.catalog.effects("job"),
+            home.catalog.events("job"),
+        )
+        assert token.encode() in _catalog_bytes(store)  # control
         for required in (True, True, False, True):
             home.set_encryption(required)
-            after = (home.catalog.get_job("job"), home.catalog.snapshots("job"),
-                     home.catalog.effects("job"), home.catalog.events("job"))
+            after = (
+                home.catalog.get_job("job"),
+                home.catalog.snapshots("job"),
+                home.catalog.effects("job"),
+                home.catalog.events("job"),
+            )
             assert after == before
             assert after[2][0].args_digest == digest
             assert (token.encode() in _catalog_bytes(store)) is not required

@@ -25,8 +25,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from conftest import snaprun
+
 from snapstate.runtime._errors import CorruptSnapshot
 from snapstate.serializers import _snapfile
 
@@ -69,8 +69,7 @@ COMMANDS = {
     "keys list": ["keys", "list"],
 }
 
-KINDS = ["zeroed-catalog", "random-catalog", "truncated-catalog", "corrupt-keys",
-         "nested-header"]
+KINDS = ["zeroed-catalog", "random-catalog", "truncated-catalog", "corrupt-keys", "nested-header"]
 
 # A snapshot file's header is only read by the commands that open the file; the others
 # work as usual.
@@ -89,11 +88,12 @@ def base_store(tmp_path_factory) -> Path:
     effect 3 sent but not confirmed (killed right after sending it: reconcilable)."""
     root = tmp_path_factory.mktemp("base")
     (root / "base_agent.py").write_text(BASE_AGENT)
-    killed = snaprun("run", "--job", "base", root / "base_agent.py", cwd=root,
-                     fault="effect-after-send:3")
+    killed = snaprun(
+        "run", "--job", "base", root / "base_agent.py", cwd=root, fault="effect-after-send:3"
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     store = root / ".snapstate"
-    db = sqlite3.connect(store / "catalog.db")        # fold the WAL into catalog.db
+    db = sqlite3.connect(store / "catalog.db")  # fold the WAL into catalog.db
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
     assert not (store / "catalog.db-wal").exists()
@@ -122,7 +122,7 @@ def damage(store: Path, kind: str) -> Path:
     header = b"[" * 200_000 + b"]" * 200_000
     # magic, (format version, header length) as the file has them, then the header
     fixed, magic = _snapfile._FIXED, _snapfile.MAGIC
-    version, _ = fixed.unpack(data[len(magic):len(magic) + fixed.size])
+    version, _ = fixed.unpack(data[len(magic) : len(magic) + fixed.size])
     snap.write_bytes(magic + fixed.pack(version, len(header)) + header)
     return snap
 
@@ -131,9 +131,9 @@ def run_cli(args: list[str], cwd: Path, home: Path) -> tuple[int, str]:
     """`snaprun ARGS` in a forked process: (exit code, stderr)."""
     err_path = cwd / f"stderr-{os.getpid()}-{len(args)}.txt"
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)    # fork of a threaded pytest
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork of a threaded pytest
         pid = os.fork()
-    if pid == 0:     # the child: snaprun's process
+    if pid == 0:  # the child: snaprun's process
         code = 70
         try:
             fd = os.open(err_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -149,13 +149,14 @@ def run_cli(args: list[str], cwd: Path, home: Path) -> tuple[int, str]:
             warnings.simplefilter("default")
             sys.argv = ["snaprun", *args]
             from snapstate.runtime._cli import main
+
             try:
                 main()
                 code = 0
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             except BaseException:
-                traceback.print_exc()       # what the interpreter would print
+                traceback.print_exc()  # what the interpreter would print
                 code = 1
             sys.stdout.flush()
             sys.stderr.flush()
@@ -173,8 +174,7 @@ def _sha(path: Path) -> str:
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 @pytest.mark.parametrize("kind", KINDS)
-def test_damaged_store_gives_a_clear_error_and_changes_nothing(base_store, tmp_path, kind,
-                                                               command):
+def test_damaged_store_gives_a_clear_error_and_changes_nothing(base_store, tmp_path, kind, command):
     """`snaprun COMMAND` over a store with damage KIND: no traceback on stderr, the
     documented exit code, a message naming the store or the file, and the damaged file
     byte-identical afterwards (nothing re-created over it)."""

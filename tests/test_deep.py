@@ -19,7 +19,6 @@ import textwrap
 from dataclasses import dataclass
 
 import pytest
-
 from conftest import AGENTS, snaprun
 
 sys.path.insert(0, str(AGENTS))
@@ -48,7 +47,7 @@ class Slotted:
 @dataclass
 class Link:
     value: int
-    next: "Link | None" = None
+    next: Link | None = None
 
 
 class Summary:
@@ -73,6 +72,7 @@ class Watcher:
 @dataclass(frozen=True)
 class Key:
     """Hashes by a node's value: a dict key that is only correct once the node is."""
+
     node: Node
 
     def __hash__(self):
@@ -178,8 +178,7 @@ def test_rebuilt_objects_see_complete_children():
     watcher.head = head.next
     key = Key(chain(Node, 3))
     table = {key: "found"}
-    back = roundtrip({"summary": Summary(head), "watcher": watcher, "table": table,
-                      "head": head})
+    back = roundtrip({"summary": Summary(head), "watcher": watcher, "table": table, "head": head})
     assert back["summary"].length == N and back["summary"].head is back["head"]
     assert back["watcher"].seen == N - 1 and back["watcher"].head is back["head"].next
     assert back["table"][Key(Node(0))] == "found"
@@ -221,7 +220,7 @@ def test_too_deep_is_refused_with_its_path_and_no_crash():
     with pytest.raises(_pickler.UnpicklableError) as err:
         _pickler.dumps(roots, roots=lambda: roots)
     message = str(err.value)
-    assert message.startswith("local 'tree' is a list")     # the user's object first
+    assert message.startswith("local 'tree' is a list")  # the user's object first
     assert "frame main() at agent.py:3, local 'tree' -> list: nested too deeply to save" in message
     assert "flatten the structure" in message
     limit = _deep.levels()
@@ -252,8 +251,9 @@ def test_too_deep_is_refused_with_its_path_and_no_crash():
             raise AssertionError("100,000-deep nesting pickled")
         print(sorted(outcomes))
     """)
-    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                           timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert child.returncode == 0, child.stderr
     assert child.stdout.strip() == "['refused', 'saved']"
 
@@ -277,15 +277,20 @@ def test_never_awaited_coroutine_round_trips():
 def test_unfinished_coroutines_named_correctly():
     """A suspended coroutine is refused as suspended; a not-started async generator is
     not called suspended."""
+
     async def suspended():
         coro = subjects.fetch(1)
         coro.send(None)
         try:
-            with pytest.raises(_pickler.UnpicklableError, match="coroutine fetch\\(\\) is "
-                               "suspended and cannot be frozen; await it to completion"):
+            with pytest.raises(
+                _pickler.UnpicklableError,
+                match="coroutine fetch\\(\\) is "
+                "suspended and cannot be frozen; await it to completion",
+            ):
                 _pickler.dumps(coro)
         finally:
             coro.close()
+
     asyncio.run(suspended())
     agen = subjects.numbers()
     with pytest.raises(_pickler.UnpicklableError) as err:
@@ -298,15 +303,24 @@ def test_instance_call_taken_and_other_c_callers_still_refused(tmp_path):
     """snapshot() inside __call__ reached by calling an instance is taken; the same
     __call__ reached through functools.partial or through a callable object stored as
     another class's __call__ is still refused with the C-code message."""
-    run = snaprun("run", "--store", tmp_path / "store", "--job", "job",
-                  AGENTS / "call_refusals.py", cwd=tmp_path)
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "store",
+        "--job",
+        "job",
+        AGENTS / "call_refusals.py",
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stderr
-    outcomes = {case: status for status, case
-                in re.findall(r"^(TAKEN|REFUSED) ([\w-]+)", run.stdout, re.M)}
+    outcomes = {
+        case: status for status, case in re.findall(r"^(TAKEN|REFUSED) ([\w-]+)", run.stdout, re.M)
+    }
     assert outcomes == {"direct": "TAKEN", "partial": "REFUSED", "nested": "REFUSED"}
     file = AGENTS / "call_refusals.py"
-    assert (f"snapshot() inside Counter.__call__() at {file}:" in run.stdout
-            and "called by C code (functools.partial(...)) from main()" in run.stdout
-            and "called by C code (call_refusals.Outer(...)) from main()" in run.stdout)
+    assert (
+        f"snapshot() inside Counter.__call__() at {file}:" in run.stdout
+        and "called by C code (functools.partial(...)) from main()" in run.stdout
+        and "called by C code (call_refusals.Outer(...)) from main()" in run.stdout
+    )
     assert run.result == "3"
-

@@ -43,8 +43,9 @@ def modname():
 
 
 def _freeze(module) -> bytes:
-    return _pickler.dumps({"globals": _agent.capture_globals([module]),
-                           "defs": _defstate.capture([module])})
+    return _pickler.dumps(
+        {"globals": _agent.capture_globals([module]), "defs": _defstate.capture([module])}
+    )
 
 
 def _thaw(blob: bytes) -> None:
@@ -154,28 +155,37 @@ def test_changed_definitions_keep_their_new_state(tmp_path, modname):
     blob = _freeze(v1)
     v2 = _load(tmp_path, "v2", modname, CHANGED)
     _thaw(blob)
-    assert v2.f.__kwdefaults__ == {"seen": [1]}         # unchanged: saved
+    assert v2.f.__kwdefaults__ == {"seen": [1]}  # unchanged: saved
     assert v2.g.__defaults__ == (20,) and v2.g.tag == "kept"
     assert v2.h.__defaults__ == ([],) and v2._other.__defaults__ == ([],)
     assert v2.body_changes.__defaults__ == ([],)
     assert v2.C.count == 7 and v2.C.LIMIT == 20
     assert v2.C().became_method() == "method"
-    assert not hasattr(v2.C, "temp")    # deleted by the job; its initializer is unchanged
+    assert not hasattr(v2.C, "temp")  # deleted by the job; its initializer is unchanged
 
 
 def test_unpicklable_class_attribute_is_named_by_path(tmp_path, modname):
     """A class attribute holding a live socket refuses the snapshot naming the module,
     the class and the attribute (Job._roots covers the saved class state)."""
-    mod = _load(tmp_path, "v1", modname, """
+    mod = _load(
+        tmp_path,
+        "v1",
+        modname,
+        """
         class Server:
             class Conn:
                 sock = None
-    """)
+    """,
+    )
     sock = socket.socket()
     try:
         mod.Server.Conn.sock = sock
-        state = {"frames": [], "globals": _agent.capture_globals([mod]),
-                 "defs": _defstate.capture([mod]), "handled": None}
+        state = {
+            "frames": [],
+            "globals": _agent.capture_globals([mod]),
+            "defs": _defstate.capture([mod]),
+            "handled": None,
+        }
         with pytest.raises(_pickler.UnpicklableError) as info:
             _pickler.dumps(state, roots=lambda: Job._roots(state))
         assert f"module {modname}, class Server.Conn, attribute 'sock'" in str(info.value)
@@ -187,7 +197,11 @@ def test_enum_abc_dataclass_namedtuple_pydantic_left_alone(tmp_path, modname):
     """Enum classes are skipped entirely, an ABC's _abc_impl and a dataclass's or
     NamedTuple's generated code are never saved, what pydantic's metaclass keeps on a
     model (model_config, model_post_init) is not saved (its methods' defaults are)."""
-    mod = _load(tmp_path, "v1", modname, """
+    mod = _load(
+        tmp_path,
+        "v1",
+        modname,
+        """
         import abc, enum
         from dataclasses import dataclass, field
         from typing import NamedTuple
@@ -214,16 +228,17 @@ def test_enum_abc_dataclass_namedtuple_pydantic_left_alone(tmp_path, modname):
             name: str = "n"
             def tagged(self, acc=[]):
                 return acc
-    """)
+    """,
+    )
     defs = _defstate.capture([mod])[modname]
     classes, functions = defs["classes"], defs["functions"]
     assert "Color" not in classes and not any(p.startswith("Color") for p in functions)
     assert classes["Base"][0] == {"made": 0}
     assert classes["Point"][0] == {"x": 0}
     assert "Point.__init__" not in functions and "Pair.__new__" not in functions
-    assert classes["Model"][0] == {} and classes["Model"][3] == {}   # model_config: pydantic's
+    assert classes["Model"][0] == {} and classes["Model"][3] == {}  # model_config: pydantic's
     assert functions["Model.tagged"][2] == ([],)
-    blob = _pickler.dumps(defs)      # all of it pickles
+    blob = _pickler.dumps(defs)  # all of it pickles
     _defstate.restore({modname: _pickler.loads(blob)})
     assert mod.Color.RED.value == 1 and mod.Point().tags == [] and mod.Pair().a == 1
     assert mod.Model().name == "n"
@@ -251,6 +266,7 @@ def test_library_sentinels_in_defaults_and_class_attributes_keep_identity(tmp_pa
     v2 = _load(tmp_path, "v2", modname, source)
     _thaw(blob)
     import dataclasses
+
     assert v2.f() is True and v2.f.__defaults__[1] == [1, dataclasses.MISSING]
     assert v2.C.marker is dataclasses.MISSING and v2.C.hits == 4
 

@@ -10,7 +10,6 @@ import textwrap
 import threading
 
 import pytest
-
 from conftest import snaprun
 
 from snapstate.runtime import _effects
@@ -18,7 +17,7 @@ from snapstate.runtime import _effects
 openai = pytest.importorskip("openai", reason="the integrations extra is not installed")
 httpx = pytest.importorskip("httpx")
 
-AGENT = textwrap.dedent('''
+AGENT = textwrap.dedent("""
     import dataclasses
     import os
     import httpx
@@ -53,7 +52,7 @@ AGENT = textwrap.dedent('''
         print(response.status_code, response.text, flush=True)
         client.close()
         return 1
-''')
+""")
 
 
 def test_sdk_client_argument_matches_its_ledger_row_after_a_crash(tmp_path):
@@ -64,17 +63,30 @@ def test_sdk_client_argument_matches_its_ledger_row_after_a_crash(tmp_path):
     recorded httpx.Response; no file of the store holds its request's Authorization
     header or the client's API key in clear."""
     (tmp_path / "agent.py").write_text(AGENT)
-    killed = snaprun("run", "--store", tmp_path / "s", "--job", "job", tmp_path / "agent.py",
-                     cwd=tmp_path, fault="effect-after-confirm:1",
-                     env={"PYTHONHASHSEED": "1"})
+    killed = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        tmp_path / "agent.py",
+        cwd=tmp_path,
+        fault="effect-after-confirm:1",
+        env={"PYTHONHASHSEED": "1"},
+    )
     assert killed.returncode == -9, killed.stderr
-    resumed = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path,
-                      env={"PYTHONHASHSEED": "2"})
+    resumed = snaprun(
+        "resume", "--store", tmp_path / "s", "job", cwd=tmp_path, env={"PYTHONHASHSEED": "2"}
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == "200 HI\n"
     assert (tmp_path / "calls.txt").read_text() == "hi\n"
-    leaked = [p.name for p in (tmp_path / "s").rglob("*") if p.is_file()
-              and (b"ARG-SECRET-11" in p.read_bytes() or b"sk-arg-SECRET" in p.read_bytes())]
+    leaked = [
+        p.name
+        for p in (tmp_path / "s").rglob("*")
+        if p.is_file()
+        and (b"ARG-SECRET-11" in p.read_bytes() or b"sk-arg-SECRET" in p.read_bytes())
+    ]
     assert leaked == []
 
 

@@ -49,9 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, snaprun
 from providers import Provider
+
 from snapstate.serializers._sqlite import SqliteStore
 
 FX_ORDERS = AGENTS / "fx_orders.py"
@@ -59,17 +59,21 @@ SHOP = AGENTS / "shop.py"
 
 MODES = ("keyed", "lookup", "plain")
 BEFORE_PREPARE, AFTER_PREPARE, AFTER_SEND, AFTER_CONFIRM = (
-    "effect-before-prepare", "effect-after-prepare", "effect-after-send", "effect-after-confirm")
+    "effect-before-prepare",
+    "effect-after-prepare",
+    "effect-after-send",
+    "effect-after-confirm",
+)
 BEFORE_COMMIT, AFTER_SNAPSHOT = "before-commit", "after-snapshot"
 EFFECT_WINDOWS = (BEFORE_PREPARE, AFTER_PREPARE, AFTER_SEND, AFTER_CONFIRM)
 SNAPSHOT_WINDOWS = (BEFORE_COMMIT, AFTER_SNAPSHOT)
 WINDOWS = EFFECT_WINDOWS + SNAPSHOT_WINDOWS
 
-POINTS_PER_CELL = 28            # x 18 cells = 504 kill points in the default run
-SLOW_POINTS_PER_CELL = 112      # x 18 cells = 2016 more with --run-slow
+POINTS_PER_CELL = 28  # x 18 cells = 504 kill points in the default run
+SLOW_POINTS_PER_CELL = 112  # x 18 cells = 2016 more with --run-slow
 WORKERS = 4
 SEED = 20261129
-BIAS = 1000                     # AMOUNT_BIAS of a diverging resume
+BIAS = 1000  # AMOUNT_BIAS of a diverging resume
 
 
 # ------------------------------------------------------------------------ provider
@@ -123,16 +127,20 @@ class Shape:
     @property
     def snap_orders(self) -> list[int]:
         """The order index each snapshot follows (snapshot seq s is snap_orders[s - 1])."""
-        return [i for i in range(self.orders)
-                if (i + 1) % self.every == 0 or i == self.orders - 1]
+        return [i for i in range(self.orders) if (i + 1) % self.every == 0 or i == self.orders - 1]
 
     def first_after(self, committed: int) -> int:
         """The first order a resume from snapshot `committed` (0: none) re-executes."""
         return self.snap_orders[committed - 1] + 1 if committed else 0
 
     def env(self, mode: str, url: str) -> dict:
-        return {"PROVIDER_URL": url, "PROVIDER_MODE": mode, "ORDERS": str(self.orders),
-                "EVERY": str(self.every), "VALUES": str(self.values)}
+        return {
+            "PROVIDER_URL": url,
+            "PROVIDER_MODE": mode,
+            "ORDERS": str(self.orders),
+            "EVERY": str(self.every),
+            "VALUES": str(self.values),
+        }
 
     def targets(self, window: str) -> list[int]:
         if window in EFFECT_WINDOWS:
@@ -145,7 +153,7 @@ class Kill:
     mode: str
     shape: Shape
     window: str
-    n: int                 # the effect ordinal, or the snapshot seq
+    n: int  # the effect ordinal, or the snapshot seq
     diverge: bool = False  # resume first with other arguments
     agent: Path = FX_ORDERS
 
@@ -171,8 +179,10 @@ class Kill:
 
     def __str__(self) -> str:
         s = self.shape
-        return (f"{self.agent.name} {self.mode} {self.fault} orders={s.orders} every={s.every} "
-                f"values={s.values}{' diverge' if self.diverge else ''}")
+        return (
+            f"{self.agent.name} {self.mode} {self.fault} orders={s.orders} every={s.every} "
+            f"values={s.values}{' diverge' if self.diverge else ''}"
+        )
 
 
 @dataclass(frozen=True)
@@ -180,10 +190,10 @@ class Expected:
     """What the killed run leaves behind, predicted from the kill point."""
 
     confirmed: frozenset
-    dispatched: frozenset        # prepared, outcome unknown
-    delivered: frozenset         # the provider has the order
-    printed: tuple               # orders whose line the killed run printed
-    committed: int               # the latest committed snapshot
+    dispatched: frozenset  # prepared, outcome unknown
+    delivered: frozenset  # the provider has the order
+    printed: tuple  # orders whose line the killed run printed
+    committed: int  # the latest committed snapshot
 
 
 def predict(kill: Kill) -> Expected:
@@ -195,13 +205,15 @@ def predict(kill: Kill) -> Expected:
             frozenset({k} if w in (AFTER_PREPARE, AFTER_SEND) else set()),
             frozenset(before | ({k} if w in (AFTER_SEND, AFTER_CONFIRM) else set())),
             tuple(range(k)),
-            sum(1 for i in shape.snap_orders if i < k))
+            sum(1 for i in shape.snap_orders if i < k),
+        )
     upto = frozenset(range(k + 1))
-    return Expected(upto, frozenset(), upto, tuple(range(k + 1)),
-                    kill.n - 1 if w == BEFORE_COMMIT else kill.n)
+    return Expected(
+        upto, frozenset(), upto, tuple(range(k + 1)), kill.n - 1 if w == BEFORE_COMMIT else kill.n
+    )
 
 
-SHOP_SHAPE = Shape(orders=4, every=1, values=1)     # shop.py: uuid4, order, snapshot
+SHOP_SHAPE = Shape(orders=4, every=1, values=1)  # shop.py: uuid4, order, snapshot
 
 
 def seeded_kills(mode: str, window: str, count: int, salt: str, shop: bool = False) -> list[Kill]:
@@ -209,13 +221,16 @@ def seeded_kills(mode: str, window: str, count: int, salt: str, shop: bool = Fal
     with ORDERS=4 (effects 2, 4, 6, 8 or snapshots 1..4); then seeded random shapes
     of fx_orders.py, a fifth of them resumed first with diverging arguments."""
     rng = random.Random(SEED ^ zlib.crc32(f"{salt}/{mode}/{window}".encode()))
-    kills = [Kill(mode, SHOP_SHAPE, window, n, agent=SHOP)
-             for n in SHOP_SHAPE.targets(window)] if shop else []
+    kills = (
+        [Kill(mode, SHOP_SHAPE, window, n, agent=SHOP) for n in SHOP_SHAPE.targets(window)]
+        if shop
+        else []
+    )
     while len(kills) < count:
-        shape = Shape(orders=rng.randint(1, 5), every=rng.randint(1, 3),
-                      values=rng.randint(0, 2))
-        kills.append(Kill(mode, shape, window, rng.choice(shape.targets(window)),
-                          diverge=rng.random() < 0.2))
+        shape = Shape(orders=rng.randint(1, 5), every=rng.randint(1, 3), values=rng.randint(0, 2))
+        kills.append(
+            Kill(mode, shape, window, rng.choice(shape.targets(window)), diverge=rng.random() < 0.2)
+        )
     return kills
 
 
@@ -224,8 +239,11 @@ def read_ledger(store: Path, job: str):
     """(effect rows by ordinal, metrics, job row), read from the catalog in-process."""
     catalog = SqliteStore(str(store))
     try:
-        return ({e.ordinal: e for e in catalog.effects(job)}, catalog.metrics(job),
-                catalog.get_job(job))
+        return (
+            {e.ordinal: e for e in catalog.effects(job)},
+            catalog.metrics(job),
+            catalog.get_job(job),
+        )
     finally:
         catalog.close()
 
@@ -239,8 +257,9 @@ def returned(run) -> list:
     return ast.literal_eval(run.result)
 
 
-def reconcile_by_asking(provider: RecordingProvider, store, job, ordinal: int, action: str,
-                        cwd) -> bool:
+def reconcile_by_asking(
+    provider: RecordingProvider, store, job, ordinal: int, action: str, cwd
+) -> bool:
     """What an operator does with a parked job: check with the provider whether the
     action happened, and say so. Returns whether it was committed."""
     assert provider.deliveries[action] <= 1
@@ -271,16 +290,18 @@ def run_kill_point(kill: Kill, root: Path) -> None:
         env = shape.env(mode, provider.url)
 
         # -- the killed run
-        killed = snaprun("run", "--store", store, "--job", job, kill.agent, cwd=root,
-                         fault=kill.fault, env=env)
+        killed = snaprun(
+            "run", "--store", store, "--job", job, kill.agent, cwd=root, fault=kill.fault, env=env
+        )
         assert killed.returncode == -9, f"the fault did not fire: {killed.stderr}"
         rows, metrics, jobrow = read_ledger(store, job)
         assert effect_states(rows) == {
             **{shape.effect(i): "confirmed" for i in exp.confirmed},
-            **{shape.effect(i): "dispatched" for i in exp.dispatched}}
+            **{shape.effect(i): "dispatched" for i in exp.dispatched},
+        }
         assert set(provider.deliveries) == {f"action-{i}" for i in exp.delivered}
         assert all(n == 1 for n in provider.deliveries.values())
-        assert jobrow.status == "running"          # its runner died holding the lease
+        assert jobrow.status == "running"  # its runner died holding the lease
         outputs = [killed.stdout]
         sent_before = dict(provider.requests)
 
@@ -293,8 +314,9 @@ def run_kill_point(kill: Kill, root: Path) -> None:
         # -- a resume with other arguments: the same identities, different calls
         if kill.diverge:
             before = provider.state()
-            run = snaprun("resume", "--store", store, job, cwd=root,
-                          env={**env, "AMOUNT_BIAS": str(BIAS)})
+            run = snaprun(
+                "resume", "--store", store, job, cwd=root, env={**env, "AMOUNT_BIAS": str(BIAS)}
+            )
             if recorded:
                 d = min(recorded)
                 assert run.returncode == 1, run.stderr
@@ -305,15 +327,18 @@ def run_kill_point(kill: Kill, root: Path) -> None:
                 assert "Nothing was dispatched" in run.stderr
                 assert run.stdout == ""
                 outputs.append(run.stdout)
-                assert provider.state() == before          # nothing sent, nothing looked up
+                assert provider.state() == before  # nothing sent, nothing looked up
                 rows2, _, jobrow = read_ledger(store, job)
                 assert effect_states(rows2) == effect_states(rows)
                 assert jobrow.status == "failed"
             else:
                 # Nothing re-executed was recorded: the new arguments are simply used.
                 assert run.returncode == 0, run.stderr
-                assert run.stdout == kill.lines(reexecuted, _ids(provider, shape)) + \
-                    f"all placed {shape.orders}\n"
+                assert (
+                    run.stdout
+                    == kill.lines(reexecuted, _ids(provider, shape))
+                    + f"all placed {shape.orders}\n"
+                )
                 biased, resumed_biased = set(reexecuted), True
                 outputs.append(run.stdout)
                 final = run
@@ -329,15 +354,17 @@ def run_kill_point(kill: Kill, root: Path) -> None:
                 ids = _ids(provider, shape)
                 assert run.stdout == kill.lines(range(r0, k), ids)
                 served_expected += len(range(r0, k))
-                (row,) = [r for r in cli_effects(store, job, root)
-                          if r["effect"] == shape.effect(k)]
+                (row,) = [
+                    r for r in cli_effects(store, job, root) if r["effect"] == shape.effect(k)
+                ]
                 assert row["state"] == "ambiguous" and row["args"] == f"'action-{k}', {100 + k}"
                 _, metrics, jobrow = read_ledger(store, job)
                 assert jobrow.status == "parked" and metrics.get("ambiguous") == 1
-                assert provider.requests == Counter(sent_before)     # nothing re-sent
+                assert provider.requests == Counter(sent_before)  # nothing re-sent
                 outputs.append(run.stdout)
-                committed = reconcile_by_asking(provider, store, job, shape.effect(k),
-                                                f"action-{k}", root)
+                committed = reconcile_by_asking(
+                    provider, store, job, shape.effect(k), f"action-{k}", root
+                )
                 assert committed == (kill.window == AFTER_SEND)
                 run = snaprun("resume", "--store", store, job, cwd=root, env=env)
                 served_expected += len(range(r0, k)) + int(committed)
@@ -356,8 +383,9 @@ def run_kill_point(kill: Kill, root: Path) -> None:
             assert provider.requests[f"action-{i}"] == sent_before[f"action-{i}"] == 1
         ids = _ids(provider, shape)
         for i in range(shape.orders):
-            assert provider.issued[f"action-{i}"][0]["amount"] == \
-                100 + i + (BIAS if i in biased else 0)
+            assert provider.issued[f"action-{i}"][0]["amount"] == 100 + i + (
+                BIAS if i in biased else 0
+            )
 
         # -- the ledger: every effect confirmed under the key the provider saw
         rows, metrics, jobrow = read_ledger(store, job)
@@ -389,24 +417,29 @@ def run_kill_point(kill: Kill, root: Path) -> None:
 
 
 def _ids(provider: RecordingProvider, shape: Shape) -> dict[int, str]:
-    return {i: provider.issued[f"action-{i}"][0]["id"] for i in range(shape.orders)
-            if provider.issued.get(f"action-{i}")}
+    return {
+        i: provider.issued[f"action-{i}"][0]["id"]
+        for i in range(shape.orders)
+        if provider.issued.get(f"action-{i}")
+    }
 
 
 def sweep(kills: list[Kill], tmp_path: Path) -> None:
     """Run the kill points, WORKERS at a time; report every failing one."""
+
     def one(item):
         index, kill = item
         try:
             run_kill_point(kill, tmp_path / f"k{index:04d}")
-        except Exception as exc:   # collected and reported below, with the kill point
+        except Exception as exc:  # collected and reported below, with the kill point
             return f"{kill}: {type(exc).__name__}: {exc}"
         return None
 
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         failures = [f for f in pool.map(one, enumerate(kills)) if f]
-    assert not failures, f"{len(failures)} of {len(kills)} kill points failed:\n" + \
-        "\n".join(failures[:20])
+    assert not failures, f"{len(failures)} of {len(kills)} kill points failed:\n" + "\n".join(
+        failures[:20]
+    )
 
 
 CELLS = [(mode, window) for mode in MODES for window in WINDOWS]
@@ -434,14 +467,14 @@ def test_sweep_covers_every_window_and_target():
     """No crash window (this checks the sweep itself): at least 500 default kill points,
     covering every mode x window, every target of shop.py with ORDERS=4, various
     shapes, and both diverging and plain resumes in every cell."""
-    kills = [k for m, w in CELLS
-             for k in seeded_kills(m, w, POINTS_PER_CELL, "default", shop=True)]
+    kills = [k for m, w in CELLS for k in seeded_kills(m, w, POINTS_PER_CELL, "default", shop=True)]
     assert len(kills) >= 500 and len(set(kills)) > 300
     assert {(k.mode, k.window) for k in kills} == set(CELLS)
     shop = {(k.mode, k.window, k.n) for k in kills if k.agent == SHOP}
-    assert shop == {(m, w, n) for m in MODES for w in EFFECT_WINDOWS for n in (2, 4, 6, 8)} | \
-        {(m, w, n) for m in MODES for w in SNAPSHOT_WINDOWS for n in (1, 2, 3, 4)}
-    for m, w in CELLS:          # each cell diverges at some points, and where it matters
+    assert shop == {(m, w, n) for m in MODES for w in EFFECT_WINDOWS for n in (2, 4, 6, 8)} | {
+        (m, w, n) for m in MODES for w in SNAPSHOT_WINDOWS for n in (1, 2, 3, 4)
+    }
+    for m, w in CELLS:  # each cell diverges at some points, and where it matters
         cell = [k for k in kills if (k.mode, k.window) == (m, w)]
         assert any(k.diverge for k in cell) and not all(k.diverge for k in cell)
         assert len({k.shape for k in cell}) > 5
@@ -468,12 +501,20 @@ def seeded_chain(rng: random.Random, mode: str, shape: Shape, length: int) -> li
     events = timeline(shape)
     chain, at = [], -1
     while len(chain) < length:
-        choices = [j for j in range(at + 1, len(events))
-                   if not (mode == "plain" and chain and chain[-1][2] == AFTER_SEND
-                           and events[j][0] == chain[-1][0] and events[j][1] < 4)]
+        choices = [
+            j
+            for j in range(at + 1, len(events))
+            if not (
+                mode == "plain"
+                and chain
+                and chain[-1][2] == AFTER_SEND
+                and events[j][0] == chain[-1][0]
+                and events[j][1] < 4
+            )
+        ]
         if not choices:
             break
-        at = rng.choice(choices[:8])          # not too far ahead: longer chains
+        at = rng.choice(choices[:8])  # not too far ahead: longer chains
         chain.append(events[at])
     return chain
 
@@ -497,18 +538,31 @@ class Driver:
             done = [e for e in rows.values() if e.kind != "value" and e.state == "confirmed"]
             confirmed = [f"action-{self.shape.order_of(e.ordinal)}" for e in done]
             refs = [e.key for e in done]
-        before = ({a: self.provider.requests[a] for a in confirmed},
-                  {r: self.provider.lookups[r] for r in refs})
+        before = (
+            {a: self.provider.requests[a] for a in confirmed},
+            {r: self.provider.lookups[r] for r in refs},
+        )
         if self.started:
-            run = snaprun("resume", "--store", self.store, self.job, cwd=self.root,
-                          fault=fault, env=self.env)
+            run = snaprun(
+                "resume", "--store", self.store, self.job, cwd=self.root, fault=fault, env=self.env
+            )
         else:
-            run = snaprun("run", "--store", self.store, "--job", self.job, FX_ORDERS,
-                          cwd=self.root, fault=fault, env=self.env)
+            run = snaprun(
+                "run",
+                "--store",
+                self.store,
+                "--job",
+                self.job,
+                FX_ORDERS,
+                cwd=self.root,
+                fault=fault,
+                env=self.env,
+            )
             self.started = True
-        assert ({a: self.provider.requests[a] for a in confirmed},
-                {r: self.provider.lookups[r] for r in refs}) == before, \
-            "an effect confirmed in the ledger was sent (or looked up) again"
+        assert (
+            {a: self.provider.requests[a] for a in confirmed},
+            {r: self.provider.lookups[r] for r in refs},
+        ) == before, "an effect confirmed in the ledger was sent (or looked up) again"
         assert max(self.provider.deliveries.values(), default=0) <= 1
         self.outputs.append(run.stdout)
         return run
@@ -520,12 +574,19 @@ class Driver:
             if run.returncode != 4:
                 return run
             assert self.mode == "plain", run.stderr
-            ambiguous = [r for r in cli_effects(self.store, self.job, self.root)
-                         if r["state"] == "ambiguous"]
+            ambiguous = [
+                r for r in cli_effects(self.store, self.job, self.root) if r["state"] == "ambiguous"
+            ]
             assert len(ambiguous) == 1, ambiguous
             ordinal = ambiguous[0]["effect"]
-            reconcile_by_asking(self.provider, self.store, self.job, ordinal,
-                                f"action-{self.shape.order_of(ordinal)}", self.root)
+            reconcile_by_asking(
+                self.provider,
+                self.store,
+                self.job,
+                ordinal,
+                f"action-{self.shape.order_of(ordinal)}",
+                self.root,
+            )
             self.parks += 1
 
 
@@ -607,9 +668,8 @@ def test_resend_after_reconcile_is_recorded_before_it_is_sent(tmp_path):
     with RecordingProvider() as provider:
         driver = Driver(provider, root, shape, "plain")
         assert driver.step(f"{AFTER_PREPARE}:4").returncode == -9
-        assert driver.step(f"{AFTER_SEND}:4").returncode == -9     # parked, reconciled
-        assert driver.parks == 1 and provider.deliveries == Counter(
-            {"action-0": 1, "action-1": 1})
+        assert driver.step(f"{AFTER_SEND}:4").returncode == -9  # parked, reconciled
+        assert driver.parks == 1 and provider.deliveries == Counter({"action-0": 1, "action-1": 1})
         rows, _, _ = read_ledger(driver.store, driver.job)
         run = snaprun("resume", "--store", driver.store, driver.job, cwd=root, env=driver.env)
         assert provider.deliveries["action-1"] == 1, "sent twice"
@@ -644,6 +704,6 @@ def test_crash_loop_after_send_keyed(tmp_path):
         assert provider.requests["action-1"] == 4
         rows, _, _ = read_ledger(driver.store, driver.job)
         assert set(provider.keys["action-1"]) == {rows[4].key}
-        assert rows[4].state == "confirmed" and rows[4].attempts == 4   # one per send
+        assert rows[4].state == "confirmed" and rows[4].attempts == 4  # one per send
         assert returned(final) == [provider.issued[f"action-{i}"][0]["id"] for i in range(3)]
         assert "".join(driver.outputs).count("placed 1 ") == 1

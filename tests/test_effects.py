@@ -32,9 +32,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, snaprun
 from providers import Provider
+
 from snapstate.serializers._home import Home
 from snapstate.serializers._sqlite import SqliteStore
 
@@ -73,6 +73,7 @@ class FxProvider(Provider):
         def handle_error(request, address):
             if not isinstance(sys.exception(), _Dropped):
                 default(request, address)
+
         self.server.handle_error = handle_error
 
     def order(self, path, order, key):
@@ -99,8 +100,9 @@ class FxProvider(Provider):
         return [o for _, o, _ in self.log if o["action"] == action]
 
     def keys(self, action: str) -> list:
-        return [k if p != "/lookup" else o.get("ref") for p, o, k in self.log
-                if o["action"] == action]
+        return [
+            k if p != "/lookup" else o.get("ref") for p, o, k in self.log if o["action"] == action
+        ]
 
     def state(self) -> tuple:
         with self.lock:
@@ -133,8 +135,14 @@ def line_of(path: Path, marker: str) -> int:
 
 
 def orders_env(provider, mode="keyed", orders=3, **extra) -> dict:
-    return {"PROVIDER_URL": provider.url, "PROVIDER_MODE": mode, "ORDERS": str(orders),
-            "EVERY": "1", "VALUES": "1", **{k: str(v) for k, v in extra.items()}}
+    return {
+        "PROVIDER_URL": provider.url,
+        "PROVIDER_MODE": mode,
+        "ORDERS": str(orders),
+        "EVERY": "1",
+        "VALUES": "1",
+        **{k: str(v) for k, v in extra.items()},
+    }
 
 
 def catalog_view(store: Path, job: str):
@@ -142,9 +150,13 @@ def catalog_view(store: Path, job: str):
     catalog = SqliteStore(str(store))
     try:
         row = catalog.get_job(job)
-        return ([(s.seq, s.file) for s in catalog.snapshots(job)], catalog.effects(job),
-                catalog.metrics(job), (row.status, row.resume_count, row.updated),
-                sorted(p.name for p in (store / "snapshots" / job).iterdir()))
+        return (
+            [(s.seq, s.file) for s in catalog.snapshots(job)],
+            catalog.effects(job),
+            catalog.metrics(job),
+            (row.status, row.resume_count, row.updated),
+            sorted(p.name for p in (store / "snapshots" / job).iterdir()),
+        )
     finally:
         catalog.close()
 
@@ -157,8 +169,17 @@ def test_key_is_stable_across_a_kill_and_resume(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = orders_env(provider)
-        killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault="effect-after-send:4", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_ORDERS,
+            cwd=tmp_path,
+            fault="effect-after-send:4",
+            env=env,
+        )
         assert killed.returncode == -9
         (first_key,) = provider.keys("action-1")
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
@@ -202,7 +223,8 @@ def test_fork_inherits_earlier_effects_and_delivers_later_ones_with_new_keys(tmp
             assert twin[ordinal]["key"] != mine[ordinal]["key"]
             assert twin[ordinal]["state"] == "confirmed"
         assert provider.deliveries == Counter(
-            {"action-0": 1, "action-1": 1, "action-2": 2, "action-3": 2})
+            {"action-0": 1, "action-1": 1, "action-2": 2, "action-3": 2}
+        )
         assert provider.keys("action-2") == [mine[6]["key"], twin[6]["key"]]
         ids = returned(run)
         new = [provider.by_key[twin[6]["key"]]["id"], provider.by_key[twin[8]["key"]]["id"]]
@@ -219,13 +241,13 @@ def test_a_new_job_reusing_an_id_gets_new_keys(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = orders_env(provider, orders=2)
-        first = snaprun("run", "--store", store, "--job", "daily", FX_ORDERS, cwd=tmp_path,
-                        env=env)
+        first = snaprun("run", "--store", store, "--job", "daily", FX_ORDERS, cwd=tmp_path, env=env)
         assert first.returncode == 0, first.stderr
         old_keys = {r["key"] for r in effects(store, "daily", tmp_path) if r["key"]}
         assert snaprun("prune", "--store", store, "--finished", cwd=tmp_path).returncode == 0
-        second = snaprun("run", "--store", store, "--job", "daily", FX_ORDERS, cwd=tmp_path,
-                         env=env)
+        second = snaprun(
+            "run", "--store", store, "--job", "daily", FX_ORDERS, cwd=tmp_path, env=env
+        )
         assert second.returncode == 0, second.stderr
         new_keys = {r["key"] for r in effects(store, "daily", tmp_path) if r["key"]}
         assert new_keys.isdisjoint(old_keys)
@@ -243,8 +265,17 @@ def test_wall_clock_argument_diverges_and_nothing_is_dispatched(tmp_path):
     line = line_of(FX_CLOCK, "# FX-CALL")
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url, "FX_CLOCK": "wall"}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_CLOCK, cwd=tmp_path,
-                         fault="effect-after-send:1", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_CLOCK,
+            cwd=tmp_path,
+            fault="effect-after-send:1",
+            env=env,
+        )
         assert killed.returncode == -9
         (row,) = effects(store, "job", tmp_path)
         recorded = row["args"]
@@ -254,10 +285,12 @@ def test_wall_clock_argument_diverges_and_nothing_is_dispatched(tmp_path):
         assert resumed.returncode == 1 and resumed.stdout == ""
         assert provider.state() == before
         site = f"{FX_CLOCK}:{line}"
-        match = re.search(r"DivergenceError: effect 1 at (\S+) diverged from the ledger: it "
-                          r"recorded fx_clock\.report\((.*?)\) at (\S+), and the re-executed "
-                          r"code now calls fx_clock\.report\((.*?)\)\. Nothing was dispatched",
-                          resumed.stderr)
+        match = re.search(
+            r"DivergenceError: effect 1 at (\S+) diverged from the ledger: it "
+            r"recorded fx_clock\.report\((.*?)\) at (\S+), and the re-executed "
+            r"code now calls fx_clock\.report\((.*?)\)\. Nothing was dispatched",
+            resumed.stderr,
+        )
         assert match, resumed.stderr
         assert match.group(1) == site and match.group(3) == site
         assert match.group(2) == recorded and match.group(4) != recorded
@@ -274,8 +307,17 @@ def test_recorded_clock_argument_does_not_diverge(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url, "FX_CLOCK": "recorded"}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_CLOCK, cwd=tmp_path,
-                         fault="effect-after-send:2", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_CLOCK,
+            cwd=tmp_path,
+            fault="effect-after-send:2",
+            env=env,
+        )
         assert killed.returncode == -9
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         assert resumed.returncode == 0, resumed.stderr
@@ -293,16 +335,28 @@ def test_changed_environment_diverges_at_the_reexecuted_call(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = orders_env(provider)
-        killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault="effect-after-confirm:4", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_ORDERS,
+            cwd=tmp_path,
+            fault="effect-after-confirm:4",
+            env=env,
+        )
         assert killed.returncode == -9
         before = provider.state()
-        bad = snaprun("resume", "--store", store, "job", cwd=tmp_path,
-                      env={**env, "AMOUNT_BIAS": "50"})
+        bad = snaprun(
+            "resume", "--store", store, "job", cwd=tmp_path, env={**env, "AMOUNT_BIAS": "50"}
+        )
         assert bad.returncode == 1 and provider.state() == before
-        assert (f"effect 4 at {FX_ORDERS}:" in bad.stderr and "recorded shop.order_keyed("
-                "'action-1', 101)" in bad.stderr and "now calls shop.order_keyed('action-1', "
-                "151)" in bad.stderr), bad.stderr
+        assert (
+            f"effect 4 at {FX_ORDERS}:" in bad.stderr
+            and "recorded shop.order_keyed('action-1', 101)" in bad.stderr
+            and "now calls shop.order_keyed('action-1', 151)" in bad.stderr
+        ), bad.stderr
         assert stats(store, "job", tmp_path)["served_from_ledger"] == 0
         good = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         assert good.returncode == 0, good.stderr
@@ -311,8 +365,9 @@ def test_changed_environment_diverges_at_the_reexecuted_call(tmp_path):
 
 
 # ------------------------------------------------------------------------ recorded values
-@pytest.mark.parametrize("window", ["effect-after-prepare", "effect-after-send",
-                                    "effect-after-confirm"])
+@pytest.mark.parametrize(
+    "window", ["effect-after-prepare", "effect-after-send", "effect-after-confirm"]
+)
 def test_now_random_uuid4_are_the_same_after_a_restore(window, tmp_path):
     """Crash window: `window` of effect 4, the first durable write after now(),
     random() and uuid4() (ordinals 1-3, batched into effect 4's prepare). The resume
@@ -321,8 +376,17 @@ def test_now_random_uuid4_are_the_same_after_a_restore(window, tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_VALUES, cwd=tmp_path,
-                         fault=f"{window}:4", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_VALUES,
+            cwd=tmp_path,
+            fault=f"{window}:4",
+            env=env,
+        )
         assert killed.returncode == -9
         (values,) = killed.stdout.splitlines()
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
@@ -333,8 +397,12 @@ def test_now_random_uuid4_are_the_same_after_a_restore(window, tmp_path):
         assert provider.deliveries == Counter({f"tag-{ident}": 1})
         assert returned(resumed) == ident
         kinds = [(r["effect"], r["kind"], r["name"]) for r in effects(store, "job", tmp_path)]
-        assert kinds == [(1, "value", "snapstate.now"), (2, "value", "snapstate.random"),
-                         (3, "value", "snapstate.uuid4"), (4, "write", "fx_values.tag")]
+        assert kinds == [
+            (1, "value", "snapstate.now"),
+            (2, "value", "snapstate.random"),
+            (3, "value", "snapstate.uuid4"),
+            (4, "write", "fx_values.tag"),
+        ]
 
 
 def test_values_not_yet_durable_are_drawn_again_consistently(tmp_path):
@@ -345,8 +413,17 @@ def test_values_not_yet_durable_are_drawn_again_consistently(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_VALUES, cwd=tmp_path,
-                         fault="effect-before-prepare:4", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_VALUES,
+            cwd=tmp_path,
+            fault="effect-before-prepare:4",
+            env=env,
+        )
         assert killed.returncode == -9 and provider.log == []
         assert effects(store, "job", tmp_path) == []
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
@@ -384,8 +461,17 @@ def test_replay_stops_where_the_history_ends(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = orders_env(provider)
-        killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault="effect-after-prepare:6", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_ORDERS,
+            cwd=tmp_path,
+            fault="effect-after-prepare:6",
+            env=env,
+        )
         assert killed.returncode == -9
         before, view = provider.state(), catalog_view(store, "job")
         replay = snaprun("replay", "--store", store, "job@1", cwd=tmp_path, env=env)
@@ -400,9 +486,13 @@ def test_replay_stops_where_the_history_ends(tmp_path):
         assert provider.deliveries == Counter({f"action-{i}": 1 for i in range(3)})
 
 
-@pytest.mark.parametrize("values,stop", [
-    (1, "the recorded history ends before snapstate.uuid4() at "),
-    (0, "the recorded history ends before effect 2 (shop.order_keyed at ")])
+@pytest.mark.parametrize(
+    "values,stop",
+    [
+        (1, "the recorded history ends before snapstate.uuid4() at "),
+        (0, "the recorded history ends before effect 2 (shop.order_keyed at "),
+    ],
+)
 def test_replay_stops_before_an_unrecorded_call(values, stop, tmp_path):
     """Crash window: before the prepare of order 1's effect. With a uuid4() before each
     order (values=1) that value (ordinal 3) was never made durable; without (values=0)
@@ -411,8 +501,17 @@ def test_replay_stops_before_an_unrecorded_call(values, stop, tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {**orders_env(provider), "VALUES": str(values)}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault=f"effect-before-prepare:{2 * (values + 1)}", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_ORDERS,
+            cwd=tmp_path,
+            fault=f"effect-before-prepare:{2 * (values + 1)}",
+            env=env,
+        )
         assert killed.returncode == -9
         before, view = provider.state(), catalog_view(store, "job")
         replay = snaprun("replay", "--store", store, "job@1", cwd=tmp_path, env=env)
@@ -432,8 +531,9 @@ def test_replay_stops_at_the_first_divergence(tmp_path):
         run = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path, env=env)
         assert run.returncode == 0, run.stderr
         before, view = provider.state(), catalog_view(store, "job")
-        replay = snaprun("replay", "--store", store, "job@1", cwd=tmp_path,
-                         env={**env, "AMOUNT_BIAS": "1"})
+        replay = snaprun(
+            "replay", "--store", store, "job@1", cwd=tmp_path, env={**env, "AMOUNT_BIAS": "1"}
+        )
         assert replay.returncode == 1 and replay.stdout == ""
         assert "replay of job@1 diverged: effect 4 at" in replay.stderr
         assert "shop.order_keyed('action-1', 102)" in replay.stderr
@@ -454,7 +554,7 @@ def _assert_store_never_holds(store: Path, needles: list[bytes]) -> None:
             assert needle not in data, f"{needle!r} in {path}"
     home = Home(str(store))
     try:
-        for path in snaps:                       # bodies are compressed: read them
+        for path in snaps:  # bodies are compressed: read them
             header, payload = home.read(str(path))
             for needle in needles:
                 assert needle not in payload and needle.decode() not in json.dumps(header)
@@ -473,23 +573,45 @@ def test_secrets_never_reach_the_ledger_or_a_snapshot(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url, "FX_SECRET": SECRET, "FX_TOKEN": TOKEN}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_SECRET, cwd=tmp_path,
-                         fault="after-snapshot:1", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_SECRET,
+            cwd=tmp_path,
+            fault="after-snapshot:1",
+            env=env,
+        )
         assert killed.returncode == -9
         assert killed.stdout.endswith("Secret('api') Secret('FX_TOKEN')\n")
-        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path,
-                          env={**env, "FX_TOKEN": "t0ken-rotated"})
+        resumed = snaprun(
+            "resume",
+            "--store",
+            store,
+            "job",
+            cwd=tmp_path,
+            env={**env, "FX_TOKEN": "t0ken-rotated"},
+        )
         assert resumed.returncode == 1
         assert resumed.stdout.startswith("from_env after the snapshot po-3\n")
-        assert ("SecretUnavailable: secret 'api' was not saved in the snapshot (secrets never "
-                "are); obtain it again after a restore, e.g. with Secret.from_env(...)"
-                ) in resumed.stderr
+        assert (
+            "SecretUnavailable: secret 'api' was not saved in the snapshot (secrets never "
+            "are); obtain it again after a restore, e.g. with Secret.from_env(...)"
+        ) in resumed.stderr
         assert [(a, o.get("token")) for _, o, _ in provider.log for a in [o["action"]]] == [
-            ("first", SECRET), ("second", TOKEN), ("third", "t0ken-rotated")]
+            ("first", SECRET),
+            ("second", TOKEN),
+            ("third", "t0ken-rotated"),
+        ]
         rows = effects(store, "job", tmp_path)
         assert [(r["args"], r["state"]) for r in rows] == [
-            ("Secret('api'), 'first'", "confirmed"), ("Secret('FX_TOKEN'), 'second'", "confirmed"),
-            ("Secret('FX_TOKEN'), 'third'", "confirmed"), ("Secret('api'), 'fourth'", "failed")]
+            ("Secret('api'), 'first'", "confirmed"),
+            ("Secret('FX_TOKEN'), 'second'", "confirmed"),
+            ("Secret('FX_TOKEN'), 'third'", "confirmed"),
+            ("Secret('api'), 'fourth'", "failed"),
+        ]
         listing = snaprun("effects", "--store", store, "--json", "job", cwd=tmp_path).stdout
         inspect = snaprun("inspect", "--store", store, "--json", "job@1", cwd=tmp_path)
         assert inspect.returncode == 0, inspect.stderr
@@ -506,8 +628,17 @@ def test_secret_from_env_needs_its_variable_after_a_restore(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url, "FX_SECRET": SECRET, "FX_TOKEN": TOKEN}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_SECRET, cwd=tmp_path,
-                         fault="after-snapshot:1", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_SECRET,
+            cwd=tmp_path,
+            fault="after-snapshot:1",
+            env=env,
+        )
         assert killed.returncode == -9
         without = dict(env)
         del without["FX_TOKEN"]
@@ -533,9 +664,10 @@ def test_secrets_work_in_an_uninterrupted_run(tmp_path):
 
 
 # ------------------------------------------------------------------------ reads
-@pytest.mark.parametrize("window,served", [("effect-after-prepare", False),
-                                           ("effect-after-send", False),
-                                           ("effect-after-confirm", True)])
+@pytest.mark.parametrize(
+    "window,served",
+    [("effect-after-prepare", False), ("effect-after-send", False), ("effect-after-confirm", True)],
+)
 def test_read_effect_redispatched_when_unknown_served_when_confirmed(window, served, tmp_path):
     """Crash window: `window` of a kind="read" effect (1) with a provider that keeps no
     keys. Outcome unknown (after prepare / after send): the resume simply reads again,
@@ -543,8 +675,17 @@ def test_read_effect_redispatched_when_unknown_served_when_confirmed(window, ser
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_READ, cwd=tmp_path,
-                         fault=f"{window}:1", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_READ,
+            cwd=tmp_path,
+            fault=f"{window}:1",
+            env=env,
+        )
         assert killed.returncode == -9
         sent_before = len(provider.log)
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
@@ -654,8 +795,17 @@ def test_a_bare_write_that_failed_in_transit_is_not_sent_again(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_DROP, cwd=tmp_path,
-                         fault="before-commit:2", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_DROP,
+            cwd=tmp_path,
+            fault="before-commit:2",
+            env=env,
+        )
         assert killed.returncode == -9
         assert killed.stdout == "order failed: RemoteDisconnected\n"
         assert provider.deliveries == Counter({"drop-1": 1})
@@ -683,8 +833,9 @@ def test_a_failed_lookup_effect_sent_again_is_not_sent_a_third_time(tmp_path):
         assert run.returncode == 1 and "ConnectionError" in run.stderr
         (row,) = effects(store, "job", tmp_path)
         assert row["state"] == "failed" and provider.deliveries == Counter()
-        killed = snaprun("resume", "--store", store, "job", cwd=tmp_path,
-                         fault="effect-after-send:1", env=env)
+        killed = snaprun(
+            "resume", "--store", store, "job", cwd=tmp_path, fault="effect-after-send:1", env=env
+        )
         assert killed.returncode == -9
         assert provider.deliveries == Counter({"recover-1": 1})
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
@@ -705,8 +856,17 @@ def test_an_effect_called_from_a_worker_thread_is_not_outside_the_ledger(tmp_pat
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = {"PROVIDER_URL": provider.url}
-        killed = snaprun("run", "--store", store, "--job", "job", FX_THREAD, cwd=tmp_path,
-                         fault="before-commit:2", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_THREAD,
+            cwd=tmp_path,
+            fault="before-commit:2",
+            env=env,
+        )
         assert killed.returncode == -9
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         assert resumed.returncode == 0, resumed.stderr
@@ -727,21 +887,50 @@ def test_stats_after_a_restore_served_from_the_ledger(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = orders_env(provider)
-        killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault="effect-after-confirm:4", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_ORDERS,
+            cwd=tmp_path,
+            fault="effect-after-confirm:4",
+            env=env,
+        )
         assert killed.returncode == -9
         report = stats(store, "job", tmp_path)
-        assert (report["status"], report["resumes"], report["served_from_ledger"],
-                report["restart_to_progress_s"]) == ("interrupted", 0, 0, None)
+        assert (
+            report["status"],
+            report["resumes"],
+            report["served_from_ledger"],
+            report["restart_to_progress_s"],
+        ) == ("interrupted", 0, 0, None)
         t0 = time.monotonic()
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         took = time.monotonic() - t0
         assert resumed.returncode == 0, resumed.stderr
         report = stats(store, "job", tmp_path)
-        assert {k: report[k] for k in ("status", "resumes", "effects", "served_from_ledger",
-                                       "reconciled", "ambiguous", "ambiguous_total")} == {
-            "status": "done", "resumes": 1, "effects": 3, "served_from_ledger": 1,
-            "reconciled": 0, "ambiguous": 0, "ambiguous_total": 0}
+        assert {
+            k: report[k]
+            for k in (
+                "status",
+                "resumes",
+                "effects",
+                "served_from_ledger",
+                "reconciled",
+                "ambiguous",
+                "ambiguous_total",
+            )
+        } == {
+            "status": "done",
+            "resumes": 1,
+            "effects": 3,
+            "served_from_ledger": 1,
+            "reconciled": 0,
+            "ambiguous": 0,
+            "ambiguous_total": 0,
+        }
         assert 0 < report["restart_to_progress_s"] < took
         assert provider.deliveries == Counter({f"action-{i}": 1 for i in range(3)})
 
@@ -754,28 +943,49 @@ def test_stats_count_ambiguous_and_reconciled_actions(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = orders_env(provider, mode="plain")
-        killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault="effect-after-send:4", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_ORDERS,
+            cwd=tmp_path,
+            fault="effect-after-send:4",
+            env=env,
+        )
         assert killed.returncode == -9
         parked = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         assert parked.returncode == 4, parked.stderr
         assert "snaprun reconcile job 4 --committed" in parked.stderr
         report = stats(store, "job", tmp_path)
-        assert (report["status"], report["ambiguous"], report["ambiguous_total"],
-                report["reconciled"], report["resumes"]) == ("parked", 1, 1, 0, 1)
-        assert {r["effect"]: r["state"] for r in effects(store, "job", tmp_path)}[4] == \
-            "ambiguous"
+        assert (
+            report["status"],
+            report["ambiguous"],
+            report["ambiguous_total"],
+            report["reconciled"],
+            report["resumes"],
+        ) == ("parked", 1, 1, 0, 1)
+        assert {r["effect"]: r["state"] for r in effects(store, "job", tmp_path)}[4] == "ambiguous"
         (placed,) = [r for r in provider.replies if r["action"] == "action-1"]
-        rec = snaprun("reconcile", "--store", store, "job", "4", "--committed", "--result",
-                      json.dumps(placed), cwd=tmp_path)
+        rec = snaprun(
+            "reconcile",
+            "--store",
+            store,
+            "job",
+            "4",
+            "--committed",
+            "--result",
+            json.dumps(placed),
+            cwd=tmp_path,
+        )
         assert rec.returncode == 0, rec.stderr
         report = stats(store, "job", tmp_path)
         assert (report["ambiguous"], report["ambiguous_total"], report["reconciled"]) == (0, 1, 1)
         done = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
         report = stats(store, "job", tmp_path)
-        assert (report["status"], report["resumes"], report["served_from_ledger"]) == (
-            "done", 2, 1)
+        assert (report["status"], report["resumes"], report["served_from_ledger"]) == ("done", 2, 1)
         assert report["restart_to_progress_s"] is not None
         assert returned(done) == [r["id"] for r in provider.replies]
         assert provider.deliveries == Counter({f"action-{i}": 1 for i in range(3)})
@@ -788,14 +998,26 @@ def test_stats_count_lookups_as_reconciled(tmp_path):
     store = tmp_path / "store"
     with FxProvider() as provider:
         env = orders_env(provider, mode="lookup")
-        killed = snaprun("run", "--store", store, "--job", "job", FX_ORDERS, cwd=tmp_path,
-                         fault="effect-after-send:4", env=env)
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            FX_ORDERS,
+            cwd=tmp_path,
+            fault="effect-after-send:4",
+            env=env,
+        )
         assert killed.returncode == -9
         resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         assert resumed.returncode == 0, resumed.stderr
         report = stats(store, "job", tmp_path)
-        assert (report["reconciled"], report["ambiguous_total"], report["served_from_ledger"]) \
-            == (1, 0, 0)
+        assert (report["reconciled"], report["ambiguous_total"], report["served_from_ledger"]) == (
+            1,
+            0,
+            0,
+        )
         row = {r["effect"]: r for r in effects(store, "job", tmp_path)}[4]
         assert provider.lookups == [f"/lookup/{row['key']}"] and "lookup" in row["note"]
         assert len(provider.sent("action-1")) == 1

@@ -14,12 +14,20 @@ import pytest
 
 import snapstate
 import snapstate.runtime._cli  # noqa: F401  (imports every engine module defining errors)
-from snapstate import (CorruptSnapshot, IncompatibleSnapshot, RestoreError, SnapshotError,
-                       SnapstateError)
+from snapstate import (
+    CorruptSnapshot,
+    IncompatibleSnapshot,
+    RestoreError,
+    SnapshotError,
+    SnapstateError,
+)
 
-PUBLIC_ERRORS = [getattr(snapstate, name) for name in snapstate.__all__
-                 if isinstance(getattr(snapstate, name), type)
-                 and issubclass(getattr(snapstate, name), BaseException)]
+PUBLIC_ERRORS = [
+    getattr(snapstate, name)
+    for name in snapstate.__all__
+    if isinstance(getattr(snapstate, name), type)
+    and issubclass(getattr(snapstate, name), BaseException)
+]
 
 
 def _all_subclasses(cls):
@@ -32,8 +40,10 @@ def _all_subclasses(cls):
 
 ALL_ERRORS = list(dict.fromkeys([SnapstateError, *_all_subclasses(SnapstateError)]))
 
-DUMPERS = [pytest.param(lambda e, p: pickle.dumps(e, protocol=p), id="pickle"),
-           pytest.param(lambda e, p: cloudpickle.dumps(e, protocol=p), id="cloudpickle")]
+DUMPERS = [
+    pytest.param(lambda e, p: pickle.dumps(e, protocol=p), id="pickle"),
+    pytest.param(lambda e, p: cloudpickle.dumps(e, protocol=p), id="cloudpickle"),
+]
 
 
 def test_public_errors_are_the_whole_tree():
@@ -45,28 +55,45 @@ def test_public_errors_are_the_whole_tree():
 def test_hierarchy():
     """IncompatibleSnapshot < RestoreError < SnapstateError < Exception; SnapshotError and
     CorruptSnapshot derive directly from SnapstateError, and from nothing else."""
-    assert IncompatibleSnapshot.__mro__ == (IncompatibleSnapshot, RestoreError, SnapstateError,
-                                            Exception, BaseException, object)
-    assert RestoreError.__mro__ == (RestoreError, SnapstateError, Exception, BaseException,
-                                    object)
-    assert SnapshotError.__mro__ == (SnapshotError, SnapstateError, Exception, BaseException,
-                                     object)
-    assert CorruptSnapshot.__mro__ == (CorruptSnapshot, SnapstateError, Exception,
-                                       BaseException, object)
+    assert IncompatibleSnapshot.__mro__ == (
+        IncompatibleSnapshot,
+        RestoreError,
+        SnapstateError,
+        Exception,
+        BaseException,
+        object,
+    )
+    assert RestoreError.__mro__ == (RestoreError, SnapstateError, Exception, BaseException, object)
+    assert SnapshotError.__mro__ == (
+        SnapshotError,
+        SnapstateError,
+        Exception,
+        BaseException,
+        object,
+    )
+    assert CorruptSnapshot.__mro__ == (
+        CorruptSnapshot,
+        SnapstateError,
+        Exception,
+        BaseException,
+        object,
+    )
     assert SnapstateError.__mro__ == (SnapstateError, Exception, BaseException, object)
     assert not issubclass(CorruptSnapshot, RestoreError)
     assert not issubclass(SnapshotError, RestoreError)
-    for leaf, parent in [(snapstate.TruncatedSnapshot, CorruptSnapshot),
-                         (snapstate.TamperedSnapshot, snapstate.SnapshotRejected),
-                         (snapstate.HeaderMismatch, snapstate.SnapshotRejected),
-                         (snapstate.UnknownKey, snapstate.SnapshotRejected),
-                         (snapstate.RetiredKey, snapstate.SnapshotRejected),
-                         (snapstate.PlaintextRefused, snapstate.SnapshotRejected),
-                         (snapstate.JobNotFound, snapstate.StoreError),
-                         (snapstate.JobExists, snapstate.StoreError),
-                         (snapstate.SnapshotNotFound, snapstate.StoreError),
-                         (snapstate.LeaseHeld, snapstate.StoreError),
-                         (snapstate.StaleWriter, snapstate.StoreError)]:
+    for leaf, parent in [
+        (snapstate.TruncatedSnapshot, CorruptSnapshot),
+        (snapstate.TamperedSnapshot, snapstate.SnapshotRejected),
+        (snapstate.HeaderMismatch, snapstate.SnapshotRejected),
+        (snapstate.UnknownKey, snapstate.SnapshotRejected),
+        (snapstate.RetiredKey, snapstate.SnapshotRejected),
+        (snapstate.PlaintextRefused, snapstate.SnapshotRejected),
+        (snapstate.JobNotFound, snapstate.StoreError),
+        (snapstate.JobExists, snapstate.StoreError),
+        (snapstate.SnapshotNotFound, snapstate.StoreError),
+        (snapstate.LeaseHeld, snapstate.StoreError),
+        (snapstate.StaleWriter, snapstate.StoreError),
+    ]:
         assert leaf.__mro__[1] is parent, leaf
     for top in (snapstate.SnapshotRejected, snapstate.StoreError, snapstate.SnapshotWriteError):
         assert top.__mro__[1] is SnapstateError
@@ -115,8 +142,11 @@ def test_roundtrip_extra_attributes(cls, dump):
 
 
 @pytest.mark.parametrize("dump", DUMPERS)
-@pytest.mark.parametrize("args", [(), ("one",), ("two", 2), ("three", None, {"k": [1]})],
-                         ids=["no-args", "one-arg", "two-args", "three-args"])
+@pytest.mark.parametrize(
+    "args",
+    [(), ("one",), ("two", 2), ("three", None, {"k": [1]})],
+    ids=["no-args", "one-arg", "two-args", "three-args"],
+)
 @pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
 def test_roundtrip_any_args(cls, args, dump):
     """Errors built with zero, one or several arguments keep all of them."""
@@ -147,16 +177,20 @@ def test_roundtrip_in_a_fresh_process():
         exc = cls(f"{cls.__name__} message")
         exc.where = cls.__name__.lower()
         excs.append(exc)
-    script = ("import pickle, sys\n"
-              "for e in pickle.loads(sys.stdin.buffer.read()):\n"
-              "    print(type(e).__module__, type(e).__name__, e, e.where,"
-              " isinstance(e, Exception))\n")
-    proc = subprocess.run([sys.executable, "-c", script], input=pickle.dumps(excs),
-                          capture_output=True, timeout=60)
+    script = (
+        "import pickle, sys\n"
+        "for e in pickle.loads(sys.stdin.buffer.read()):\n"
+        "    print(type(e).__module__, type(e).__name__, e, e.where,"
+        " isinstance(e, Exception))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], input=pickle.dumps(excs), capture_output=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout.decode().splitlines() == [
         f"snapstate {cls.__name__} {cls.__name__} message {cls.__name__.lower()} True"
-        for cls in PUBLIC_ERRORS]
+        for cls in PUBLIC_ERRORS
+    ]
 
 
 def test_chained_error_pickles_inside_a_container():

@@ -28,14 +28,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, SNAPRUN, snaprun
 from providers import Provider
+
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._errors import SnapstateError, StaleWriter
 from snapstate.runtime._job import Job
-from snapstate.runtime._lease import (DEFAULT_TTL, dispatch_margin, lease_ttl, send_guard,
-                                      silent)
+from snapstate.runtime._lease import DEFAULT_TTL, dispatch_margin, lease_ttl, send_guard, silent
 from snapstate.serializers._home import Home
 from snapstate.serializers._sqlite import SqliteStore
 from snapstate.serializers._store import EffectRow, Owner
@@ -57,8 +56,11 @@ class TakeoverProvider(Provider):
         self.hold = hold
         self.posts: Counter = Counter()
         self.sent_tokens: list = []
-        self.arrived, self.release, self.held_done = (threading.Event(), threading.Event(),
-                                                      threading.Event())
+        self.arrived, self.release, self.held_done = (
+            threading.Event(),
+            threading.Event(),
+            threading.Event(),
+        )
 
     def order(self, path, order, key):
         with self.lock:
@@ -84,13 +86,15 @@ def state_of(pid: int) -> str:
         return f.read().rsplit(b")", 1)[1].split()[0].decode()
 
 
-def wait_until(condition, what: str, proc: subprocess.Popen | None = None,
-               timeout: float = 60) -> None:
+def wait_until(
+    condition, what: str, proc: subprocess.Popen | None = None, timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"runner A exited {proc.returncode} before {what}: "
-                                 f"{proc.stderr.read()}")
+            raise AssertionError(
+                f"runner A exited {proc.returncode} before {what}: {proc.stderr.read()}"
+            )
         assert time.monotonic() < deadline, f"never: {what}"
         time.sleep(0.005)
 
@@ -99,8 +103,14 @@ def catalog_state(store: Path, job: str = "job") -> tuple:
     """Everything the catalog holds about the job."""
     c = SqliteStore(str(store))
     try:
-        return (c.get_job(job), c.snapshots(job), c.events(job), c.effects(job),
-                c.get_lease(job), c.metrics(job))
+        return (
+            c.get_job(job),
+            c.snapshots(job),
+            c.events(job),
+            c.effects(job),
+            c.get_lease(job),
+            c.metrics(job),
+        )
     finally:
         c.close()
 
@@ -118,8 +128,14 @@ def start(*args, cwd: Path, env: dict, fault: str | None = None) -> subprocess.P
     full.pop("SNAPSTATE_FAULT", None)
     if fault:
         full["SNAPSTATE_FAULT"] = fault
-    return subprocess.Popen([SNAPRUN, *map(str, args)], cwd=cwd, env=full,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [SNAPRUN, *map(str, args)],
+        cwd=cwd,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def force_resume_after_silence(store: Path, cwd: Path, env: dict, ttl: float = TTL):
@@ -127,8 +143,15 @@ def force_resume_after_silence(store: Path, cwd: Path, env: dict, ttl: float = T
     Returns (B's run, A's lease as B found it)."""
     wait_until(lambda: silent(lease_of(store), time.time()), "A's lease is silent")
     held = lease_of(store)
-    b = snaprun("resume", "--force", "--store", store, "job", cwd=cwd,
-                env={"SNAPSTATE_LEASE_TTL": str(ttl), **env})
+    b = snaprun(
+        "resume",
+        "--force",
+        "--store",
+        store,
+        "job",
+        cwd=cwd,
+        env={"SNAPSTATE_LEASE_TTL": str(ttl), **env},
+    )
     return b, held
 
 
@@ -136,11 +159,15 @@ def assert_waited_out(b, held, store: Path, *, said: bool = False) -> None:
     """B took the lease only once A's had expired; with `said`, B printed that it
     waits (when B starts slowly, A's lease may have expired before B looked)."""
     if said or "--force waits" in b.stderr:
-        assert "alive but silent" in b.stderr and "--force waits until its lease expires " \
-            "at" in b.stderr, b.stderr
+        assert (
+            "alive but silent" in b.stderr
+            and "--force waits until its lease expires at" in b.stderr
+        ), b.stderr
     taken = [e for e in catalog_state(store)[2] if e.kind == "lease"][-1]
-    assert taken.detail.startswith("epoch 2 taken by") and "forced, after the previous " \
-        "lease expired" in taken.detail, taken.detail
+    assert (
+        taken.detail.startswith("epoch 2 taken by")
+        and "forced, after the previous lease expired" in taken.detail
+    ), taken.detail
     assert taken.at >= held.expires
 
 
@@ -175,8 +202,17 @@ def test_takeover_of_a_paused_runner_delivers_at_most_once(tmp_path, mode, momen
     store = tmp_path / "store"
     with TakeoverProvider(hold=moment == "in-flight") as provider:
         env = {"PROVIDER_URL": provider.url, "PROVIDER_MODE": mode}
-        a = start("run", "--store", store, "--job", "job", ORDERS, cwd=tmp_path, env=env,
-                  fault="effect-before-send:1:stop" if moment == "before-send" else None)
+        a = start(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            ORDERS,
+            cwd=tmp_path,
+            env=env,
+            fault="effect-before-send:1:stop" if moment == "before-send" else None,
+        )
         try:
             if moment == "in-flight":
                 wait_until(provider.arrived.is_set, "A's request reached the provider", a)
@@ -202,21 +238,23 @@ def test_takeover_of_a_paused_runner_delivers_at_most_once(tmp_path, mode, momen
         assert a.returncode == 5, err
         assert out == "" and "Traceback" not in err and err.count("snaprun: error:") == 1, err
         if moment == "before-send":
-            assert "effect 1 (fence_orders.order_" in err and "was not sent: the lease " \
-                "deadline recorded when it was dispatched passed" in err, err
+            assert (
+                "effect 1 (fence_orders.order_" in err
+                and "was not sent: the lease deadline recorded when it was dispatched passed" in err
+            ), err
         else:
             assert "this runner's lease epoch 1 is no longer current (current: none)" in err, err
-        assert catalog_state(store) == after_b            # A recorded nothing after B
+        assert catalog_state(store) == after_b  # A recorded nothing after B
         assert provider.deliveries["fence-1"] == deliveries
         assert provider.posts["fence-1"] == posts
         assert provider.refused["fence-1"] == refused
     job, _, _, effects, lease, _ = after_b
     assert [(e.ordinal, e.state) for e in effects] == [(1, ledger)]
     assert lease is None and job.status == ("parked" if b_code == 4 else "done")
-    if b_code == 0:                                       # the one order, placed by B
+    if b_code == 0:  # the one order, placed by B
         assert b.stdout == "ordered po-1\n" and b.result == "'po-1'", b.stderr
     if mode == "lookup-token":
-        assert provider.sent_tokens == [1, 2]             # A's epoch, then B's
+        assert provider.sent_tokens == [1, 2]  # A's epoch, then B's
 
 
 # ------------------------------------------------------------------------ --force
@@ -230,16 +268,30 @@ def test_force_waits_out_a_silent_live_holder(tmp_path):
     store, gate = tmp_path / "store", tmp_path / "gate"
     gate.mkdir()
     env = {"LEASE_GATE": str(gate)}
-    a = start("run", "--store", store, "--job", "job", GATE_AGENT, cwd=tmp_path,
-              env={**env, "SNAPSTATE_LEASE_TTL": "4"})
+    a = start(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        GATE_AGENT,
+        cwd=tmp_path,
+        env={**env, "SNAPSTATE_LEASE_TTL": "4"},
+    )
     try:
         wait_until(lambda: (gate / f"waiting-{a.pid}").exists(), "A waits at the gate", a)
         os.kill(a.pid, signal.SIGSTOP)
         wait_until(lambda: state_of(a.pid) == "T", "A is stopped", a)
         (gate / "go").touch()
         before = catalog_state(store)
-        plain = snaprun("resume", "--store", store, "job", cwd=tmp_path,
-                        env={"SNAPSTATE_LEASE_TTL": str(TTL), **env})
+        plain = snaprun(
+            "resume",
+            "--store",
+            store,
+            "job",
+            cwd=tmp_path,
+            env={"SNAPSTATE_LEASE_TTL": str(TTL), **env},
+        )
         assert plain.returncode == 5 and "held by a live runner" in plain.stderr
         assert "waits" not in plain.stderr and catalog_state(store) == before
         b, held = force_resume_after_silence(store, tmp_path, env)
@@ -268,8 +320,17 @@ def test_force_takes_over_a_dead_holder_at_once(tmp_path):
     gate.mkdir()
     (gate / "go").touch()
     env = {"LEASE_GATE": str(gate)}
-    killed = snaprun("run", "--store", store, "--job", "job", GATE_AGENT, cwd=tmp_path,
-                     fault="after-snapshot:1", env=env)
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        GATE_AGENT,
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+        env=env,
+    )
     assert killed.returncode == -9
     assert lease_of(store).expires - time.time() > DEFAULT_TTL - 10
     started = time.monotonic()
@@ -281,8 +342,23 @@ def test_force_takes_over_a_dead_holder_at_once(tmp_path):
 
 # ------------------------------------------------------------------------ in-process
 def dispatched(ordinal: int) -> EffectRow:
-    return EffectRow("job", ordinal, f"key-{ordinal}", "agent.order", "agent.py:3", "d", "()",
-                     "write", "dispatched", None, None, 1, 0.0, 0.0, "")
+    return EffectRow(
+        "job",
+        ordinal,
+        f"key-{ordinal}",
+        "agent.order",
+        "agent.py:3",
+        "d",
+        "()",
+        "write",
+        "dispatched",
+        None,
+        None,
+        1,
+        0.0,
+        0.0,
+        "",
+    )
 
 
 def test_dispatch_transaction_refuses_a_lease_near_or_past_its_deadline(tmp_path):
@@ -295,20 +371,26 @@ def test_dispatch_transaction_refuses_a_lease_near_or_past_its_deadline(tmp_path
     store = SqliteStore(str(tmp_path), clock=lambda: now[0])
     try:
         store.create_job("job", {"module": "agent", "function": "main"}, [])
-        epoch = store.acquire_lease("job", Owner("other-host", 1), 10)      # expires 1010
+        epoch = store.acquire_lease("job", Owner("other-host", 1), 10)  # expires 1010
         now[0] = 1003.0
         assert store.record_effects([dispatched(1)], epoch=epoch, ttl=10, margin=2) == 1013.0
         lease = store.get_lease("job")
         assert (lease.expires, lease.heartbeat) == (1013.0, 1003.0)
-        for at, says in ((1011.5, "expires in 1.5s"), (1013.0, "expired 0.0s ago"),
-                         (1020.0, "expired 7.0s ago")):
+        for at, says in (
+            (1011.5, "expires in 1.5s"),
+            (1013.0, "expired 0.0s ago"),
+            (1020.0, "expired 7.0s ago"),
+        ):
             now[0] = at
             before = store.effects("job"), store.get_lease("job")
-            with pytest.raises(StaleWriter, match=f"effect 2 \\(agent.order\\) was not sent: "
-                                                  f"this runner's lease \\(epoch 1\\) {says}"):
+            with pytest.raises(
+                StaleWriter,
+                match=f"effect 2 \\(agent.order\\) was not sent: "
+                f"this runner's lease \\(epoch 1\\) {says}",
+            ):
                 store.record_effects([dispatched(2)], epoch=epoch, ttl=10, margin=2)
             assert (store.effects("job"), store.get_lease("job")) == before
-        newer = store.acquire_lease("job", Owner("other-host", 2), 10)      # expired: taken
+        newer = store.acquire_lease("job", Owner("other-host", 2), 10)  # expired: taken
         with pytest.raises(StaleWriter, match="epoch 1 is no longer current"):
             store.record_effects([dispatched(2)], epoch=epoch, ttl=10, margin=2)
         assert [e.ordinal for e in store.effects("job")] == [1]
@@ -328,16 +410,27 @@ def test_lease_ttl_is_validated(tmp_path, monkeypatch):
         assert lease_ttl() == ttl
     for bad in ("", "0.5", "0", "-3", "3601", "nan", "inf", "2s", "1e9"):
         monkeypatch.setenv("SNAPSTATE_LEASE_TTL", bad)
-        with pytest.raises(SnapstateError, match="is not a lease ttl: give a number of "
-                                                 "seconds from 1 to 3600"):
+        with pytest.raises(
+            SnapstateError, match="is not a lease ttl: give a number of seconds from 1 to 3600"
+        ):
             lease_ttl()
     assert (dispatch_margin(30), send_guard(30)) == (5, 2.5)
-    run = snaprun("run", "--store", tmp_path / "store", "--job", "job", GATE_AGENT,
-                  cwd=tmp_path, env={"SNAPSTATE_LEASE_TTL": "0.1", "LEASE_GATE": "x"})
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "store",
+        "--job",
+        "job",
+        GATE_AGENT,
+        cwd=tmp_path,
+        env={"SNAPSTATE_LEASE_TTL": "0.1", "LEASE_GATE": "x"},
+    )
     assert run.returncode == 2
-    assert run.stderr == ("snaprun: error: SNAPSTATE_LEASE_TTL='0.1' is not a lease ttl: give "
-                          "a number of seconds from 1 to 3600, or unset it for the default "
-                          "30s\n")
+    assert run.stderr == (
+        "snaprun: error: SNAPSTATE_LEASE_TTL='0.1' is not a lease ttl: give "
+        "a number of seconds from 1 to 3600, or unset it for the default "
+        "30s\n"
+    )
     assert not (tmp_path / "store").exists()
 
 

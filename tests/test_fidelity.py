@@ -5,12 +5,25 @@ prints and returns the same result; so does a chain killed at every point in tur
 from __future__ import annotations
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
 
-PROGRAMS = ["nested", "loops", "contexts", "closures", "comprehensions", "generators",
-            "exceptions", "recursion", "passthrough", "globals_state", "fallback",
-            "fn_defaults", "fn_classes", "instance_call", "deep_graphs"]
+PROGRAMS = [
+    "nested",
+    "loops",
+    "contexts",
+    "closures",
+    "comprehensions",
+    "generators",
+    "exceptions",
+    "recursion",
+    "passthrough",
+    "globals_state",
+    "fallback",
+    "fn_defaults",
+    "fn_classes",
+    "instance_call",
+    "deep_graphs",
+]
 
 
 def _baseline(program, tmp_path):
@@ -29,8 +42,16 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
     base, count = _baseline(program, tmp_path)
     for k in range(1, count + 1):
         store = tmp_path / f"kill{k}"
-        killed = snaprun("run", "--store", store, "--job", "job", AGENTS / f"{program}.py",
-                         cwd=tmp_path, fault=f"after-snapshot:{k}")
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            AGENTS / f"{program}.py",
+            cwd=tmp_path,
+            fault=f"after-snapshot:{k}",
+        )
         assert killed.returncode == -9, killed.stderr
         files = snapshot_files(store, "job")
         assert len(files) == k
@@ -47,15 +68,24 @@ def test_chain_killed_at_every_point(program, tmp_path):
     each restore continuing from the previous restore's snapshot."""
     base, count = _baseline(program, tmp_path)
     store = tmp_path / "chain"
-    run = snaprun("run", "--store", store, "--job", "job", AGENTS / f"{program}.py",
-                  cwd=tmp_path, fault="after-snapshot:1")
+    run = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        AGENTS / f"{program}.py",
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+    )
     assert run.returncode == -9
     output = run.stdout
     for k in range(1, count + 1):
         last = snapshot_files(store, "job")[-1]
         assert last.name.startswith(f"{k:06d}-e")
-        run = snaprun("resume", "--store", store, last,
-                      cwd=tmp_path, fault=f"after-snapshot:{k + 1}")
+        run = snaprun(
+            "resume", "--store", store, last, cwd=tmp_path, fault=f"after-snapshot:{k + 1}"
+        )
         output += run.stdout
         expected = -9 if k < count else 0
         assert run.returncode == expected, run.stderr
@@ -64,8 +94,9 @@ def test_chain_killed_at_every_point(program, tmp_path):
 
 
 def _agent_stderr(run) -> str:
-    return "".join(line + "\n" for line in run.stderr.splitlines()
-                   if not line.startswith("snaprun:"))
+    return "".join(
+        line + "\n" for line in run.stderr.splitlines() if not line.startswith("snaprun:")
+    )
 
 
 def test_tracebacks_survive_a_restore(tmp_path):
@@ -77,11 +108,20 @@ def test_tracebacks_survive_a_restore(tmp_path):
     assert "KeyError: 'missing'" in base.stderr and "KeyError: 'other'" in base.stdout
     for k in (1, 2):
         store = tmp_path / f"kill{k}"
-        killed = snaprun("run", "--store", store, "--job", "job", AGENTS / "uncaught.py",
-                         cwd=tmp_path, fault=f"after-snapshot:{k}")
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            AGENTS / "uncaught.py",
+            cwd=tmp_path,
+            fault=f"after-snapshot:{k}",
+        )
         assert killed.returncode == -9
-        resumed = snaprun("resume", "--store", store, snapshot_files(store, "job")[-1],
-                          cwd=tmp_path)
+        resumed = snaprun(
+            "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=tmp_path
+        )
         assert resumed.returncode == 1
         assert killed.stdout + resumed.stdout == base.stdout
         assert _agent_stderr(resumed) == _agent_stderr(base)
@@ -92,11 +132,24 @@ def test_module_function_entry_point(tmp_path):
     the module's directory; resumed from another directory, it finishes identically."""
     base = snaprun("run", "--store", tmp_path / "base", "--job", "job", "loops:main", cwd=AGENTS)
     assert base.returncode == 0, base.stderr
-    killed = snaprun("run", "--store", tmp_path / "kill", "--job", "job", "loops:main",
-                     cwd=AGENTS, fault="after-snapshot:2")
+    killed = snaprun(
+        "run",
+        "--store",
+        tmp_path / "kill",
+        "--job",
+        "job",
+        "loops:main",
+        cwd=AGENTS,
+        fault="after-snapshot:2",
+    )
     assert killed.returncode == -9
-    resumed = snaprun("resume", "--store", tmp_path / "kill",
-                      snapshot_files(tmp_path / "kill", "job")[-1], cwd=tmp_path)
+    resumed = snaprun(
+        "resume",
+        "--store",
+        tmp_path / "kill",
+        snapshot_files(tmp_path / "kill", "job")[-1],
+        cwd=tmp_path,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert killed.stdout + resumed.stdout == base.stdout
     assert resumed.result == base.result == "13"

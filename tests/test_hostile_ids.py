@@ -16,8 +16,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
+
 from snapstate import InvalidJobId, StoreDamaged
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
@@ -49,8 +49,10 @@ def catalog_dump(store: Path) -> list:
     """The catalog's rows, read without writing."""
     db = sqlite3.connect(f"file:{store / 'catalog.db'}?mode=ro", uri=True)
     try:
-        return [(t, sorted(map(repr, db.execute(f"SELECT * FROM {t}"))))
-                for t in ("jobs", "snapshots", "leases", "effects", "metrics")]
+        return [
+            (t, sorted(map(repr, db.execute(f"SELECT * FROM {t}"))))
+            for t in ("jobs", "snapshots", "leases", "effects", "metrics")
+        ]
     finally:
         db.close()
 
@@ -62,8 +64,9 @@ def world(tmp_path_factory):
     store and a copy of one of job's snapshot files outside it (a validly signed FILE)."""
     root = tmp_path_factory.mktemp("hostile")
     store = root / "store"
-    killed = snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=root,
-                     fault="after-snapshot:3")
+    killed = snaprun(
+        "run", "--store", store, "--job", "job", LOOPS, cwd=root, fault="after-snapshot:3"
+    )
     assert killed.returncode == -9, killed.stderr
     victim = root / "victim"
     victim.mkdir()
@@ -72,8 +75,9 @@ def world(tmp_path_factory):
     return root, store, victim
 
 
-def _refused(root: Path, args: list, message: str = "is not allowed", *,
-             skip_catalog: bool = False) -> None:
+def _refused(
+    root: Path, args: list, message: str = "is not allowed", *, skip_catalog: bool = False
+) -> None:
     before = tree(root, skip_catalog=skip_catalog)
     run = snaprun(*args, cwd=root)
     assert run.returncode == 2, (args, run.returncode, run.stderr)
@@ -82,8 +86,7 @@ def _refused(root: Path, args: list, message: str = "is not allowed", *,
     assert tree(root, skip_catalog=skip_catalog) == before
 
 
-HOSTILE = ["..", ".", "ABS", "../snapshots/job", "../../x", "a/b", "job\nb", "x" * 300,
-           "-job", ""]
+HOSTILE = ["..", ".", "ABS", "../snapshots/job", "../../x", "a/b", "job\nb", "x" * 300, "-job", ""]
 
 
 @pytest.mark.parametrize("job_id", HOSTILE, ids=repr)
@@ -103,28 +106,33 @@ def test_run_into_a_store_that_does_not_exist_creates_no_store(world):
     assert not (root / "new-store").exists()
 
 
-@pytest.mark.parametrize("args", [
-    ["fork", "job@2", "--as", "../../x"],
-    ["fork", "job@2", "--as", "."],
-    ["fork", "../snapshots/job@2"],
-    ["resume", "FILE", "--as", ".."],
-    ["resume", "--as", "a/b", "FILE"],
-    ["resume", ".."],
-    ["resume", "ABS"],
-    ["log", ".."],
-    ["effects", "ABS"],
-    ["inspect", "../snapshots/job@1"],
-    ["export", "..@1", "-o", "out.snap"],
-    ["replay", "../job@1"],
-    ["reconcile", "..", "1", "--committed"],
-    ["stats", "."],
-], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fork", "job@2", "--as", "../../x"],
+        ["fork", "job@2", "--as", "."],
+        ["fork", "../snapshots/job@2"],
+        ["resume", "FILE", "--as", ".."],
+        ["resume", "--as", "a/b", "FILE"],
+        ["resume", ".."],
+        ["resume", "ABS"],
+        ["log", ".."],
+        ["effects", "ABS"],
+        ["inspect", "../snapshots/job@1"],
+        ["export", "..@1", "-o", "out.snap"],
+        ["replay", "../job@1"],
+        ["reconcile", "..", "1", "--committed"],
+        ["stats", "."],
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_every_command_refuses_a_hostile_id(world, args):
     """Every command taking JOB, JOB@SEQ or a new id (--as) refuses a hostile one
     with exit 2 before it opens the store: nothing changes anywhere."""
     root, store, victim = world
-    args = [str(root / "job-2.snap") if a == "FILE" else str(victim) if a == "ABS" else a
-            for a in args]
+    args = [
+        str(root / "job-2.snap") if a == "FILE" else str(victim) if a == "ABS" else a for a in args
+    ]
     _refused(root, [args[0], "--store", store, *args[1:]])
 
 
@@ -137,14 +145,18 @@ def test_a_signed_file_carrying_a_hostile_job_id_is_refused(world):
         header, payload = home.read(str(root / "job-2.snap"))
         forged = root / "forged.snap"
         _snapfile.write(str(forged), dict(header, job_id="../../evil"), payload, home.keys)
-        home.verify(str(forged))                       # validly signed
+        home.verify(str(forged))  # validly signed
     finally:
         home.close()
     rows = catalog_dump(store)
     try:
         for extra in ([], ["--as", "fine"]):
-            _refused(root, ["resume", "--store", store, *extra, forged],
-                     "the job id in the header", skip_catalog=True)
+            _refused(
+                root,
+                ["resume", "--store", store, *extra, forged],
+                "the job id in the header",
+                skip_catalog=True,
+            )
         assert catalog_dump(store) == rows
     finally:
         forged.unlink()
@@ -194,7 +206,7 @@ def tampered(world, tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "precious.txt").write_text("keep me")
-    shutil.copy(root / "job-2.snap", victim / "000004-e1.snap")    # would restore as 4
+    shutil.copy(root / "job-2.snap", victim / "000004-e1.snap")  # would restore as 4
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "000001-e1.snap").write_text("not mine")
@@ -202,12 +214,19 @@ def tampered(world, tmp_path):
     with db:
         job = db.execute("SELECT entry, argv FROM jobs WHERE job_id = 'job'").fetchone()
         for job_id in ("..", ".", str(victim), "../outside", "finished"):
-            db.execute("INSERT INTO jobs (job_id, entry, argv, status, created, updated) "
-                       "VALUES (?, ?, ?, 'done', 0, 0)", (job_id, *job))
-        db.execute("INSERT INTO snapshots VALUES ('../outside', 1, NULL, "
-                   "'snapshots/../../outside/000001-e1.snap', 8, 0, 1, NULL, NULL)")
-        db.execute("INSERT INTO snapshots VALUES ('job', 4, NULL, ?, 8, 0, 1, NULL, NULL)",
-                   (f"snapshots/job/../../../victim/000004-e1.snap",))
+            db.execute(
+                "INSERT INTO jobs (job_id, entry, argv, status, created, updated) "
+                "VALUES (?, ?, ?, 'done', 0, 0)",
+                (job_id, *job),
+            )
+        db.execute(
+            "INSERT INTO snapshots VALUES ('../outside', 1, NULL, "
+            "'snapshots/../../outside/000001-e1.snap', 8, 0, 1, NULL, NULL)"
+        )
+        db.execute(
+            "INSERT INTO snapshots VALUES ('job', 4, NULL, ?, 8, 0, 1, NULL, NULL)",
+            ("snapshots/job/../../../victim/000004-e1.snap",),
+        )
     db.close()
     (copy / "snapshots" / "finished").mkdir()
     shutil.copy(snapshot_files(copy, "job")[0], copy / "snapshots" / "finished" / "000001-e1.snap")
@@ -230,7 +249,7 @@ def test_prune_finished_deletes_nothing_outside_a_valid_jobs_folder(tampered):
     gone = set(before) - set(after)
     assert gone == {"store/snapshots/finished", "store/snapshots/finished/000001-e1.snap"}
     changed = {k for k in after if after[k] != before[k]}
-    assert changed == {"store/snapshots"}            # its entry `finished` was removed
+    assert changed == {"store/snapshots"}  # its entry `finished` was removed
     assert (victim / "precious.txt").read_text() == "keep me"
 
 
@@ -259,8 +278,14 @@ def test_home_confines_every_derived_path(tmp_path):
     outside.mkdir()
     (outside / "000001-e0.snap").write_text("x")
     try:
-        for file in ("../x", "snapshots/../../x", str(outside / "000001-e0.snap"),
-                     "snapshots/a\0b", "snapshots", "catalog.db"):
+        for file in (
+            "../x",
+            "snapshots/../../x",
+            str(outside / "000001-e0.snap"),
+            "snapshots/a\0b",
+            "snapshots",
+            "catalog.db",
+        ):
             with pytest.raises(StoreDamaged):
                 home.absolute(file)
             with pytest.raises(StoreDamaged):
@@ -268,10 +293,13 @@ def test_home_confines_every_derived_path(tmp_path):
         with pytest.raises(StoreDamaged, match="'job'"):
             home.absolute("snapshots/other/000001-e1.snap", "job")
         os.symlink(outside, tmp_path / "store" / "snapshots" / "link")
-        for call in (lambda: home.job_directory("link"), lambda: home.delete_job_files("link"),
-                     lambda: home.copy_snapshot(str(outside / "000001-e0.snap"), "link", 2),
-                     lambda: home.orphan_files("link"),
-                     lambda: home.absolute("snapshots/link/000001-e0.snap")):
+        for call in (
+            lambda: home.job_directory("link"),
+            lambda: home.delete_job_files("link"),
+            lambda: home.copy_snapshot(str(outside / "000001-e0.snap"), "link", 2),
+            lambda: home.orphan_files("link"),
+            lambda: home.absolute("snapshots/link/000001-e0.snap"),
+        ):
             with pytest.raises(StoreDamaged):
                 call()
         with pytest.raises(InvalidJobId):

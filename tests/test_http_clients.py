@@ -18,10 +18,9 @@ import httpx
 import httpx2
 import pytest
 import requests
+from conftest import AGENTS, snaprun
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
-
-from conftest import AGENTS, snaprun
 
 from snapstate.resources import _http, _secrets
 from snapstate.serializers import _pickler
@@ -130,31 +129,53 @@ def test_clients_survive_kill_after_each_snapshot(tmp_path, server):
     server sees the same requests, Authorization headers included, as an uninterrupted
     run; the transport settings printed after each restore are the configured ones. No
     snapshot body holds the password, the token, the API key or the cookie."""
-    env = {"SERVER_URL": server.url, "HTTP_PASSWORD": PASSWORD, "HTTP_TOKEN": TOKEN,
-           "HTTP_KEY": KEY}
+    env = {
+        "SERVER_URL": server.url,
+        "HTTP_PASSWORD": PASSWORD,
+        "HTTP_TOKEN": TOKEN,
+        "HTTP_KEY": KEY,
+    }
     server.reset()
-    plain = snaprun("run", "--store", tmp_path / "plain", "--job", "job",
-                    AGENTS / "http_clients.py", cwd=tmp_path, env=env)
+    plain = snaprun(
+        "run",
+        "--store",
+        tmp_path / "plain",
+        "--job",
+        "job",
+        AGENTS / "http_clients.py",
+        cwd=tmp_path,
+        env=env,
+    )
     assert plain.returncode == 0, plain.stderr
     expected_log = list(server.log)
     lines = plain.stdout.splitlines()
-    assert len(lines) == 3 and lines[2].startswith("2 6 {'sid': 'c00kie-v4lue'} 3 acme "
-                                                   "TenantClient SignedClient eu 200 ")
+    assert len(lines) == 3 and lines[2].startswith(
+        "2 6 {'sid': 'c00kie-v4lue'} 3 acme TenantClient SignedClient eu 200 "
+    )
     assert "3 7 3 9.0 Timeout(connect=2.0, read=5.0, write=5.0, pool=3.0) 4 5" in lines[2]
-    auths = {path.split("/")[1]: dict(h).get("authorization")
-             for _, path, h in expected_log}
+    auths = {path.split("/")[1]: dict(h).get("authorization") for _, path, h in expected_log}
     assert auths["basic"].startswith("Basic ") and auths["bearer"] == f"Bearer {TOKEN}"
     assert auths["flaky"].startswith("Basic ")
 
     server.reset()
     store = tmp_path / "chain"
-    run = snaprun("run", "--store", store, "--job", "job", AGENTS / "http_clients.py",
-                  cwd=tmp_path, env=env, fault="after-snapshot:1")
+    run = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        AGENTS / "http_clients.py",
+        cwd=tmp_path,
+        env=env,
+        fault="after-snapshot:1",
+    )
     out = run.stdout
     assert run.returncode == -9, run.stderr
     for k in (2, 3):
-        run = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env,
-                      fault=f"after-snapshot:{k}")
+        run = snaprun(
+            "resume", "--store", store, "job", cwd=tmp_path, env=env, fault=f"after-snapshot:{k}"
+        )
         assert run.returncode == -9, run.stderr
         out += run.stdout
     final = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
@@ -168,15 +189,17 @@ def test_clients_survive_kill_after_each_snapshot(tmp_path, server):
         assert len(snaps) == 3
         for path in snaps:
             header, payload = home.read(str(path))
-            assert b"httpx" in payload                      # the clients are in there
+            assert b"httpx" in payload  # the clients are in there
             for secret in (PASSWORD, TOKEN, KEY, "c00kie-v4lue"):
                 assert secret.encode() not in payload, (secret, path)
                 assert secret not in json.dumps(header)
             for _, _, headers in expected_log:
                 for name, value in headers:
                     if name == "authorization":
-                        assert value.encode() not in payload and value.split()[1].encode() \
-                            not in payload
+                        assert (
+                            value.encode() not in payload
+                            and value.split()[1].encode() not in payload
+                        )
     finally:
         home.close()
 
@@ -188,37 +211,62 @@ def test_every_client_setting_round_trips(lib, keys):
     params, raw headers with a removed default, the cookie jar with domains and paths,
     four timeouts, redirects, hooks, trust_env, default_encoding, transport retries,
     limits, uds, local_address, socket options, mounts incl. a proxy with credentials)."""
-    transport = lib.HTTPTransport(retries=3, limits=lib.Limits(
-        max_connections=9, max_keepalive_connections=4, keepalive_expiry=11.0),
-        local_address="127.0.0.1", socket_options=[(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)])
+    transport = lib.HTTPTransport(
+        retries=3,
+        limits=lib.Limits(max_connections=9, max_keepalive_connections=4, keepalive_expiry=11.0),
+        local_address="127.0.0.1",
+        socket_options=[(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)],
+    )
     client = lib.Client(
-        base_url="http://svc.test/v1", auth=lib.BasicAuth("alice", PASSWORD),
-        params=[("q", "1"), ("q", "2")], headers={"X-Trace": "t1"},
-        timeout=lib.Timeout(1.0, read=2.0, write=3.0, pool=4.0), follow_redirects=True,
-        max_redirects=7, event_hooks={"request": [hook], "response": [hook, hook]},
-        trust_env=False, default_encoding="latin-1", transport=transport,
-        mounts={"http://via-proxy.test": lib.HTTPTransport(proxy=f"http://u:{PASSWORD}@127.0.0.1:9"),
-                "http://direct.test": None,
-                "http://uds.test": lib.HTTPTransport(uds="/tmp/none.sock")})
+        base_url="http://svc.test/v1",
+        auth=lib.BasicAuth("alice", PASSWORD),
+        params=[("q", "1"), ("q", "2")],
+        headers={"X-Trace": "t1"},
+        timeout=lib.Timeout(1.0, read=2.0, write=3.0, pool=4.0),
+        follow_redirects=True,
+        max_redirects=7,
+        event_hooks={"request": [hook], "response": [hook, hook]},
+        trust_env=False,
+        default_encoding="latin-1",
+        transport=transport,
+        mounts={
+            "http://via-proxy.test": lib.HTTPTransport(proxy=f"http://u:{PASSWORD}@127.0.0.1:9"),
+            "http://direct.test": None,
+            "http://uds.test": lib.HTTPTransport(uds="/tmp/none.sock"),
+        },
+    )
     del client.headers["User-Agent"]
     client.cookies.set("sid", "s1", domain="svc.test", path="/v1")
     client.cookies.set("sid", "s2", domain="other.test", path="/")
     restored, data = round_trip(client)
     assert type(restored) is lib.Client
-    assert restored.base_url == client.base_url and restored.auth._auth_header == \
-        client.auth._auth_header and type(restored.auth) is lib.BasicAuth
+    assert (
+        restored.base_url == client.base_url
+        and restored.auth._auth_header == client.auth._auth_header
+        and type(restored.auth) is lib.BasicAuth
+    )
     assert restored.params.multi_items() == [("q", "1"), ("q", "2")]
     assert restored.headers.raw == client.headers.raw and "user-agent" not in restored.headers
     jar = sorted((c.name, c.value, c.domain, c.path) for c in restored.cookies.jar)
     assert jar == [("sid", "s1", "svc.test", "/v1"), ("sid", "s2", "other.test", "/")]
     assert restored.timeout == lib.Timeout(1.0, read=2.0, write=3.0, pool=4.0)
-    assert (restored.follow_redirects, restored.max_redirects, restored.trust_env,
-            restored._default_encoding) == (True, 7, False, "latin-1")
+    assert (
+        restored.follow_redirects,
+        restored.max_redirects,
+        restored.trust_env,
+        restored._default_encoding,
+    ) == (True, 7, False, "latin-1")
     assert restored.event_hooks == {"request": [hook], "response": [hook, hook]}
     pool = restored._transport._pool
-    assert (pool._retries, pool._max_connections, pool._max_keepalive_connections,
-            pool._keepalive_expiry, pool._local_address, pool._http1, pool._http2) == \
-        (3, 9, 4, 11.0, "127.0.0.1", True, False)
+    assert (
+        pool._retries,
+        pool._max_connections,
+        pool._max_keepalive_connections,
+        pool._keepalive_expiry,
+        pool._local_address,
+        pool._http1,
+        pool._http2,
+    ) == (3, 9, 4, 11.0, "127.0.0.1", True, False)
     assert pool._socket_options == [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
     mounts = {p.pattern: t for p, t in restored._mounts.items()}
     assert set(mounts) == {"http://via-proxy.test", "http://direct.test", "http://uds.test"}
@@ -226,13 +274,15 @@ def test_every_client_setting_round_trips(lib, keys):
     assert mounts["http://uds.test"]._pool._uds == "/tmp/none.sock"
     proxy = mounts["http://via-proxy.test"]._pool
     original = {p.pattern: t for p, t in client._mounts.items()}["http://via-proxy.test"]._pool
-    assert (proxy._proxy_url, proxy._proxy_headers) == (original._proxy_url,
-                                                         original._proxy_headers)
+    assert (proxy._proxy_url, proxy._proxy_headers) == (
+        original._proxy_url,
+        original._proxy_headers,
+    )
     assert proxy._ssl_context.verify_mode == ssl.CERT_REQUIRED
     for secret in (PASSWORD.encode(), b"dTo" + PASSWORD.encode()[:2]):
         assert secret not in data
-    assert original._proxy_headers[0][1] not in data            # Proxy-Authorization
-    assert client.auth._auth_header.encode() not in data        # Authorization
+    assert original._proxy_headers[0][1] not in data  # Proxy-Authorization
+    assert client.auth._auth_header.encode() not in data  # Authorization
     client.close()
     restored.close()
 
@@ -258,10 +308,17 @@ def test_every_attribute_of_a_fresh_client_is_rebuilt(lib):
 def test_async_client_round_trips_and_sends(lib, keys, server):
     """An AsyncClient (DigestAuth, verify=False, retries, limits) comes back as one
     with the same settings and sends requests with its headers after the restore."""
-    client = lib.AsyncClient(base_url=server.url, auth=lib.DigestAuth("dana", PASSWORD),
-                             verify=False, headers={"X-Api-Key": KEY},
-                             transport=lib.AsyncHTTPTransport(verify=False, retries=2, limits=lib.Limits(
-                                 max_connections=5, max_keepalive_connections=2)))
+    client = lib.AsyncClient(
+        base_url=server.url,
+        auth=lib.DigestAuth("dana", PASSWORD),
+        verify=False,
+        headers={"X-Api-Key": KEY},
+        transport=lib.AsyncHTTPTransport(
+            verify=False,
+            retries=2,
+            limits=lib.Limits(max_connections=5, max_keepalive_connections=2),
+        ),
+    )
     restored, data = round_trip(client)
     assert PASSWORD.encode() not in data and KEY.encode() not in data
     assert type(restored) is lib.AsyncClient and restored.auth._password == PASSWORD.encode()
@@ -273,6 +330,7 @@ def test_async_client_round_trips_and_sends(lib, keys, server):
     async def send():
         async with restored:
             return await restored.get("/async/1", auth=None)
+
     server.reset()
     assert asyncio.run(send()).status_code == 200
     assert dict(server.log[0][2])["x-api-key"] == KEY
@@ -307,7 +365,9 @@ def test_subclasses_rebuilt_without_their_init(keys):
     assert (Tenant.inits, Signed.inits) == (0, 0)
     assert type(t) is Tenant and (t.tenant, t.calls) == ("acme", [1, 2])
     assert str(t.base_url) == "http://t.test" and t.auth._auth_header == tenant.auth._auth_header
-    assert type(s) is Signed and s.region == "eu" and s.headers["authorization"] == f"Bearer {TOKEN}"
+    assert (
+        type(s) is Signed and s.region == "eu" and s.headers["authorization"] == f"Bearer {TOKEN}"
+    )
     assert TOKEN.encode() not in data and PASSWORD.encode() not in data
     tenant.close()
     t.close()
@@ -316,8 +376,9 @@ def test_subclasses_rebuilt_without_their_init(keys):
 def test_picklable_transport_and_function_auth_saved_by_value(keys):
     """A MockTransport (its handler by reference) and a FunctionAuth are saved by value
     and work after the restore: the request goes through the same handler and auth."""
-    client = httpx.Client(transport=httpx.MockTransport(mock_handler), auth=stamp,
-                          base_url="http://mock.test")
+    client = httpx.Client(
+        transport=httpx.MockTransport(mock_handler), auth=stamp, base_url="http://mock.test"
+    )
     restored, _ = round_trip(client)
     assert type(restored._transport) is httpx.MockTransport
     assert restored._transport.handler is mock_handler and restored.auth._func is stamp
@@ -343,23 +404,62 @@ def test_refusals_name_the_client_and_the_part(tmp_path, keys):
     certificate."""
     cases = []
     t = SocketTransport()
-    cases.append((httpx.Client(transport=t), ["an httpx.Client whose transport is a "
-                                              "test_http_clients.SocketTransport",
-                                              "a socket"]))
-    cases.append((httpx2.Client(mounts={"http://x.test": t}), [
-        "an httpx2.Client whose mount 'http://x.test' is a test_http_clients.SocketTransport"]))
-    cases.append((Tenant("t", auth=RefreshingAuth()), [
-        "an httpx.Client (subclass test_http_clients.Tenant) whose auth is a "
-        "test_http_clients.RefreshingAuth that cannot be saved", "a thread"]))
-    cases.append((httpx.Client(event_hooks={"response": [hook, t.sock.send]}), [
-        "whose event_hooks['response'][1] is a builtin_function_or_method", "a socket"]))
+    cases.append(
+        (
+            httpx.Client(transport=t),
+            ["an httpx.Client whose transport is a test_http_clients.SocketTransport", "a socket"],
+        )
+    )
+    cases.append(
+        (
+            httpx2.Client(mounts={"http://x.test": t}),
+            ["an httpx2.Client whose mount 'http://x.test' is a test_http_clients.SocketTransport"],
+        )
+    )
+    cases.append(
+        (
+            Tenant("t", auth=RefreshingAuth()),
+            [
+                "an httpx.Client (subclass test_http_clients.Tenant) whose auth is a "
+                "test_http_clients.RefreshingAuth that cannot be saved",
+                "a thread",
+            ],
+        )
+    )
+    cases.append(
+        (
+            httpx.Client(event_hooks={"response": [hook, t.sock.send]}),
+            ["whose event_hooks['response'][1] is a builtin_function_or_method", "a socket"],
+        )
+    )
     strict = ssl.create_default_context()
     strict.minimum_version = ssl.TLSVersion.TLSv1_3
-    cases.append((httpx2.Client(verify=strict), [
-        "an httpx2.Client whose transport uses an SSL context built by the user"]))
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-                    tmp_path / "k.pem", "-out", tmp_path / "c.pem", "-days", "1", "-subj",
-                    "/CN=snap"], check=True, capture_output=True)
+    cases.append(
+        (
+            httpx2.Client(verify=strict),
+            ["an httpx2.Client whose transport uses an SSL context built by the user"],
+        )
+    )
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            tmp_path / "k.pem",
+            "-out",
+            tmp_path / "c.pem",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=snap",
+        ],
+        check=True,
+        capture_output=True,
+    )
     with_cert = httpx.create_ssl_context()
     with_cert.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
     cases.append((httpx.Client(verify=with_cert), ["whose transport has a client certificate"]))
@@ -388,8 +488,10 @@ def test_requests_session_keeps_adapters_hooks_and_settings(keys):
     max_redirects; its credentials and cookie values are sealed."""
     session = ApiSession("acme")
     retry = Retry(total=5, backoff_factor=0.5, status_forcelist=[502, 503])
-    session.mount("https://api.test", HTTPAdapter(max_retries=retry, pool_connections=3,
-                                                  pool_maxsize=6, pool_block=True))
+    session.mount(
+        "https://api.test",
+        HTTPAdapter(max_retries=retry, pool_connections=3, pool_maxsize=6, pool_block=True),
+    )
     session.hooks["response"].append(on_response)
     session.auth = requests.auth.HTTPBasicAuth("bob", PASSWORD)
     session.headers["Authorization"] = f"Bearer {TOKEN}"
@@ -403,20 +505,32 @@ def test_requests_session_keeps_adapters_hooks_and_settings(keys):
     assert type(restored) is ApiSession and restored.tenant == "acme"
     adapter = restored.adapters["https://api.test"]
     assert type(adapter) is HTTPAdapter
-    assert (adapter.max_retries.total, adapter.max_retries.backoff_factor,
-            adapter.max_retries.status_forcelist) == (5, 0.5, [502, 503])
+    assert (
+        adapter.max_retries.total,
+        adapter.max_retries.backoff_factor,
+        adapter.max_retries.status_forcelist,
+    ) == (5, 0.5, [502, 503])
     assert (adapter._pool_connections, adapter._pool_maxsize, adapter._pool_block) == (3, 6, True)
     assert adapter.poolmanager.connection_pool_kw["maxsize"] == 6
     assert list(restored.adapters) == list(session.adapters)
     assert restored.hooks == {"response": [on_response]}
     assert (restored.auth.username, restored.auth.password) == ("bob", PASSWORD)
     assert restored.headers["Authorization"] == f"Bearer {TOKEN}"
-    assert (restored.cert, restored.verify, restored.stream, restored.trust_env,
-            restored.max_redirects) == (("/c.pem", "/k.pem"), False, True, False, 4)
+    assert (
+        restored.cert,
+        restored.verify,
+        restored.stream,
+        restored.trust_env,
+        restored.max_redirects,
+    ) == (("/c.pem", "/k.pem"), False, True, False, 4)
     assert restored.proxies == session.proxies
     [cookie] = list(restored.cookies)
     assert (cookie.name, cookie.value, cookie.domain, cookie.path) == (
-        "sid", "c00kie-v4lue", "api.test", "/x")
+        "sid",
+        "c00kie-v4lue",
+        "api.test",
+        "/x",
+    )
     session.close()
     restored.close()
 
@@ -433,8 +547,10 @@ def test_requests_session_refuses_an_adapter_it_cannot_save(keys):
     session = requests.Session()
     session.mount("https://", Unpicklable())
     message = refusal(session, "session")
-    assert "a requests.Session whose adapter mounted at 'https://' is a " \
-           "test_http_clients.Unpicklable" in message
+    assert (
+        "a requests.Session whose adapter mounted at 'https://' is a "
+        "test_http_clients.Unpicklable" in message
+    )
     session.close()
 
 
@@ -442,8 +558,12 @@ def test_requests_session_refuses_an_adapter_it_cannot_save(keys):
 def test_responses_round_trip_with_headers_sealed(lib, keys):
     """A read response of either library comes back with its status, headers, body and
     URL; a Set-Cookie header in it is sealed."""
-    response = lib.Response(201, headers=[("Set-Cookie", "sid=c00kie-v4lue"), ("X-A", "1")],
-                            content=b"body", request=lib.Request("GET", "http://r.test/a"))
+    response = lib.Response(
+        201,
+        headers=[("Set-Cookie", "sid=c00kie-v4lue"), ("X-A", "1")],
+        content=b"body",
+        request=lib.Request("GET", "http://r.test/a"),
+    )
     response.read()
     restored, data = round_trip(response)
     assert b"c00kie-v4lue" not in data
@@ -462,7 +582,7 @@ def test_cookie_jars_keep_domains_paths_and_seal_values(keys):
     assert b"c00kie-v4lue" not in data
     [cookie] = list(restored[0])
     assert (cookie.value, cookie.domain, cookie.path) == ("c00kie-v4lue", "x.test", "/p")
-    assert restored[1].cookies.jar is restored[0]          # the same jar, shared
+    assert restored[1].cookies.jar is restored[0]  # the same jar, shared
     client.close()
     restored[1].close()
 
@@ -533,8 +653,10 @@ def test_key_from_the_environment_saved_as_a_reference(keys, monkeypatch):
     rotated in the meantime is the one used. Other values are sealed."""
     monkeypatch.setenv("HTTP_TEST_KEY", KEY)
     monkeypatch.setenv("HTTP_TEST_PASSWORD", PASSWORD)
-    client = httpx2.Client(headers={"X-Api-Key": KEY, "Authorization": f"Bearer {TOKEN}"},
-                           auth=httpx2.DigestAuth("dana", PASSWORD))
+    client = httpx2.Client(
+        headers={"X-Api-Key": KEY, "Authorization": f"Bearer {TOKEN}"},
+        auth=httpx2.DigestAuth("dana", PASSWORD),
+    )
     data = _pickler.dumps(client)
     assert KEY.encode() not in data and PASSWORD.encode() not in data
     assert TOKEN.encode() not in data

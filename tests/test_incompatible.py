@@ -23,19 +23,21 @@ from pathlib import Path
 import cloudpickle
 import greenlet
 import pytest
-
 from conftest import AGENTS, Run, snaprun, snapshot_files
+
 from snapstate.serializers import _keys, _snapfile
 from snapstate.serializers._sqlite import SqliteStore
 
-NO_ENV_KEY = {"SNAPSTATE_KEY": ""}          # the store's own keys.json signs and verifies
-NO_PYC = dict(NO_ENV_KEY, PYTHONDONTWRITEBYTECODE="1")   # edits never hidden by a stale .pyc
-_ADDED = ("key_id", "chunk_size", "codecs", "nonce_prefix")   # set by _snapfile.write
+NO_ENV_KEY = {"SNAPSTATE_KEY": ""}  # the store's own keys.json signs and verifies
+NO_PYC = dict(NO_ENV_KEY, PYTHONDONTWRITEBYTECODE="1")  # edits never hidden by a stale .pyc
+_ADDED = ("key_id", "chunk_size", "codecs", "nonce_prefix")  # set by _snapfile.write
 
 # What the compat agent prints after a resume from its snapshot 2, and returns.
-CONTINUATION = ("step 1 seq 2 resumed True label step-1 frozen float True\n"
-                "step 2 seq 3 resumed False label step-2 frozen float True\n"
-                "results [0, 10, 20]\n")
+CONTINUATION = (
+    "step 1 seq 2 resumed True label step-1 frozen float True\n"
+    "step 2 seq 3 resumed False label step-2 frozen float True\n"
+    "results [0, 10, 20]\n"
+)
 RESULT = "30"
 
 
@@ -68,8 +70,17 @@ def loops_store(tmp_path_factory) -> Path:
     """A store with tests/agents/loops.py run by snaprun (6 snapshots) and killed right
     after its last one: resumable (a done job never resumes)."""
     root = tmp_path_factory.mktemp("loops")
-    run = snaprun("run", "--store", root / "store", "--job", "job", AGENTS / "loops.py",
-                  cwd=root, env=NO_ENV_KEY, fault="after-snapshot:6")
+    run = snaprun(
+        "run",
+        "--store",
+        root / "store",
+        "--job",
+        "job",
+        AGENTS / "loops.py",
+        cwd=root,
+        env=NO_ENV_KEY,
+        fault="after-snapshot:6",
+    )
     assert run.returncode == -9, run.stderr
     assert len(snapshot_files(root / "store", "job")) == 6
     return root / "store"
@@ -92,8 +103,10 @@ def _resign(path: Path, edit) -> None:
     _, digest = _snapfile.write_signed(str(path), header, payload, keys)
     # ...and committed as such: the catalog binds each row to its file's digest
     db = sqlite3.connect(path.parents[2] / "catalog.db")
-    db.execute("UPDATE snapshots SET digest = ? WHERE file = ?",
-               (digest, str(path.relative_to(path.parents[2]))))
+    db.execute(
+        "UPDATE snapshots SET digest = ? WHERE file = ?",
+        (digest, str(path.relative_to(path.parents[2]))),
+    )
     db.commit()
     db.close()
 
@@ -124,9 +137,10 @@ def test_control_unmodified_snapshot_resumes(loops_snapshot, tmp_path):
     refusals below come from the version fields, not from the re-signing)."""
     before = loops_snapshot.read_bytes()
     _rewrite_versions(loops_snapshot)
-    assert loops_snapshot.read_bytes() == before    # re-signing reproduces the writer exactly
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
+    assert loops_snapshot.read_bytes() == before  # re-signing reproduces the writer exactly
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -136,8 +150,9 @@ def test_other_python_minor_refused(loops_snapshot, tmp_path):
     Python versions, and the file is left intact."""
     _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
     before = _state(loops_snapshot)
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
     _refused(run, "3.99.0", platform.python_version(), "Python", str(loops_snapshot))
     assert _state(loops_snapshot) == before
 
@@ -146,8 +161,9 @@ def test_other_python_implementation_refused(loops_snapshot, tmp_path):
     """Same version numbers but another implementation (pypy) is refused too."""
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     _rewrite_versions(loops_snapshot, python=f"pypy-{minor}", python_full="pypy-" + minor)
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
     _refused(run, "Python", f"pypy-{minor}", platform.python_version())
 
 
@@ -157,8 +173,9 @@ def test_other_python_patch_accepted(loops_snapshot, tmp_path):
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     patch = sys.version_info[2]
     _rewrite_versions(loops_snapshot, python_full=f"{minor}.{patch + 1 if patch < 50 else 0}")
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -171,8 +188,9 @@ def test_other_library_version_refused(loops_snapshot, tmp_path, lib, module, pa
     fake = _bump(module.__version__, part)
     _rewrite_versions(loops_snapshot, **{lib: fake})
     before = _state(loops_snapshot)
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
     _refused(run, lib, fake, module.__version__)
     assert _state(loops_snapshot) == before
 
@@ -181,23 +199,46 @@ def test_every_difference_listed(loops_snapshot, tmp_path):
     """With Python, greenlet and cloudpickle all different, the one message lists all
     three differences."""
     fake_cp, fake_gl = _bump(cloudpickle.__version__, 0), _bump(greenlet.__version__, 0)
-    _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0",
-                      cloudpickle=fake_cp, greenlet=fake_gl)
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
-    _refused(run, "3.99.0", platform.python_version(), f"greenlet {fake_gl}",
-             f"cloudpickle {fake_cp}", greenlet.__version__, cloudpickle.__version__)
+    _rewrite_versions(
+        loops_snapshot,
+        python="cpython-3.99",
+        python_full="3.99.0",
+        cloudpickle=fake_cp,
+        greenlet=fake_gl,
+    )
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
+    _refused(
+        run,
+        "3.99.0",
+        platform.python_version(),
+        f"greenlet {fake_gl}",
+        f"cloudpickle {fake_cp}",
+        greenlet.__version__,
+        cloudpickle.__version__,
+    )
 
 
 def test_refused_snapshot_resumes_with_original_versions(loops_snapshot, tmp_path):
     """After a refusal, putting the original header back makes the same snapshot resume:
     the refusal changed nothing."""
     original = _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
-    _refused(snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                     cwd=tmp_path, env=NO_ENV_KEY), "3.99.0")
+    _refused(
+        snaprun(
+            "resume",
+            "--store",
+            loops_snapshot.parents[2],
+            loops_snapshot,
+            cwd=tmp_path,
+            env=NO_ENV_KEY,
+        ),
+        "3.99.0",
+    )
     _rewrite_versions(loops_snapshot, **original)
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 2" in run.stderr
     assert run.result == "13"
@@ -211,11 +252,12 @@ class CompatJob:
     helper: Path
     agent_source: str
     helper_source: str
-    snap: Path          # snapshot 2 (stack: main -> Worker.step -> checkpoint)
+    snap: Path  # snapshot 2 (stack: main -> Worker.step -> checkpoint)
 
     def resume(self) -> Run:
-        return snaprun("resume", "--store", self.snap.parents[2], self.snap, cwd=self.root,
-                       env=NO_PYC)
+        return snaprun(
+            "resume", "--store", self.snap.parents[2], self.snap, cwd=self.root, env=NO_PYC
+        )
 
     def restore_sources(self) -> None:
         self.agent.write_text(self.agent_source)
@@ -231,8 +273,16 @@ def compat(tmp_path) -> CompatJob:
     src.mkdir()
     for name in ("compat_agent.py", "compat_helper.py"):
         shutil.copy(AGENTS / name, src / name)
-    run = snaprun("run", "--store", tmp_path / "store", "--job", "job", src / "compat_agent.py",
-                  cwd=tmp_path, env=NO_PYC)
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "store",
+        "--job",
+        "job",
+        src / "compat_agent.py",
+        cwd=tmp_path,
+        env=NO_PYC,
+    )
     assert run.returncode == 0, run.stderr
     assert run.result == RESULT
     files = snapshot_files(tmp_path / "store", "job")
@@ -252,8 +302,9 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def _def_line(source: str, definition: str) -> int:
     """1-based line number of the line starting (after indentation) with `definition`."""
-    lines = [i for i, line in enumerate(source.splitlines(), 1)
-             if line.lstrip().startswith(definition)]
+    lines = [
+        i for i, line in enumerate(source.splitlines(), 1) if line.lstrip().startswith(definition)
+    ]
     assert len(lines) == 1
     return lines[0]
 
@@ -278,8 +329,15 @@ def test_method_body_changed(compat):
     _edit(compat.agent, "return i * self.scale", "return i * self.scale + 1")
     before = _state(compat.snap)
     run = compat.resume()
-    _refused(run, "Worker.step()", str(compat.agent), "compat_agent", "changed",
-             "Restore the original source", str(compat.snap))
+    _refused(
+        run,
+        "Worker.step()",
+        str(compat.agent),
+        "compat_agent",
+        "changed",
+        "Restore the original source",
+        str(compat.snap),
+    )
     assert "main()" not in run.stderr and "checkpoint()" not in run.stderr
     assert "compat_helper" not in run.stderr
     assert _state(compat.snap) == before
@@ -293,8 +351,9 @@ def test_helper_module_body_changed(compat):
     _edit(compat.helper, "    return info\n", "    print('edited', flush=True)\n    return info\n")
     before = _state(compat.snap)
     run = compat.resume()
-    _refused(run, "checkpoint()", str(compat.helper), "compat_helper",
-             "Restore the original source")
+    _refused(
+        run, "checkpoint()", str(compat.helper), "compat_helper", "Restore the original source"
+    )
     assert "Worker.step()" not in run.stderr and "main()" not in run.stderr
     assert "compat_agent" not in run.stderr
     assert _state(compat.snap) == before
@@ -331,9 +390,14 @@ def test_functions_moved(compat):
     compat.agent.write_text("# a new first line\n" + compat.agent_source)
     before = _state(compat.snap)
     run = compat.resume()
-    _refused(run, "moved", str(compat.agent), "Restore the original source",
-             f"Worker.step() moved from line {step_line} to line {step_line + 1}",
-             f"main() moved from line {main_line} to line {main_line + 1}")
+    _refused(
+        run,
+        "moved",
+        str(compat.agent),
+        "Restore the original source",
+        f"Worker.step() moved from line {step_line} to line {step_line + 1}",
+        f"main() moved from line {main_line} to line {main_line + 1}",
+    )
     assert "checkpoint()" not in run.stderr
     assert _state(compat.snap) == before
     compat.restore_sources()
@@ -343,7 +407,8 @@ def test_functions_moved(compat):
 def test_function_removed(compat):
     """A method on the stack that no longer exists (renamed) is reported as gone."""
     source = compat.agent_source.replace("def step(", "def advance(").replace(
-        "worker.step(", "worker.advance(")
+        "worker.step(", "worker.advance("
+    )
     compat.agent.write_text(source)
     run = compat.resume()
     _refused(run, "Worker.step() no longer exists", "compat_agent")
@@ -392,9 +457,16 @@ def _minor_of(python: str) -> tuple[str, str] | None:
     """(major.minor, full version) of an interpreter, or None if it does not run."""
     try:
         proc = subprocess.run(
-            [python, "-c", "import platform, sys; "
-             "print('%d.%d' % sys.version_info[:2], platform.python_version())"],
-            capture_output=True, text=True, timeout=60)
+            [
+                python,
+                "-c",
+                "import platform, sys; "
+                "print('%d.%d' % sys.version_info[:2], platform.python_version())",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except OSError:
         return None
     if proc.returncode != 0:
@@ -431,15 +503,25 @@ def test_resume_under_another_python(loops_snapshot, tmp_path):
     (a real CPython, no header rewriting) is refused with exit 2, naming both versions,
     leaving the job's snapshots intact; this interpreter then resumes it."""
     others = _other_interpreters()
-    assert others, ("no interpreter of another Python minor version: set "
-                    "SNAPSTATE_TEST_PYTHONS to other CPythons with snapstate installed")
+    assert others, (
+        "no interpreter of another Python minor version: set "
+        "SNAPSTATE_TEST_PYTHONS to other CPythons with snapstate installed"
+    )
     before = _state(loops_snapshot)
     for python, _minor, full in others:
-        run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                      cwd=tmp_path, python=python, env=NO_ENV_KEY)
+        run = snaprun(
+            "resume",
+            "--store",
+            loops_snapshot.parents[2],
+            loops_snapshot,
+            cwd=tmp_path,
+            python=python,
+            env=NO_ENV_KEY,
+        )
         _refused(run, "Python", platform.python_version(), full, str(loops_snapshot))
         assert _state(loops_snapshot) == before
-    run = snaprun("resume", "--store", loops_snapshot.parents[2], loops_snapshot,
-                  cwd=tmp_path, env=NO_ENV_KEY)
+    run = snaprun(
+        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
+    )
     assert run.returncode == 0, run.stderr
     assert run.result == "13"

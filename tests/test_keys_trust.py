@@ -32,8 +32,8 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+
 from snapstate.runtime._errors import StoreDamaged, StoreError, UnknownKey
 from snapstate.runtime._job import runtime_versions
 from snapstate.serializers import _keys, _snapfile
@@ -52,10 +52,21 @@ def _no_inherited_env(monkeypatch):
 
 def _header(**fields) -> dict:
     """A complete snapshot header (what a job writes), with `fields` overriding."""
-    return dict({"job_id": "job", "seq": 1, "epoch": 1, "label": None, "created_at": 1.7e9,
-                 "versions": runtime_versions(), "argv": [], "frames": [], "modules": {},
-                 "entry": {"module": "agent", "function": "main", "path": None,
-                           "search_path": None}}, **fields)
+    return dict(
+        {
+            "job_id": "job",
+            "seq": 1,
+            "epoch": 1,
+            "label": None,
+            "created_at": 1.7e9,
+            "versions": runtime_versions(),
+            "argv": [],
+            "frames": [],
+            "modules": {},
+            "entry": {"module": "agent", "function": "main", "path": None, "search_path": None},
+        },
+        **fields,
+    )
 
 
 def _sign(path: pathlib.Path, keys, **fields) -> pathlib.Path:
@@ -87,8 +98,16 @@ def attacker(tmp_path_factory):
     root = tmp_path_factory.mktemp("keys-trust")
     sentinel = root / "SENTINEL"
     evil = root / "attacker" / "evil"
-    run = snaprun("run", "--store", evil, "--job", "trap", TRAP, cwd=root,
-                  env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel)))
+    run = snaprun(
+        "run",
+        "--store",
+        evil,
+        "--job",
+        "trap",
+        TRAP,
+        cwd=root,
+        env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel)),
+    )
     assert run.returncode == 0, run.stderr
     assert not sentinel.exists()
     (snap,) = snapshot_files(evil, "trap")
@@ -97,9 +116,15 @@ def attacker(tmp_path_factory):
     Home(str(victim)).close()
     elsewhere = root / "elsewhere"
     elsewhere.mkdir()
-    return {"root": root, "evil": evil, "snap": snap, "sentinel": sentinel,
-            "victim": victim, "elsewhere": elsewhere,
-            "evil_key": _snapfile.peek_header(str(snap))["key_id"]}
+    return {
+        "root": root,
+        "evil": evil,
+        "snap": snap,
+        "sentinel": sentinel,
+        "victim": victim,
+        "elsewhere": elsewhere,
+        "evil_key": _snapfile.peek_header(str(snap))["key_id"],
+    }
 
 
 def test_store_shaped_directory_never_lends_its_keys(attacker):
@@ -116,35 +141,51 @@ def test_store_shaped_directory_never_lends_its_keys(attacker):
     victim = str(attacker["victim"])
     contexts = {
         "victim cwd (./.snapstate)": (attacker["victim"].parent, NO_ENV_KEY),
-        "elsewhere, SNAPSTATE_HOME": (attacker["elsewhere"],
-                                      dict(NO_ENV_KEY, SNAPSTATE_HOME=victim)),
-        "attacker's parent, SNAPSTATE_HOME": (attacker["evil"].parent,
-                                              dict(NO_ENV_KEY, SNAPSTATE_HOME=victim)),
+        "elsewhere, SNAPSTATE_HOME": (
+            attacker["elsewhere"],
+            dict(NO_ENV_KEY, SNAPSTATE_HOME=victim),
+        ),
+        "attacker's parent, SNAPSTATE_HOME": (
+            attacker["evil"].parent,
+            dict(NO_ENV_KEY, SNAPSTATE_HOME=victim),
+        ),
         "attacker's parent": (attacker["evil"].parent, NO_ENV_KEY),
     }
-    commands = {"verify": ["verify", snap], "inspect": ["inspect", snap],
-                "resume": ["resume", snap]}
+    commands = {
+        "verify": ["verify", snap],
+        "inspect": ["inspect", snap],
+        "resume": ["resume", snap],
+    }
     for where, (cwd, env) in contexts.items():
         for name, args in commands.items():
             run = snaprun(*args, cwd=cwd, env=env)
             assert run.returncode == 2, (where, name, run.stderr)
             assert "Traceback" not in run.stderr and "ok:" not in run.stdout, (where, name)
             assert not sentinel.exists(), f"{name} from {where} ran the file's payload"
-            if where != "attacker's parent":   # there is no store in use there
+            if where != "attacker's parent":  # there is no store in use there
                 clean_refusal(run, str(snap), key, "keys export", "keys import")
     home = Home(victim)
     try:
-        assert home.catalog.list_jobs() == []           # resume FILE imported nothing
+        assert home.catalog.list_jobs() == []  # resume FILE imported nothing
         with pytest.raises(UnknownKey):
             home.verify(str(snap))
     finally:
         home.close()
     # controls: a genuine file of the attacker's store, with a live payload
-    ok = snaprun("verify", "--store", attacker["evil"], snap, cwd=attacker["elsewhere"],
-                 env=NO_ENV_KEY)
+    ok = snaprun(
+        "verify", "--store", attacker["evil"], snap, cwd=attacker["elsewhere"], env=NO_ENV_KEY
+    )
     assert ok.returncode == 0 and f"key {key}" in ok.stdout, ok.stderr
-    live = snaprun("resume", "--store", attacker["evil"], "--as", "control", snap,
-                   cwd=attacker["elsewhere"], env=NO_ENV_KEY)
+    live = snaprun(
+        "resume",
+        "--store",
+        attacker["evil"],
+        "--as",
+        "control",
+        snap,
+        cwd=attacker["elsewhere"],
+        env=NO_ENV_KEY,
+    )
     assert live.returncode == 0, live.stderr
     assert sentinel.exists()
     sentinel.unlink()
@@ -181,8 +222,9 @@ def test_one_secret_one_id_in_keys_json_and_in_the_environment(tmp_path):
     Home(str(b)).close()
     with pytest.raises(UnknownKey):
         _verify(b, path)
-    run = snaprun("verify", "--store", b, path, cwd=tmp_path,
-                  env={"SNAPSTATE_KEY": key.secret.hex()})
+    run = snaprun(
+        "verify", "--store", b, path, cwd=tmp_path, env={"SNAPSTATE_KEY": key.secret.hex()}
+    )
     assert run.returncode == 0, run.stderr
     assert f"key {key.key_id}," in run.stdout
     assert key.secret.hex() not in (b / "keys.json").read_text()
@@ -193,12 +235,14 @@ def _legacy_store(directory: pathlib.Path) -> tuple[str, bytes]:
     directory.mkdir(parents=True)
     secret = secrets.token_bytes(32)
     key_id = "k1-" + secrets.token_hex(4)
-    data = {"current": key_id, "keys": {key_id: {"secret": secret.hex(),
-                                                 "created": 1.7e9, "retired": False}}}
+    data = {
+        "current": key_id,
+        "keys": {key_id: {"secret": secret.hex(), "created": 1.7e9, "retired": False}},
+    }
     fd = os.open(directory / "keys.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
-    Home(str(directory)).close()        # the rest of the store, around that key file
+    Home(str(directory)).close()  # the rest of the store, around that key file
     return key_id, secret
 
 
@@ -220,9 +264,9 @@ def test_old_key_ids_keep_loading_and_verifying(tmp_path, monkeypatch):
 
     secret = secrets.token_bytes(32)
 
-    class OldEnvRing:                       # what an earlier version signed with
-        current = _keys.Key("env-" + hashlib.sha256(secret).hexdigest()[:12],
-                            secret, 0.0)
+    class OldEnvRing:  # what an earlier version signed with
+        current = _keys.Key("env-" + hashlib.sha256(secret).hexdigest()[:12], secret, 0.0)
+
     env_file = _sign(tmp_path / "env.snap", OldEnvRing())
     with pytest.raises(UnknownKey):
         _verify(store, env_file)
@@ -248,15 +292,17 @@ def test_cli_export_import_moves_a_key(tmp_path):
     assert "snaprun keys import key.json" in str(info.value)
 
     out = tmp_path / "key.json"
-    run = snaprun("keys", "export", "--store", a, key_id, "-o", out, cwd=tmp_path,
-                  env=NO_ENV_KEY)
+    run = snaprun("keys", "export", "--store", a, key_id, "-o", out, cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
     exported = out.read_bytes()
     assert json.loads(exported)["key_id"] == key_id
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("key.json")] == ["key.json"]
-    clean_refusal(snaprun("keys", "export", "--store", a, key_id, "-o", out, cwd=tmp_path,
-                     env=NO_ENV_KEY), str(out), "exists")
+    clean_refusal(
+        snaprun("keys", "export", "--store", a, key_id, "-o", out, cwd=tmp_path, env=NO_ENV_KEY),
+        str(out),
+        "exists",
+    )
     assert out.read_bytes() == exported
 
     for attempt in ("first", "again"):
@@ -287,16 +333,22 @@ def test_import_refuses_bad_key_files(tmp_path):
     ring = _keys.KeyRing(str(store))
     before = pathlib.Path(ring.path).read_bytes()
     secret = secrets.token_bytes(32)
-    good = {"format": "snapstate-key/1", "key_id": _keys.key_id_of(secret),
-            "secret": secret.hex(), "created": 1.7e9}
+    good = {
+        "format": "snapstate-key/1",
+        "key_id": _keys.key_id_of(secret),
+        "secret": secret.hex(),
+        "created": 1.7e9,
+    }
     cases = {
         "not-json": ("{", "not a valid key file"),
         "not-a-key": ({"hello": 1}, "not a valid key file"),
         "bad-hex": (dict(good, secret="zz" * 32), "hex"),
         "short": (dict(good, secret="ab" * 8), "bytes"),
         "wrong-id": (dict(good, key_id=_keys.key_id_of(b"x" * 32)), "does not match"),
-        "other-secret": (dict(good, key_id=ring.current.key_id,
-                              secret=secrets.token_hex(32)), "does not match"),
+        "other-secret": (
+            dict(good, key_id=ring.current.key_id, secret=secrets.token_hex(32)),
+            "does not match",
+        ),
     }
     for name, (content, needle) in cases.items():
         path = _key_file(tmp_path / f"{name}.json", content)
@@ -307,8 +359,18 @@ def test_import_refuses_bad_key_files(tmp_path):
     with pytest.raises(StoreError, match="chmod 600"):
         ring.import_file(str(shared))
     assert pathlib.Path(ring.path).read_bytes() == before
-    clean_refusal(snaprun("keys", "import", "--store", store, tmp_path / "not-json.json",
-                     cwd=tmp_path, env=NO_ENV_KEY), "not-json.json")
+    clean_refusal(
+        snaprun(
+            "keys",
+            "import",
+            "--store",
+            store,
+            tmp_path / "not-json.json",
+            cwd=tmp_path,
+            env=NO_ENV_KEY,
+        ),
+        "not-json.json",
+    )
     assert pathlib.Path(ring.path).read_bytes() == before
     # control: the valid file imports
     shared.chmod(0o600)
@@ -331,7 +393,7 @@ def test_keys_json_open_to_others_is_refused(tmp_path, mode):
     assert f"chmod 600 {ring.path}" in str(info.value)
     assert pathlib.Path(ring.path).read_bytes() == data
     assert stat.S_IMODE(os.stat(ring.path).st_mode) == mode
-    os.chmod(ring.path, 0o600)                           # the way out works
+    os.chmod(ring.path, 0o600)  # the way out works
     assert _keys.KeyRing(str(tmp_path / "store")).current == ring.current
 
 
@@ -342,8 +404,10 @@ def test_cli_keys_json_open_to_others(tmp_path):
     ring = _store(store)
     path = _sign(tmp_path / "file.snap", ring)
     os.chmod(ring.path, 0o644)
-    clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
-             f"chmod 600 {ring.path}")
+    clean_refusal(
+        snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+        f"chmod 600 {ring.path}",
+    )
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="changing a file's owner needs root")
@@ -359,17 +423,18 @@ def test_keys_json_of_another_user_is_refused(tmp_path):
 
 _CORRUPT = {
     "empty": "",
-    "not-json": "{\"current\": ",
+    "not-json": '{"current": ',
     "nested": "[" * 100_000 + "]" * 100_000,
     "a-list": "[1, 2]",
-    "no-current": "{\"keys\": {}}",
+    "no-current": '{"keys": {}}',
     "bad-hex": json.dumps({"current": "k1", "keys": {"k1": {"secret": "zz", "created": 1}}}),
-    "short-secret": json.dumps({"current": "k1", "keys": {"k1": {"secret": "ab",
-                                                                 "created": 1}}}),
-    "current-missing": json.dumps({"current": "k9", "keys": {
-        "k1": {"secret": "ab" * 32, "created": 1}}}),
-    "bad-id": json.dumps({"current": "../x", "keys": {
-        "../x": {"secret": "ab" * 32, "created": 1}}}),
+    "short-secret": json.dumps({"current": "k1", "keys": {"k1": {"secret": "ab", "created": 1}}}),
+    "current-missing": json.dumps(
+        {"current": "k9", "keys": {"k1": {"secret": "ab" * 32, "created": 1}}}
+    ),
+    "bad-id": json.dumps(
+        {"current": "../x", "keys": {"../x": {"secret": "ab" * 32, "created": 1}}}
+    ),
 }
 
 
@@ -393,10 +458,10 @@ def test_cli_corrupt_keys_json(tmp_path):
     error naming the file, no traceback; the file is unchanged."""
     store = tmp_path / "store"
     snap = _sign(tmp_path / "file.snap", _store(store))
-    path = _key_file(store / "keys.json", "{\"current\": ")
+    path = _key_file(store / "keys.json", '{"current": ')
     for args in (["verify", "--store", store, snap], ["keys", "list", "--store", store]):
         clean_refusal(snaprun(*args, cwd=tmp_path, env=NO_ENV_KEY), str(path), "corrupt")
-    assert path.read_text() == "{\"current\": "
+    assert path.read_text() == '{"current": '
 
 
 def test_create_false_never_mints_a_key(tmp_path):
@@ -445,10 +510,26 @@ def test_concurrent_rotations_lose_no_key(tmp_path):
     for name in names:
         (store / "snapshots" / name).mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k != "SNAPSTATE_KEY"}
-    procs = [subprocess.Popen([sys.executable, "-c", _ROTATOR, str(store), name, "15",
-                               str(go), json.dumps(_header())], env=env, cwd=tmp_path,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name in names]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _ROTATOR,
+                str(store),
+                name,
+                "15",
+                str(go),
+                json.dumps(_header()),
+            ],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in names
+    ]
     go.touch()
     minted = []
     for proc in procs:
@@ -482,9 +563,15 @@ def test_writes_reread_keys_json_and_import_keeps_retirement(tmp_path):
     a = one.rotate()
     b = two.rotate()
     secret = secrets.token_bytes(32)
-    path = _key_file(tmp_path / "k.json", {"format": "snapstate-key/1", "created": 1.7e9,
-                                           "key_id": _keys.key_id_of(secret),
-                                           "secret": secret.hex()})
+    path = _key_file(
+        tmp_path / "k.json",
+        {
+            "format": "snapstate-key/1",
+            "created": 1.7e9,
+            "key_id": _keys.key_id_of(secret),
+            "secret": secret.hex(),
+        },
+    )
     imported, added = one.import_file(str(path))
     assert added
     two.retire(imported.key_id)

@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, SNAPRUN, snaprun
+
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._errors import StaleWriter
 from snapstate.runtime._job import Job
@@ -34,13 +34,19 @@ AGENT = AGENTS / "lease_gate.py"
 ROUNDS = 50
 
 
-def wait_for(path: Path, timeout: float = 60, proc: subprocess.Popen | None = None,
-             thread: threading.Thread | None = None) -> None:
+def wait_for(
+    path: Path,
+    timeout: float = 60,
+    proc: subprocess.Popen | None = None,
+    thread: threading.Thread | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"{proc.args} exited {proc.returncode} before {path} appeared:"
-                                 f" {proc.stderr.read() if proc.stderr else ''}")
+            raise AssertionError(
+                f"{proc.args} exited {proc.returncode} before {path} appeared:"
+                f" {proc.stderr.read() if proc.stderr else ''}"
+            )
         assert thread is None or thread.is_alive(), f"the runner ended before {path} appeared"
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.002)
@@ -53,8 +59,14 @@ def gate_env(gate: Path) -> dict:
 
 
 def start(*args, cwd: Path, gate: Path) -> subprocess.Popen:
-    return subprocess.Popen([SNAPRUN, *map(str, args)], cwd=cwd, env=gate_env(gate),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [SNAPRUN, *map(str, args)],
+        cwd=cwd,
+        env=gate_env(gate),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def catalog(store: Path):
@@ -62,8 +74,10 @@ def catalog(store: Path):
     home = Home(str(store))
     try:
         c = home.catalog
-        return {j.job_id: (j, c.snapshots(j.job_id), c.events(j.job_id), c.get_lease(j.job_id))
-                for j in c.list_jobs()}
+        return {
+            j.job_id: (j, c.snapshots(j.job_id), c.events(j.job_id), c.get_lease(j.job_id))
+            for j in c.list_jobs()
+        }
     finally:
         home.close()
 
@@ -92,8 +106,9 @@ def _fork_killed(home: Home, base: str, job: str, dead: Owner) -> None:
     home.catalog.create_job(job, source.entry, source.argv, parent=base, fork_seq=1)
     r = home.catalog.snapshot(base, 1)
     target = home.copy_snapshot(home.absolute(r.file), job, 1)
-    home.catalog.add_snapshot_unfenced(SnapshotRow(job, 1, r.label, home.relative(target),
-                                                   r.size, r.created, 0))
+    home.catalog.add_snapshot_unfenced(
+        SnapshotRow(job, 1, r.label, home.relative(target), r.size, r.created, 0)
+    )
     home.catalog.acquire_lease(job, dead, DEFAULT_TTL)
 
 
@@ -107,13 +122,22 @@ def test_two_resumers_race_exactly_one_wins(tmp_path):
     `resumed` event, snapshot 2 written under the winner's epoch)."""
     store = tmp_path / "store"
     (tmp_path / "gate").mkdir()
-    killed = snaprun("run", "--store", store, "--job", "r0", AGENT, cwd=tmp_path,
-                     fault="after-snapshot:1", env={"LEASE_GATE": str(tmp_path / "gate")})
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "r0",
+        AGENT,
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+        env={"LEASE_GATE": str(tmp_path / "gate")},
+    )
     assert killed.returncode == -9, killed.stderr
     home = Home(str(store))
     dead = home.catalog.get_lease("r0")
     assert dead.owner.host == HOST and not pid_alive(dead.owner.pid)
-    assert dead.expires > time.time()                 # stale only because the pid is gone
+    assert dead.expires > time.time()  # stale only because the pid is gone
     firsts = []
     try:
         for r in range(ROUNDS):
@@ -122,8 +146,9 @@ def test_two_resumers_race_exactly_one_wins(tmp_path):
                 _fork_killed(home, "r0", job, dead.owner)
             gate = tmp_path / f"gate-{r}"
             gate.mkdir()
-            procs = [start("resume", "--store", store, job, cwd=tmp_path, gate=gate)
-                     for _ in range(2)]
+            procs = [
+                start("resume", "--store", store, job, cwd=tmp_path, gate=gate) for _ in range(2)
+            ]
             try:
                 deadline = time.monotonic() + 60
                 while all(p.poll() is None for p in procs):
@@ -135,8 +160,10 @@ def test_two_resumers_race_exactly_one_wins(tmp_path):
                 out, err = loser.communicate()
                 assert loser.returncode == 5, (r, err)
                 assert out == "" and "Traceback" not in err
-                assert err.startswith(f"snaprun: error: job {job} is held by a live runner (pid "
-                                      f"{winner.pid} on {HOST}, lease epoch 2,"), err
+                assert err.startswith(
+                    f"snaprun: error: job {job} is held by a live runner (pid "
+                    f"{winner.pid} on {HOST}, lease epoch 2,"
+                ), err
                 assert winner.poll() is None
                 wait_for(gate / f"waiting-{winner.pid}", proc=winner)
                 (gate / "go").touch()
@@ -152,10 +179,13 @@ def test_two_resumers_race_exactly_one_wins(tmp_path):
             row = home.catalog.get_job(job)
             assert (row.status, row.resume_count) == ("done", 1)
             assert [(s.seq, s.epoch) for s in home.catalog.snapshots(job)] == [
-                (1, 0 if r else 1), (2, 2)]
+                (1, 0 if r else 1),
+                (2, 2),
+            ]
             events = home.catalog.events(job)
-            assert [e.detail for e in events if e.kind == "lease"][-1] == \
-                f"epoch 2 taken by pid {winner.pid} on {HOST}"
+            assert [e.detail for e in events if e.kind == "lease"][
+                -1
+            ] == f"epoch 2 taken by pid {winner.pid} on {HOST}"
             assert len([e for e in events if e.kind == "lease"]) == 2
             assert [e.detail for e in events if e.kind == "resumed"] == ["from snapshot 1"]
             assert home.catalog.get_lease(job) is None
@@ -197,7 +227,7 @@ def test_stale_worker_snapshot_is_rejected_in_process(tmp_path, monkeypatch):
         except BaseException as exc:
             outcome["error"] = exc
         finally:
-            home.catalog.close()             # this thread's connection
+            home.catalog.close()  # this thread's connection
 
     thread = threading.Thread(target=runner_a)
     thread.start()
@@ -216,7 +246,7 @@ def test_stale_worker_snapshot_is_rejected_in_process(tmp_path, monkeypatch):
         assert catalog(store) == before
         folder = store / "snapshots" / "job"
         assert sorted(os.listdir(folder)) == ["000001-e1.snap"]
-        if job.lease.lost is None:           # not noticed by a heartbeat: refused at commit
+        if job.lease.lost is None:  # not noticed by a heartbeat: refused at commit
             assert renames.done == ["000001-e1.snap", "000002-e1.snap"]
         job_row, rows, _, lease = before["job"]
         assert [r.seq for r in rows] == [1] and job_row.status == "running"
@@ -243,8 +273,10 @@ def test_cli_runner_whose_lease_was_taken_over_exits_5(tmp_path):
         out, err = runner.communicate(timeout=60)
     assert runner.returncode == 5, err
     assert out == "" and "Traceback" not in err
-    assert "snaprun: error: job job: this runner's lease epoch 1 is no longer current " \
-           "(current: 2)" in err
+    assert (
+        "snaprun: error: job job: this runner's lease epoch 1 is no longer current "
+        "(current: 2)" in err
+    )
     assert catalog(store) == before
     folder = store / "snapshots" / "job"
     assert sorted(os.listdir(folder)) == ["000001-e1.snap"]
@@ -261,8 +293,17 @@ def test_resume_of_a_sigkilled_job_needs_no_force(tmp_path):
     gate.mkdir()
     (gate / "go").touch()
     env = {"LEASE_GATE": str(gate)}
-    killed = snaprun("run", "--store", store, "--job", "job", AGENT, cwd=tmp_path,
-                     fault="after-snapshot:1", env=env)
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        AGENT,
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+        env=env,
+    )
     assert killed.returncode == -9
     _, rows, _, lease = catalog(store)["job"]
     assert [r.seq for r in rows] == [1]
@@ -290,10 +331,18 @@ def test_resume_of_a_live_runner_is_refused_even_with_force(tmp_path):
     try:
         wait_for(gate / f"waiting-{runner.pid}", proc=runner)
         before = catalog(store)
-        plain = snaprun("resume", "--store", store, "job", cwd=tmp_path,
-                        env={"LEASE_GATE": str(gate)})
-        forced = snaprun("resume", "--force", "--store", store, "job", cwd=tmp_path,
-                         env={"LEASE_GATE": str(gate)})
+        plain = snaprun(
+            "resume", "--store", store, "job", cwd=tmp_path, env={"LEASE_GATE": str(gate)}
+        )
+        forced = snaprun(
+            "resume",
+            "--force",
+            "--store",
+            store,
+            "job",
+            cwd=tmp_path,
+            env={"LEASE_GATE": str(gate)},
+        )
         after = catalog(store)
     finally:
         (gate / "go").touch()
@@ -328,8 +377,15 @@ def test_force_is_refused_after_real_heartbeats(tmp_path):
         while catalog(store)["job"][3].heartbeat == first.heartbeat:
             assert time.monotonic() < deadline, "no heartbeat"
             time.sleep(0.2)
-        forced = snaprun("resume", "--force", "--store", store, "job", cwd=tmp_path,
-                         env={"LEASE_GATE": str(gate)})
+        forced = snaprun(
+            "resume",
+            "--force",
+            "--store",
+            store,
+            "job",
+            cwd=tmp_path,
+            env={"LEASE_GATE": str(gate)},
+        )
     finally:
         (gate / "go").touch()
         out, err = runner.communicate(timeout=60)

@@ -23,7 +23,6 @@ import os
 import socket
 
 import pytest
-
 from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
 from llm_stub import LLMStub
 
@@ -36,11 +35,11 @@ from snapstate.serializers import _pickler  # noqa: E402
 from snapstate.serializers._home import Home  # noqa: E402
 from snapstate.serializers._keys import KeyRing  # noqa: E402
 
-ENV_KEY = "sk-env-OPENAI-7f3a9c"          # OPENAI_API_KEY in the runs
-ENV_AKEY = "ak-env-ANTHROPIC-51d2e8"      # ANTHROPIC_API_KEY in the runs
-LITERAL = "ak-literal-NOT-IN-ENV-0b6e"    # passed literally to anthropic.Anthropic
-ROTATED = "sk-rotated-after-restore-93c1" # OPENAI_API_KEY when resumed after snapshot 2
-SNAPSHOTS = 2                             # snapshots taken by agents/llm_matrix.py
+ENV_KEY = "sk-env-OPENAI-7f3a9c"  # OPENAI_API_KEY in the runs
+ENV_AKEY = "ak-env-ANTHROPIC-51d2e8"  # ANTHROPIC_API_KEY in the runs
+LITERAL = "ak-literal-NOT-IN-ENV-0b6e"  # passed literally to anthropic.Anthropic
+ROTATED = "sk-rotated-after-restore-93c1"  # OPENAI_API_KEY when resumed after snapshot 2
+SNAPSHOTS = 2  # snapshots taken by agents/llm_matrix.py
 MATRIX = AGENTS / "llm_matrix.py"
 
 
@@ -54,18 +53,37 @@ def stub():
 def _env(stub, tmp, **extra) -> dict:
     key_file = tmp / "key.txt"
     key_file.write_text(LITERAL + "\n")
-    return {"LLM_URL": stub.url, "KEY_FILE": str(key_file), "OPENAI_API_KEY": ENV_KEY,
-            "ANTHROPIC_API_KEY": ENV_AKEY, **extra}
+    return {
+        "LLM_URL": stub.url,
+        "KEY_FILE": str(key_file),
+        "OPENAI_API_KEY": ENV_KEY,
+        "ANTHROPIC_API_KEY": ENV_AKEY,
+        **extra,
+    }
 
 
 def _seen(requests: list[dict]) -> list[tuple]:
     """What must agree between runs: method, path (with query), body, credentials and
     the headers carrying the client's configuration."""
-    return [(r["method"], r["path"], r["body"],
-             *(r["headers"].get(h) for h in ("authorization", "x-api-key", "x-team",
-                                             "x-stainless-retry-count",
-                                             "x-stainless-read-timeout", "x-stainless-timeout")))
-            for r in requests]
+    return [
+        (
+            r["method"],
+            r["path"],
+            r["body"],
+            *(
+                r["headers"].get(h)
+                for h in (
+                    "authorization",
+                    "x-api-key",
+                    "x-team",
+                    "x-stainless-retry-count",
+                    "x-stainless-read-timeout",
+                    "x-stainless-timeout",
+                )
+            ),
+        )
+        for r in requests
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -83,18 +101,36 @@ def matrix(stub, tmp_path_factory):
     for k in range(1, SNAPSHOTS + 1):
         store = tmp / f"kill{k}"
         stub.reset()
-        killed = snaprun("run", "--store", store, "--job", "job", MATRIX, cwd=tmp, env=env,
-                         fault=f"after-snapshot:{k}")
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            MATRIX,
+            cwd=tmp,
+            env=env,
+            fault=f"after-snapshot:{k}",
+        )
         seen_killed = _seen(stub.take())
         files = snapshot_files(store, "job")
         if k == 1:
             before = [f.read_bytes() for f in files]
             with pytest.MonkeyPatch.context() as mp:
                 mp.delenv("OPENAI_API_KEY", raising=False)
-                unset = snaprun("resume", "--store", store, "job", cwd=tmp,
-                                env={n: v for n, v in env.items() if n != "OPENAI_API_KEY"})
-            runs["unset"] = (unset, stub.take(), snapshot_files(store, "job") == files
-                             and [f.read_bytes() for f in files] == before)
+                unset = snaprun(
+                    "resume",
+                    "--store",
+                    store,
+                    "job",
+                    cwd=tmp,
+                    env={n: v for n, v in env.items() if n != "OPENAI_API_KEY"},
+                )
+            runs["unset"] = (
+                unset,
+                stub.take(),
+                snapshot_files(store, "job") == files and [f.read_bytes() for f in files] == before,
+            )
         resume_env = {**env, "OPENAI_API_KEY": ROTATED} if k == 2 else env
         resumed = snaprun("resume", "--store", store, files[-1], cwd=tmp, env=resume_env)
         runs[k] = (killed, resumed, len(files), seen_killed, _seen(stub.take()))
@@ -107,8 +143,9 @@ def _rotated(seen: list[tuple], k: int) -> list[tuple]:
     after snapshot 2 the OpenAI clients send the rotated key."""
     if k != 2:
         return seen
-    return [(*s[:3], f"Bearer {ROTATED}" if s[3] == f"Bearer {ENV_KEY}" else s[3], *s[4:])
-            for s in seen]
+    return [
+        (*s[:3], f"Bearer {ROTATED}" if s[3] == f"Bearer {ENV_KEY}" else s[3], *s[4:]) for s in seen
+    ]
 
 
 def test_kill_after_each_snapshot_matches_the_plain_run(matrix):
@@ -120,9 +157,17 @@ def test_kill_after_each_snapshot_matches_the_plain_run(matrix):
     assert base.returncode == 0, base.stderr
     assert base.result == "'done'"
     # The comparison means something: the plain run used every part of the configuration.
-    assert ("POST", "/v1/chat/completions?tenant=t1",
-            {"model": "gpt-stub", "messages": [{"role": "user", "content": "flaky-3 nine"}]},
-            f"Bearer {ENV_KEY}", None, "blue", "3", "7.5", None) in base_seen   # 4th attempt
+    assert (
+        "POST",
+        "/v1/chat/completions?tenant=t1",
+        {"model": "gpt-stub", "messages": [{"role": "user", "content": "flaky-3 nine"}]},
+        f"Bearer {ENV_KEY}",
+        None,
+        "blue",
+        "3",
+        "7.5",
+        None,
+    ) in base_seen  # 4th attempt
     assert any(s[3] == f"Bearer {LITERAL}" for s in base_seen)
     assert any(s[3] == f"Bearer {ENV_AKEY}" for s in base_seen)
     assert "raw after: echo: raw six" in base.stdout
@@ -135,8 +180,9 @@ def test_kill_after_each_snapshot_matches_the_plain_run(matrix):
         assert killed.stdout + resumed.stdout == base.stdout, f"stdout diverged after snapshot {k}"
         split = len(seen_killed)
         assert seen_killed == base_seen[:split], f"requests before snapshot {k} differ"
-        assert seen_resumed == _rotated(base_seen[split:], k), \
+        assert seen_resumed == _rotated(base_seen[split:], k), (
             f"requests diverged after snapshot {k}"
+        )
         assert resumed.result == base.result
 
 
@@ -181,8 +227,11 @@ def test_resume_uses_a_rotated_key(matrix):
     resumed, seen = matrix[2][1], matrix[2][4]
     assert resumed.returncode == 0, resumed.stderr
     auth = {(s[1].split("?")[0], s[3]) for s in seen}
-    assert auth == {("/v1/chat/completions", f"Bearer {ROTATED}"),
-                    ("/v1/messages", f"Bearer {LITERAL}"), ("/v1/messages", f"Bearer {ENV_AKEY}")}
+    assert auth == {
+        ("/v1/chat/completions", f"Bearer {ROTATED}"),
+        ("/v1/messages", f"Bearer {LITERAL}"),
+        ("/v1/messages", f"Bearer {ENV_AKEY}"),
+    }
     assert ("/v1/chat/completions?tenant=t1", f"Bearer {ROTATED}") in {(s[1], s[3]) for s in seen}
 
 
@@ -191,22 +240,41 @@ def test_unrebuildable_clients_refused_naming_them_and_the_fix(stub, tmp_path):
     bound to a socket, a middleware closing over one, an Azure client) is refused at the
     snapshot naming the local, the client, that part and the fix (never an internal
     lock); nothing is written. One agent, each refusal caught and printed."""
-    run = snaprun("run", "--store", tmp_path / "s", "--job", "job", AGENTS / "llm_refusals.py",
-                  cwd=tmp_path, env={"LLM_URL": stub.url})
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        AGENTS / "llm_refusals.py",
+        cwd=tmp_path,
+        env={"LLM_URL": stub.url},
+    )
     assert run.returncode == 0, run.stderr
     assert run.result == "3"
     lines = dict(line.split(": ", 1) for line in run.stdout.splitlines())
     expected = {
-        "provider": ["openai.OpenAI client whose api_key provider", "Vault.key",
-                     "pass api_key as a string or set OPENAI_API_KEY"],
-        "middleware": ["anthropic.Anthropic client whose middleware", "audited",
-                       "module-level middleware functions"],
-        "azure": ["openai.AzureOpenAI client (an openai.OpenAI subclass) whose Azure "
-                  "configuration"]}
+        "provider": [
+            "openai.OpenAI client whose api_key provider",
+            "Vault.key",
+            "pass api_key as a string or set OPENAI_API_KEY",
+        ],
+        "middleware": [
+            "anthropic.Anthropic client whose middleware",
+            "audited",
+            "module-level middleware functions",
+        ],
+        "azure": [
+            "openai.AzureOpenAI client (an openai.OpenAI subclass) whose Azure configuration"
+        ],
+    }
     assert set(lines) == set(expected)
     for mode, needles in expected.items():
-        for needle in ["local 'client'", *needles, "module-level function passed to "
-                       "snapstate.resource()"]:
+        for needle in [
+            "local 'client'",
+            *needles,
+            "module-level function passed to snapstate.resource()",
+        ]:
             assert needle in lines[mode], (needle, lines[mode])
         assert "_lock" not in lines[mode] and "RLock" not in lines[mode]
     assert snapshot_files(tmp_path / "s", "job") == []
@@ -236,20 +304,30 @@ def test_openai_configuration_round_trips(keys, stub, monkeypatch):
     default HTTP client is not saved but made again."""
     monkeypatch.delenv("OPENAI_ORG_ID", raising=False)
     timeout = httpx2.Timeout(3.0, connect=1.5)
-    client = openai.OpenAI(api_key="sk-lit-1", admin_api_key="admin-lit-2", project="proj",
-                           webhook_secret="whsec-lit-3", base_url=stub.url + "/v1",
-                           websocket_base_url="ws://127.0.0.1:9/ws", timeout=timeout,
-                           max_retries=7, default_headers={"X-Team": "red",
-                                                           "Authorization": "Bearer hdr-lit-4"},
-                           default_query={"tenant": "t9"}, _strict_response_validation=True)
-    client.chat       # a cached SDK resource: made again after the restore
+    client = openai.OpenAI(
+        api_key="sk-lit-1",
+        admin_api_key="admin-lit-2",
+        project="proj",
+        webhook_secret="whsec-lit-3",
+        base_url=stub.url + "/v1",
+        websocket_base_url="ws://127.0.0.1:9/ws",
+        timeout=timeout,
+        max_retries=7,
+        default_headers={"X-Team": "red", "Authorization": "Bearer hdr-lit-4"},
+        default_query={"tenant": "t9"},
+        _strict_response_validation=True,
+    )
+    _ = client.chat  # a cached SDK resource: made again after the restore
     monkeypatch.setenv("OPENAI_ORG_ID", "org-from-env")
     monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", "X-Team: green\nX-Extra: 1")
     copy = _round_trip(client, "sk-lit-1", "admin-lit-2", "whsec-lit-3", "hdr-lit-4")
     try:
         assert type(copy) is openai.OpenAI
         assert (copy.api_key, copy.admin_api_key, copy.webhook_secret) == (
-            "sk-lit-1", "admin-lit-2", "whsec-lit-3")
+            "sk-lit-1",
+            "admin-lit-2",
+            "whsec-lit-3",
+        )
         assert (copy.organization, copy.project) == (None, "proj")
         assert str(copy.base_url) == stub.url + "/v1/"
         assert str(copy.websocket_base_url) == "ws://127.0.0.1:9/ws"
@@ -259,8 +337,9 @@ def test_openai_configuration_round_trips(keys, stub, monkeypatch):
         assert copy._strict_response_validation is True
         assert copy._client is not client._client and not copy._client.is_closed
         assert isinstance(copy._client, openai._base_client.SyncHttpxClientWrapper)
-        reply = copy.chat.completions.create(model="m", messages=[{"role": "user",
-                                                                   "content": "cfg"}])
+        reply = copy.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "cfg"}]
+        )
         assert reply.choices[0].message.content == "echo: cfg"
     finally:
         client.close()
@@ -271,20 +350,24 @@ def test_anthropic_configuration_round_trips(keys, stub, monkeypatch):
     """The same for Anthropic and AsyncAnthropic: auth token, webhook key, an x-api-key
     default header (sealed), timeout, max_retries, OpenTelemetry options, strict
     validation; ANTHROPIC_* variables set at the restore change nothing."""
-    client = anthropic.Anthropic(auth_token="tok-lit-5", webhook_key="wh-lit-6",
-                                 base_url=stub.url, timeout=4.0, max_retries=0,
-                                 default_headers={"x-api-key": "xkey-lit-7", "X-Team": "b"},
-                                 default_query={"q": "1"}, open_telemetry=False,
-                                 _strict_response_validation=True)
+    client = anthropic.Anthropic(
+        auth_token="tok-lit-5",
+        webhook_key="wh-lit-6",
+        base_url=stub.url,
+        timeout=4.0,
+        max_retries=0,
+        default_headers={"x-api-key": "xkey-lit-7", "X-Team": "b"},
+        default_query={"q": "1"},
+        open_telemetry=False,
+        _strict_response_validation=True,
+    )
     aclient = anthropic.AsyncAnthropic(api_key="ak-lit-8", base_url=stub.url, max_retries=5)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "ak-env-should-not-appear")
     monkeypatch.setenv("ANTHROPIC_CUSTOM_HEADERS", "X-Team: other")
-    copy, acopy = _round_trip([client, aclient], "tok-lit-5", "wh-lit-6", "xkey-lit-7",
-                              "ak-lit-8")
+    copy, acopy = _round_trip([client, aclient], "tok-lit-5", "wh-lit-6", "xkey-lit-7", "ak-lit-8")
     try:
         assert type(copy) is anthropic.Anthropic and type(acopy) is anthropic.AsyncAnthropic
-        assert (copy.api_key, copy.auth_token, copy.webhook_key) == (None, "tok-lit-5",
-                                                                     "wh-lit-6")
+        assert (copy.api_key, copy.auth_token, copy.webhook_key) == (None, "tok-lit-5", "wh-lit-6")
         assert (acopy.api_key, acopy.auth_token, acopy.max_retries) == ("ak-lit-8", None, 5)
         assert copy.timeout == 4.0 and copy._timeout_overridden and copy.max_retries == 0
         assert not acopy._timeout_overridden
@@ -294,8 +377,13 @@ def test_anthropic_configuration_round_trips(keys, stub, monkeypatch):
         assert copy._strict_response_validation is True
         assert str(copy.base_url) == str(client.base_url)
         assert copy.credentials is None and copy._custom_auth is None
-        text = copy.messages.create(model="x", max_tokens=4, messages=[
-            {"role": "user", "content": "tok"}]).content[0].text
+        text = (
+            copy.messages.create(
+                model="x", max_tokens=4, messages=[{"role": "user", "content": "tok"}]
+            )
+            .content[0]
+            .text
+        )
         assert text == "echo: tok"
         seen = stub.take()[-1]["headers"]
         assert seen["authorization"] == "Bearer tok-lit-5" and seen["x-team"] == "b"
@@ -365,20 +453,23 @@ def test_raw_responses_parse_the_same_after_a_restore(keys, stub):
     client = openai.OpenAI(api_key="sk-raw-lit", base_url=stub.url + "/v1")
     claude = anthropic.Anthropic(api_key="ak-raw-lit", base_url=stub.url)
     raw = client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": "raw"}])
+        model="m", messages=[{"role": "user", "content": "raw"}]
+    )
     parsed = raw.parse()
     mraw = claude.messages.with_raw_response.create(
-        model="x", max_tokens=4, messages=[{"role": "user", "content": "mraw"}])
-    copy, mcopy, pcopy, ccopy = _round_trip([raw, mraw, parsed, client], "sk-raw-lit",
-                                            "ak-raw-lit")
+        model="x", max_tokens=4, messages=[{"role": "user", "content": "mraw"}]
+    )
+    copy, mcopy, pcopy, ccopy = _round_trip([raw, mraw, parsed, client], "sk-raw-lit", "ak-raw-lit")
     try:
-        assert copy._client is ccopy          # the client the agent holds, not a second one
+        assert copy._client is ccopy  # the client the agent holds, not a second one
         assert copy.parse() == parsed and copy.parse() is pcopy
         assert mcopy.parse() == mraw.parse()
         assert (copy.status_code, dict(copy.headers)) == (raw.status_code, dict(raw.headers))
         assert copy.http_request.headers["authorization"] == "Bearer sk-raw-lit"
-        assert str(mcopy.url) == str(mraw.url) and mcopy.http_response.content == \
-            mraw.http_response.content
+        assert (
+            str(mcopy.url) == str(mraw.url)
+            and mcopy.http_response.content == mraw.http_response.content
+        )
         assert copy._client.api_key == "sk-raw-lit" and mcopy._client.api_key == "ak-raw-lit"
     finally:
         for c in (client, claude, copy._client, mcopy._client):
@@ -390,18 +481,29 @@ def test_parts_that_cannot_be_rebuilt_are_refused(keys, stub):
     identity, an api_key provider closing over a socket and a streaming (unread) raw
     response are refused naming what they are and the fix, never saved half-made."""
     from openai.auth import k8s_service_account_token_provider
-    identity = openai.OpenAI(base_url=stub.url, workload_identity={
-        "identity_provider_id": "idp", "service_account_id": "sa",
-        "provider": k8s_service_account_token_provider("/nonexistent/token")})
-    with pytest.raises(_pickler.UnpicklableError,
-                       match=r"openai\.OpenAI client whose workload identity .*pass api_key"):
+
+    identity = openai.OpenAI(
+        base_url=stub.url,
+        workload_identity={
+            "identity_provider_id": "idp",
+            "service_account_id": "sa",
+            "provider": k8s_service_account_token_provider("/nonexistent/token"),
+        },
+    )
+    with pytest.raises(
+        _pickler.UnpicklableError,
+        match=r"openai\.OpenAI client whose workload identity .*pass api_key",
+    ):
         _pickler.dumps(identity)
     identity.close()
-    provider = anthropic.Anthropic(credentials=anthropic.lib.credentials.StaticToken("t"),
-                                   base_url=stub.url)
-    with pytest.raises(_pickler.UnpicklableError,
-                       match=r"anthropic\.Anthropic client whose credentials provider .*"
-                             r"pass api_key or auth_token"):
+    provider = anthropic.Anthropic(
+        credentials=anthropic.lib.credentials.StaticToken("t"), base_url=stub.url
+    )
+    with pytest.raises(
+        _pickler.UnpicklableError,
+        match=r"anthropic\.Anthropic client whose credentials provider .*"
+        r"pass api_key or auth_token",
+    ):
         _pickler.dumps({"client": provider})
     provider.close()
     vault = socket.socket()
@@ -412,7 +514,8 @@ def test_parts_that_cannot_be_rebuilt_are_refused(keys, stub):
     vault.close()
     client = openai.OpenAI(api_key="k", base_url=stub.url + "/v1")
     with client.chat.completions.with_streaming_response.create(
-            model="m", messages=[{"role": "user", "content": "s"}]) as streaming:
+        model="m", messages=[{"role": "user", "content": "s"}]
+    ) as streaming:
         with pytest.raises(_pickler.UnpicklableError, match=r"body was not read .* read it"):
             _pickler.dumps(streaming)
     client.close()
@@ -441,12 +544,17 @@ def test_streams_saved_only_when_read_to_the_end(keys, stub):
     (iterating it again yields nothing, as before the snapshot), sync and async."""
     client = openai.OpenAI(api_key="k", base_url=stub.url + "/v1")
     aclient = openai.AsyncOpenAI(api_key="k", base_url=stub.url + "/v1")
-    ask = {"model": "m", "messages": [{"role": "user", "content": "three streamed words"}],
-           "stream": True}
+    ask = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "three streamed words"}],
+        "stream": True,
+    }
     stream = client.chat.completions.create(**ask)
-    with pytest.raises(_pickler.UnpicklableError,
-                       match=r"openai\.Stream \(a streaming completion\) is still open; read "
-                             r"it to its end"):
+    with pytest.raises(
+        _pickler.UnpicklableError,
+        match=r"openai\.Stream \(a streaming completion\) is still open; read "
+        r"it to its end",
+    ):
         _pickler.dumps({"stream": stream})
     words = [chunk.choices[0].delta.content for chunk in stream]
     assert words == ["echo:", "three", "streamed", "words"]
@@ -462,6 +570,7 @@ def test_streams_saved_only_when_read_to_the_end(keys, stub):
         await aclient.close()
         await again._client.close()
         return got, rest
+
     assert asyncio.run(read_async()) == (words, [])
     client.close()
     ended._client.close()

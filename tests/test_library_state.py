@@ -18,8 +18,8 @@ import threading
 import types
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
+
 from snapstate.runtime._errors import ResourceReopenError
 from snapstate.serializers import _inert, _pickler, _refs
 
@@ -70,8 +70,7 @@ def test_containers_and_slots_come_back_exactly_on_the_fresh_objects():
     objects holding exactly the job's items (an import-time item the job removed stays
     removed) and attributes; `snaprun inspect`'s reader (runs nothing) shows them as
     module.name."""
-    lib = _module("libstate_a", HOOKS=Hooks(["import-time"]), TABLE=Table(a=1),
-                  LEVEL=Slotted())
+    lib = _module("libstate_a", HOOKS=Hooks(["import-time"]), TABLE=Table(a=1), LEVEL=Slotted())
     lib.HOOKS.remove("import-time")
     lib.HOOKS.append("job's")
     lib.TABLE.pop("a")
@@ -81,8 +80,7 @@ def test_containers_and_slots_come_back_exactly_on_the_fresh_objects():
     data = _pickler.dumps([lib.HOOKS, lib.TABLE, lib.LEVEL])
     shown = _inert.render(_inert.loads(data))
     assert "<libstate_a.HOOKS>" in shown and "<libstate_a.TABLE>" in shown
-    fresh = _module("libstate_a", HOOKS=Hooks(["import-time"]), TABLE=Table(a=1),
-                    LEVEL=Slotted())
+    fresh = _module("libstate_a", HOOKS=Hooks(["import-time"]), TABLE=Table(a=1), LEVEL=Slotted())
     hooks, table, level = _pickler.loads(data)
     assert hooks is fresh.HOOKS and hooks == ["job's"]
     assert table is fresh.TABLE and table == {"b": 2} and table.note == "job"
@@ -97,7 +95,7 @@ def test_decimal_default_context_keeps_its_identity_and_settings():
     try:
         ctx.prec, ctx.traps[decimal.Inexact] = 5, True
         data = _pickler.dumps({"ctx": ctx})
-        ctx.prec, ctx.traps[decimal.Inexact] = 28, False     # the new process's import
+        ctx.prec, ctx.traps[decimal.Inexact] = 28, False  # the new process's import
         back = _pickler.loads(data)["ctx"]
         assert back is decimal.DefaultContext
         assert back.prec == 5 and back.traps[decimal.Inexact]
@@ -115,14 +113,13 @@ def test_identity_kept_where_state_is_not_saved_or_unchanged():
     process)."""
     lib = _module("libstate_b", _sentinel=object(), GUARD=Guarded())
     try:
-        data = _pickler.dumps([lib._sentinel, datetime.timezone.utc, re.IGNORECASE,
-                               os.environ, lib.GUARD])
+        data = _pickler.dumps([lib._sentinel, datetime.UTC, re.IGNORECASE, os.environ, lib.GUARD])
         assert b"module_object" not in _pickler.dumps([lib._sentinel])
         back = _pickler.loads(data)
     finally:
         lib.GUARD.lock.release()
     assert back[0] is lib._sentinel
-    assert back[1] is datetime.timezone.utc
+    assert back[1] is datetime.UTC
     assert back[2] is re.IGNORECASE
     assert back[3] is os.environ
     assert back[4] is lib.GUARD
@@ -136,13 +133,14 @@ def test_installed_object_whose_state_cannot_be_saved_is_refused_at_the_restore(
     opener."""
     import ssl
     import urllib.request
+
     # An explicit context: 3.11's default HTTPSHandler holds None, 3.12's a context.
     https = urllib.request.HTTPSHandler(context=ssl.create_default_context())
     opener = urllib.request.build_opener(https)
     opener.addheaders = [("User-agent", "libstate")]
     lib = _module("libstate_e", _opener=opener)
     data = _pickler.dumps({"opener": opener})
-    lib._opener = None                     # the new process's import-time value
+    lib._opener = None  # the new process's import-time value
     with pytest.raises(ResourceReopenError, match=r"libstate_e\._opener.*OpenerDirector"):
         _pickler.loads(data)
 
@@ -159,10 +157,10 @@ def test_killed_after_each_snapshot_and_resumed_matches_a_plain_run(tmp_path):
     assert base.stdout.startswith("0 True 5 True [('User-agent', 'libstate/0')]")
     for k in (1, 2):
         store = tmp_path / f"kill{k}"
-        killed = snaprun("run", "--store", store, "--job", "j", agent, cwd=tmp_path,
-                         fault=f"after-snapshot:{k}")
+        killed = snaprun(
+            "run", "--store", store, "--job", "j", agent, cwd=tmp_path, fault=f"after-snapshot:{k}"
+        )
         assert killed.returncode == -9, killed.stderr
-        resumed = snaprun("resume", "--store", store, snapshot_files(store, "j")[-1],
-                          cwd=tmp_path)
+        resumed = snaprun("resume", "--store", store, snapshot_files(store, "j")[-1], cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
         assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"

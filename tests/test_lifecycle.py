@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, SNAPRUN, snaprun
+
 from snapstate.runtime._agent import EntryPoint, EntryPointError
 from snapstate.runtime._job import Job
 from snapstate.serializers._home import Home
@@ -34,8 +34,14 @@ UNINTERRUPTED_RESULT = "60"
 def start(*args, cwd: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("SNAPSTATE_FAULT", None)
-    return subprocess.Popen([SNAPRUN, *map(str, args)], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [SNAPRUN, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -51,8 +57,9 @@ def catalog(tmp_path: Path) -> SqliteStore:
     return SqliteStore(str(tmp_path / ".snapstate"))
 
 
-def assert_stopped_by_sigterm(tmp_path: Path, proc: subprocess.Popen, job: str,
-                              detail: str, latest: int) -> str:
+def assert_stopped_by_sigterm(
+    tmp_path: Path, proc: subprocess.Popen, job: str, detail: str, latest: int
+) -> str:
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert f"snaprun resume {job}" in err and "Traceback" not in err, err
@@ -60,7 +67,7 @@ def assert_stopped_by_sigterm(tmp_path: Path, proc: subprocess.Popen, job: str,
     row = store.get_job(job)
     assert store.effective_status(row, time.time()) == "interrupted"
     assert row.status == "interrupted" and detail in (row.error or ""), row
-    assert store.get_lease(job) is None                      # released, not just dead
+    assert store.get_lease(job) is None  # released, not just dead
     events = [(e.kind, e.detail) for e in store.events(job)]
     assert any(kind == "interrupted" and detail in text for kind, text in events), events
     assert store.latest(job).seq == latest
@@ -75,7 +82,7 @@ def finish(tmp_path: Path, job: str, first_stdout: str) -> None:
     assert done.returncode == 0, done.stderr
     assert done.result == UNINTERRUPTED_RESULT
     assert first_stdout + done.stdout == UNINTERRUPTED_STDOUT
-    assert (tmp_path / "finally").read_text() == "finally\n"     # once, at the real end
+    assert (tmp_path / "finally").read_text() == "finally\n"  # once, at the real end
 
 
 def test_sigterm_stops_at_once_records_it_and_resumes_to_the_same_output(tmp_path):
@@ -98,9 +105,9 @@ def test_sigterm_with_grace_stops_right_after_the_next_snapshot(tmp_path):
     proc = start("run", "--grace", "60", "--job", "g", STEPS, tmp_path, cwd=tmp_path)
     wait_for(tmp_path / "ready", proc)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.2)                     # the job keeps running during the grace...
+    time.sleep(0.2)  # the job keeps running during the grace...
     assert proc.poll() is None
-    (tmp_path / "go").touch()           # ...until its next snapshot
+    (tmp_path / "go").touch()  # ...until its next snapshot
     out = assert_stopped_by_sigterm(tmp_path, proc, "g", "after snapshot 2", latest=2)
     assert out == "step 1 total 10\nstep 2 total 30\n"
     os.unlink(tmp_path / "ready")
@@ -123,8 +130,10 @@ def test_script_without_main_creates_no_job(tmp_path):
     (nothing to resume: before, a phantom interrupted job re-ran the module's code on
     every resume)."""
     script = tmp_path / "nomain.py"
-    script.write_text("import os\nopen(os.path.join(os.path.dirname(__file__), 'ran'), 'a')"
-                      ".write('imported\\n')\n")
+    script.write_text(
+        "import os\nopen(os.path.join(os.path.dirname(__file__), 'ran'), 'a')"
+        ".write('imported\\n')\n"
+    )
     result = snaprun("run", "--job", "n", script, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "main()" in result.stderr and "Traceback" not in result.stderr
@@ -152,7 +161,7 @@ def test_a_failed_resume_is_not_counted(tmp_path, monkeypatch):
     script.write_text("def main():\n    return 41 + 1\n")
     monkeypatch.chdir(tmp_path)
     home = Home(str(tmp_path / "store"))
-    Job.create(home, EntryPoint.parse(str(script)), [], "r")   # never ran: interrupted
+    Job.create(home, EntryPoint.parse(str(script)), [], "r")  # never ran: interrupted
     hidden = tmp_path / "hidden.py"
     script.rename(hidden)
     with pytest.raises(EntryPointError):
@@ -171,8 +180,7 @@ def test_named_temporary_file_resumes_and_is_deleted_at_its_close(tmp_path):
     every restore); the file is still deleted when the agent closes it. If the file is
     gone, the resume fails naming it (exit 2), and succeeds once it is back."""
     agent = AGENTS / "life_tempfile.py"
-    killed = snaprun("run", "--job", "tf", agent, tmp_path, cwd=tmp_path,
-                     fault="after-snapshot:1")
+    killed = snaprun("run", "--job", "tf", agent, tmp_path, cwd=tmp_path, fault="after-snapshot:1")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     path = Path(killed.stdout.split()[0])
     assert path.read_text() == "before;"
@@ -186,7 +194,7 @@ def test_named_temporary_file_resumes_and_is_deleted_at_its_close(tmp_path):
     done = snaprun("resume", "tf", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.result == "'before;after;'"
-    assert not path.exists()          # delete-on-close kept
+    assert not path.exists()  # delete-on-close kept
 
 
 def test_ctrl_c_stops_at_once_like_sigterm_without_running_finally_blocks(tmp_path):

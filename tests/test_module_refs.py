@@ -15,8 +15,8 @@ import types
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
+
 from snapstate.runtime._layout import NULL
 from snapstate.serializers import _inert, _pickler, _refs
 
@@ -63,9 +63,15 @@ def test_sentinels_and_singletons_keep_their_identity():
     marker come back as themselves; a str sentinel inside a container too, while an
     equal str stays a separate copy; snapstate's NULL keeps its own by-name form."""
     lib = _module("ident_lib_a", _sentinel=object(), SUPPRESS="==HIDE==")
-    state = {"missing": dataclasses.MISSING, "field": dataclasses.field(),
-             "root": logging.root, "out": sys.__stdout__, "marker": lib._sentinel,
-             "hidden": [lib.SUPPRESS], "equal": "".join(["==HIDE", "=="])}
+    state = {
+        "missing": dataclasses.MISSING,
+        "field": dataclasses.field(),
+        "root": logging.root,
+        "out": sys.__stdout__,
+        "marker": lib._sentinel,
+        "hidden": [lib.SUPPRESS],
+        "equal": "".join(["==HIDE", "=="]),
+    }
     back = _pickler.loads(_pickler.dumps(state))
     assert back["missing"] is dataclasses.MISSING
     assert back["field"].default is dataclasses.MISSING
@@ -109,7 +115,7 @@ def test_only_current_non_agent_objects_go_by_reference():
     sys.modules["ident_alias_of_b"] = lib
     _refs.bind([agent])
     old = lib.box
-    _pickler.dumps(old)                  # indexed as ident_lib_b.box
+    _pickler.dumps(old)  # indexed as ident_lib_b.box
     lib.box = Marker()
     buffer = io.StringIO()
     buffer.write("kept")
@@ -131,8 +137,11 @@ def test_only_current_non_agent_objects_go_by_reference():
 def test_inert_reader_shows_references_by_name():
     """`snaprun inspect`'s reader (runs nothing) shows references as module.name."""
     lib = _module("ident_lib_d", _sentinel=object())
-    text = _inert.render(_inert.loads(_pickler.dumps(
-        {"m": dataclasses.MISSING, "s": argparse.SUPPRESS, "x": lib._sentinel})))
+    text = _inert.render(
+        _inert.loads(
+            _pickler.dumps({"m": dataclasses.MISSING, "s": argparse.SUPPRESS, "x": lib._sentinel})
+        )
+    )
     assert "<dataclasses.MISSING>" in text
     assert "<argparse.SUPPRESS>" in text
     assert "<ident_lib_d._sentinel>" in text
@@ -145,8 +154,9 @@ def test_kill_after_each_snapshot_keeps_identities(tmp_path):
     uninterrupted run's."""
     env = {"PYTHONPATH": str(LIB)}
     program = AGENTS / "ident_objects.py"
-    base = snaprun("run", "--store", tmp_path / "base", "--job", "job", program,
-                   cwd=tmp_path, env=env)
+    base = snaprun(
+        "run", "--store", tmp_path / "base", "--job", "job", program, cwd=tmp_path, env=env
+    )
     assert base.returncode == 0, base.stderr
     checks = [line for line in base.stdout.splitlines() if " parse " not in line]
     assert len(checks) == 10 and not any("False" in line for line in checks), base.stdout
@@ -155,11 +165,21 @@ def test_kill_after_each_snapshot_keeps_identities(tmp_path):
     assert count == 2
     for k in range(1, count + 1):
         store = tmp_path / f"kill{k}"
-        killed = snaprun("run", "--store", store, "--job", "job", program, cwd=tmp_path,
-                         env=env, fault=f"after-snapshot:{k}")
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            program,
+            cwd=tmp_path,
+            env=env,
+            fault=f"after-snapshot:{k}",
+        )
         assert killed.returncode == -9, killed.stderr
-        resumed = snaprun("resume", "--store", store, snapshot_files(store, "job")[-1],
-                          cwd=tmp_path, env=env)
+        resumed = snaprun(
+            "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=tmp_path, env=env
+        )
         assert resumed.returncode == 0, resumed.stderr
         assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
         assert resumed.result == base.result

@@ -49,10 +49,10 @@ def test_views_share_memory_with_their_restored_root():
         assert np.array_equal(view, original), name
         assert np.shares_memory(view, restored), name
         assert view.flags.writeable == original.flags.writeable, name
-    out["negative strides"][0, 0] = -1.0            # root[3, 5]
-    out["0-d"][...] = -2.0                           # root[1, 2]
+    out["negative strides"][0, 0] = -1.0  # root[3, 5]
+    out["0-d"][...] = -2.0  # root[1, 2]
     assert restored[3, 5] == -1.0 and restored[1, 2] == -2.0
-    assert out["slice"][0, 1] == -2.0                # root[1, 2], seen by a sibling view
+    assert out["slice"][0, 1] == -2.0  # root[1, 2], seen by a sibling view
     with pytest.raises(ValueError):
         out["read-only"][0] = 1.0
 
@@ -135,5 +135,5 @@ def test_views_of_foreign_memory_are_refused_naming_the_base_and_the_fix(tmp_pat
     assert "numpy.ma.MaskedArray is a view of another array" in message
     assert "view.copy()" in message
     del view
-    gc.collect()                # the refusal's traceback held the view (a cycle)
+    gc.collect()  # the refusal's traceback held the view (a cycle)
     region.close()

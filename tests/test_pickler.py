@@ -8,7 +8,6 @@ import pickle
 import sys
 
 import pytest
-
 from conftest import AGENTS
 
 sys.path.insert(0, str(AGENTS))
@@ -39,7 +38,7 @@ def test_closures_share_cells_and_use_module_globals():
     before = subjects.COUNTER["n"]
     push2("b")
     assert peek2() == ["a", "b"] and subjects.COUNTER["n"] == before + 1
-    assert push2.__code__ is push.__code__      # referenced by identity, not rebuilt
+    assert push2.__code__ is push.__code__  # referenced by identity, not rebuilt
 
 
 def test_recursive_closure():
@@ -92,9 +91,15 @@ def test_unstarted_and_exhausted_generators():
 def test_dill_only_as_fallback():
     """Common values never touch dill; a type cloudpickle refuses goes through dill."""
     import cloudpickle
+
     before = set(_pickler._DILL_TYPES)
-    _pickler.dumps({"history": [{"role": "user", "content": "x" * 100}] * 50,
-                    "push": subjects.make_pair()[0], "gen": subjects.ticker(1)})
+    _pickler.dumps(
+        {
+            "history": [{"role": "user", "content": "x" * 100}] * 50,
+            "push": subjects.make_pair()[0],
+            "gen": subjects.ticker(1),
+        }
+    )
     assert _pickler._DILL_TYPES == before
     obj = subjects.WithSuper().parent()
     with pytest.raises((TypeError, pickle.PicklingError)):
@@ -108,10 +113,16 @@ def test_live_handles_never_use_the_fallback():
     """A held lock is refused with what it is and its path even though dill could
     pickle it; the lock adapter's own error carries the fix (no generic one is added)."""
     import threading
+
     lock = threading.RLock()
-    with lock, pytest.raises(_pickler.UnpicklableError,
-                             match=r"value \(a dict\) holds a lock \(threading.RLock\) at "
-                                   r"value\['lock'\], .*value\['lock'\] -> _thread.RLock") as info:
+    with (
+        lock,
+        pytest.raises(
+            _pickler.UnpicklableError,
+            match=r"value \(a dict\) holds a lock \(threading.RLock\) at "
+            r"value\['lock'\], .*value\['lock'\] -> _thread.RLock",
+        ) as info,
+    ):
         _pickler.dumps({"lock": lock})
     assert info.value.fix is None and "release it" in str(info.value)
 
@@ -120,11 +131,17 @@ def test_unheld_locks_come_back_unheld_and_shared():
     """Locks nobody holds are saved as new unheld locks, one object per lock;
     conditions, semaphores and events keep their state."""
     import threading
-    lock, rlock, event, sem = (threading.Lock(), threading.RLock(), threading.Event(),
-                               threading.Semaphore(3))
+
+    lock, rlock, event, sem = (
+        threading.Lock(),
+        threading.RLock(),
+        threading.Event(),
+        threading.Semaphore(3),
+    )
     event.set()
-    copy = roundtrip({"a": lock, "b": lock, "r": rlock, "c": threading.Condition(rlock),
-                      "e": event, "s": sem})
+    copy = roundtrip(
+        {"a": lock, "b": lock, "r": rlock, "c": threading.Condition(rlock), "e": event, "s": sem}
+    )
     assert copy["a"] is copy["b"] and not copy["a"].locked()
     assert copy["c"]._lock is copy["r"] and copy["r"].acquire(blocking=False)
     assert copy["e"].is_set() and copy["s"]._value == 3

@@ -9,23 +9,22 @@ import os
 import shutil
 
 import pytest
+from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
 
 from snapstate.serializers._home import Home
-
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
 
 PROGRAM = AGENTS / "proc_state.py"
 ENV = {"PROC_REMOVE": "gone", "PROC_OUTER": "outer"}
 
 
 def _run(store, cwd, fault=None, env=ENV):
-    return snaprun("run", "--store", store, "--job", "job", PROGRAM, cwd=cwd, fault=fault,
-                   env=env)
+    return snaprun("run", "--store", store, "--job", "job", PROGRAM, cwd=cwd, fault=fault, env=env)
 
 
 def _resume(store, cwd, fault=None, env=ENV):
-    return snaprun("resume", "--store", store, snapshot_files(store, "job")[-1], cwd=cwd,
-                   fault=fault, env=env)
+    return snaprun(
+        "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=cwd, fault=fault, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +89,13 @@ def test_resume_under_a_different_environment(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     path = os.pathsep.join([str(elsewhere), os.environ.get("PATH", "")])
-    env = {"PROC_REMOVE": "back", "PROC_OUTER": "resumer", "PROC_SET": "resumer",
-           "PATH": path, "SNAPSTATE_PROBE": "resumer"}
+    env = {
+        "PROC_REMOVE": "back",
+        "PROC_OUTER": "resumer",
+        "PROC_SET": "resumer",
+        "PATH": path,
+        "SNAPSTATE_PROBE": "resumer",
+    }
     resumed = _resume(store, elsewhere, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "2 env two None resumer late\n" in resumed.stdout
@@ -125,8 +129,9 @@ def test_removed_working_directory_is_refused_clearly(baseline, tmp_path):
     assert killed.returncode == -9
     shutil.rmtree(tmp_path / "proc_work")
     refused = _resume(store, tmp_path)
-    clean_refusal(refused, str(tmp_path / "proc_work" / "inner"), "no longer exists",
-                  "resume the job again")
+    clean_refusal(
+        refused, str(tmp_path / "proc_work" / "inner"), "no longer exists", "resume the job again"
+    )
     os.makedirs(tmp_path / "proc_work" / "inner")
     resumed = _resume(store, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -141,6 +146,7 @@ def test_snapstate_random_leaves_the_global_random_sequence_alone():
     import random
 
     import snapstate
+
     random.seed(5)
     expected = [random.random() for _ in range(3)]
     random.seed(5)

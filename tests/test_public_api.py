@@ -11,19 +11,52 @@ import subprocess
 import sys
 
 import pytest
-
-import snapstate
 from conftest import AGENTS
 
+import snapstate
+
 PUBLIC = [
-    "snapshot", "SnapshotInfo", "effect", "call_effect", "Retry", "Secret", "now", "random",
-    "uuid4", "effect_time_left", "resource", "register_adapter", "credential",
-    "SnapstateError", "SnapshotError", "SnapshotWriteError", "RestoreError",
-    "IncompatibleSnapshot", "CorruptSnapshot", "TruncatedSnapshot", "SnapshotRejected",
-    "TamperedSnapshot", "HeaderMismatch", "UnknownKey", "RetiredKey", "PlaintextRefused",
-    "StoreError", "JobNotFound", "JobExists", "SnapshotNotFound", "LeaseHeld", "StaleWriter",
-    "DivergenceError", "SecretUnavailable", "JobParked", "ResourceReopenError",
-    "EffectOutsideJob", "StoreFailure", "InvalidJobId", "StoreDamaged", "JobFinished",
+    "snapshot",
+    "SnapshotInfo",
+    "effect",
+    "call_effect",
+    "Retry",
+    "Secret",
+    "now",
+    "random",
+    "uuid4",
+    "effect_time_left",
+    "resource",
+    "register_adapter",
+    "credential",
+    "SnapstateError",
+    "SnapshotError",
+    "SnapshotWriteError",
+    "RestoreError",
+    "IncompatibleSnapshot",
+    "CorruptSnapshot",
+    "TruncatedSnapshot",
+    "SnapshotRejected",
+    "TamperedSnapshot",
+    "HeaderMismatch",
+    "UnknownKey",
+    "RetiredKey",
+    "PlaintextRefused",
+    "StoreError",
+    "JobNotFound",
+    "JobExists",
+    "SnapshotNotFound",
+    "LeaseHeld",
+    "StaleWriter",
+    "DivergenceError",
+    "SecretUnavailable",
+    "JobParked",
+    "ResourceReopenError",
+    "EffectOutsideJob",
+    "StoreFailure",
+    "InvalidJobId",
+    "StoreDamaged",
+    "JobFinished",
 ]
 
 
@@ -123,9 +156,14 @@ def test_snapshot_outside_a_job_repeatedly():
 def test_agent_runs_under_plain_python(tmp_path):
     """An agent run by plain `python agent.py` (no snaprun) runs to the end, every
     snapshot() returning seq=None, resumed=False and its label, writing no snapshot."""
-    proc = subprocess.run([sys.executable, str(AGENTS / "compat_agent.py")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"})
+    proc = subprocess.run(
+        [sys.executable, str(AGENTS / "compat_agent.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "step 0 seq None resumed False label step-0 frozen float True",

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, SNAPRUN, snaprun, snapshot_files
 
 from snapstate.serializers import _keys, _snapfile
@@ -49,8 +48,11 @@ def jobs(tmp_path_factory):
 
 
 def _files(folder: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _catalog(store: Path) -> list[str]:
@@ -66,11 +68,16 @@ def _state(root: Path) -> dict:
     config files, and the catalog's content (all tables: jobs, snapshots, events,
     metrics, effects, leases)."""
     store = root / "store"
-    return {"agents": {job: _files(root / job) for job in ("killed", "done")},
-            "snapshots": _files(store / "snapshots"),
-            "store files": {n: (store / n).read_bytes() for n in ("keys.json", "config.json")
-                            if (store / n).exists()},
-            "catalog": _catalog(store)}
+    return {
+        "agents": {job: _files(root / job) for job in ("killed", "done")},
+        "snapshots": _files(store / "snapshots"),
+        "store files": {
+            n: (store / n).read_bytes()
+            for n in ("keys.json", "config.json")
+            if (store / n).exists()
+        },
+        "catalog": _catalog(store),
+    }
 
 
 def _assert_unchanged(before: dict, after: dict) -> None:
@@ -101,8 +108,9 @@ def test_inspect_changes_nothing_and_imports_nothing(jobs, job):
     run = _untouched(jobs, sentinel, "inspect", "--store", jobs / "store", f"{job}@1")
     assert run.returncode == 0, run.stderr
     assert "notebook = Notebook(title='draft', pages=['intro'])" in run.stdout, run.stdout
-    assert f"journal = open file '{jobs / job / 'journal.txt'}' (mode 'a', at byte 20)" \
-        in run.stdout, run.stdout
+    assert (
+        f"journal = open file '{jobs / job / 'journal.txt'}' (mode 'a', at byte 20)" in run.stdout
+    ), run.stdout
     assert f"db = sqlite3 connection '{jobs / job / 'data.db'}'" in run.stdout
     assert "locals unavailable" not in run.stdout
     if job == "killed":
@@ -120,11 +128,14 @@ def test_other_readonly_commands_change_nothing(jobs, tmp_path):
     below, did.)"""
     store = jobs / "store"
     snap = snapshot_files(store, "killed")[0]
-    commands = [("verify", "--store", store, snap),
-                ("export", "--store", store, "-o", tmp_path / "out.snap", "killed@1"),
-                ("ls", "--store", store), ("log", "--store", store, "killed"),
-                ("effects", "--store", store, "--json", "killed"),
-                ("stats", "--store", store)]
+    commands = [
+        ("verify", "--store", store, snap),
+        ("export", "--store", store, "-o", tmp_path / "out.snap", "killed@1"),
+        ("ls", "--store", store),
+        ("log", "--store", store, "killed"),
+        ("effects", "--store", store, "--json", "killed"),
+        ("stats", "--store", store),
+    ]
     for args in commands:
         run = _untouched(jobs, tmp_path / f"sentinel-{args[0]}", *args)
         assert run.returncode == 0, (args, run.stderr)
@@ -138,8 +149,14 @@ def test_replay_uses_scratch_copies_and_writes_nothing(jobs, tmp_path):
     the scratch copies are gone afterwards."""
     before_tmp = set(os.listdir(tmp_path))
     before = _state(jobs)
-    run = snaprun("replay", "--store", jobs / "store", "done@1", cwd=jobs / "done",
-                  env={"TMPDIR": str(tmp_path)})
+    run = snaprun(
+        "replay",
+        "--store",
+        jobs / "store",
+        "done@1",
+        cwd=jobs / "done",
+        env={"TMPDIR": str(tmp_path)},
+    )
     assert run.returncode == 0, run.stderr
     assert "finished: main() returned 2" in run.stderr, run.stderr
     _assert_unchanged(before, _state(jobs))
@@ -162,12 +179,22 @@ def test_hostile_payload_signed_with_the_store_key_runs_nothing(jobs, tmp_path):
         def __reduce__(self):
             return (runpy.run_path, (str(AGENT),))
 
-    body = pickle.dumps({"frames": [], "globals": {"agent": {"shell": Shell(),
-                                                             "module": RunModule()}},
-                         "handled": None, "label": None, "effects": 0}, protocol=5)
+    body = pickle.dumps(
+        {
+            "frames": [],
+            "globals": {"agent": {"shell": Shell(), "module": RunModule()}},
+            "handled": None,
+            "label": None,
+            "effects": 0,
+        },
+        protocol=5,
+    )
     real = snapshot_files(jobs / "store", "done")[0]
-    header = {k: v for k, v in _snapfile.peek_header(str(real)).items()
-              if k not in ("key_id", "chunk_size", "codecs", "nonce_prefix")}
+    header = {
+        k: v
+        for k, v in _snapfile.peek_header(str(real)).items()
+        if k not in ("key_id", "chunk_size", "codecs", "nonce_prefix")
+    }
     header["frames"] = []
     evil = tmp_path / "evil.snap"
     _snapfile.write(str(evil), header, body, _keys.KeyRing(str(jobs / "store")))
@@ -175,15 +202,16 @@ def test_hostile_payload_signed_with_the_store_key_runs_nothing(jobs, tmp_path):
     old = os.environ.get("RO_SENTINEL")
     os.environ["RO_SENTINEL"] = str(imported)
     try:
-        pickle.loads(body)                    # positive control: this payload runs code
+        pickle.loads(body)  # positive control: this payload runs code
     finally:
         os.environ.pop("RO_SENTINEL") if old is None else os.environ.update(RO_SENTINEL=old)
     assert sentinel.exists() and imported.exists()
     sentinel.unlink()
     imported.unlink()
 
-    run = snaprun("inspect", "--store", jobs / "store", evil, cwd=tmp_path,
-                  env={"RO_SENTINEL": str(imported)})
+    run = snaprun(
+        "inspect", "--store", jobs / "store", evil, cwd=tmp_path, env={"RO_SENTINEL": str(imported)}
+    )
     assert run.returncode == 0, run.stderr
     assert not sentinel.exists() and not imported.exists()
     assert IMPORTED not in run.stdout + run.stderr
@@ -192,10 +220,12 @@ def test_hostile_payload_signed_with_the_store_key_runs_nothing(jobs, tmp_path):
 
 
 # ------------------------------------------------------------------------ memory
-_LAUNCHER = ("import os, subprocess, sys\n"
-             "proc = subprocess.Popen(sys.argv[2:], stdout=open(sys.argv[1], 'w'))\n"
-             "_, status, usage = os.wait4(proc.pid, 0)\n"
-             "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)")
+_LAUNCHER = (
+    "import os, subprocess, sys\n"
+    "proc = subprocess.Popen(sys.argv[2:], stdout=open(sys.argv[1], 'w'))\n"
+    "_, status, usage = os.wait4(proc.pid, 0)\n"
+    "print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)"
+)
 
 
 def _measured(args: list, cwd: Path) -> tuple[int, float, float, str]:
@@ -204,9 +234,14 @@ def _measured(args: list, cwd: Path) -> tuple[int, float, float, str]:
     a child forked straight from pytest would inherit pytest's own peak RSS."""
     python = Path(SNAPRUN).with_name("python")
     start = time.monotonic()
-    proc = subprocess.run([str(python), "-c", _LAUNCHER, str(cwd / "child.out"),
-                           *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONUNBUFFERED="1"), timeout=120)
+    proc = subprocess.run(
+        [str(python), "-c", _LAUNCHER, str(cwd / "child.out"), *map(str, args)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        timeout=120,
+    )
     seconds = time.monotonic() - start
     code, rss = proc.stdout.split()
     return int(code), int(rss) / 1024, seconds, proc.stderr
@@ -216,8 +251,11 @@ def _measured(args: list, cwd: Path) -> tuple[int, float, float, str]:
 def large(jobs):
     """A genuine 96 MiB snapshot (incompressible payload) signed by the store's key."""
     real = snapshot_files(jobs / "store", "done")[0]
-    header = {k: v for k, v in _snapfile.peek_header(str(real)).items()
-              if k not in ("key_id", "chunk_size", "codecs", "nonce_prefix")}
+    header = {
+        k: v
+        for k, v in _snapfile.peek_header(str(real)).items()
+        if k not in ("key_id", "chunk_size", "codecs", "nonce_prefix")
+    }
     path = jobs / "large.snap"
     _snapfile.write(str(path), header, os.urandom(96 * MIB), _keys.KeyRing(str(jobs / "store")))
     return path
@@ -236,19 +274,26 @@ def test_verify_refuses_a_tiny_chunk_file_fast_in_constant_memory(jobs, tmp_path
     key is refused with exit 2 as damaged, within 64 MiB of peak RSS and in a few
     seconds: every chunk but the last must have the writer's chunk size."""
     ring = _keys.KeyRing(str(jobs / "store"))
-    header = json.dumps({"key_id": ring.current.key_id, "chunk_size": _snapfile.CHUNK_SIZE,
-                         "codecs": ["pickle-5", "zstd"]}).encode()
+    header = json.dumps(
+        {
+            "key_id": ring.current.key_id,
+            "chunk_size": _snapfile.CHUNK_SIZE,
+            "codecs": ["pickle-5", "zstd"],
+        }
+    ).encode()
     path = tmp_path / "tiny.snap"
     with open(path, "wb") as f:
-        f.write(_snapfile.MAGIC + struct.pack("<HI", _snapfile.FORMAT_VERSION, len(header))
-                + header)
+        f.write(
+            _snapfile.MAGIC + struct.pack("<HI", _snapfile.FORMAT_VERSION, len(header)) + header
+        )
         piece = struct.pack("<I", 1) + b"x"
         for _ in range(20):
             f.write(piece * 1_000_000)
         f.write(struct.pack("<I", 0) + bytes(64))
     assert path.stat().st_size > 100_000_000
-    code, rss, seconds, err = _measured([SNAPRUN, "verify", "--store", jobs / "store", path],
-                                        tmp_path)
+    code, rss, seconds, err = _measured(
+        [SNAPRUN, "verify", "--store", jobs / "store", path], tmp_path
+    )
     assert code == 2 and "Traceback" not in err, err
     assert "chunk" in err and str(path) in err, err
     assert rss <= 64, f"verify peaked at {rss:.0f} MiB"
@@ -259,9 +304,11 @@ def test_read_payload_holds_the_body_once(jobs, large, tmp_path):
     """Decoding a 96 MiB body peaks at about one copy of it (not the compressed
     chunks, the decompressed body and a copy of it at once): peak RSS of a process
     that only reads the payload stays under 64 MiB + the payload size."""
-    script = ("import sys; from snapstate.serializers import _snapfile, _keys; "
-              "h, p = _snapfile.read_payload(sys.argv[1], _keys.KeyRing(sys.argv[2])); "
-              "print(len(p))")
+    script = (
+        "import sys; from snapstate.serializers import _snapfile, _keys; "
+        "h, p = _snapfile.read_payload(sys.argv[1], _keys.KeyRing(sys.argv[2])); "
+        "print(len(p))"
+    )
     python = Path(SNAPRUN).with_name("python")
     code, rss, _, err = _measured([python, "-c", script, large, jobs / "store"], tmp_path)
     assert code == 0, err
@@ -274,6 +321,7 @@ def test_inspect_of_a_snapshot_without_local_names_shows_slots(jobs):
     them) still shows every local, by slot number, without importing anything."""
     from snapstate.runtime import _inspect
     from snapstate.serializers._home import Home
+
     home = Home(str(jobs / "store"))
     try:
         header, payload = home.read(str(snapshot_files(jobs / "store", "done")[0]))

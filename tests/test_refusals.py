@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
 
 AGENT = AGENTS / "refusals.py"
@@ -40,8 +39,20 @@ def test_agent_catches_every_refusal_and_finishes(refusals):
     assert run.result == "'survived'"
     assert "carried on" in run.stdout
     assert sorted(messages) == sorted(
-        ["sorted-key", "map", "partial", "next", "generator-body", "coroutine-body",
-         "lock-local", "nested-socket", "global-lock", "fd-file", "exec-code"])
+        [
+            "sorted-key",
+            "map",
+            "partial",
+            "next",
+            "generator-body",
+            "coroutine-body",
+            "lock-local",
+            "nested-socket",
+            "global-lock",
+            "fd-file",
+            "exec-code",
+        ]
+    )
     files = snapshot_files(workdir / "store", "job")
     assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap"]
 
@@ -51,18 +62,20 @@ def test_earlier_snapshot_still_resumes(refusals):
     and replays them identically."""
     run, _, workdir = refusals
     first = snapshot_files(workdir / "store", "job")[0]
-    resumed = snaprun("resume", "--store", workdir / "store", "--as", "again", first,
-                      cwd=workdir)
+    resumed = snaprun("resume", "--store", workdir / "store", "--as", "again", first, cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == run.stdout
 
 
-@pytest.mark.parametrize("case, callee, c_code, caller_line", [
-    ("sorted-key", "main.<locals>.<lambda>()", "sorted(...)", "sorted([1], key="),
-    ("map", "main.<locals>.<lambda>()", "list(...)", "list(map("),
-    ("partial", "attempt()", "functools.partial(...)", "functools.partial(attempt"),
-    ("next", "Counter.__next__()", "the for loop's call to __next__", "for x in Counter()"),
-])
+@pytest.mark.parametrize(
+    "case, callee, c_code, caller_line",
+    [
+        ("sorted-key", "main.<locals>.<lambda>()", "sorted(...)", "sorted([1], key="),
+        ("map", "main.<locals>.<lambda>()", "list(...)", "list(map("),
+        ("partial", "attempt()", "functools.partial(...)", "functools.partial(attempt"),
+        ("next", "Counter.__next__()", "the for loop's call to __next__", "for x in Counter()"),
+    ],
+)
 def test_c_function_between_frames(refusals, case, callee, c_code, caller_line):
     """A C function holding state between two frames is named with both frames and the fix."""
     message = refusals[1][case]
@@ -72,10 +85,13 @@ def test_c_function_between_frames(refusals, case, callee, c_code, caller_line):
     assert f"Move the snapshot() out of {callee}" in message
 
 
-@pytest.mark.parametrize("case, kind, function, line", [
-    ("generator-body", "generator", "produce()", 'attempt("generator-body")'),
-    ("coroutine-body", "coroutine", "coroutine_body()", 'attempt("coroutine-body")'),
-])
+@pytest.mark.parametrize(
+    "case, kind, function, line",
+    [
+        ("generator-body", "generator", "produce()", 'attempt("generator-body")'),
+        ("coroutine-body", "coroutine", "coroutine_body()", 'attempt("coroutine-body")'),
+    ],
+)
 def test_snapshot_inside_generator_or_coroutine_body(refusals, case, kind, function, line):
     """snapshot() inside a running generator or coroutine body is refused with the fix."""
     message = refusals[1][case]
@@ -83,24 +99,47 @@ def test_snapshot_inside_generator_or_coroutine_body(refusals, case, kind, funct
     assert f"Move the snapshot() out of {function.rstrip('()')}()" in message
 
 
-@pytest.mark.parametrize("case, user_words, path, type_name, fix", [
-    ("lock-local", "local 'lock' is a lock (threading.Lock)", "local 'lock'", "_thread.lock",
-     "release it before snapshot()"),
-    ("nested-socket", "local 'holder' (a dict) holds a socket at local 'holder'['client'].conn",
-     "local 'holder'['client'].conn", "socket.socket", "snapstate.resource(factory)"),
-    ("global-lock", "global 'LOCK_AT_MODULE_LEVEL' is a lock (threading.RLock)",
-     "module refusals, global 'LOCK_AT_MODULE_LEVEL'", "_thread.RLock",
-     "leave the `with lock:` block (release it) before snapshot()"),
-    ("fd-file", "local 'source' is a file object (io.TextIOWrapper)", "local 'source'",
-     "_io.TextIOWrapper", "Open the file by its path with open(path)"),
-])
+@pytest.mark.parametrize(
+    "case, user_words, path, type_name, fix",
+    [
+        (
+            "lock-local",
+            "local 'lock' is a lock (threading.Lock)",
+            "local 'lock'",
+            "_thread.lock",
+            "release it before snapshot()",
+        ),
+        (
+            "nested-socket",
+            "local 'holder' (a dict) holds a socket at local 'holder'['client'].conn",
+            "local 'holder'['client'].conn",
+            "socket.socket",
+            "snapstate.resource(factory)",
+        ),
+        (
+            "global-lock",
+            "global 'LOCK_AT_MODULE_LEVEL' is a lock (threading.RLock)",
+            "module refusals, global 'LOCK_AT_MODULE_LEVEL'",
+            "_thread.RLock",
+            "leave the `with lock:` block (release it) before snapshot()",
+        ),
+        (
+            "fd-file",
+            "local 'source' is a file object (io.TextIOWrapper)",
+            "local 'source'",
+            "_io.TextIOWrapper",
+            "Open the file by its path with open(path)",
+        ),
+    ],
+)
 def test_unpicklable_value_named_by_path(refusals, case, user_words, path, type_name, fix):
     """An unpicklable local or global is named first as the user knows it (the local or
     global and what it is), then by task, frame, local, attribute chain and type, then
     the fix for that kind of object (resource() only for a connection or file)."""
     message = refusals[1][case]
-    assert message.startswith(f"snapshot 2 ({case}) failed: {user_words}, which cannot be "
-                              "saved: "), message
+    assert message.startswith(
+        f"snapshot 2 ({case}) failed: {user_words}, which cannot be saved: "
+    ), message
     if case != "global-lock":
         line = _line_of(f'attempt("{case}")')
         assert f"task main, frame main() at {FILE}:{line}" in message
@@ -112,5 +151,7 @@ def test_unpicklable_value_named_by_path(refusals, case, user_words, path, type_
 def test_code_from_exec_is_refused(refusals):
     """A frame whose globals are no module (exec'd code) is refused, naming it."""
     message = refusals[1]["exec-code"]
-    assert "from_exec() at <string>:2 runs in globals that belong to no importable module" in message
+    assert (
+        "from_exec() at <string>:2 runs in globals that belong to no importable module" in message
+    )
     assert "Move that code into a module of the agent" in message

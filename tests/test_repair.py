@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import AGENTS, snaprun
+
 from snapstate import JobParked, StoreDamaged
 from snapstate.runtime._cli import cli
 from snapstate.runtime._job import Job
@@ -39,14 +39,16 @@ def pristine(tmp_path_factory) -> Path:
     (root / "base.out").write_text(base.stdout)
     store = root / "store"
     for job in ("j", "d"):
-        run = snaprun("run", "--store", store, "--job", job, LOOPS, cwd=root,
-                      fault="after-snapshot:3")
+        run = snaprun(
+            "run", "--store", store, "--job", job, LOOPS, cwd=root, fault="after-snapshot:3"
+        )
         assert run.returncode == -9, run.stderr
         (root / f"{job}.out").write_text(run.stdout)
-    dropped = {n: (store / "snapshots" / "d" / n).read_bytes()
-               for n in ("000002-e1.snap", "000003-e1.snap")}
-    run = snaprun("resume", "--store", store, "--at", "1", "d", cwd=root,
-                  fault="after-snapshot:2")
+    dropped = {
+        n: (store / "snapshots" / "d" / n).read_bytes()
+        for n in ("000002-e1.snap", "000003-e1.snap")
+    }
+    run = snaprun("resume", "--store", store, "--at", "1", "d", cwd=root, fault="after-snapshot:2")
     assert run.returncode == -9, run.stderr
     for name, data in dropped.items():
         (store / "snapshots" / "d" / name).write_bytes(data)
@@ -62,15 +64,24 @@ def root(pristine, tmp_path) -> Path:
 
 
 def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _jobs(store: Path) -> dict:
     home = Home(str(store), create=False)
     try:
-        return {j.job_id: (j.status, [(r.seq, r.epoch) for r in home.catalog.snapshots(j.job_id)],
-                           j.parent) for j in home.catalog.list_jobs()}
+        return {
+            j.job_id: (
+                j.status,
+                [(r.seq, r.epoch) for r in home.catalog.snapshots(j.job_id)],
+                j.parent,
+            )
+            for j in home.catalog.list_jobs()
+        }
     finally:
         home.close()
 
@@ -89,10 +100,12 @@ def test_repair_after_deleting_the_catalog(root):
     repaired = _cli("repair", "--store", store)
     assert repaired.exit_code == 0, repaired.stderr
     assert "000003-e1.snap" in repaired.stderr and "000002-e1.snap" in repaired.stderr
-    assert _jobs(store) == {"d": ("parked", [(1, 1), (2, 2)], None),
-                            "f": ("parked", [(1, 0), (2, 0)], "j"),
-                            "j": ("parked", [(1, 1), (2, 1), (3, 1)], None)}
-    assert (store / "snapshots" / "d" / "000003-e1.snap").exists()     # left alone
+    assert _jobs(store) == {
+        "d": ("parked", [(1, 1), (2, 2)], None),
+        "f": ("parked", [(1, 0), (2, 0)], "j"),
+        "j": ("parked", [(1, 1), (2, 1), (3, 1)], None),
+    }
+    assert (store / "snapshots" / "d" / "000003-e1.snap").exists()  # left alone
 
     refused = snaprun("resume", "--store", store, "j", cwd=root)
     assert refused.returncode == 4 and refused.stdout == "", refused.stderr
@@ -142,12 +155,15 @@ def test_unverifiable_files_are_reported_and_left_alone(root):
     flipped = bytearray(good)
     flipped[len(flipped) // 2] ^= 0xFF
     (store / "snapshots" / "j" / "000004-e1.snap").write_bytes(bytes(flipped))
-    other = snaprun("run", "--store", root / "other", "--job", "evil", LOOPS, cwd=root,
-                    fault="after-snapshot:1")
+    other = snaprun(
+        "run", "--store", root / "other", "--job", "evil", LOOPS, cwd=root, fault="after-snapshot:1"
+    )
     assert other.returncode == -9
     (store / "snapshots" / "evil").mkdir()
-    shutil.copy(root / "other" / "snapshots" / "evil" / "000001-e1.snap",
-                store / "snapshots" / "evil" / "000001-e1.snap")
+    shutil.copy(
+        root / "other" / "snapshots" / "evil" / "000001-e1.snap",
+        store / "snapshots" / "evil" / "000001-e1.snap",
+    )
     (store / "catalog.db").unlink()
     before = {k: v for k, v in tree(store).items() if k.startswith("snapshots")}
     result = _cli("repair", "--store", store)

@@ -11,7 +11,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from conftest import AGENTS, snaprun
 
 from snapstate.runtime._agent import EntryPoint
@@ -24,8 +23,13 @@ class _Echo(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        data = json.dumps({"path": self.path, "x-agent": self.headers.get("X-Agent"),
-                           "cookie": self.headers.get("Cookie")}).encode()
+        data = json.dumps(
+            {
+                "path": self.path,
+                "x-agent": self.headers.get("X-Agent"),
+                "cookie": self.headers.get("Cookie"),
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -49,22 +53,45 @@ def test_appended_file_survives_100_kill_restore_cycles(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
     env = {"STEPS": "100"}
-    run = snaprun("run", "--store", base / "s", "--job", "job", AGENTS / "res_append.py",
-                  cwd=base, env=env)
+    run = snaprun(
+        "run", "--store", base / "s", "--job", "job", AGENTS / "res_append.py", cwd=base, env=env
+    )
     assert run.returncode == 0, run.stderr
     work = tmp_path / "work"
     work.mkdir()
     rng = random.Random(1234)
-    cycle = snaprun("run", "--store", work / "s", "--job", "job", AGENTS / "res_append.py",
-                    cwd=work, env=env, fault="after-snapshot:1")
+    cycle = snaprun(
+        "run",
+        "--store",
+        work / "s",
+        "--job",
+        "job",
+        AGENTS / "res_append.py",
+        cwd=work,
+        env=env,
+        fault="after-snapshot:1",
+    )
     assert cycle.returncode == -9
     for k in range(2, 101):
         if rng.random() < 0.5:
-            cycle = snaprun("resume", "--store", work / "s", "job", cwd=work,
-                            env=dict(env, KILL_AFTER_WRITE=str(k)))
+            cycle = snaprun(
+                "resume",
+                "--store",
+                work / "s",
+                "job",
+                cwd=work,
+                env=dict(env, KILL_AFTER_WRITE=str(k)),
+            )
         else:
-            cycle = snaprun("resume", "--store", work / "s", "job", cwd=work, env=env,
-                            fault=f"after-snapshot:{k}")
+            cycle = snaprun(
+                "resume",
+                "--store",
+                work / "s",
+                "job",
+                cwd=work,
+                env=env,
+                fault=f"after-snapshot:{k}",
+            )
         assert cycle.returncode == -9, cycle.stderr
     final = snaprun("resume", "--store", work / "s", "job", cwd=work, env=env)
     assert final.returncode == 0, final.stderr
@@ -75,8 +102,17 @@ def test_appended_file_survives_100_kill_restore_cycles(tmp_path):
 def test_sqlite_and_httpx_work_after_restore_in_a_new_process(tmp_path, echo_server):
     """Crash window: SIGKILL after the snapshot holding both; they work after resume."""
     env = {"SERVER_URL": echo_server, "DB_PATH": str(tmp_path / "notes.db")}
-    killed = snaprun("run", "--store", tmp_path / "s", "--job", "job",
-                     AGENTS / "res_clients.py", cwd=tmp_path, env=env, fault="after-snapshot:1")
+    killed = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        AGENTS / "res_clients.py",
+        cwd=tmp_path,
+        env=env,
+        fault="after-snapshot:1",
+    )
     assert killed.returncode == -9
     resumed = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stderr
@@ -92,21 +128,30 @@ def test_failed_reopen_leaves_the_job_resumable(tmp_path):
     listener.listen(8)
     port = listener.getsockname()[1]
     env = {"SERVER_PORT": str(port)}
-    killed = snaprun("run", "--store", tmp_path / "s", "--job", "job",
-                     AGENTS / "res_reopen.py", cwd=tmp_path, env=env, fault="after-snapshot:1")
+    killed = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        AGENTS / "res_reopen.py",
+        cwd=tmp_path,
+        env=env,
+        fault="after-snapshot:1",
+    )
     assert killed.returncode == -9
-    listener.close()                                   # the server goes down
+    listener.close()  # the server goes down
     saved = (tmp_path / "notes.txt").read_bytes()
-    (tmp_path / "notes.txt").unlink()                  # and the file disappears
+    (tmp_path / "notes.txt").unlink()  # and the file disappears
     gone = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path, env=env)
     assert gone.returncode == 2
     assert f"file {tmp_path / 'notes.txt'}" in gone.stderr and "no longer exists" in gone.stderr
-    (tmp_path / "notes.txt").write_bytes(saved)        # the file is put back
+    (tmp_path / "notes.txt").write_bytes(saved)  # the file is put back
     down = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path, env=env)
     assert down.returncode == 1
     assert "ResourceReopenError" in down.stderr and "'upstream'" in down.stderr
     assert "res_reopen.connect()" in down.stderr
-    listener = socket.socket()                         # the server comes back
+    listener = socket.socket()  # the server comes back
     listener.bind(("127.0.0.1", port))
     listener.listen(8)
     try:
@@ -133,9 +178,9 @@ def test_no_fd_growth_over_100_snapshot_restore_cycles(tmp_path, monkeypatch):
     assert job.run() == 3
     before = None
     for cycle in range(100):
-        home.catalog.set_status("job", "interrupted")   # as a kill leaves it: a done job
+        home.catalog.set_status("job", "interrupted")  # as a kill leaves it: a done job
         assert Job.open(home, "job").resume(at=2) == 3  # never resumes
-        if cycle == 4:            # after warm-up (sqlite's own connections, caches)
+        if cycle == 4:  # after warm-up (sqlite's own connections, caches)
             before = _open_fds()
     assert _open_fds() <= before
     home.close()
@@ -145,22 +190,54 @@ def test_each_untracked_handle_is_named(tmp_path, echo_server):
     """No crash window: a socket, a held lock, a thread, a subprocess and a streaming
     response each give a SnapshotError naming the local, what it is, its type and the fix
     for that kind (resource() only for the socket)."""
-    run = snaprun("run", "--store", tmp_path / "s", "--job", "job", AGENTS / "res_untracked.py",
-                  cwd=tmp_path, env={"SERVER_URL": echo_server})
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        AGENTS / "res_untracked.py",
+        cwd=tmp_path,
+        env={"SERVER_URL": echo_server},
+    )
     assert run.returncode == 0, run.stderr
-    refused = dict(line.split(": ", 1)[0].split()[1:2] + [line.split(": ", 1)[1]]
-                   for line in run.stdout.splitlines() if line.startswith("REFUSED"))
-    expected = {"socket": ("local 'sock'", "socket.socket", "a socket",
-                           "through snapstate.resource(factory)"),
-                "lock": ("local 'lock'", "_thread.lock", "a lock (threading.Lock)",
-                         "release it before snapshot()"),
-                "thread": ("local 'worker'", "threading.Thread", "a thread",
-                           "join it (thread.join()) before snapshot()"),
-                "subprocess": ("local 'proc'", "subprocess.Popen", "a subprocess",
-                               "wait for it (proc.wait()) before snapshot()"),
-                "streaming-response": ("local 'response'", "httpx.Response",
-                                       "an HTTP response (httpx.Response)",
-                                       "Read the body (response.read())")}
+    refused = dict(
+        line.split(": ", 1)[0].split()[1:2] + [line.split(": ", 1)[1]]
+        for line in run.stdout.splitlines()
+        if line.startswith("REFUSED")
+    )
+    expected = {
+        "socket": (
+            "local 'sock'",
+            "socket.socket",
+            "a socket",
+            "through snapstate.resource(factory)",
+        ),
+        "lock": (
+            "local 'lock'",
+            "_thread.lock",
+            "a lock (threading.Lock)",
+            "release it before snapshot()",
+        ),
+        "thread": (
+            "local 'worker'",
+            "threading.Thread",
+            "a thread",
+            "join it (thread.join()) before snapshot()",
+        ),
+        "subprocess": (
+            "local 'proc'",
+            "subprocess.Popen",
+            "a subprocess",
+            "wait for it (proc.wait()) before snapshot()",
+        ),
+        "streaming-response": (
+            "local 'response'",
+            "httpx.Response",
+            "an HTTP response (httpx.Response)",
+            "Read the body (response.read())",
+        ),
+    }
     assert sorted(refused) == sorted(expected)
     for case, (local, type_name, what, fix) in expected.items():
         message = refused[case]

@@ -15,11 +15,20 @@ from snapstate.serializers._home import Home
 
 def test_dropped_local_is_freed_after_restore_in_a_new_process(tmp_path):
     """Crash window: SIGKILL after the snapshot; the resumed agent frees what it drops."""
-    killed = snaprun("run", "--store", tmp_path, "--job", "job", AGENTS / "memory_agent.py",
-                     cwd=tmp_path, fault="after-snapshot:1")
+    killed = snaprun(
+        "run",
+        "--store",
+        tmp_path,
+        "--job",
+        "job",
+        AGENTS / "memory_agent.py",
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+    )
     assert killed.returncode == -9
-    resumed = snaprun("resume", "--store", tmp_path, snapshot_files(tmp_path, "job")[0],
-                      cwd=tmp_path)
+    resumed = snaprun(
+        "resume", "--store", tmp_path, snapshot_files(tmp_path, "job")[0], cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == "freed True\n"
 
@@ -27,12 +36,13 @@ def test_dropped_local_is_freed_after_restore_in_a_new_process(tmp_path):
 def test_registry_empties_after_a_restored_job_finishes(tmp_path):
     """In one process: after the restored job returns, no morph entry remains."""
     home = Home(str(tmp_path))
-    job = Job.create(home, EntryPoint("memory_agent", "main", str(AGENTS / "memory_agent.py")),
-                     [], "job")
+    job = Job.create(
+        home, EntryPoint("memory_agent", "main", str(AGENTS / "memory_agent.py")), [], "job"
+    )
     assert job.run() is True
     before = len(_morph._MORPHS)
-    home.catalog.set_status("job", "interrupted")    # as a kill leaves it: a done job
-    assert Job.open(home, "job").resume(at=1) is True    # never resumes
+    home.catalog.set_status("job", "interrupted")  # as a kill leaves it: a done job
+    assert Job.open(home, "job").resume(at=1) is True  # never resumes
     gc.collect()
     assert len(_morph._MORPHS) == before
     home.close()

@@ -9,12 +9,11 @@ the one still marked xfail(strict=True) is a documented limitation (README).
 from __future__ import annotations
 
 import gzip
-import sqlite3
 import os
+import sqlite3
 import textwrap
 
 import pytest
-
 from conftest import snaprun, snapshot_files
 
 httpx = pytest.importorskip("httpx")
@@ -67,8 +66,16 @@ def test_key_loaded_into_environ_by_the_agent_is_not_in_the_payload(tmp_path):
     to it)."""
     agent = tmp_path / "dotenv_agent.py"
     agent.write_text(DOTENV_AGENT)
-    run = snaprun("run", "--store", tmp_path / "s", "--job", "job", agent, cwd=tmp_path,
-                  fault="after-snapshot:1")
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        agent,
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+    )
     assert run.returncode != 0
     files = snapshot_files(tmp_path / "s", "job")
     assert files
@@ -91,16 +98,19 @@ def test_llm_credential_headers_and_query_are_not_in_clear(keys):
     default query (default_query={"key": ...}): neither secret may be in the payload
     (resources/_http.is_sensitive_header already treats any name with auth/key/token in
     it as a credential; _llm does not)."""
-    client = openai.OpenAI(api_key="sk-review-abcdefgh", base_url="http://127.0.0.1:9/v1",
-                           default_headers={"Helicone-Auth": "Bearer heli-SECRET-1"},
-                           default_query={"key": "query-SECRET-2"})
+    client = openai.OpenAI(
+        api_key="sk-review-abcdefgh",
+        base_url="http://127.0.0.1:9/v1",
+        default_headers={"Helicone-Auth": "Bearer heli-SECRET-1"},
+        default_query={"key": "query-SECRET-2"},
+    )
     try:
         data = _pickler.dumps(client)
     finally:
         client.close()
     assert b"heli-SECRET-1" not in data
     assert b"query-SECRET-2" not in data
-    copy = _pickler.loads(data)              # sealed, not lost
+    copy = _pickler.loads(data)  # sealed, not lost
     try:
         assert copy.default_headers["Helicone-Auth"] == "Bearer heli-SECRET-1"
         assert copy.default_query == {"key": "query-SECRET-2"}
@@ -112,15 +122,16 @@ def test_httpx_client_query_key_and_url_password_are_not_in_clear(keys):
     """httpx.Client(params={"api_key": ...}) (SerpAPI, Google APIs...) and a base_url
     with a password in it: the secrets must be sealed like a header's, not written in
     clear."""
-    client = httpx.Client(params={"api_key": "param-SECRET-3"},
-                          base_url="https://user:url-SECRET-4@example.com")
+    client = httpx.Client(
+        params={"api_key": "param-SECRET-3"}, base_url="https://user:url-SECRET-4@example.com"
+    )
     try:
         data = _pickler.dumps(client)
     finally:
         client.close()
     assert b"param-SECRET-3" not in data
     assert b"url-SECRET-4" not in data
-    with _pickler.loads(data) as copy:       # sealed, not lost
+    with _pickler.loads(data) as copy:  # sealed, not lost
         assert copy.params["api_key"] == "param-SECRET-3"
         assert str(copy.base_url) == str(client.base_url)
         assert copy.base_url.password == "url-SECRET-4"
@@ -139,7 +150,7 @@ def test_short_key_is_not_taken_for_an_unrelated_environment_variable(keys, monk
     client.close()
     for name, value in list(os.environ.items()):
         if value == "1":
-            monkeypatch.setenv(name, "0")      # the resuming process's environment
+            monkeypatch.setenv(name, "0")  # the resuming process's environment
     copy = _pickler.loads(data)
     try:
         assert copy.api_key == "1"
@@ -152,9 +163,12 @@ def test_gzip_httpx_response_restores(keys):
     the restore builds httpx.Response(content=<decoded>, headers=[content-encoding:
     gzip]) which decodes it a second time and raises httpx.DecodingError, so the job
     cannot resume. (resources/_llm._rebuild_http_response sets _content directly.)"""
-    response = httpx.Response(200, headers={"content-encoding": "gzip"},
-                              content=gzip.compress(b"hello"),
-                              request=httpx.Request("GET", "http://127.0.0.1:9/x"))
+    response = httpx.Response(
+        200,
+        headers={"content-encoding": "gzip"},
+        content=gzip.compress(b"hello"),
+        request=httpx.Request("GET", "http://127.0.0.1:9/x"),
+    )
     response.read()
     copy = _pickler.loads(_pickler.dumps(response))
     assert copy.content == b"hello"
@@ -165,12 +179,17 @@ def test_httpx_response_keeps_its_request(keys):
     """A response to a POST keeps response.request.method == "POST", its request headers
     and its HTTP version after a restore (code that checks r.request.method, logs the
     request or retries it sees a GET with no headers)."""
-    request = httpx.Request("POST", "http://127.0.0.1:9/x", content=b"{}",
-                            headers={"X-Trace": "t1", "Authorization": "Bearer req-SECRET-11"})
-    response = httpx.Response(200, content=b"ok", request=request,
-                              extensions={"http_version": b"HTTP/2"})
+    request = httpx.Request(
+        "POST",
+        "http://127.0.0.1:9/x",
+        content=b"{}",
+        headers={"X-Trace": "t1", "Authorization": "Bearer req-SECRET-11"},
+    )
+    response = httpx.Response(
+        200, content=b"ok", request=request, extensions={"http_version": b"HTTP/2"}
+    )
     data = _pickler.dumps(response)
-    assert b"req-SECRET-11" not in data          # the request's credentials sealed
+    assert b"req-SECRET-11" not in data  # the request's credentials sealed
     copy = _pickler.loads(data)
     assert copy.request.headers["authorization"] == "Bearer req-SECRET-11"
     assert copy.request.method == "POST"
@@ -212,7 +231,7 @@ def test_requests_adapter_subclass_pool_built_with_its_own_attributes(keys):
 
 
 # ------------------------------------------------------------------ effects bypass the adapters
-EFFECT_AGENT = textwrap.dedent('''
+EFFECT_AGENT = textwrap.dedent("""
     import httpx
     import openai
     from snapstate import effect, snapshot
@@ -240,7 +259,7 @@ EFFECT_AGENT = textwrap.dedent('''
         client.close()
         snapshot("one")
         return 1
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -260,8 +279,9 @@ def test_effect_result_holding_a_response_keeps_credentials_out_of_the_catalog(e
     lands in catalog.db in clear. The adapters seal it in a snapshot; the ledger must
     too (pickle results through serializers._pickler with the keys bound)."""
     _, store = effect_run
-    leaked = [p.name for p in store.rglob("*") if p.is_file()
-              and b"EFFECT-SECRET-5" in p.read_bytes()]
+    leaked = [
+        p.name for p in store.rglob("*") if p.is_file() and b"EFFECT-SECRET-5" in p.read_bytes()
+    ]
     assert leaked == []
 
 
@@ -283,17 +303,17 @@ def test_sqlite_cursor_keeps_description_and_refuses_a_lost_rowcount(tmp_path):
     a new cursor cannot get back) is refused naming the fix (keep cursor.lastrowid
     before snapshot() and drop the cursor), never restored with lastrowid None."""
     conn = sqlite3.connect(tmp_path / "db")
-    conn.execute("create table t(x, \"we\"\"ird\")")
+    conn.execute('create table t(x, "we""ird")')
     insert = conn.execute("insert into t values (1, 2)")
     many = conn.cursor()
     many.executemany("insert into t values (?, ?)", [(3, 4), (5, 6)])
     conn.commit()
-    select = conn.execute("select x, \"we\"\"ird\" from t")
+    select = conn.execute('select x, "we""ird" from t')
     select.fetchall()
     try:
         for cursor, name in ((insert, "insert"), (many, "many")):
             with pytest.raises(_pickler.UnpicklableError) as caught:
-                _pickler.dumps((conn, cursor), roots=lambda: [(f"local {name!r}", cursor)])
+                _pickler.dumps((conn, cursor), roots=lambda c=cursor, n=name: [(f"local {n!r}", c)])
             assert f"local {name!r} is a sqlite3 cursor" in str(caught.value)
             assert "cursor.lastrowid" in str(caught.value)
         copy = _pickler.loads(_pickler.dumps((conn, select)))
@@ -326,7 +346,7 @@ def test_array_subclass_keeps_its_attributes():
     copy = _pickler.loads(_pickler.dumps(array))
     assert copy.unit == "m"
     assert type(copy) is Tagged and copy.tolist() == [1.0, 1.0, 1.0]
-    plain = _pickler.loads(_pickler.dumps(Tagged((2,))))      # no attribute of its own
+    plain = _pickler.loads(_pickler.dumps(Tagged((2,))))  # no attribute of its own
     assert type(plain) is Tagged and plain.unit == "raw"
 
 
@@ -347,14 +367,25 @@ def test_client_certificate_not_dropped_when_it_cannot_be_detected(tmp_path, mon
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(1).not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
     (tmp_path / "c.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "k.pem").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption()))
+    (tmp_path / "k.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     ctx = httpx.create_ssl_context()
     ctx.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
     monkeypatch.setattr(_http, "_PROBE", [None])
@@ -370,7 +401,7 @@ def test_client_certificate_not_dropped_when_it_cannot_be_detected(tmp_path, mon
 
 
 # ------------------------------------------------------------------ logging
-LOGGING_AGENT = textwrap.dedent('''
+LOGGING_AGENT = textwrap.dedent("""
     import logging
     from snapstate import snapshot
 
@@ -384,7 +415,7 @@ LOGGING_AGENT = textwrap.dedent('''
             snapshot(f"s{step}")
         log.info("done")
         return 1
-''')
+""")
 
 
 def test_logging_configured_in_main_keeps_logging_after_a_resume(tmp_path):
@@ -395,13 +426,25 @@ def test_logging_configured_in_main_keeps_logging_after_a_resume(tmp_path):
     all four lines). The saved logger comes back; the handler it propagates to does not."""
     agent = tmp_path / "log_agent.py"
     agent.write_text(LOGGING_AGENT)
-    run = snaprun("run", "--store", tmp_path / "s", "--job", "job", agent, cwd=tmp_path,
-                  fault="after-snapshot:1")
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        agent,
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+    )
     assert run.returncode != 0
     resumed = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert (tmp_path / "agent.log").read_text().splitlines() == \
-        ["step 0", "step 1", "step 2", "done"]
+    assert (tmp_path / "agent.log").read_text().splitlines() == [
+        "step 0",
+        "step 1",
+        "step 2",
+        "done",
+    ]
 
 
 def test_standalone_logger_refusal_offers_a_fix_that_fits():
@@ -409,6 +452,7 @@ def test_standalone_logger_refusal_offers_a_fix_that_fits():
     it cannot be found by name again; the refusal's fix says to remove one of its
     handlers (it has none). The fix must fit: use logging.getLogger("mine")."""
     import logging
+
     log = logging.Logger("mine")
     with pytest.raises(_pickler.UnpicklableError) as caught:
         _pickler.dumps(log, roots=lambda: [("local 'log'", log)])
@@ -418,7 +462,7 @@ def test_standalone_logger_refusal_offers_a_fix_that_fits():
 
 
 # ------------------------------------------------------------------ csv / std streams
-REDIRECT_AGENT = textwrap.dedent('''
+REDIRECT_AGENT = textwrap.dedent("""
     import contextlib
     import csv
     from snapstate import snapshot
@@ -431,7 +475,7 @@ REDIRECT_AGENT = textwrap.dedent('''
             snapshot("one")
             w.writerow(["b", 2])
         return 1
-''')
+""")
 
 
 def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path):
@@ -442,8 +486,16 @@ def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path)
     has both rows). A file with a path must be saved as that file."""
     agent = tmp_path / "redirect_agent.py"
     agent.write_text(REDIRECT_AGENT)
-    run = snaprun("run", "--store", tmp_path / "s", "--job", "job", agent, cwd=tmp_path,
-                  fault="after-snapshot:1")
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        agent,
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+    )
     assert run.returncode != 0
     resumed = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -451,9 +503,12 @@ def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path)
     assert resumed.stdout == ""
 
 
-@pytest.mark.xfail(strict=True, reason="known limitation (README, numpy paragraph): a view's "
-                   "root is saved whole, as memory holds it; whether anything else refers "
-                   "to the root is unknown until the one-pass pickle ends")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limitation (README, numpy paragraph): a view's "
+    "root is saved whole, as memory holds it; whether anything else refers "
+    "to the root is unknown until the one-pass pickle ends",
+)
 def test_small_view_of_a_huge_unreferenced_root_stays_small():
     """A 2-element window of an 80 MB array that the agent no longer holds (only the
     view is in its locals): the payload holds the whole 80 MB root (before issue 9:
@@ -469,16 +524,19 @@ def test_requests_query_keys_are_not_in_clear(keys):
     the same request is sealed, the key in the query is written in clear."""
     session = requests.Session()
     session.params = {"api_key": "sess-param-SECRET-6"}
-    prepared = requests.Request("GET", "http://127.0.0.1:9/x?key=url-query-SECRET-7",
-                                headers={"Authorization": "Bearer hdr-SECRET-8"}).prepare()
+    prepared = requests.Request(
+        "GET",
+        "http://127.0.0.1:9/x?key=url-query-SECRET-7",
+        headers={"Authorization": "Bearer hdr-SECRET-8"},
+    ).prepare()
     try:
         data = _pickler.dumps((session, prepared))
     finally:
         session.close()
-    assert b"hdr-SECRET-8" not in data           # sealed today
+    assert b"hdr-SECRET-8" not in data  # sealed today
     assert b"sess-param-SECRET-6" not in data
     assert b"url-query-SECRET-7" not in data
-    copy, copy_prepared = _pickler.loads(data)    # sealed, not lost
+    copy, copy_prepared = _pickler.loads(data)  # sealed, not lost
     with copy:
         assert copy.params == {"api_key": "sess-param-SECRET-6"}
     assert copy_prepared.url == prepared.url
@@ -489,12 +547,15 @@ def test_form_request_bodies_keep_credentials_out_of_the_payload(keys):
     """An OAuth token request (a form body with client_secret= / password=) kept as a
     saved response's request (httpx) or a requests PreparedRequest: the credential
     values are sealed, the body comes back byte for byte."""
-    request = httpx.Request("POST", "http://127.0.0.1:9/token",
-                            data={"grant_type": "client_credentials",
-                                  "client_secret": "form-SECRET-12"})
+    request = httpx.Request(
+        "POST",
+        "http://127.0.0.1:9/token",
+        data={"grant_type": "client_credentials", "client_secret": "form-SECRET-12"},
+    )
     response = httpx.Response(200, content=b"{}", request=request)
-    prepared = requests.Request("POST", "http://127.0.0.1:9/token",
-                                data={"username": "u", "password": "form-SECRET-13"}).prepare()
+    prepared = requests.Request(
+        "POST", "http://127.0.0.1:9/token", data={"username": "u", "password": "form-SECRET-13"}
+    ).prepare()
     data = _pickler.dumps((response, prepared))
     assert b"form-SECRET-12" not in data and b"form-SECRET-13" not in data
     copy, copy_prepared = _pickler.loads(data)
@@ -509,6 +570,7 @@ def test_restoring_a_file_handler_never_destroys_other_writers_lines(tmp_path):
     the other writer appended meanwhile. Lines it did not write must survive (refuse,
     or only drop what this job wrote)."""
     import logging
+
     path = tmp_path / "app.log"
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(message)s"))
@@ -516,7 +578,7 @@ def test_restoring_a_file_handler_never_destroys_other_writers_lines(tmp_path):
     handler.emit(record)
     data = _pickler.dumps(handler)
     handler.close()
-    with open(path, "a") as other:                  # another worker's line
+    with open(path, "a") as other:  # another worker's line
         other.write("other worker\n")
     copy = _pickler.loads(data)
     copy.close()
@@ -542,23 +604,30 @@ def test_logging_handler_credentials_are_not_in_clear(keys):
     HTTP password is in the payload in clear, while the same password in an httpx or
     requests auth is sealed."""
     import logging.handlers
-    smtp = logging.handlers.SMTPHandler("127.0.0.1", "a@example.com", ["b@example.com"],
-                                        "alert", credentials=("user", "smtp-SECRET-9"))
-    http = logging.handlers.HTTPHandler("127.0.0.1:9", "/log", method="POST",
-                                        credentials=("user", "http-SECRET-10"))
+
+    smtp = logging.handlers.SMTPHandler(
+        "127.0.0.1",
+        "a@example.com",
+        ["b@example.com"],
+        "alert",
+        credentials=("user", "smtp-SECRET-9"),
+    )
+    http = logging.handlers.HTTPHandler(
+        "127.0.0.1:9", "/log", method="POST", credentials=("user", "http-SECRET-10")
+    )
     data = _pickler.dumps((smtp, http))
     smtp.close()
     http.close()
     assert b"smtp-SECRET-9" not in data
     assert b"http-SECRET-10" not in data
-    smtp2, http2 = _pickler.loads(data)            # and they come back as they were
+    smtp2, http2 = _pickler.loads(data)  # and they come back as they were
     assert (smtp2.username, smtp2.password) == ("user", "smtp-SECRET-9")
     assert http2.credentials == ("user", "http-SECRET-10")
     smtp2.close()
     http2.close()
 
 
-ROTATE_SNIPPET = textwrap.dedent('''
+ROTATE_SNIPPET = textwrap.dedent("""
     import logging, logging.handlers, os, sys
     from snapstate.serializers import _pickler
     path = os.path.join(sys.argv[1], "app.log")
@@ -571,7 +640,7 @@ ROTATE_SNIPPET = textwrap.dedent('''
     copy.emit(logging.LogRecord("a", logging.INFO, "x", 1, "two", None, None))
     copy.close()
     print(open(path).read(), end="")
-''')
+""")
 
 
 def test_watched_file_handler_resumes_after_logrotate(tmp_path):
@@ -584,8 +653,13 @@ def test_watched_file_handler_resumes_after_logrotate(tmp_path):
     'stream' at exit; run in a subprocess so that stays out of this test process.)"""
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, "-c", ROTATE_SNIPPET, str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+
+    proc = subprocess.run(
+        [sys.executable, "-c", ROTATE_SNIPPET, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "two\n"
     assert "Traceback" not in proc.stderr

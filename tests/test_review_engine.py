@@ -18,8 +18,8 @@ import textwrap
 import types
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
+
 from snapstate.runtime import _agent, _defstate
 from snapstate.serializers import _pickler, _refs
 
@@ -49,8 +49,9 @@ def modname():
 def _freeze(module) -> bytes:
     _refs.bind([module])
     try:
-        return _pickler.dumps({"globals": _agent.capture_globals([module]),
-                               "defs": _defstate.capture([module])})
+        return _pickler.dumps(
+            {"globals": _agent.capture_globals([module]), "defs": _defstate.capture([module])}
+        )
     finally:
         _refs.bind([])
 
@@ -215,6 +216,7 @@ def test_class_attribute_changed_between_library_constants_survives(tmp_path, mo
     def mutate(m):
         import datetime
         import re
+
         m.Clock.tz = datetime.timezone(datetime.timedelta(hours=2))
         m.Clock.flags = re.MULTILINE
         m.stamp.__defaults__ = (datetime.timezone(datetime.timedelta(hours=2)),)
@@ -246,13 +248,13 @@ def test_library_object_mutated_by_the_job_keeps_its_state():
         _refs.bind([])
         lib.REGISTRY.items["tool"] = "search"
         data = _pickler.dumps({"reg": lib.REGISTRY})
-        fresh = types.ModuleType("ident_review_lib")     # the resumed process's import
+        fresh = types.ModuleType("ident_review_lib")  # the resumed process's import
         fresh.__spec__ = spec
         fresh.REGISTRY = Registry()
         sys.modules["ident_review_lib"] = fresh
         back = _pickler.loads(data)
         assert back["reg"].items == {"tool": "search"}
-        assert back["reg"] is fresh.REGISTRY            # the library's own object
+        assert back["reg"] is fresh.REGISTRY  # the library's own object
     finally:
         sys.modules.pop("ident_review_lib", None)
 
@@ -266,8 +268,9 @@ def test_killed_and_resumed_agent_matches_plain_run(tmp_path):
     base = snaprun("run", "--store", tmp_path / "base", "--job", "j", agent, cwd=tmp_path)
     assert base.returncode == 0, base.stderr
     store = tmp_path / "kill"
-    killed = snaprun("run", "--store", store, "--job", "j", agent, cwd=tmp_path,
-                     fault="after-snapshot:1")
+    killed = snaprun(
+        "run", "--store", store, "--job", "j", agent, cwd=tmp_path, fault="after-snapshot:1"
+    )
     assert killed.returncode == -9, killed.stderr
     resumed = snaprun("resume", "--store", store, snapshot_files(store, "j")[-1], cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -313,24 +316,23 @@ def test_object_the_job_installed_into_a_library_module_comes_back():
     sys.modules["ident_review_installed"] = lib
     try:
         _refs.bind([])
-        opener = Registry()                 # made by the job ...
+        opener = Registry()  # made by the job ...
         opener.items["User-agent"] = "rev-agent"
-        lib._opener = opener                # ... and installed (install_opener)
+        lib._opener = opener  # ... and installed (install_opener)
         data = _pickler.dumps({"opener": opener})
-        fresh = types.ModuleType("ident_review_installed")   # as the new process imports it
+        fresh = types.ModuleType("ident_review_installed")  # as the new process imports it
         fresh.__spec__ = spec
         fresh._opener = None
         sys.modules["ident_review_installed"] = fresh
         back = _pickler.loads(data)
         assert back["opener"] is not None
         assert back["opener"].items == {"User-agent": "rev-agent"}
-        assert fresh._opener is back["opener"]          # installed again, as the job had
+        assert fresh._opener is back["opener"]  # installed again, as the job had
     finally:
         sys.modules.pop("ident_review_installed", None)
 
 
-def test_variable_the_job_set_survives_a_resume_under_another_environment(monkeypatch,
-                                                                           tmp_path):
+def test_variable_the_job_set_survives_a_resume_under_another_environment(monkeypatch, tmp_path):
     """`os.environ["REV_MODE"] = "fast"` set by the job is "fast" after a resume from a
     shell where REV_MODE is unset, as in the uninterrupted run, even though the
     job's own shell happened to have REV_MODE=fast already; a variable the job never
@@ -338,15 +340,16 @@ def test_variable_the_job_set_survives_a_resume_under_another_environment(monkey
     from snapstate.resources import _secrets
     from snapstate.runtime import _process
     from snapstate.serializers._keys import KeyRing
+
     job = types.SimpleNamespace()
-    monkeypatch.setenv("REV_MODE", "fast")      # the shell the job started from
+    monkeypatch.setenv("REV_MODE", "fast")  # the shell the job started from
     monkeypatch.setenv("REV_OTHER", "job's shell")
     _process.begin(job)
-    os.environ["REV_MODE"] = "fast"             # the job sets it
-    _secrets.bind(KeyRing(str(tmp_path / "keys")))     # as the runtime does
+    os.environ["REV_MODE"] = "fast"  # the job sets it
+    _secrets.bind(KeyRing(str(tmp_path / "keys")))  # as the runtime does
     try:
         blob = _pickler.dumps({"process": _process.capture(job)})
-        monkeypatch.delenv("REV_MODE")              # the shell that resumes it
+        monkeypatch.delenv("REV_MODE")  # the shell that resumes it
         monkeypatch.setenv("REV_OTHER", "resuming shell")
         _pickler.loads(blob)
     finally:

@@ -9,7 +9,7 @@ import textwrap
 
 from conftest import snaprun
 
-AGENT = textwrap.dedent('''
+AGENT = textwrap.dedent("""
     import logging
     import sys
     from snapstate import snapshot
@@ -28,7 +28,7 @@ AGENT = textwrap.dedent('''
         log.debug("done")
         print(len(logging.getLogger().handlers), logging.getLogger().level)
         return 1
-''')
+""")
 
 
 def test_import_time_and_main_root_handlers_each_log_once_after_a_resume(tmp_path):
@@ -39,8 +39,9 @@ def test_import_time_and_main_root_handlers_each_log_once_after_a_resume(tmp_pat
     (tmp_path / "agent.py").write_text(AGENT)
     base_dir = tmp_path / "base"
     base_dir.mkdir()
-    base = snaprun("run", "--store", tmp_path / "s", "--job", "base", tmp_path / "agent.py",
-                   cwd=base_dir)
+    base = snaprun(
+        "run", "--store", tmp_path / "s", "--job", "base", tmp_path / "agent.py", cwd=base_dir
+    )
     assert base.returncode == 0, base.stderr
     assert base.stdout == "> step 0\n> step 1\n> done\n2 10\n"
     expected = (base_dir / "import.log").read_text()
@@ -48,8 +49,16 @@ def test_import_time_and_main_root_handlers_each_log_once_after_a_resume(tmp_pat
     for k in (1, 2):
         out = tmp_path / f"k{k}"
         out.mkdir()
-        killed = snaprun("run", "--store", tmp_path / "s", "--job", f"k{k}",
-                         tmp_path / "agent.py", cwd=out, fault=f"after-snapshot:{k}")
+        killed = snaprun(
+            "run",
+            "--store",
+            tmp_path / "s",
+            "--job",
+            f"k{k}",
+            tmp_path / "agent.py",
+            cwd=out,
+            fault=f"after-snapshot:{k}",
+        )
         assert killed.returncode == -9, killed.stderr
         resumed = snaprun("resume", "--store", tmp_path / "s", f"k{k}", cwd=out)
         assert resumed.returncode == 0, resumed.stderr

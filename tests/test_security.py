@@ -36,12 +36,19 @@ import sys
 
 import pytest
 import zstandard
+from conftest import AGENTS, Run, clean_refusal, snaprun, snapshot_files
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from conftest import AGENTS, Run, clean_refusal, snaprun, snapshot_files
-from snapstate.runtime._errors import (CorruptSnapshot, HeaderMismatch, PlaintextRefused,
-                                       RetiredKey, SnapshotRejected, SnapstateError,
-                                       TruncatedSnapshot, UnknownKey)
+from snapstate.runtime._errors import (
+    CorruptSnapshot,
+    HeaderMismatch,
+    PlaintextRefused,
+    RetiredKey,
+    SnapshotRejected,
+    SnapstateError,
+    TruncatedSnapshot,
+    UnknownKey,
+)
 from snapstate.runtime._job import runtime_versions
 from snapstate.serializers import _keys, _snapfile
 from snapstate.serializers._home import Home
@@ -49,7 +56,7 @@ from snapstate.serializers._home import Home
 LOOPS = AGENTS / "loops.py"
 TRAP = AGENTS / "sec_trap.py"
 SECRET_AGENT = AGENTS / "sec_secret.py"
-NO_ENV_KEY = {"SNAPSTATE_KEY": ""}        # an empty SNAPSTATE_KEY is ignored by the key ring
+NO_ENV_KEY = {"SNAPSTATE_KEY": ""}  # an empty SNAPSTATE_KEY is ignored by the key ring
 
 _FIXED = struct.Struct("<HI")
 _LEN = struct.Struct("<I")
@@ -79,29 +86,50 @@ def _layout(data: bytes) -> dict:
         pos += _LEN.size + length
     trailer = pos + _LEN.size
     assert trailer + _TRAILER == len(data)
-    return {"head_start": head_start, "head_end": head_end, "chunks": chunks,
-            "end_marker": pos, "trailer": trailer}
+    return {
+        "head_start": head_start,
+        "head_end": head_end,
+        "chunks": chunks,
+        "end_marker": pos,
+        "trailer": trailer,
+    }
 
 
 def _positions(data: bytes) -> dict[str, int]:
     """One byte in every part of a snapshot file."""
     parts = _layout(data)
     first_len, first_start, first_end = parts["chunks"][0]
-    return {"magic": 3, "version": _MAGIC_LEN, "header-length": _MAGIC_LEN + 2,
-            "header": (parts["head_start"] + parts["head_end"]) // 2,
-            "chunk-length": first_len, "body": (first_start + first_end) // 2,
-            "end-marker": parts["end_marker"],
-            "trailer-header-digest": parts["trailer"] + 3,
-            "trailer-body-digest": parts["trailer"] + 16 + 3,
-            "trailer-mac": len(data) - 1}
+    return {
+        "magic": 3,
+        "version": _MAGIC_LEN,
+        "header-length": _MAGIC_LEN + 2,
+        "header": (parts["head_start"] + parts["head_end"]) // 2,
+        "chunk-length": first_len,
+        "body": (first_start + first_end) // 2,
+        "end-marker": parts["end_marker"],
+        "trailer-header-digest": parts["trailer"] + 3,
+        "trailer-body-digest": parts["trailer"] + 16 + 3,
+        "trailer-mac": len(data) - 1,
+    }
 
 
 def _header(**fields) -> dict:
     """A complete snapshot header (what a job writes), with `fields` overriding."""
-    return dict({"job_id": "job", "seq": 1, "epoch": 1, "label": None, "created_at": 1.7e9,
-                 "versions": runtime_versions(), "argv": [], "frames": [], "modules": {},
-                 "entry": {"module": "agent", "function": "main", "path": None,
-                           "search_path": None}}, **fields)
+    return dict(
+        {
+            "job_id": "job",
+            "seq": 1,
+            "epoch": 1,
+            "label": None,
+            "created_at": 1.7e9,
+            "versions": runtime_versions(),
+            "argv": [],
+            "frames": [],
+            "modules": {},
+            "entry": {"module": "agent", "function": "main", "path": None, "search_path": None},
+        },
+        **fields,
+    )
 
 
 def _flipped(data: bytes, pos: int, mask: int = 0xFF) -> bytes:
@@ -125,8 +153,7 @@ def trap(tmp_path):
     """A key ring, a sentinel path, and a pickle whose unpickling creates the sentinel."""
     keys = _keys.KeyRing(str(tmp_path / "keys"))
     sentinel = tmp_path / "SENTINEL"
-    payload = pickle.dumps({"state": list(range(50)), "trap": _Trap(str(sentinel))},
-                           protocol=5)
+    payload = pickle.dumps({"state": list(range(50)), "trap": _Trap(str(sentinel))}, protocol=5)
     return keys, sentinel, payload
 
 
@@ -169,14 +196,15 @@ def test_every_flipped_byte_refused_before_unpickling(trap, tmp_path, encrypt):
         except (CorruptSnapshot, SnapshotRejected) as exc:
             if str(path) not in str(exc):
                 wrong.append((pos, mask, f"message does not name the file: {exc}"))
-        except Exception as exc:      # noqa: BLE001 - any other exception is a failure
+        except Exception as exc:  # noqa: BLE001 - any other exception is a failure
             wrong.append((pos, mask, f"{type(exc).__name__}: {exc}"))
         else:
             undetected.append((pos, mask))
     parts = _layout(data)
     assert undetected == [], (
         f"{len(undetected)} single-byte changes were accepted (file of {len(data)} bytes, "
-        f"trailer at {parts['trailer']}): {undetected[:40]}")
+        f"trailer at {parts['trailer']}): {undetected[:40]}"
+    )
     assert wrong == [], wrong[:20]
     assert not sentinel.exists()
 
@@ -188,29 +216,36 @@ def test_flipped_length_refused_under_memory_limit(tmp_path, where):
     space: the reader never allocates what an unauthenticated length field asks for.
     Control: the intact file verifies under the same limit."""
     store = tmp_path / "store"
-    home = Home(str(store))           # a whole store: snapshots without a catalog are refused
+    home = Home(str(store))  # a whole store: snapshots without a catalog are refused
     keys = home.keys
     home.close()
     path = store / "snapshots" / "job" / "000001-e1.snap"
     path.parent.mkdir(parents=True)
     _snapfile.write(str(path), _header(), pickle.dumps(list(range(100))), keys)
     data = path.read_bytes()
-    limited = ("import resource, sys\n"
-               "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
-               "sys.argv[0] = 'snaprun'\n"
-               "from snapstate.runtime._cli import main\n"
-               "main()\n")
+    limited = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "sys.argv[0] = 'snaprun'\n"
+        "from snapstate.runtime._cli import main\n"
+        "main()\n"
+    )
 
     def verify() -> Run:
-        proc = subprocess.run([sys.executable, "-c", limited, "verify", "--store", str(store),
-                               str(path)], capture_output=True, text=True, timeout=120,
-                              cwd=tmp_path, env=dict(os.environ, **NO_ENV_KEY))
+        proc = subprocess.run(
+            [sys.executable, "-c", limited, "verify", "--store", str(store), str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env=dict(os.environ, **NO_ENV_KEY),
+        )
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
     control = verify()
     assert control.returncode == 0, control.stderr
     assert control.stdout.startswith("ok: job job snapshot 1")
-    pos = _positions(data)[where] + 3          # the most significant byte (little endian)
+    pos = _positions(data)[where] + 3  # the most significant byte (little endian)
     path.write_bytes(_flipped(data, pos))
     clean_refusal(verify(), str(path), "truncated")
 
@@ -221,10 +256,18 @@ def trap_job(tmp_path_factory):
     inspect) writes the sentinel file named in it."""
     root = tmp_path_factory.mktemp("trap")
     sentinel = root / "SENTINEL"
-    run = snaprun("run", "--store", root / "store", "--job", "trap", TRAP, cwd=root,
-                  env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel)))
+    run = snaprun(
+        "run",
+        "--store",
+        root / "store",
+        "--job",
+        "trap",
+        TRAP,
+        cwd=root,
+        env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel)),
+    )
     assert run.returncode == 0, run.stderr
-    assert not sentinel.exists()               # pickling the trap has no side effect
+    assert not sentinel.exists()  # pickling the trap has no side effect
     (snap,) = snapshot_files(root / "store", "trap")
     return root, root / "store", snap, sentinel
 
@@ -250,10 +293,21 @@ def test_cli_intact_trap_snapshot_creates_sentinel(trap_job, sentinel_of, comman
     assert sentinel.exists() == (command == "resume")
 
 
-@pytest.mark.parametrize("where", ["magic", "version", "header-length", "header",
-                                   "chunk-length", "body", "end-marker",
-                                   "trailer-header-digest", "trailer-body-digest",
-                                   "trailer-mac"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "magic",
+        "version",
+        "header-length",
+        "header",
+        "chunk-length",
+        "body",
+        "end-marker",
+        "trailer-header-digest",
+        "trailer-body-digest",
+        "trailer-mac",
+    ],
+)
 def test_cli_flipped_trap_snapshot_refused(trap_job, sentinel_of, where):
     """`snaprun resume --as NEW FILE` and `snaprun inspect FILE` of the real trap
     snapshot with one byte inverted (in each part of the file) exit 2 with one error
@@ -265,11 +319,14 @@ def test_cli_flipped_trap_snapshot_refused(trap_job, sentinel_of, where):
     path = store / "snapshots" / f"flipped-{where}" / "000001-e1.snap"
     path.parent.mkdir()
     path.write_bytes(_flipped(data, _positions(data)[where]))
-    clean_refusal(snaprun("inspect", "--store", store, path, cwd=root, env=NO_ENV_KEY),
-                   str(path))
+    clean_refusal(snaprun("inspect", "--store", store, path, cwd=root, env=NO_ENV_KEY), str(path))
     assert not sentinel.exists()
-    clean_refusal(snaprun("resume", "--store", store, "--as", f"imported-{where}", path,
-                           cwd=root, env=NO_ENV_KEY), str(path))
+    clean_refusal(
+        snaprun(
+            "resume", "--store", store, "--as", f"imported-{where}", path, cwd=root, env=NO_ENV_KEY
+        ),
+        str(path),
+    )
     assert not sentinel.exists()
 
 
@@ -289,7 +346,7 @@ def test_payload_is_the_one_that_was_verified(trap, tmp_path):
     _snapfile.write(str(evil), header, evil_payload, _keys.KeyRing(str(tmp_path / "attacker")))
     genuine, forged = path.read_bytes(), evil.read_bytes()
     head = _layout(genuine)["head_end"]
-    evil.write_bytes(genuine[:head] + forged[_layout(forged)["head_end"]:])
+    evil.write_bytes(genuine[:head] + forged[_layout(forged)["head_end"] :])
 
     class RacedKeyRing(_keys.KeyRing):
         armed, lookups = False, 0
@@ -299,11 +356,11 @@ def test_payload_is_the_one_that_was_verified(trap, tmp_path):
             if self.armed:
                 self.lookups += 1
                 if self.lookups == 2:
-                    os.replace(evil, path)    # the attacker's move
+                    os.replace(evil, path)  # the attacker's move
             return key
 
     keys = RacedKeyRing(str(keys_dir))
-    with pytest.raises(SnapstateError):       # control: the forged file alone is refused
+    with pytest.raises(SnapstateError):  # control: the forged file alone is refused
         _snapfile.read_payload(str(evil), keys)
     keys.armed = True
     try:
@@ -313,7 +370,8 @@ def test_payload_is_the_one_that_was_verified(trap, tmp_path):
     assert keys.lookups >= 1
     assert payload in (None, genuine_payload), (
         "read_payload returned bytes that were never authenticated (the file was "
-        "replaced after verify() and read again)")
+        "replaced after verify() and read again)"
+    )
     assert not sentinel.exists()
 
 
@@ -323,21 +381,29 @@ def test_swapped_headers_are_a_header_mismatch(tmp_path):
     of one job, same key) is refused with HeaderMismatch naming the file, both ways
     round; `snaprun verify` of it exits 2 saying the header does not belong."""
     store = tmp_path / "store"
-    assert snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path,
-                   env=NO_ENV_KEY).returncode == 0
+    assert (
+        snaprun(
+            "run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path, env=NO_ENV_KEY
+        ).returncode
+        == 0
+    )
     a, b = (f.read_bytes() for f in snapshot_files(store, "job")[:2])
     keys = _keys.KeyRing(str(store))
     for first, second, name in ((a, b, "a-on-b"), (b, a, "b-on-a")):
         path = store / "snapshots" / "swapped" / f"{name}.snap"
         path.parent.mkdir(exist_ok=True)
-        path.write_bytes(first[:_layout(first)["head_end"]]
-                         + second[_layout(second)["head_end"]:])
+        path.write_bytes(
+            first[: _layout(first)["head_end"]] + second[_layout(second)["head_end"] :]
+        )
         with pytest.raises(SnapstateError) as info:
             _snapfile.read_payload(str(path), keys)
         assert type(info.value) is HeaderMismatch
         assert str(path) in str(info.value)
-        clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path,
-                               env=NO_ENV_KEY), str(path), "header does not belong")
+        clean_refusal(
+            snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+            str(path),
+            "header does not belong",
+        )
 
 
 def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
@@ -358,7 +424,7 @@ def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
     _snapfile.write(str(two), dict(header, seq=2), payload, ring)
     d1, d2 = one.read_bytes(), two.read_bytes()
     swapped = tmp_path / "swapped.snap"
-    swapped.write_bytes(d1[:_layout(d1)["head_end"]] + d2[_layout(d2)["head_end"]:])
+    swapped.write_bytes(d1[: _layout(d1)["head_end"]] + d2[_layout(d2)["head_end"] :])
     caught(HeaderMismatch, swapped, lambda: _snapfile.verify(str(swapped), ring))
     # another store's key
     other = _keys.KeyRing(str(tmp_path / "b"))
@@ -367,8 +433,11 @@ def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
     old_id = ring.current.key_id
     ring.rotate()
     ring.retire(old_id)
-    caught(RetiredKey, one, lambda: _snapfile.read_payload(str(one), _keys.KeyRing(
-        str(tmp_path / "a"))))
+    caught(
+        RetiredKey,
+        one,
+        lambda: _snapfile.read_payload(str(one), _keys.KeyRing(str(tmp_path / "a"))),
+    )
     # a truncated file (signed with the current key)
     fresh = _keys.KeyRing(str(tmp_path / "a"))
     cut = tmp_path / "cut.snap"
@@ -381,7 +450,7 @@ def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
         plain = pathlib.Path(home.snapshot_path("job", 1, 1))
         plain.parent.mkdir(parents=True)
         _snapfile.write(str(plain), header, payload, home.keys)
-        assert home.read(str(plain))[1] == payload       # control: fine before --encrypt
+        assert home.read(str(plain))[1] == payload  # control: fine before --encrypt
         home.set_encryption(True)
         caught(PlaintextRefused, plain, lambda: home.read(str(plain)))
     finally:
@@ -443,14 +512,19 @@ def test_cli_plaintext_refused_in_encryption_required_store(tmp_path):
     finally:
         home.close()
     before = path.read_bytes()
-    assert snaprun("verify", "--store", store, path, cwd=tmp_path,
-                   env=NO_ENV_KEY).returncode == 0
+    assert snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY).returncode == 0
     init = snaprun("init", "--store", store, "--encrypt", cwd=tmp_path, env=NO_ENV_KEY)
     assert init.returncode == 0, init.stderr
-    clean_refusal(snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
-                   str(path), "not encrypted")
-    clean_refusal(snaprun("resume", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
-                   str(path), "not encrypted")
+    clean_refusal(
+        snaprun("verify", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+        str(path),
+        "not encrypted",
+    )
+    clean_refusal(
+        snaprun("resume", "--store", store, path, cwd=tmp_path, env=NO_ENV_KEY),
+        str(path),
+        "not encrypted",
+    )
     assert path.read_bytes() == before
 
 
@@ -458,7 +532,7 @@ def test_cli_plaintext_refused_in_encryption_required_store(tmp_path):
 def _first_ciphertext(data: bytes) -> bytes:
     """The first sealed body chunk of an encrypted file, without its 16-byte tag."""
     _, start, end = _layout(data)["chunks"][0]
-    return data[start:end - 16]
+    return data[start : end - 16]
 
 
 def test_no_nonce_repeats_across_100000_encryptions(tmp_path):
@@ -500,16 +574,16 @@ def test_no_nonce_repeats_across_100000_encryptions(tmp_path):
     header_sha = hashlib.sha256(b"a header").digest()
     keystreams = set()
     for prefix in prefixes:
-        sealed = list(_snapfile._sealed(itertools.repeat(block, 200), key.aead_key, prefix,
-                                        header_sha))
+        sealed = list(
+            _snapfile._sealed(itertools.repeat(block, 200), key.aead_key, prefix, header_sha)
+        )
         assert len(sealed) == 200
         keystreams.update(chunk[:16] for chunk in sealed)
     assert len(keystreams) == 100_000
 
     aead = AESGCM(key.aead_key)
     prefix = prefixes[0]
-    sealed = list(_snapfile._sealed(iter([b"a", b"b", b"c"]), key.aead_key, prefix,
-                                    header_sha))
+    sealed = list(_snapfile._sealed(iter([b"a", b"b", b"c"]), key.aead_key, prefix, header_sha))
     for index, (chunk, plain) in enumerate(zip(sealed, (b"a", b"b", b"c"))):
         aad = header_sha + struct.pack("<IB", index, index == 2)
         assert aead.decrypt(prefix + struct.pack("<I", index), chunk, aad) == plain
@@ -524,16 +598,29 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
     store = tmp_path / "store"
     env = NO_ENV_KEY
     # killed after its last snapshot, so not done: a done job never resumes
-    assert snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path,
-                   env=env, fault="after-snapshot:6").returncode == -9
+    assert (
+        snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            LOOPS,
+            cwd=tmp_path,
+            env=env,
+            fault="after-snapshot:6",
+        ).returncode
+        == -9
+    )
     files = snapshot_files(store, "job")
     old = {_snapfile.peek_header(str(f))["key_id"] for f in files}
     assert len(old) == 1
     (old_id,) = old
     rotated = snaprun("keys", "rotate", "--store", store, cwd=tmp_path, env=env)
     assert rotated.returncode == 0, rotated.stderr
-    listing = json.loads(snaprun("keys", "list", "--json", "--store", store, cwd=tmp_path,
-                                 env=env).stdout)
+    listing = json.loads(
+        snaprun("keys", "list", "--json", "--store", store, cwd=tmp_path, env=env).stdout
+    )
     current = [k["key"] for k in listing if k["current"]]
     assert len(listing) == 2 and len(current) == 1 and current[0] != old_id
     (new_id,) = current
@@ -552,8 +639,12 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
 
     retired = snaprun("keys", "retire", old_id, "--store", store, cwd=tmp_path, env=env)
     assert retired.returncode == 0, retired.stderr
-    clean_refusal(snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env),
-                   str(snap2), old_id, "retired")
+    clean_refusal(
+        snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env),
+        str(snap2),
+        old_id,
+        "retired",
+    )
     home = Home(str(store))
     try:
         with pytest.raises(SnapstateError) as info:
@@ -563,7 +654,7 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
             assert home.verify(str(store / "snapshots" / "job" / name))["key_id"] == new_id
     finally:
         home.close()
-    assert snapshot_files(store, "job") == after           # the refusal removed nothing
+    assert snapshot_files(store, "job") == after  # the refusal removed nothing
 
 
 def test_current_key_cannot_be_retired(tmp_path):
@@ -572,8 +663,11 @@ def test_current_key_cannot_be_retired(tmp_path):
     store = tmp_path / "store"
     ring = _keys.KeyRing(str(store))
     current = ring.current.key_id
-    clean_refusal(snaprun("keys", "retire", current, "--store", store, cwd=tmp_path,
-                           env=NO_ENV_KEY), current, "rotate")
+    clean_refusal(
+        snaprun("keys", "retire", current, "--store", store, cwd=tmp_path, env=NO_ENV_KEY),
+        current,
+        "rotate",
+    )
     again = _keys.KeyRing(str(store))
     assert again.current.key_id == current and not again.get(current).retired
 
@@ -586,8 +680,10 @@ def test_shared_env_key_resumes_export_in_another_store(tmp_path):
     key = secrets.token_hex(32)
     shared = {"SNAPSTATE_KEY": key}
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
-    assert snaprun("run", "--store", a, "--job", "job", LOOPS, cwd=tmp_path,
-                   env=shared).returncode == 0
+    assert (
+        snaprun("run", "--store", a, "--job", "job", LOOPS, cwd=tmp_path, env=shared).returncode
+        == 0
+    )
     exported = tmp_path / "exported.snap"
     run = snaprun("export", "--store", a, "job@2", "-o", exported, cwd=tmp_path, env=shared)
     assert run.returncode == 0, run.stderr
@@ -629,8 +725,9 @@ def test_keys_json_is_created_0600(tmp_path):
         os.umask(old_umask)
     assert mode == 0o600, oct(mode)
     assert rotated == 0o600, oct(rotated)
-    assert snaprun("init", "--store", tmp_path / "cli", cwd=tmp_path,
-                   env=NO_ENV_KEY).returncode == 0
+    assert (
+        snaprun("init", "--store", tmp_path / "cli", cwd=tmp_path, env=NO_ENV_KEY).returncode == 0
+    )
     assert stat.S_IMODE(os.stat(tmp_path / "cli" / "keys.json").st_mode) == 0o600
 
 
@@ -643,8 +740,17 @@ def test_encrypted_store_survives_sigkill(tmp_path):
     store = tmp_path / "store"
     init = snaprun("init", "--store", store, "--encrypt", cwd=tmp_path, env=NO_ENV_KEY)
     assert init.returncode == 0 and "encryption required" in init.stderr, init.stderr
-    killed = snaprun("run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path,
-                     fault="after-snapshot:2", env=NO_ENV_KEY)
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        LOOPS,
+        cwd=tmp_path,
+        fault="after-snapshot:2",
+        env=NO_ENV_KEY,
+    )
     assert killed.returncode == -9, killed.stderr
     assert killed.stdout == "for [0, 2, 3, 4]\n"
     files = snapshot_files(store, "job")
@@ -654,7 +760,7 @@ def test_encrypted_store_survives_sigkill(tmp_path):
         assert header["codecs"] == ["pickle-5", "zstd", "aes-256-gcm"]
         assert len(bytes.fromhex(header["nonce_prefix"])) == 8
         data = f.read_bytes()
-        assert b"\x28\xb5\x2f\xfd" not in data[_layout(data)["head_end"]:]
+        assert b"\x28\xb5\x2f\xfd" not in data[_layout(data)["head_end"] :]
     run = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 2" in run.stderr
@@ -680,11 +786,9 @@ def test_encrypted_snapshot_hides_the_agents_data(tmp_path):
     secret = "SEC-" + secrets.token_hex(20)
     env = dict(NO_ENV_KEY, SEC_SECRET=secret)
     plain, sealed = tmp_path / "plain", tmp_path / "sealed"
-    assert snaprun("init", "--store", sealed, "--encrypt", cwd=tmp_path,
-                   env=env).returncode == 0
+    assert snaprun("init", "--store", sealed, "--encrypt", cwd=tmp_path, env=env).returncode == 0
     for store in (plain, sealed):
-        run = snaprun("run", "--store", store, "--job", "job", SECRET_AGENT, cwd=tmp_path,
-                      env=env)
+        run = snaprun("run", "--store", store, "--job", "job", SECRET_AGENT, cwd=tmp_path, env=env)
         assert run.returncode == 0, run.stderr
         assert run.result == str(len(secret))
         assert run.stdout == f"still holding {len(secret)}\n"
@@ -692,7 +796,7 @@ def test_encrypted_snapshot_hides_the_agents_data(tmp_path):
     assert len(plain_files) == len(sealed_files) == 2
     for f in plain_files:
         body = _body(f.read_bytes())
-        assert body.startswith(b"\x28\xb5\x2f\xfd")            # a zstd frame
+        assert body.startswith(b"\x28\xb5\x2f\xfd")  # a zstd frame
         assert secret.encode() in zstandard.ZstdDecompressor().decompressobj().decompress(body)
     home = Home(str(sealed))
     try:

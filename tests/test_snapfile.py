@@ -18,22 +18,32 @@ import struct
 
 import pytest
 import xxhash
+from conftest import AGENTS, snaprun, snapshot_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import AGENTS, snaprun, snapshot_files
-from snapstate.runtime._errors import (CorruptSnapshot, HeaderMismatch, SnapshotRejected,
-                                       TamperedSnapshot, TruncatedSnapshot)
+from snapstate.runtime._errors import (
+    CorruptSnapshot,
+    HeaderMismatch,
+    SnapshotRejected,
+    TamperedSnapshot,
+    TruncatedSnapshot,
+)
 from snapstate.serializers import _fs, _keys, _snapfile
 
-HYPOTHESIS = settings(max_examples=100, deadline=None, database=None, derandomize=True,
-                      suppress_health_check=[HealthCheck.function_scoped_fixture])
+HYPOTHESIS = settings(
+    max_examples=100,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 _FIXED = struct.Struct("<HI")
 _LEN = struct.Struct("<I")
 _MAGIC_LEN = len(_snapfile.MAGIC)
 _TRAILER = 64
-_ADDED = ("key_id", "chunk_size", "codecs", "nonce_prefix")   # what write() adds
+_ADDED = ("key_id", "chunk_size", "codecs", "nonce_prefix")  # what write() adds
 NO_ENV_KEY = {"SNAPSTATE_KEY": ""}
 
 
@@ -49,8 +59,17 @@ def real_store(tmp_path_factory):
     killed right after its last snapshot: resumable, as a done job never resumes)."""
     root = tmp_path_factory.mktemp("snapfile")
     store = root / "store"
-    run = snaprun("run", "--store", store, "--job", "job", AGENTS / "loops.py", cwd=root,
-                  env=NO_ENV_KEY, fault="after-snapshot:6")
+    run = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        AGENTS / "loops.py",
+        cwd=root,
+        env=NO_ENV_KEY,
+        fault="after-snapshot:6",
+    )
     assert run.returncode == -9, run.stderr
     assert len(snapshot_files(store, "job")) == 6
     return store
@@ -91,12 +110,18 @@ def _layout(data: bytes) -> dict:
             break
         chunks.append((pos, pos + _LEN.size, pos + _LEN.size + length))
         pos += _LEN.size + length
-    return {"head_start": head_start, "head_end": head_end, "chunks": chunks,
-            "end_marker": pos, "trailer": pos + _LEN.size}
+    return {
+        "head_start": head_start,
+        "head_end": head_end,
+        "chunks": chunks,
+        "end_marker": pos,
+        "trailer": pos + _LEN.size,
+    }
 
 
-def _assert_refused(path, data: bytes, keys, *, expect: str | None = None,
-                    cls: type | None = None) -> Exception:
+def _assert_refused(
+    path, data: bytes, keys, *, expect: str | None = None, cls: type | None = None
+) -> Exception:
     """`data` written to `path` is refused by read_payload with a CorruptSnapshot or
     SnapshotRejected (exactly `cls` if given) naming the path."""
     path.write_bytes(data)
@@ -135,8 +160,9 @@ def test_write_read_roundtrip(tmp_path, encrypt):
     assert size == path.stat().st_size
     got_header, got_payload = _snapfile.read_payload(str(path), ring)
     codecs = ["pickle-5", "zstd"] + (["aes-256-gcm"] if encrypt else [])
-    expected = dict(header, key_id=ring.current.key_id, chunk_size=_snapfile.CHUNK_SIZE,
-                    codecs=codecs)
+    expected = dict(
+        header, key_id=ring.current.key_id, chunk_size=_snapfile.CHUNK_SIZE, codecs=codecs
+    )
     if encrypt:
         assert len(bytes.fromhex(got_header["nonce_prefix"])) == 8
         expected["nonce_prefix"] = got_header["nonce_prefix"]
@@ -147,17 +173,26 @@ def test_write_read_roundtrip(tmp_path, encrypt):
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**53, 2**53)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
 
 
 @HYPOTHESIS
-@given(header=st.dictionaries(st.text(max_size=12).filter(lambda k: k not in _ADDED),
-                              json_values, max_size=6),
-       payload=st.binary(max_size=2048), encrypt=st.booleans())
+@given(
+    header=st.dictionaries(
+        st.text(max_size=12).filter(lambda k: k not in _ADDED), json_values, max_size=6
+    ),
+    payload=st.binary(max_size=2048),
+    encrypt=st.booleans(),
+)
 def test_roundtrip_any(scratch, header, payload, encrypt):
     """Any JSON header and any payload bytes (empty included) survive write() ->
     file -> read_payload(), plaintext or encrypted."""
@@ -194,12 +229,12 @@ def test_layout(real_bytes, keys):
     assert version == _snapfile.FORMAT_VERSION == 2
     parts = _layout(real_bytes)
     assert parts["trailer"] + _TRAILER == len(real_bytes)
-    header_bytes = real_bytes[parts["head_start"]:parts["head_end"]]
-    body = real_bytes[parts["head_end"]:parts["trailer"]]
+    header_bytes = real_bytes[parts["head_start"] : parts["head_end"]]
+    body = real_bytes[parts["head_end"] : parts["trailer"]]
     header = json.loads(header_bytes)
     assert header["codecs"] == ["pickle-5", "zstd"]
     assert header["chunk_size"] == _snapfile.CHUNK_SIZE
-    trailer = real_bytes[parts["trailer"]:]
+    trailer = real_bytes[parts["trailer"] :]
     assert trailer[:16] == xxhash.xxh3_128_digest(header_bytes)
     assert trailer[16:32] == xxhash.xxh3_128_digest(body)
     mac_key = keys.get(header["key_id"]).mac_key
@@ -291,11 +326,18 @@ def test_write_atomic_failed_rename_leaves_no_temp(tmp_path):
 
 
 # ------------------------------------------------------------------ damaged files
-@pytest.mark.parametrize("data,cls", [
-    (b"", TruncatedSnapshot), (b"S", TruncatedSnapshot), (b"SNAPSTATE", TruncatedSnapshot),
-    (b"hello world\n" * 10, CorruptSnapshot), (b"\x80\x05\x95pickle", CorruptSnapshot),
-    (b"snapstate\0" + b"\0" * 40, CorruptSnapshot)],
-    ids=["empty", "one-byte", "magic-prefix", "text", "pickle", "lowercase-magic"])
+@pytest.mark.parametrize(
+    "data,cls",
+    [
+        (b"", TruncatedSnapshot),
+        (b"S", TruncatedSnapshot),
+        (b"SNAPSTATE", TruncatedSnapshot),
+        (b"hello world\n" * 10, CorruptSnapshot),
+        (b"\x80\x05\x95pickle", CorruptSnapshot),
+        (b"snapstate\0" + b"\0" * 40, CorruptSnapshot),
+    ],
+    ids=["empty", "one-byte", "magic-prefix", "text", "pickle", "lowercase-magic"],
+)
 def test_bad_magic(scratch, keys, data, cls):
     """A file that does not start with the magic is refused, naming the path: as
     truncated when it is a prefix of the magic, else as not a snapshot (bad magic)."""
@@ -306,16 +348,20 @@ def test_bad_magic(scratch, keys, data, cls):
 
 def test_bad_magic_on_real_snapshot(scratch, real_bytes, keys):
     """A real snapshot with its magic changed is refused as bad magic."""
-    _assert_refused(scratch, _rebuilt(real_bytes, magic=b"SNAPSTATX\0"), keys,
-                    expect="bad magic", cls=CorruptSnapshot)
+    _assert_refused(
+        scratch,
+        _rebuilt(real_bytes, magic=b"SNAPSTATX\0"),
+        keys,
+        expect="bad magic",
+        cls=CorruptSnapshot,
+    )
 
 
 @pytest.mark.parametrize("version", [0, 1, 3, 7, 0xFFFF])
 def test_foreign_format_version(scratch, real_bytes, keys, version):
     """A well-formed file of another format version (1 is the previous format) is
     refused, naming the path, its format and the supported one."""
-    exc = _assert_refused(scratch, _rebuilt(real_bytes, version=version), keys,
-                          cls=CorruptSnapshot)
+    exc = _assert_refused(scratch, _rebuilt(real_bytes, version=version), keys, cls=CorruptSnapshot)
     assert f"format {version}" in str(exc)
     assert f"format {_snapfile.FORMAT_VERSION}" in str(exc)
 
@@ -325,16 +371,17 @@ def test_truncated_at_every_length(scratch, real_bytes, keys):
     fixed fields, the header, a chunk length, a chunk, the end marker and the trailer)
     is refused as TruncatedSnapshot naming the path."""
     for size in range(len(real_bytes)):
-        _assert_refused(scratch, real_bytes[:size], keys, expect="truncated",
-                        cls=TruncatedSnapshot)
+        _assert_refused(scratch, real_bytes[:size], keys, expect="truncated", cls=TruncatedSnapshot)
 
 
-@pytest.mark.parametrize("extra", [b"\0", b"x" * 16, b"SNAPSTATE\0"],
-                         ids=["one-byte", "sixteen", "magic"])
+@pytest.mark.parametrize(
+    "extra", [b"\0", b"x" * 16, b"SNAPSTATE\0"], ids=["one-byte", "sixteen", "magic"]
+)
 def test_trailing_bytes(scratch, real_bytes, keys, extra):
     """Bytes appended after the trailer make the file refused, naming the path."""
-    _assert_refused(scratch, real_bytes + extra, keys, expect="after its trailer",
-                    cls=CorruptSnapshot)
+    _assert_refused(
+        scratch, real_bytes + extra, keys, expect="after its trailer", cls=CorruptSnapshot
+    )
 
 
 def test_two_files_concatenated(scratch, real, keys):
@@ -357,8 +404,10 @@ def test_every_byte_flipped(scratch, real_bytes, keys):
             assert str(scratch) in str(exc)
         else:
             accepted.append(pos)
-    assert accepted == [], (f"flipped bytes accepted at {accepted} (trailer starts at "
-                            f"{_layout(real_bytes)['trailer']} of {len(real_bytes)})")
+    assert accepted == [], (
+        f"flipped bytes accepted at {accepted} (trailer starts at "
+        f"{_layout(real_bytes)['trailer']} of {len(real_bytes)})"
+    )
 
 
 @HYPOTHESIS
@@ -366,8 +415,9 @@ def test_every_byte_flipped(scratch, real_bytes, keys):
 def test_flipped_bytes_anywhere(scratch, real_bytes, keys, data):
     """Any 1-4 damaged bytes anywhere in a real snapshot make it refused (CorruptSnapshot
     or SnapshotRejected naming the path, never another exception)."""
-    positions = data.draw(st.lists(st.integers(0, len(real_bytes) - 1), min_size=1,
-                                   max_size=4, unique=True))
+    positions = data.draw(
+        st.lists(st.integers(0, len(real_bytes) - 1), min_size=1, max_size=4, unique=True)
+    )
     damaged = bytearray(real_bytes)
     for pos in positions:
         damaged[pos] ^= data.draw(st.integers(1, 255))
@@ -395,10 +445,11 @@ def test_resigned_mac_with_wrong_key_is_tampered(scratch, real_bytes, keys):
     """Header and body intact, HMAC computed with another key of the same id (the
     checksums match): TamperedSnapshot naming the path."""
     parts = _layout(real_bytes)
-    signed = real_bytes[parts["head_start"]:parts["trailer"]]
+    signed = real_bytes[parts["head_start"] : parts["trailer"]]
     forged = hmac.new(os.urandom(32), signed, hashlib.sha256).digest()
-    _assert_refused(scratch, real_bytes[:-32] + forged, keys, expect="signature",
-                    cls=TamperedSnapshot)
+    _assert_refused(
+        scratch, real_bytes[:-32] + forged, keys, expect="signature", cls=TamperedSnapshot
+    )
 
 
 def test_missing_file_and_directory(tmp_path, keys):
@@ -451,36 +502,72 @@ def _damaged(store, data: bytes, name: str = "000002-e1.snap"):
 def _cut_points(data: bytes) -> dict[str, int]:
     parts = _layout(data)
     first_len, first_start, first_end = parts["chunks"][0]
-    return {"in-magic": 4, "in-fixed-fields": _MAGIC_LEN + 3,
-            "in-header": (parts["head_start"] + parts["head_end"]) // 2,
-            "in-chunk-length": first_len + 2, "in-body": (first_start + first_end) // 2,
-            "before-end-marker": parts["end_marker"], "in-end-marker": parts["end_marker"] + 2,
-            "in-trailer": parts["trailer"] + 20, "last-byte": len(data) - 1}
+    return {
+        "in-magic": 4,
+        "in-fixed-fields": _MAGIC_LEN + 3,
+        "in-header": (parts["head_start"] + parts["head_end"]) // 2,
+        "in-chunk-length": first_len + 2,
+        "in-body": (first_start + first_end) // 2,
+        "before-end-marker": parts["end_marker"],
+        "in-end-marker": parts["end_marker"] + 2,
+        "in-trailer": parts["trailer"] + 20,
+        "last-byte": len(data) - 1,
+    }
 
 
-@pytest.mark.parametrize("where", ["in-magic", "in-fixed-fields", "in-header",
-                                   "in-chunk-length", "in-body", "before-end-marker",
-                                   "in-end-marker", "in-trailer", "last-byte"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "in-magic",
+        "in-fixed-fields",
+        "in-header",
+        "in-chunk-length",
+        "in-body",
+        "before-end-marker",
+        "in-end-marker",
+        "in-trailer",
+        "last-byte",
+    ],
+)
 def test_cli_resume_truncated(real_bytes, store_copy, tmp_path, where):
     """`snaprun resume` of a truncated real snapshot exits 2 with a clean error saying
     it is truncated."""
-    path = _damaged(store_copy, real_bytes[:_cut_points(real_bytes)[where]])
+    path = _damaged(store_copy, real_bytes[: _cut_points(real_bytes)[where]])
     _cli_refuses(path, tmp_path, needle="truncated")
 
 
-@pytest.mark.parametrize("where", ["magic", "version", "header-length", "header",
-                                   "chunk-length", "body", "end-marker", "header-digest",
-                                   "body-digest", "mac"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "magic",
+        "version",
+        "header-length",
+        "header",
+        "chunk-length",
+        "body",
+        "end-marker",
+        "header-digest",
+        "body-digest",
+        "mac",
+    ],
+)
 def test_cli_resume_flipped_byte(real_bytes, store_copy, tmp_path, where):
     """`snaprun resume` of a real snapshot with one damaged byte, in any part of the
     file, exits 2 cleanly."""
     parts = _layout(real_bytes)
     first_len, first_start, first_end = parts["chunks"][0]
-    pos = {"magic": 0, "version": _MAGIC_LEN, "header-length": _MAGIC_LEN + 2,
-           "header": (parts["head_start"] + parts["head_end"]) // 2,
-           "chunk-length": first_len, "body": (first_start + first_end) // 2,
-           "end-marker": parts["end_marker"], "header-digest": parts["trailer"] + 5,
-           "body-digest": parts["trailer"] + 21, "mac": len(real_bytes) - 1}[where]
+    pos = {
+        "magic": 0,
+        "version": _MAGIC_LEN,
+        "header-length": _MAGIC_LEN + 2,
+        "header": (parts["head_start"] + parts["head_end"]) // 2,
+        "chunk-length": first_len,
+        "body": (first_start + first_end) // 2,
+        "end-marker": parts["end_marker"],
+        "header-digest": parts["trailer"] + 5,
+        "body-digest": parts["trailer"] + 21,
+        "mac": len(real_bytes) - 1,
+    }[where]
     data = bytearray(real_bytes)
     data[pos] ^= 0x01
     _cli_refuses(_damaged(store_copy, bytes(data)), tmp_path)
@@ -488,8 +575,7 @@ def test_cli_resume_flipped_byte(real_bytes, store_copy, tmp_path, where):
 
 def test_cli_resume_trailing_bytes(real_bytes, store_copy, tmp_path):
     """`snaprun resume` of a snapshot with bytes appended exits 2 cleanly."""
-    _cli_refuses(_damaged(store_copy, real_bytes + b"\n"), tmp_path,
-                 needle="after its trailer")
+    _cli_refuses(_damaged(store_copy, real_bytes + b"\n"), tmp_path, needle="after its trailer")
 
 
 def test_cli_resume_not_a_snapshot(store_copy, tmp_path):
@@ -521,15 +607,19 @@ def _signed(store, header: dict | list | str, chunks: list[bytes]) -> bytes:
     the store's current key by the production signer (_snapfile._file_bytes)."""
     ring = _keys.KeyRing(str(store))
     if isinstance(header, dict):
-        header = dict(header, key_id=ring.current.key_id, chunk_size=_snapfile.CHUNK_SIZE,
-                      codecs=["pickle-5", "zstd"])
+        header = dict(
+            header,
+            key_id=ring.current.key_id,
+            chunk_size=_snapfile.CHUNK_SIZE,
+            codecs=["pickle-5", "zstd"],
+        )
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     return b"".join(_snapfile._file_bytes(head, iter(chunks), ring.current.mac_key))
 
 
 def _real_header(real_bytes: bytes) -> dict:
     parts = _layout(real_bytes)
-    header = json.loads(real_bytes[parts["head_start"]:parts["head_end"]])
+    header = json.loads(real_bytes[parts["head_start"] : parts["head_end"]])
     return {k: v for k, v in header.items() if k not in _ADDED}
 
 
@@ -544,17 +634,29 @@ def test_cli_resume_body_not_a_pickle(real_bytes, store_copy, tmp_path):
     """A validly signed snapshot whose body decompresses to something that is not a
     snapstate pickle is refused with exit 2 and a clean error, not a traceback."""
     path = _damaged(store_copy, b"")
-    _snapfile.write(str(path), _real_header(real_bytes), b"garbage",
-                    _keys.KeyRing(str(store_copy)))
+    _snapfile.write(str(path), _real_header(real_bytes), b"garbage", _keys.KeyRing(str(store_copy)))
     _cli_refuses(path, tmp_path)
 
 
-@pytest.mark.parametrize("header,command", [
-    ({"job_id": "ghost"}, ("resume",)), ({"job_id": "ghost"}, ("resume", "--as", "imported")),
-    ({"job_id": "ghost"}, ("inspect",)), ({"job_id": "ghost"}, ("verify",)),
-    ([1, 2, 3], ("resume",)), ("text", ("resume",))],
-    ids=["missing-keys-resume", "missing-keys-resume-as", "missing-keys-inspect",
-         "missing-keys-verify", "list-resume", "string-resume"])
+@pytest.mark.parametrize(
+    "header,command",
+    [
+        ({"job_id": "ghost"}, ("resume",)),
+        ({"job_id": "ghost"}, ("resume", "--as", "imported")),
+        ({"job_id": "ghost"}, ("inspect",)),
+        ({"job_id": "ghost"}, ("verify",)),
+        ([1, 2, 3], ("resume",)),
+        ("text", ("resume",)),
+    ],
+    ids=[
+        "missing-keys-resume",
+        "missing-keys-resume-as",
+        "missing-keys-inspect",
+        "missing-keys-verify",
+        "list-resume",
+        "string-resume",
+    ],
+)
 def test_cli_header_not_a_snapshot_header(store_copy, tmp_path, header, command):
     """A validly signed file whose JSON header is not a snapshot header (an object
     missing the snapshot fields, or not an object) is refused by resume, resume --as,
@@ -583,20 +685,29 @@ def test_cli_resume_at_damaged_snapshot_drops_nothing(tmp_path):
     cleanly and drops nothing: its later snapshots 3 and 4 are still there (files and
     catalog, no "rewound" event), so the job then resumes from snapshot 4."""
     store = tmp_path / "store"
-    killed = snaprun("run", "--store", store, "--job", "job", AGENTS / "loops.py",
-                     cwd=tmp_path, fault="after-snapshot:4", env=NO_ENV_KEY)
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        AGENTS / "loops.py",
+        cwd=tmp_path,
+        fault="after-snapshot:4",
+        env=NO_ENV_KEY,
+    )
     assert killed.returncode == -9, killed.stderr
     files = snapshot_files(store, "job")
     assert len(files) == 4
     files[1].write_bytes(files[1].read_bytes()[:-1])
-    run = snaprun("resume", "--store", store, "--at", "2", "job", cwd=tmp_path,
-                  env=NO_ENV_KEY)
+    run = snaprun("resume", "--store", store, "--at", "2", "job", cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr and run.stdout == ""
     assert str(files[1]) in run.stderr and "truncated" in run.stderr
     assert snapshot_files(store, "job") == files
-    log = json.loads(snaprun("log", "--store", store, "--json", "job", cwd=tmp_path,
-                             env=NO_ENV_KEY).stdout)
+    log = json.loads(
+        snaprun("log", "--store", store, "--json", "job", cwd=tmp_path, env=NO_ENV_KEY).stdout
+    )
     assert not [e for e in log if e["kind"] == "rewound"], log
     run = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=NO_ENV_KEY)
     assert "resumed from snapshot 4" in run.stderr, run.stderr

@@ -13,8 +13,8 @@ import sqlite3
 import sys
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
+
 from snapstate.serializers import _pickler
 
 OBJECTS = AGENTS / "stdlib_objects.py"
@@ -34,11 +34,14 @@ def test_handlers_cursor_and_csv_writers_survive_a_kill_after_each_snapshot(tmp_
     on their logger with level, formatter, filter and encoding, the cursor keeps its
     connection, row_factory and arraysize, the writers their dialect."""
     (tmp_path / "base").mkdir()
-    base = snaprun("run", "--store", tmp_path / "s", "--job", "base", OBJECTS,
-                   tmp_path / "base", cwd=tmp_path)
+    base = snaprun(
+        "run", "--store", tmp_path / "s", "--job", "base", OBJECTS, tmp_path / "base", cwd=tmp_path
+    )
     assert base.returncode == 0, base.stderr
-    assert "checks True 10 False 10 %(levelname)s:%(name)s:%(message)s True utf-8 True 20 " \
-           "True True 3 ; 2 ignore" in base.stdout
+    assert (
+        "checks True 10 False 10 %(levelname)s:%(name)s:%(message)s True utf-8 True 20 "
+        "True True 3 ; 2 ignore" in base.stdout
+    )
     expected = _outputs(tmp_path / "base")
     assert expected["agent.log"].count("\n") == 12 and "secret" not in expected["agent.log"]
     count = len(snapshot_files(tmp_path / "s", "base"))
@@ -47,8 +50,17 @@ def test_handlers_cursor_and_csv_writers_survive_a_kill_after_each_snapshot(tmp_
     for k in range(1, count + 1):
         out = tmp_path / f"kill{k}"
         out.mkdir()
-        killed = snaprun("run", "--store", tmp_path / "s", "--job", f"k{k}", OBJECTS, out,
-                         cwd=tmp_path, fault=f"after-snapshot:{k}")
+        killed = snaprun(
+            "run",
+            "--store",
+            tmp_path / "s",
+            "--job",
+            f"k{k}",
+            OBJECTS,
+            out,
+            cwd=tmp_path,
+            fault=f"after-snapshot:{k}",
+        )
         assert killed.returncode == -9, killed.stderr
         resumed = snaprun("resume", "--store", tmp_path / "s", f"k{k}", cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
@@ -62,17 +74,33 @@ def test_handlers_cursor_and_csv_writers_survive_a_chain_of_kills(tmp_path):
     each restore saving objects that were themselves restored; stdout and files end
     identical to an uninterrupted run."""
     (tmp_path / "base").mkdir()
-    base = snaprun("run", "--store", tmp_path / "s", "--job", "base", OBJECTS,
-                   tmp_path / "base", cwd=tmp_path)
+    base = snaprun(
+        "run", "--store", tmp_path / "s", "--job", "base", OBJECTS, tmp_path / "base", cwd=tmp_path
+    )
     assert base.returncode == 0, base.stderr
     (tmp_path / "chain").mkdir()
-    run = snaprun("run", "--store", tmp_path / "s", "--job", "chain", OBJECTS,
-                  tmp_path / "chain", cwd=tmp_path, fault="after-snapshot:1")
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "chain",
+        OBJECTS,
+        tmp_path / "chain",
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+    )
     output = run.stdout
     for k in range(1, 5):
         assert run.returncode == -9, run.stderr
-        run = snaprun("resume", "--store", tmp_path / "s", "chain", cwd=tmp_path,
-                      fault=f"after-snapshot:{k + 1}")
+        run = snaprun(
+            "resume",
+            "--store",
+            tmp_path / "s",
+            "chain",
+            cwd=tmp_path,
+            fault=f"after-snapshot:{k + 1}",
+        )
         output += run.stdout
     assert run.returncode == 0, run.stderr
     assert output == base.stdout
@@ -82,27 +110,47 @@ def test_handlers_cursor_and_csv_writers_survive_a_chain_of_kills(tmp_path):
 @pytest.fixture(scope="module")
 def refusals(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kinds")
-    run = snaprun("run", "--store", workdir / "store", "--job", "job", KINDS, workdir,
-                  cwd=workdir)
+    run = snaprun("run", "--store", workdir / "store", "--job", "job", KINDS, workdir, cwd=workdir)
     assert run.returncode == 0, run.stderr
     return run, dict(re.findall(r"REFUSED ([\w-]+): (.*)", run.stdout))
 
 
-@pytest.mark.parametrize("case, names, fix", [
-    ("cursor-mid-result-set", "local 'rows' is a sqlite3 cursor",
-     "fetch the rows (rows = cursor.fetchall()) before snapshot()"),
-    ("event-loop", "local 'loop' is an asyncio event loop",
-     "close it (loop.close()) before snapshot() and create a new one after it"),
-    ("thread-pool", "local 'pool' is a ThreadPoolExecutor",
-     "has work queued or running at the snapshot; wait for its futures"),
-    ("pending-future", "local 'fut' is a concurrent.futures Future",
-     "wait for it (result = future.result()) before snapshot()"),
-    ("socket-in-object", "local 'client' (a refusal_kinds.ApiClient) holds a socket at "
-     "local 'client'.sock", "snapstate.resource(factory)"),
-    ("queue-handler", "local 'handler' is a logging handler (logging.handlers.QueueHandler)",
-     "remove it from its logger before snapshot()"),
-    ("csv-reader", "local 'reader' is a csv.reader", "read the rows (rows = list(reader))"),
-])
+@pytest.mark.parametrize(
+    "case, names, fix",
+    [
+        (
+            "cursor-mid-result-set",
+            "local 'rows' is a sqlite3 cursor",
+            "fetch the rows (rows = cursor.fetchall()) before snapshot()",
+        ),
+        (
+            "event-loop",
+            "local 'loop' is an asyncio event loop",
+            "close it (loop.close()) before snapshot() and create a new one after it",
+        ),
+        (
+            "thread-pool",
+            "local 'pool' is a ThreadPoolExecutor",
+            "has work queued or running at the snapshot; wait for its futures",
+        ),
+        (
+            "pending-future",
+            "local 'fut' is a concurrent.futures Future",
+            "wait for it (result = future.result()) before snapshot()",
+        ),
+        (
+            "socket-in-object",
+            "local 'client' (a refusal_kinds.ApiClient) holds a socket at local 'client'.sock",
+            "snapstate.resource(factory)",
+        ),
+        (
+            "queue-handler",
+            "local 'handler' is a logging handler (logging.handlers.QueueHandler)",
+            "remove it from its logger before snapshot()",
+        ),
+        ("csv-reader", "local 'reader' is a csv.reader", "read the rows (rows = list(reader))"),
+    ],
+)
 def test_refusal_names_the_users_object_and_the_fitting_fix(refusals, case, names, fix):
     """Each refusal starts with the local and what it is as the user wrote it, then the
     internal path, then the fix for that kind; resource() is offered only where it fits."""
@@ -118,11 +166,24 @@ def test_refused_objects_leave_the_job_running(refusals):
     """Only the refusals above were refused; a fully fetched cursor, an idle executor, a
     done future and an executor after its `with` block were saved."""
     run, messages = refusals
-    assert sorted(messages) == sorted(["cursor-mid-result-set", "event-loop", "thread-pool",
-                                       "pending-future", "socket-in-object", "queue-handler",
-                                       "csv-reader"])
-    for saved in ("cursor-fetched", "thread-pool-idle", "done-future", "after-with-pool",
-                  "good-after"):
+    assert sorted(messages) == sorted(
+        [
+            "cursor-mid-result-set",
+            "event-loop",
+            "thread-pool",
+            "pending-future",
+            "socket-in-object",
+            "queue-handler",
+            "csv-reader",
+        ]
+    )
+    for saved in (
+        "cursor-fetched",
+        "thread-pool-idle",
+        "done-future",
+        "after-with-pool",
+        "good-after",
+    ):
         assert f"TAKEN {saved}" in run.stdout
     assert run.result == "'carried on'"
 
@@ -132,8 +193,9 @@ def test_rotating_and_watched_handlers_keep_their_settings(tmp_path):
     """A RotatingFileHandler keeps maxBytes/backupCount and rotates after the restore; a
     WatchedFileHandler watches the reopened file; a handler on sys.stderr writes to the
     current sys.stderr; the handler's name registration follows the copy."""
-    rotating = logging.handlers.RotatingFileHandler(tmp_path / "r.log", maxBytes=60,
-                                                    backupCount=2, encoding="utf-8")
+    rotating = logging.handlers.RotatingFileHandler(
+        tmp_path / "r.log", maxBytes=60, backupCount=2, encoding="utf-8"
+    )
     watched = logging.handlers.WatchedFileHandler(tmp_path / "w.log", delay=True)
     errors = logging.StreamHandler(sys.stderr)
     errors.set_name("to-stderr")
@@ -150,8 +212,9 @@ def test_rotating_and_watched_handlers_keep_their_settings(tmp_path):
         for i in range(5):
             r.emit(logging.makeLogRecord({"msg": f"line {i} after the restore"}))
         assert (tmp_path / "r.log.1").exists()
-        assert "first line" in (tmp_path / "r.log.1").read_text() + \
-            (tmp_path / "r.log.2").read_text()
+        assert (
+            "first line" in (tmp_path / "r.log.1").read_text() + (tmp_path / "r.log.2").read_text()
+        )
         w.emit(logging.makeLogRecord({"msg": "watched"}))
         assert (tmp_path / "w.log").read_text() == "watched\n" and w.ino is not None
     finally:
@@ -170,12 +233,12 @@ def test_logger_keeps_handlers_attached_at_run_time(tmp_path):
     handler.close()
     log.removeHandler(handler)
     log.setLevel(logging.NOTSET)
-    fresh = logging.FileHandler(tmp_path / "fresh.log")      # what a fresh import attached
+    fresh = logging.FileHandler(tmp_path / "fresh.log")  # what a fresh import attached
     log.addHandler(fresh)
     copy = _pickler.loads(data)
     try:
         assert copy["log"] is log and log.handlers == [copy["handler"]]
-        assert log.level == logging.WARNING and fresh.stream is None   # closed
+        assert log.level == logging.WARNING and fresh.stream is None  # closed
     finally:
         copy["handler"].close()
         log.handlers.clear()
@@ -195,7 +258,7 @@ def test_cursor_states(tmp_path):
         done.execute("SELECT n FROM t").fetchmany(3)
         done.fetchone()
         closed.close()
-        pending.execute("SELECT n FROM t").fetchmany(2)     # one row left
+        pending.execute("SELECT n FROM t").fetchmany(2)  # one row left
         copy = _pickler.loads(_pickler.dumps([conn, done, closed]))
         try:
             assert copy[1].connection is copy[0] and copy[1].execute("SELECT 7").fetchone() == (7,)
@@ -215,9 +278,16 @@ def test_csv_writer_keeps_its_file_and_dialect(tmp_path):
     """A csv.writer over an open file is rebuilt over the reopened file with every
     dialect parameter; one over a StringIO keeps writing into the restored StringIO."""
     import io
+
     with open(tmp_path / "o.csv", "w", newline="") as f:
-        writer = csv.writer(f, dialect="excel-tab", quoting=csv.QUOTE_MINIMAL, escapechar="\\",
-                            lineterminator="\n", doublequote=False)
+        writer = csv.writer(
+            f,
+            dialect="excel-tab",
+            quoting=csv.QUOTE_MINIMAL,
+            escapechar="\\",
+            lineterminator="\n",
+            doublequote=False,
+        )
         writer.writerow(["a", 'say "hi"'])
         buffer = io.StringIO()
         other = csv.writer(buffer)
@@ -226,8 +296,16 @@ def test_csv_writer_keeps_its_file_and_dialect(tmp_path):
     try:
         copy["w"].writerow(["b", "tab\tin"])
         copy["o"].writerow([3, 4])
-        for field in ("delimiter", "quotechar", "escapechar", "doublequote", "lineterminator",
-                      "quoting", "skipinitialspace", "strict"):
+        for field in (
+            "delimiter",
+            "quotechar",
+            "escapechar",
+            "doublequote",
+            "lineterminator",
+            "quoting",
+            "skipinitialspace",
+            "strict",
+        ):
             assert getattr(copy["w"].dialect, field) == getattr(writer.dialect, field)
     finally:
         copy["f"].close()
@@ -240,6 +318,7 @@ def test_logger_with_a_handler_that_cannot_be_saved_is_refused_naming_both(tmp_p
     (never a logger silently missing a handler): the refusal names the logger, the path
     to the bad part inside the handler, and says to remove that handler first."""
     import queue
+
     log = logging.getLogger("snapstate-test.queue-handler")
     handler = logging.handlers.QueueHandler(queue.SimpleQueue())
     log.addHandler(handler)
@@ -250,7 +329,8 @@ def test_logger_with_a_handler_that_cannot_be_saved_is_refused_naming_both(tmp_p
         log.removeHandler(handler)
     assert str(info.value).startswith(
         "global 'LOG' is the logger 'snapstate-test.queue-handler' (logging.Logger), which "
-        "cannot be saved: module agent, global 'LOG'.handlers[0].queue -> _queue.SimpleQueue")
+        "cannot be saved: module agent, global 'LOG'.handlers[0].queue -> _queue.SimpleQueue"
+    )
     assert "remove that handler from the logger before snapshot()" in info.value.fix
 
 
@@ -309,7 +389,7 @@ def test_other_handlers_are_registered_for_shutdown(tmp_path):
     assert any(ref() is copy.target for ref in logging._handlerList)
     restored_target = copy.target
     logging.shutdown([ref for ref in logging._handlerList if ref() in (copy, restored_target)])
-    restored_target.close()      # shutdown may close the target before the memory handler
+    restored_target.close()  # shutdown may close the target before the memory handler
     assert (tmp_path / "target.log").read_text() == "buffered\n"
 
 
@@ -323,8 +403,9 @@ def test_thread_pool_states():
     def setup(tag):
         threading.current_thread().tag = tag
 
-    pool = concurrent.futures.ThreadPoolExecutor(3, thread_name_prefix="w", initializer=setup,
-                                                 initargs=("t",))
+    pool = concurrent.futures.ThreadPoolExecutor(
+        3, thread_name_prefix="w", initializer=setup, initargs=("t",)
+    )
     release = threading.Event()
     try:
         pool.submit(pow, 2, 2).result()

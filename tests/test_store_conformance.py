@@ -27,10 +27,25 @@ from pathlib import Path
 
 import pytest
 
-from snapstate.runtime._errors import (JobExists, JobNotFound, LeaseHeld, SnapshotNotFound,
-                                       StaleWriter, StoreError)
-from snapstate.serializers._store import (EffectRow, EventRow, JobRow, LeaseRow, Owner,
-                                          SnapshotRow, Store, pid_alive, process_start)
+from snapstate.runtime._errors import (
+    JobExists,
+    JobNotFound,
+    LeaseHeld,
+    SnapshotNotFound,
+    StaleWriter,
+    StoreError,
+)
+from snapstate.serializers._store import (
+    EffectRow,
+    EventRow,
+    JobRow,
+    LeaseRow,
+    Owner,
+    SnapshotRow,
+    Store,
+    pid_alive,
+    process_start,
+)
 
 HOST = socket.gethostname()
 ENTRY = {"module": "agent", "function": "main", "path": "/agents/agent.py", "search_path": None}
@@ -137,16 +152,22 @@ def make_job(store: Store, job_id: str = "job", **kw) -> JobRow:
     return store.create_job(job_id, ENTRY, ["--x", "1"], **kw)
 
 
-def row(seq: int, epoch: int, job_id: str = "job", label: str | None = None,
-        created: float = T0) -> SnapshotRow:
-    return SnapshotRow(job_id, seq, label, f"snapshots/{job_id}/{seq:06d}-e{epoch}.snap",
-                       100 + seq, created, epoch)
+def row(
+    seq: int, epoch: int, job_id: str = "job", label: str | None = None, created: float = T0
+) -> SnapshotRow:
+    return SnapshotRow(
+        job_id, seq, label, f"snapshots/{job_id}/{seq:06d}-e{epoch}.snap", 100 + seq, created, epoch
+    )
 
 
 def state(store: Store, job_id: str = "job"):
     """Everything the store holds about a job (to prove that nothing changed)."""
-    return (store.get_job(job_id), store.snapshots(job_id), store.events(job_id),
-            store.get_lease(job_id))
+    return (
+        store.get_job(job_id),
+        store.snapshots(job_id),
+        store.events(job_id),
+        store.get_lease(job_id),
+    )
 
 
 # ------------------------------------------------------------------ jobs
@@ -193,7 +214,7 @@ def test_list_jobs_oldest_first(store, clock):
     make_job(store, "b")
     clock.advance(1)
     make_job(store, "a")
-    make_job(store, "c")        # same time as "a": by id
+    make_job(store, "c")  # same time as "a": by id
     clock.advance(1)
     make_job(store, "0-last")
     assert [j.job_id for j in store.list_jobs()] == ["b", "a", "c", "0-last"]
@@ -211,7 +232,9 @@ def test_set_status_without_epoch(store, clock):
     job = store.get_job("job")
     assert (job.status, job.error) == ("waiting", None)
     assert [(e.kind, e.detail) for e in store.events("job")][1:] == [
-        ("failed", "ValueError: boom"), ("waiting", "")]
+        ("failed", "ValueError: boom"),
+        ("waiting", ""),
+    ]
 
 
 def test_set_status_with_the_current_epoch(store, live_pid):
@@ -222,14 +245,13 @@ def test_set_status_with_the_current_epoch(store, live_pid):
     assert store.get_job("job").status == "done"
 
 
-def test_set_status_with_a_stale_epoch_raises_and_changes_nothing(store, clock, live_pid,
-                                                                  dead_pid):
+def test_set_status_with_a_stale_epoch_raises_and_changes_nothing(store, clock, live_pid, dead_pid):
     """With an epoch that no longer holds the lease (taken over, released, or never
     held), set_status raises StaleWriter and changes nothing: not the status, not the
     error, not `updated`, not the timeline."""
     make_job(store)
     first = store.acquire_lease("job", Owner(HOST, dead_pid), 30)
-    second = store.acquire_lease("job", live_owner(live_pid), 30)    # dead pid: taken over
+    second = store.acquire_lease("job", live_owner(live_pid), 30)  # dead pid: taken over
     assert second > first
     before = state(store)
     clock.advance(3)
@@ -257,7 +279,7 @@ def test_acquire_returns_increasing_epochs(store, clock, live_pid):
     epochs.append(store.acquire_lease("job", me, 30, resuming=True))
     job = store.get_job("job")
     assert (job.status, job.error, job.resume_count) == ("running", None, 1)
-    clock.advance(31)                                   # expired: taken over
+    clock.advance(31)  # expired: taken over
     epochs.append(store.acquire_lease("job", Owner("elsewhere", 1), 30, resuming=True))
     store.release_lease("job", epochs[-1])
     epochs.append(store.acquire_lease("job", me, 30))
@@ -297,7 +319,7 @@ def test_lease_held_while_another_owner_holds_a_live_lease(store, clock, live_pi
     assert f"pid {live_pid} on {HOST}" in str(info.value)
     with pytest.raises(LeaseHeld, match="pid 4242 on other-host"):
         store.acquire_lease("remote", Owner.me(), 30, resuming=True)
-    with pytest.raises(LeaseHeld):      # the holder itself gets no second lease either
+    with pytest.raises(LeaseHeld):  # the holder itself gets no second lease either
         store.acquire_lease("job", holder, 30)
     assert (state(store), state(store, "remote")) == before
     assert issubclass(LeaseHeld, StoreError)
@@ -325,7 +347,7 @@ def test_stale_lease_is_taken_over_without_force(store, clock, live_pid, dead_pi
         while pid_alive(zombie.pid):
             assert time.monotonic() < deadline, "the killed process never became a zombie"
             time.sleep(0.001)
-        assert os.path.exists(f"/proc/{zombie.pid}")        # not reaped yet
+        assert os.path.exists(f"/proc/{zombie.pid}")  # not reaped yet
     try:
         first = store.acquire_lease("job", holder, 30)
         if how == "expired":
@@ -351,25 +373,27 @@ def test_force_never_takes_over_a_live_lease(store, clock, live_pid):
     forced takeover is noted in the timeline. A heartbeat makes the lease fresh again."""
     make_job(store)
     holder = live_owner(live_pid)
-    first = store.acquire_lease("job", holder, 100)         # expires at T0 + 100
-    clock.advance(20)                                        # heartbeat 20 s old
+    first = store.acquire_lease("job", holder, 100)  # expires at T0 + 100
+    clock.advance(20)  # heartbeat 20 s old
     before = state(store)
-    with pytest.raises(LeaseHeld, match="--force never takes over a runner that is "
-                                        "heartbeating; it waits out the lease"):
+    with pytest.raises(
+        LeaseHeld,
+        match="--force never takes over a runner that is heartbeating; it waits out the lease",
+    ):
         store.acquire_lease("job", Owner.me(), 30, force=True)
-    store.heartbeat("job", first, 100)                       # heartbeat at T0 + 20
-    clock.advance(68)                                        # 68 s old: two beats missed
+    store.heartbeat("job", first, 100)  # heartbeat at T0 + 20
+    clock.advance(68)  # 68 s old: two beats missed
     assert store.get_lease("job").is_live(clock())
     for force in (True, False):
         with pytest.raises(LeaseHeld):
             store.acquire_lease("job", Owner.me(), 30, force=force)
-    clock.advance(31.9)                                      # expires in 0.1 s
+    clock.advance(31.9)  # expires in 0.1 s
     with pytest.raises(LeaseHeld):
         store.acquire_lease("job", Owner.me(), 30, force=True)
     lease = store.get_lease("job")
     assert (lease.owner, lease.epoch, lease.heartbeat) == (holder, first, T0 + 20)
-    assert store.events("job") == before[2]                  # refusals left no trace
-    clock.advance(0.1)                                       # expired
+    assert store.events("job") == before[2]  # refusals left no trace
+    clock.advance(0.1)  # expired
     second = store.acquire_lease("job", Owner.me(), 30, force=True)
     assert second == first + 1
     assert store.get_lease("job").owner == Owner.me()
@@ -381,14 +405,14 @@ def test_heartbeat_extends_the_lease(store, clock, live_pid):
     lease that would have expired stays held."""
     make_job(store, "beating")
     make_job(store, "silent")
-    holder = Owner("other-host", 4242)        # liveness by expiry alone
+    holder = Owner("other-host", 4242)  # liveness by expiry alone
     beating = store.acquire_lease("beating", holder, 10)
     store.acquire_lease("silent", holder, 10)
     clock.advance(8)
     store.heartbeat("beating", beating, 10)
     lease = store.get_lease("beating")
     assert (lease.expires, lease.heartbeat) == (T0 + 18, T0 + 8)
-    clock.advance(7)                          # T0 + 15: silent expired, beating not
+    clock.advance(7)  # T0 + 15: silent expired, beating not
     with pytest.raises(LeaseHeld):
         store.acquire_lease("beating", live_owner(live_pid), 10)
     assert store.acquire_lease("silent", live_owner(live_pid), 10) == 2
@@ -418,7 +442,7 @@ def test_release(store, clock, live_pid):
     interrupted if still running); with an old epoch it removes nothing; with no lease
     it is a no-op."""
     make_job(store)
-    store.release_lease("job", 1)                               # nothing to release
+    store.release_lease("job", 1)  # nothing to release
     old = store.acquire_lease("job", Owner("other-host", 1), 10)
     clock.advance(11)
     new = store.acquire_lease("job", live_owner(live_pid), 10)
@@ -437,8 +461,11 @@ def test_commit_snapshot_in_sequence(store, clock, live_pid):
     make_job(store)
     epoch = store.acquire_lease("job", live_owner(live_pid), 30)
     assert store.latest("job") is None
-    rows = [row(1, epoch, label="first", created=T0 + 1), row(2, epoch, created=T0 + 2),
-            row(3, epoch, label="x", created=T0 + 3)]
+    rows = [
+        row(1, epoch, label="first", created=T0 + 1),
+        row(2, epoch, created=T0 + 2),
+        row(3, epoch, label="x", created=T0 + 3),
+    ]
     for r in rows:
         store.commit_snapshot(r)
     assert store.snapshots("job") == rows
@@ -446,7 +473,10 @@ def test_commit_snapshot_in_sequence(store, clock, live_pid):
     assert store.snapshot("job", 2) == rows[1]
     assert store.get_job("job").updated == T0 + 3
     assert [e.detail for e in store.events("job") if e.kind == "snapshot"] == [
-        "1 (first)", "2", "3 (x)"]
+        "1 (first)",
+        "2",
+        "3 (x)",
+    ]
     with pytest.raises(SnapshotNotFound, match="4"):
         store.snapshot("job", 4)
 
@@ -546,12 +576,18 @@ def test_fork_job_copies_rows_and_inherited_effects_in_one_transaction(store, li
     store.record_effects([effect(1), effect(2), effect(3)], epoch=epoch)
     make_job(store, "taken")
     before = state(store), state(store, "taken"), store.effects("job")
-    files = {seq: dataclasses.replace(row(seq, 0, label=f"l{seq}"), job_id="twin",
-                                      file=f"snapshots/twin/{seq}") for seq in (1, 2)}
-    for args, error in ((("job", 2, "taken", files, 1), JobExists),
-                        (("nope", 2, "twin", files, 1), JobNotFound),
-                        (("job", 7, "twin", files, 1), SnapshotNotFound),
-                        (("job", 3, "twin", files, 1), StoreError)):
+    files = {
+        seq: dataclasses.replace(
+            row(seq, 0, label=f"l{seq}"), job_id="twin", file=f"snapshots/twin/{seq}"
+        )
+        for seq in (1, 2)
+    }
+    for args, error in (
+        (("job", 2, "taken", files, 1), JobExists),
+        (("nope", 2, "twin", files, 1), JobNotFound),
+        (("job", 7, "twin", files, 1), SnapshotNotFound),
+        (("job", 3, "twin", files, 1), StoreError),
+    ):
         with pytest.raises(error):
             store.fork_job(*args)
         with pytest.raises(JobNotFound):
@@ -559,13 +595,20 @@ def test_fork_job_copies_rows_and_inherited_effects_in_one_transaction(store, li
         assert (state(store), state(store, "taken"), store.effects("job")) == before
     twin = store.fork_job("job", 2, "twin", files, 1)
     assert (twin.job_id, twin.parent, twin.fork_seq, twin.status, twin.entry, twin.argv) == (
-        "twin", "job", 2, "running", ENTRY, ["--x", "1"])
+        "twin",
+        "job",
+        2,
+        "running",
+        ENTRY,
+        ["--x", "1"],
+    )
     assert [(r.seq, r.label, r.file, r.epoch) for r in store.snapshots("twin")] == [
-        (1, "l1", "snapshots/twin/1", 0), (2, "l2", "snapshots/twin/2", 0)]
+        (1, "l1", "snapshots/twin/1", 0),
+        (2, "l2", "snapshots/twin/2", 0),
+    ]
     assert store.effects("twin") == [dataclasses.replace(effect(1), job_id="twin")]
     assert store.get_lease("twin") is None
-    assert ("forked", "snapshot 2 as job twin") in [(e.kind, e.detail)
-                                                   for e in store.events("job")]
+    assert ("forked", "snapshot 2 as job twin") in [(e.kind, e.detail) for e in store.events("job")]
 
 
 def test_import_job_creates_the_job_and_its_row_in_one_transaction(store):
@@ -576,24 +619,29 @@ def test_import_job_creates_the_job_and_its_row_in_one_transaction(store):
     with pytest.raises(JobExists):
         store.import_job("job", ENTRY, [], row(3, 0), parent="x", source="/tmp/f.snap")
     assert state(store) == before
-    job = store.import_job("copy", ENTRY, ["a"], row(3, 0, "copy", label="c"), parent="job",
-                           source="/tmp/f.snap")
+    job = store.import_job(
+        "copy", ENTRY, ["a"], row(3, 0, "copy", label="c"), parent="job", source="/tmp/f.snap"
+    )
     assert (job.parent, job.fork_seq, job.argv) == ("job", 3, ["a"])
     assert store.snapshots("copy") == [row(3, 0, "copy", label="c")]
     assert [e.kind for e in store.events("copy")] == ["created", "imported"]
 
 
-def test_reconcile_effect_checks_the_lease_and_writes_in_one_transaction(store, clock,
-                                                                         live_pid):
+def test_reconcile_effect_checks_the_lease_and_writes_in_one_transaction(store, clock, live_pid):
     """reconcile_effect is refused (LeaseHeld) while a live lease holds the job, with
     the ledger, metrics and job unchanged; once the lease has expired it sets
     the effect's state, result and note, counts it and turns a parked job
     interrupted. An unknown job, an unknown or value effect, or a settled effect is
     refused with nothing changed."""
     make_job(store)
-    store.record_effects([effect(1, state="ambiguous"), effect(2, state="confirmed"),
-                          dataclasses.replace(effect(3, state="ambiguous"), kind="value")],
-                         epoch=None)
+    store.record_effects(
+        [
+            effect(1, state="ambiguous"),
+            effect(2, state="confirmed"),
+            dataclasses.replace(effect(3, state="ambiguous"), kind="value"),
+        ],
+        epoch=None,
+    )
     epoch = store.acquire_lease("job", live_owner(live_pid), 30)
     store.set_status("job", "parked", epoch=epoch)
     before = state(store), store.effects("job"), store.metrics("job")
@@ -601,7 +649,7 @@ def test_reconcile_effect_checks_the_lease_and_writes_in_one_transaction(store, 
     with pytest.raises(LeaseHeld):
         store.reconcile_effect("job", 1, **args)
     assert (state(store), store.effects("job"), store.metrics("job")) == before
-    clock.advance(31)                   # the holder's lease expired (not released)
+    clock.advance(31)  # the holder's lease expired (not released)
     for ordinal, error in ((2, "confirmed"), (3, "no effect 3"), (9, "no effect 9")):
         with pytest.raises(StoreError, match=error):
             store.reconcile_effect("job", ordinal, **args)
@@ -610,7 +658,11 @@ def test_reconcile_effect_checks_the_lease_and_writes_in_one_transaction(store, 
     assert (state(store), store.effects("job"), store.metrics("job")) == before
     settled = store.reconcile_effect("job", 1, **args)
     assert (settled.state, settled.result, settled.note, settled.updated) == (
-        "confirmed", b"sealed", "by hand", T0 + 31)
+        "confirmed",
+        b"sealed",
+        "by hand",
+        T0 + 31,
+    )
     assert store.effect("job", 1) == settled and store.metrics("job") == {"reconciled": 1}
     assert store.get_job("job").status == "interrupted"
 
@@ -658,12 +710,19 @@ def test_events_are_kept_in_order(backend):
     store.set_status("job", "done", epoch=epoch)
     events = store.events("job")
     assert [(e.kind, e.detail) for e in events] == [
-        ("created", "entry /agents/agent.py"), ("lease", "epoch 1 taken by pid 1 on other-host"),
-        ("snapshot", "1"), ("note", "clock went back"), ("snapshot", "2 (two)"), ("done", "")]
+        ("created", "entry /agents/agent.py"),
+        ("lease", "epoch 1 taken by pid 1 on other-host"),
+        ("snapshot", "1"),
+        ("note", "clock went back"),
+        ("snapshot", "2 (two)"),
+        ("done", ""),
+    ]
     assert all(isinstance(e, EventRow) and e.job_id == "job" for e in events)
     assert [e.at for e in events][:3] == [T0, T0, T0]
     assert [(e.kind, e.detail) for e in store.events("other")] == [
-        ("created", "entry /agents/agent.py"), ("note", "not mine")]
+        ("created", "entry /agents/agent.py"),
+        ("note", "not mine"),
+    ]
 
 
 def test_effective_status(store, clock, live_pid, dead_pid):
@@ -671,14 +730,14 @@ def test_effective_status(store, clock, live_pid, dead_pid):
     an expired one, or one held by a dead process of this host it is 'interrupted'.
     Every other status is shown as stored."""
     make_job(store)
-    job = lambda: store.get_job("job")      # noqa: E731
-    assert store.effective_status(job(), clock()) == "interrupted"           # no lease
+    job = lambda: store.get_job("job")  # noqa: E731
+    assert store.effective_status(job(), clock()) == "interrupted"  # no lease
     epoch = store.acquire_lease("job", Owner("other-host", 1), 30)
     assert store.effective_status(job(), clock()) == "running"
-    assert store.effective_status(job(), T0 + 30) == "interrupted"           # expired
+    assert store.effective_status(job(), T0 + 30) == "interrupted"  # expired
     clock.advance(31)
     store.acquire_lease("job", Owner(HOST, dead_pid), 30)
-    assert store.effective_status(job(), clock()) == "interrupted"           # dead pid
+    assert store.effective_status(job(), clock()) == "interrupted"  # dead pid
     clock.advance(31)
     epoch = store.acquire_lease("job", live_owner(live_pid), 30)
     assert store.effective_status(job(), clock()) == "running"
@@ -709,10 +768,18 @@ def test_delete_job(store, live_pid):
 
 # ------------------------------------------------------------------ effect ledger, metrics
 def effect(ordinal: int, job_id: str = "job", state: str = "dispatched", **kw) -> EffectRow:
-    return EffectRow(job_id, ordinal, f"key-{ordinal}", "agent.charge", "agent.py:12",
-                     f"digest-{ordinal}", "(amount=5)", "write", state,
-                     **{"result": b"\x00signed", "attempts": 1, "created": T0, "updated": T0,
-                        **kw})
+    return EffectRow(
+        job_id,
+        ordinal,
+        f"key-{ordinal}",
+        "agent.charge",
+        "agent.py:12",
+        f"digest-{ordinal}",
+        "(amount=5)",
+        "write",
+        state,
+        **{"result": b"\x00signed", "attempts": 1, "created": T0, "updated": T0, **kw},
+    )
 
 
 def test_record_effects_round_trip_and_are_fenced(store, clock, live_pid):
@@ -790,7 +857,7 @@ def test_threads_committing_the_same_seq_exactly_one_wins(backend):
                     wins[i].append(seq)
                 except StaleWriter:
                     losses[i].append(seq)
-        except BaseException as exc:        # reported below, not lost in the thread
+        except BaseException as exc:  # reported below, not lost in the thread
             errors.append(exc)
             barrier.abort()
         finally:
@@ -853,12 +920,28 @@ store.close()
 """
 
 
-def _racers(backend: Backend, gate: Path, mode: str, job: str, extra: list[list[str]],
-            go: bool = True):
+def _racers(
+    backend: Backend, gate: Path, mode: str, job: str, extra: list[list[str]], go: bool = True
+):
     gate.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-c", _RACE, backend.factory, backend.location,
-                               str(gate), mode, job, *args], stdout=subprocess.PIPE, text=True)
-             for args in extra]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _RACE,
+                backend.factory,
+                backend.location,
+                str(gate),
+                mode,
+                job,
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for args in extra
+    ]
     for p in procs:
         assert p.stdout.readline() == "ready\n"
     if go:
@@ -903,8 +986,13 @@ def test_processes_racing_to_commit_each_seq_is_committed_once(backend, tmp_path
     make_job(store)
     epoch = store.acquire_lease("job", Owner.me(), 300)
     count = 150
-    procs = _racers(backend, tmp_path / "gate", "commit", "job",
-                    [[str(epoch), str(count), f"p{i}"] for i in (0, 1)])
+    procs = _racers(
+        backend,
+        tmp_path / "gate",
+        "commit",
+        "job",
+        [[str(epoch), str(count), f"p{i}"] for i in (0, 1)],
+    )
     try:
         wins = [json.loads(p.stdout.readline()) for p in procs]
     finally:
@@ -919,8 +1007,9 @@ def test_processes_opening_a_new_store_at_once_all_succeed(make_backend, tmp_pat
     at the same moment. Four processes open the same brand-new store at once, 8 rounds
     (a new store each round): every open succeeds, and the store then works."""
     fresh = [make_backend(tmp_path / f"fresh-{r}") for r in range(8)]
-    procs = _racers(fresh[0], tmp_path / "gate", "open", "-",
-                    [[b.location for b in fresh]] * 4, go=False)
+    procs = _racers(
+        fresh[0], tmp_path / "gate", "open", "-", [[b.location for b in fresh]] * 4, go=False
+    )
     try:
         results = []
         for r in range(len(fresh)):

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, snaprun
+from test_lifecycle import start, wait_for
+
 from snapstate.runtime._errors import StoreFailure
 from snapstate.serializers._sqlite import SqliteStore
-from test_lifecycle import start, wait_for
 
 AGENT = AGENTS / "life_store.py"
 
@@ -66,12 +66,15 @@ def fill(point: Path) -> Path:
 
 
 def digests(store: Path) -> dict[str, str]:
-    return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted((store / "snapshots").rglob("*.snap"))}
+    return {
+        str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((store / "snapshots").rglob("*.snap"))
+    }
 
 
-def assert_store_failed(run_stderr: str, returncode: int, store: Path, job: str,
-                        what: str = "the store failed:") -> None:
+def assert_store_failed(
+    run_stderr: str, returncode: int, store: Path, job: str, what: str = "the store failed:"
+) -> None:
     assert returncode == 1, run_stderr
     assert what in run_stderr and str(store) in run_stderr, run_stderr
     assert f"snaprun resume {job}" in run_stderr
@@ -83,8 +86,7 @@ def assert_interrupted(store: Path, job: str) -> None:
     catalog = SqliteStore(str(store))
     row = catalog.get_job(job)
     assert catalog.effective_status(row, time.time()) == "interrupted", row
-    assert row.status != "failed" and not any(e.kind == "failed"
-                                              for e in catalog.events(job))
+    assert row.status != "failed" and not any(e.kind == "failed" for e in catalog.events(job))
     assert catalog.latest(job).seq == 1
     catalog.close()
 
@@ -106,13 +108,18 @@ def test_disk_full_leaves_the_job_interrupted_and_resumable(tmp_path, tmpfs, mod
     filler = fill(tmpfs)
     (tmp_path / "go").touch()
     out, err = proc.communicate(timeout=60)
-    assert_store_failed(err, proc.returncode, store, "full",
-                        "could not be written" if mode == "snapshot" else "the store failed:")
+    assert_store_failed(
+        err,
+        proc.returncode,
+        store,
+        "full",
+        "could not be written" if mode == "snapshot" else "the store failed:",
+    )
     if mode != "return":
         assert out == "first\n"
         assert not (tmp_path / "finally").exists(), "agent code ran after the store failed"
         assert not (tmp_path / "deliveries").exists()
-    else:     # the agent had finished; only its end could not be recorded
+    else:  # the agent had finished; only its end could not be recorded
         assert out == "first\nsecond 0\n"
     filler.unlink()
     assert_interrupted(store, "full")
@@ -133,8 +140,18 @@ def test_read_only_store_is_reported_and_resumes_once_writable(tmp_path, tmpfs):
     store is writable again."""
     store = tmpfs / "store"
     (tmp_path / "go").touch()
-    killed = snaprun("run", "--store", store, "--job", "ro", AGENT, tmp_path, "return",
-                     cwd=tmp_path, fault="after-snapshot:1")
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "ro",
+        AGENT,
+        tmp_path,
+        "return",
+        cwd=tmp_path,
+        fault="after-snapshot:1",
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     before = digests(store)
     remount = _mount("-o", "remount,ro", str(tmpfs))
@@ -160,10 +177,11 @@ def test_sqlite_failures_map_to_store_failure_in_process(tmp_path):
     store = SqliteStore(str(tmp_path / "s"))
     store.create_job("j", {"module": "m", "function": "main", "path": None}, [])
     store.close()
-    store._local.db = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True,
-                                      isolation_level=None)
-    with pytest.raises(StoreFailure, match="the store failed: attempt to write a readonly "
-                       f"database at {tmp_path / 's'}"):
+    store._local.db = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, isolation_level=None)
+    with pytest.raises(
+        StoreFailure,
+        match=f"the store failed: attempt to write a readonly database at {tmp_path / 's'}",
+    ):
         store.set_status("j", "done")
     store.close()
     again = SqliteStore(str(tmp_path / "s"))

@@ -14,10 +14,11 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import click.testing
 import pytest
 from click.testing import CliRunner
-
 from conftest import AGENTS, snaprun
+
 from snapstate import StoreDamaged, StoreError
 from snapstate.runtime._cli import cli
 from snapstate.serializers import _identity
@@ -48,13 +49,16 @@ def tree(root: Path) -> dict[str, str]:
     """Every file under root (relative path -> SHA-256 of its bytes), but SQLite's own
     side files when they hold nothing of the store: its shared-memory index (-shm) and
     an empty WAL, which a read-only connection leaves behind."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()
-            and not p.name.endswith("-shm")
-            and not (p.name.endswith("-wal") and p.stat().st_size == 0)}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+        and not p.name.endswith("-shm")
+        and not (p.name.endswith("-wal") and p.stat().st_size == 0)
+    }
 
 
-def cli_run(*args, cwd: Path, monkeypatch) -> "click.testing.Result":
+def cli_run(*args, cwd: Path, monkeypatch) -> click.testing.Result:
     monkeypatch.chdir(cwd)
     monkeypatch.delenv("SNAPSTATE_HOME", raising=False)
     monkeypatch.delenv("SNAPSTATE_KEY", raising=False)
@@ -91,13 +95,27 @@ def damage(store: Path, how: str) -> None:
 def commands(store: Path, snap: Path, out: Path) -> list[list]:
     """Every command that opens a store, read-only and writable."""
     s = ["--store", store]
-    return [["ls", *s], ["log", *s, "j"], ["inspect", *s, "j"], ["inspect", *s, "j@1"],
-            ["inspect", *s, snap], ["verify", *s, snap], ["effects", *s, "j"],
-            ["stats", *s], ["export", *s, "-o", out, "j@1"], ["replay", *s, "j@1"],
-            ["resume", *s, "j"], ["resume", *s, "--as", "copy", snap],
-            ["run", *s, LOOPS], ["fork", *s, "j@1"], ["prune", *s, "--finished"],
-            ["reconcile", *s, "--committed", "j", "1"], ["keys", "list", *s],
-            ["keys", "rotate", *s], ["init", *s]]
+    return [
+        ["ls", *s],
+        ["log", *s, "j"],
+        ["inspect", *s, "j"],
+        ["inspect", *s, "j@1"],
+        ["inspect", *s, snap],
+        ["verify", *s, snap],
+        ["effects", *s, "j"],
+        ["stats", *s],
+        ["export", *s, "-o", out, "j@1"],
+        ["replay", *s, "j@1"],
+        ["resume", *s, "j"],
+        ["resume", *s, "--as", "copy", snap],
+        ["run", *s, LOOPS],
+        ["fork", *s, "j@1"],
+        ["prune", *s, "--finished"],
+        ["reconcile", *s, "--committed", "j", "1"],
+        ["keys", "list", *s],
+        ["keys", "rotate", *s],
+        ["init", *s],
+    ]
 
 
 @pytest.mark.parametrize("how", ["deleted", "empty", "zeroed", "random", "truncated"])
@@ -125,11 +143,16 @@ def test_deleted_keys_json_is_refused_not_reminted(store, tmp_path, monkeypatch)
     (store / "keys.json").unlink()
     before = tree(store)
     snap = store / "snapshots" / "j" / "000001-e1.snap"
-    for args in (["ls", "--store", store], ["verify", "--store", store, snap],
-                 ["resume", "--store", store, "j"],
-                 ["run", "--store", store, LOOPS], ["keys", "rotate", "--store", store]):
-        clean_exit_2(cli_run(*args, cwd=tmp_path, monkeypatch=monkeypatch),
-                     str(store / "keys.json"))
+    for args in (
+        ["ls", "--store", store],
+        ["verify", "--store", store, snap],
+        ["resume", "--store", store, "j"],
+        ["run", "--store", store, LOOPS],
+        ["keys", "rotate", "--store", store],
+    ):
+        clean_exit_2(
+            cli_run(*args, cwd=tmp_path, monkeypatch=monkeypatch), str(store / "keys.json")
+        )
     assert tree(store) == before and not (store / "keys.json").exists()
 
 
@@ -140,14 +163,16 @@ def test_replaced_keys_json_is_refused(store, tmp_path, monkeypatch):
     other.close()
     shutil.copy(tmp_path / "other" / "keys.json", store / "keys.json")
     before = tree(store)
-    clean_exit_2(cli_run("ls", "--store", store, cwd=tmp_path, monkeypatch=monkeypatch),
-                 "keys.json", "none of the keys")
+    clean_exit_2(
+        cli_run("ls", "--store", store, cwd=tmp_path, monkeypatch=monkeypatch),
+        "keys.json",
+        "none of the keys",
+    )
     assert tree(store) == before
 
 
 @pytest.mark.parametrize("command", [["verify"], ["inspect"], ["inspect", "--json"]])
-def test_file_commands_in_a_fresh_directory_create_nothing(store, tmp_path, monkeypatch,
-                                                           command):
+def test_file_commands_in_a_fresh_directory_create_nothing(store, tmp_path, monkeypatch, command):
     """`snaprun verify FILE` / `inspect FILE` of a file outside any store, run in an
     empty directory with no --store and no SNAPSTATE_HOME: exit 2 saying there is no
     store, and `./.snapstate` is not created (before, a whole store was)."""
@@ -155,8 +180,11 @@ def test_file_commands_in_a_fresh_directory_create_nothing(store, tmp_path, monk
     shutil.copy(store / "snapshots" / "j" / "000001-e1.snap", outside)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
-    clean_exit_2(cli_run(*command, outside, cwd=fresh, monkeypatch=monkeypatch),
-                 "no store at", str(fresh / ".snapstate"))
+    clean_exit_2(
+        cli_run(*command, outside, cwd=fresh, monkeypatch=monkeypatch),
+        "no store at",
+        str(fresh / ".snapstate"),
+    )
     assert list(fresh.iterdir()) == []
 
 
@@ -164,11 +192,21 @@ def test_read_only_commands_on_a_missing_store_create_nothing(tmp_path, monkeypa
     """ls, log, stats, effects, export and replay of a --store that does not exist exit
     2 ("no store at DIR") and create neither the directory nor anything in it."""
     missing = tmp_path / "nowhere"
-    for args in (["ls"], ["log", "j"], ["stats"], ["effects", "j"],
-                 ["export", "-o", tmp_path / "x.snap", "j@1"], ["replay", "j@1"],
-                 ["resume", "j"], ["fork", "j@1"]):
-        clean_exit_2(cli_run(args[0], "--store", missing, *args[1:], cwd=tmp_path,
-                             monkeypatch=monkeypatch), "no store at", str(missing))
+    for args in (
+        ["ls"],
+        ["log", "j"],
+        ["stats"],
+        ["effects", "j"],
+        ["export", "-o", tmp_path / "x.snap", "j@1"],
+        ["replay", "j@1"],
+        ["resume", "j"],
+        ["fork", "j@1"],
+    ):
+        clean_exit_2(
+            cli_run(args[0], "--store", missing, *args[1:], cwd=tmp_path, monkeypatch=monkeypatch),
+            "no store at",
+            str(missing),
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -284,7 +322,7 @@ def test_concurrent_creation_never_sees_a_half_made_store(tmp_path):
             home = Home(store)
             results.append((home.store_id, home.keys.current.key_id))
             home.close()
-        except Exception as exc:          # noqa: BLE001 - reported below
+        except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=open_it) for _ in range(8)]

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import AGENTS, snaprun, snapshot_files
+
 from snapstate import JobFinished, SnapshotWriteError, StaleWriter
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
@@ -44,8 +44,11 @@ def _digest(path: Path) -> str:
 
 def _tree(root: Path) -> dict[str, str]:
     """Every file's digest; SQLite's shared-memory index (-shm) changes on any read."""
-    return {str(p.relative_to(root)): _digest(p) for p in sorted(root.rglob("*"))
-            if p.is_file() and not p.name.endswith("-shm")}
+    return {
+        str(p.relative_to(root)): _digest(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith("-shm")
+    }
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ def killed(tmp_path):
     return tmp_path
 
 
-STALE_AGENT = '''\
+STALE_AGENT = """\
 import os, sqlite3, sys
 from snapstate import effect, snapshot
 
@@ -81,7 +84,7 @@ def main():
         open(os.path.join(STORE, "..", "caught"), "w").write(repr(exc))
     open(os.path.join(STORE, "..", "after"), "w").write("ran on")
     return 1
-'''
+"""
 
 
 def test_a_stale_runner_runs_no_agent_code_after_its_effect(tmp_path, monkeypatch):
@@ -203,7 +206,7 @@ def test_an_interrupted_checkpoint_is_not_a_truncated_catalog(tmp_path):
     path = tmp_path / "catalog.db"
     data = bytearray(path.read_bytes())
     pages = struct.unpack(">I", data[28:32])[0]
-    data[28:32] = struct.pack(">I", pages + 5)       # the header claims more pages
+    data[28:32] = struct.pack(">I", pages + 5)  # the header claims more pages
     path.write_bytes(bytes(data))
     wal = tmp_path / "catalog.db-wal"
     if wal.exists():

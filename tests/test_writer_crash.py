@@ -29,16 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
+import writer_proc
 from conftest import AGENTS
+
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._errors import CorruptSnapshot, SnapshotWriteError
 from snapstate.runtime._job import Job
 from snapstate.serializers import _fs, _snapfile
 from snapstate.serializers._home import Home
 from snapstate.serializers._store import Owner
-
-import writer_proc
 
 OPS = ("create", "write", "fsync", "close", "rename", "fsync_dir")
 ENTRY = EntryPoint("lease_steps", "main", str(AGENTS / "lease_steps.py"))
@@ -137,7 +136,7 @@ def _keep_argv(monkeypatch):
 class Baseline:
     result: str
     calls: Counter
-    snapshot_of: dict      # (op, n) -> the seq of the snapshot that call belongs to
+    snapshot_of: dict  # (op, n) -> the seq of the snapshot that call belongs to
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +156,7 @@ def baseline(tmp_path_factory) -> Baseline:
         seq += op == "create"
         snapshot_of[(op, n)] = seq
     assert all(fs.calls[op] == STEPS for op in OPS if op != "write")
-    assert fs.calls["write"] > 3 * STEPS        # a two-chunk body at snapshot 2
+    assert fs.calls["write"] > 3 * STEPS  # a two-chunk body at snapshot 2
     return Baseline(result, fs.calls, snapshot_of)
 
 
@@ -180,8 +179,9 @@ def _run(store: Path, fs, *, resume: bool, capsys):
     return outcome, acked(capsys.readouterr().out)
 
 
-def _check_after_fault(store: Path, op: str, k: int, epochs: list[int], result,
-                       acks: list[int]) -> None:
+def _check_after_fault(
+    store: Path, op: str, k: int, epochs: list[int], result, acks: list[int]
+) -> None:
     """The invariants after a run stopped on a fault while writing snapshot k under
     epochs[-1] (earlier failed attempts in `epochs`)."""
     where = f"{op} fault at snapshot {k}"
@@ -213,7 +213,7 @@ def _check_after_fault(store: Path, op: str, k: int, epochs: list[int], result,
                 assert home.verify(str(folder / name))["seq"] == k
         else:
             assert orphans == [], where
-        assert listed <= set(snap_files(folder)), where      # every listed file exists
+        assert listed <= set(snap_files(folder)), where  # every listed file exists
         job = home.catalog.get_job("job")
         assert job.status == "interrupted" and "could not be written" in job.error, where
         assert home.catalog.get_lease("job") is None, where
@@ -287,19 +287,19 @@ def test_corrupt_latest_snapshot_is_refused_without_unpickling(tmp_path, capsys)
     ran. Control: with the intact file back, the resume unpickles it (the canary
     fires) and completes."""
     store = tmp_path / "store"
-    fs = FaultyFileSystem("write", 5)               # torn inside snapshot 2's body
+    fs = FaultyFileSystem("write", 5)  # torn inside snapshot 2's body
     result, _ = _run(store, fs, resume=False, capsys=capsys)
     assert isinstance(result, SnapshotWriteError)
     assert fs.torn and fs.torn.startswith(b"SNAPSTATE\0")
     canary = store / "canary"
-    assert not canary.exists()                      # a fresh run unpickles nothing
+    assert not canary.exists()  # a fresh run unpickles nothing
     home = Home(str(store))
     path = Path(home.absolute(home.catalog.latest("job").file))
     home.close()
     intact = path.read_bytes()
     (header_length,) = struct.unpack_from("<I", intact, len(_snapfile.MAGIC) + 2)
-    body = len(_snapfile.MAGIC) + 6 + header_length + 4      # first body chunk's bytes
-    flipped = intact[:body + 10] + bytes([intact[body + 10] ^ 1]) + intact[body + 11:]
+    body = len(_snapfile.MAGIC) + 6 + header_length + 4  # first body chunk's bytes
+    flipped = intact[: body + 10] + bytes([intact[body + 10] ^ 1]) + intact[body + 11 :]
     for damaged in (fs.torn, intact[:-1], intact[:body], flipped):
         path.write_bytes(damaged)
         home = Home(str(store))
@@ -348,9 +348,9 @@ def test_opening_the_store_keeps_a_live_writers_temp_file(tmp_path):
 class Killed:
     pid: int
     epoch: int
-    start: int          # the catalog's latest seq when the writer started
+    start: int  # the catalog's latest seq when the writer started
     acks: list
-    code: int           # exit code (-9: killed)
+    code: int  # exit code (-9: killed)
 
 
 class ForkServer:
@@ -358,8 +358,13 @@ class ForkServer:
     process that has already imported everything."""
 
     def __init__(self):
-        self.proc = subprocess.Popen([sys.executable, WRITER, "serve"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, WRITER, "serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         assert self.proc.stdout.readline() == "serving\n"
 
     def start(self, store: Path, job: str):
@@ -379,8 +384,9 @@ class Exec:
     proc = None
 
     def start(self, store: Path, job: str):
-        self.proc = subprocess.Popen([sys.executable, WRITER, "write", str(store), job],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, WRITER, "write", str(store), job], stdout=subprocess.PIPE, text=True
+        )
         return self.proc.stdout
 
     def close(self):
@@ -411,46 +417,51 @@ def _kill_one(runner, store: Path, job: str, delay: float) -> Killed:
     return Killed(pid, epoch, start, acks, code)
 
 
-def _check_after_kill(store: Path, job: str, before: list, orphans_before: set,
-                      killed: Killed, stats: Counter) -> tuple[list, set]:
+def _check_after_kill(
+    store: Path, job: str, before: list, orphans_before: set, killed: Killed, stats: Counter
+) -> tuple[list, set]:
     folder = store / "snapshots" / job
     assert killed.code == -signal.SIGKILL, killed
     stats["killed mid-write (temp file left)"] += bool(temp_files(folder))
-    home = Home(str(store))          # sweeps the dead writer's temp files
+    home = Home(str(store))  # sweeps the dead writer's temp files
     try:
         assert temp_files(folder) == []
         rows = home.catalog.snapshots(job)
         start = before[-1].seq if before else 0
         assert killed.start == start
-        assert rows[:len(before)] == before           # nothing committed earlier changed
+        assert rows[: len(before)] == before  # nothing committed earlier changed
         assert killed.acks == list(range(start + 1, start + 1 + len(killed.acks)))
         last_ack = killed.acks[-1] if killed.acks else start
         latest = rows[-1].seq if rows else 0
         assert latest in (last_ack, last_ack + 1), (killed, latest)
         stats["committed, not yet acked" if latest > last_ack else "latest = last ack"] += 1
-        for r in rows[len(before):]:
-            header, payload = home.read_row(r)        # verifies, then reads the body
-            assert (header["seq"], header["epoch"], r.epoch) == (r.seq, killed.epoch,
-                                                                 killed.epoch)
+        for r in rows[len(before) :]:
+            header, payload = home.read_row(r)  # verifies, then reads the body
+            assert (header["seq"], header["epoch"], r.epoch) == (r.seq, killed.epoch, killed.epoch)
             assert payload == writer_proc.content(job, r.seq, r.epoch)[1]
         orphans = set(home.orphan_files(job))
         new = orphans - orphans_before
         assert orphans_before <= orphans
-        if new:                                       # renamed in place, never committed
+        if new:  # renamed in place, never committed
             stats["file in place, commit not done"] += 1
             assert new == {home.relative(home.snapshot_path(job, latest + 1, killed.epoch))}
             assert home.verify(home.absolute(new.pop()))["seq"] == latest + 1
         lease = home.catalog.get_lease(job)
         assert (lease.owner.pid, lease.epoch) == (killed.pid, killed.epoch)
-        assert home.catalog.effective_status(home.catalog.get_job(job), time.time()) \
-            == "interrupted"
+        assert (
+            home.catalog.effective_status(home.catalog.get_job(job), time.time()) == "interrupted"
+        )
     finally:
         home.close()
     return rows, orphans
 
 
-WINDOWS = ("killed mid-write (temp file left)", "file in place, commit not done",
-           "committed, not yet acked", "latest = last ack")
+WINDOWS = (
+    "killed mid-write (temp file left)",
+    "file in place, commit not done",
+    "committed, not yet acked",
+    "latest = last ack",
+)
 
 
 def _sigkill_sweep(tmp_path: Path, runner, iterations: int, seed: int, block: int = 50):
@@ -470,7 +481,7 @@ def _sigkill_sweep(tmp_path: Path, runner, iterations: int, seed: int, block: in
                 rows, orphans = _check_after_kill(store, "w", rows, orphans, killed, stats)
                 stats["acks"] += len(killed.acks)
             home = Home(str(store))
-            try:                       # every listed snapshot of the block verifies
+            try:  # every listed snapshot of the block verifies
                 for r in home.catalog.snapshots("w"):
                     assert home.verify(home.absolute(r.file))["seq"] == r.seq
             finally:
@@ -493,7 +504,7 @@ def test_sigkill_writer_at_random_points(tmp_path):
     stats = _sigkill_sweep(tmp_path, ForkServer(), 200, seed=20261129)
     print(dict(stats))
     assert stats["acks"] > 0
-    for window in WINDOWS:          # the kills did land in every window
+    for window in WINDOWS:  # the kills did land in every window
         assert stats[window] > 0, stats
 
 

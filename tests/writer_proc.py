@@ -41,11 +41,19 @@ def content(job: str, seq: int, epoch: int) -> tuple[dict, bytes]:
     """The header and payload a writer writes for snapshot `seq` under `epoch`."""
     rng = random.Random(f"{job}/{seq}/{epoch}")
     size = rng.choices(SIZES, WEIGHTS)[0]
-    header = {"job_id": job, "seq": seq, "epoch": epoch, "label": f"s{seq}",
-              "created_at": time.time(), "size": size, "versions": {}, "argv": [],
-              "entry": {"module": "writer", "function": "main", "path": None,
-                        "search_path": None},
-              "frames": [], "modules": {}}
+    header = {
+        "job_id": job,
+        "seq": seq,
+        "epoch": epoch,
+        "label": f"s{seq}",
+        "created_at": time.time(),
+        "size": size,
+        "versions": {},
+        "argv": [],
+        "entry": {"module": "writer", "function": "main", "path": None, "search_path": None},
+        "frames": [],
+        "modules": {},
+    }
     return header, rng.randbytes(size)
 
 

@@ -1,4 +1,5 @@
 """A module imported from the agent's own directory: its globals are the agent's."""
+
 REGISTRY = []
 SETTINGS = {"mode": "initial"}
 

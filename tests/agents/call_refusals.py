@@ -1,6 +1,7 @@
 """A Python __call__ with snapshot() inside, reached three ways: by calling the
 instance (a pass-through: taken), through functools.partial and through a callable
 object stored as another class's __call__ (C code in between: refused)."""
+
 import functools
 
 from snapstate import SnapshotError, snapshot

@@ -1,4 +1,5 @@
 """Closures sharing a cell, nonlocal updates after restore, a recursive closure."""
+
 from snapstate import snapshot
 
 

@@ -2,6 +2,7 @@
 Worker.step() -> compat_helper.checkpoint(). The tests copy this file and
 compat_helper.py, take snapshots, then edit the copies before resuming.
 Under plain Python (`python compat_agent.py`) snapshot() is a no-op."""
+
 import compat_helper
 
 
@@ -11,8 +12,20 @@ class Worker:
 
     def step(self, i):
         info = compat_helper.checkpoint(f"step-{i}")
-        print("step", i, "seq", info.seq, "resumed", info.resumed, "label", info.label,
-              "frozen", type(info.frozen_for).__name__, info.frozen_for >= 0, flush=True)
+        print(
+            "step",
+            i,
+            "seq",
+            info.seq,
+            "resumed",
+            info.resumed,
+            "label",
+            info.label,
+            "frozen",
+            type(info.frozen_for).__name__,
+            info.frozen_for >= 0,
+            flush=True,
+        )
         return i * self.scale
 
 

@@ -1,4 +1,5 @@
 """snapshot() inside list, dict and set comprehensions."""
+
 from snapstate import snapshot
 
 

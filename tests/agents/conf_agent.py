@@ -4,12 +4,13 @@ provider (its result echoes it), an in-process effect's result, a failing effect
 error text, a Secret passed to an effect, and (when CONF_FAIL is set) the error the
 agent raises after its effects, before its second snapshot. Each string comes from the
 environment."""
+
 import os
 import sys
 
-from snapstate import Secret, effect, snapshot
-
 from fx_http import post
+
+from snapstate import Secret, effect, snapshot
 
 
 @effect(idempotency="key")
@@ -37,7 +38,7 @@ def main():
         probe()
     except ValueError:
         pass
-    if os.environ.get("CONF_FAIL"):   # resumed from snapshot 1: the effects re-execute
+    if os.environ.get("CONF_FAIL"):  # resumed from snapshot 1: the effects re-execute
         raise RuntimeError(f"agent failed {os.environ['CONF_ERROR']}")
     snapshot("second")
     return [placed["id"], len(local), len(argument), len(made)]

@@ -1,5 +1,6 @@
 """Class and @contextmanager context managers around snapshots; an exception thrown
 into a restored @contextmanager generator runs its except and finally blocks."""
+
 import contextlib
 
 from snapstate import snapshot
@@ -15,7 +16,7 @@ class Tracker:
 
     def __exit__(self, exc_type, exc, tb):
         print("exit", self.name, exc_type.__name__ if exc_type else None, flush=True)
-        return exc_type is KeyError   # swallow KeyError only
+        return exc_type is KeyError  # swallow KeyError only
 
 
 @contextlib.contextmanager

@@ -2,6 +2,7 @@
 lists (instances with a __dict__, with __slots__, dataclasses) mutated between
 snapshots, with shared nodes and a cycle; 1,000-deep nested lists, dicts, tuples and
 a mix of them, changed between snapshots."""
+
 from dataclasses import dataclass
 
 from snapstate import snapshot
@@ -83,7 +84,7 @@ def main():
             node = node.next
         node.next = type(head)(N)
     trees["dict"] = {"in": trees["dict"], "i": 7}
-    node = lists["slots"]          # a cycle back to the head
+    node = lists["slots"]  # a cycle back to the head
     while node.next is not None:
         node = node.next
     node.next = lists["slots"]

@@ -1,5 +1,6 @@
 """Coroutine functions for tests/test_deep.py (pickled by reference to their code, so
 they live in a plain module, not in a test module pytest rewrites)."""
+
 import asyncio
 
 
@@ -14,6 +15,7 @@ async def numbers():
 
 class Built:
     """Rebuilt by calling it with what it holds; counts how often it is built."""
+
     COUNT = 0
 
     def __init__(self, items):

@@ -1,5 +1,6 @@
 """snapshot() inside an except body followed by a bare raise; try/except around a
 call that raises after resume, whose traceback text must be identical."""
+
 import traceback
 
 from snapstate import snapshot

@@ -1,5 +1,6 @@
 """Values off the common pickling path: a super() object (cloudpickle refuses it, so
 the dill fallback takes it) and closed file objects (restored closed)."""
+
 from snapstate import snapshot
 
 
@@ -10,7 +11,7 @@ class Base:
 
 class Child(Base):
     def work(self, path):
-        parent = super()            # a super object held across the snapshot
+        parent = super()  # a super object held across the snapshot
         with open(path, "w") as out:
             out.write("data")
         snapshot("holding-super-and-closed-file")
@@ -22,6 +23,7 @@ class Child(Base):
 def main():
     import os
     import tempfile
+
     path = os.path.join(tempfile.gettempdir(), "snapstate-fallback-test.txt")
     print(Child().work(path), flush=True)
     return "ok"

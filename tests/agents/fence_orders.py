@@ -7,6 +7,7 @@ plain (neither), or lookup-token (a lookup effect that also sends its fencing to
 so the provider refuses a stale runner's late request). Every request uses the time
 left before the runner's lease deadline as its timeout (timeout_param="timeout").
 """
+
 import json
 import os
 import urllib.error
@@ -17,8 +18,11 @@ from snapstate import effect, snapshot
 
 def _post(path, body, timeout, headers=None):
     request = urllib.request.Request(
-        os.environ["PROVIDER_URL"] + path, data=json.dumps(body).encode(), method="POST",
-        headers={"Content-Type": "application/json", **(headers or {})})
+        os.environ["PROVIDER_URL"] + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
@@ -26,8 +30,9 @@ def _post(path, body, timeout, headers=None):
 def find(idempotency_key, fencing_token=None):
     query = "" if fencing_token is None else f"?fencing_token={fencing_token}"
     try:
-        with urllib.request.urlopen(f"{os.environ['PROVIDER_URL']}/lookup/{idempotency_key}"
-                                    f"{query}", timeout=10) as response:
+        with urllib.request.urlopen(
+            f"{os.environ['PROVIDER_URL']}/lookup/{idempotency_key}{query}", timeout=10
+        ) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         exc.close()
@@ -38,8 +43,9 @@ def find(idempotency_key, fencing_token=None):
 
 @effect(idempotency="key", timeout_param="timeout")
 def order_keyed(action, *, idempotency_key, timeout=10):
-    return _post("/keyed", {"action": action, "amount": 1}, timeout,
-                 {"Idempotency-Key": idempotency_key})
+    return _post(
+        "/keyed", {"action": action, "amount": 1}, timeout, {"Idempotency-Key": idempotency_key}
+    )
 
 
 @effect(lookup=find, timeout_param="timeout")
@@ -49,8 +55,11 @@ def order_lookup(action, *, idempotency_key, timeout=10):
 
 @effect(lookup=find, timeout_param="timeout", fencing_token=True)
 def order_lookup_token(action, *, idempotency_key, fencing_token, timeout=10):
-    return _post("/lookup", {"action": action, "amount": 1, "ref": idempotency_key,
-                             "fencing_token": fencing_token}, timeout)
+    return _post(
+        "/lookup",
+        {"action": action, "amount": 1, "ref": idempotency_key, "fencing_token": fencing_token},
+        timeout,
+    )
 
 
 @effect(timeout_param="timeout")
@@ -58,8 +67,12 @@ def order_plain(action, *, timeout=10):
     return _post("/plain", {"action": action, "amount": 1}, timeout)
 
 
-ORDERS = {"keyed": order_keyed, "lookup": order_lookup, "lookup-token": order_lookup_token,
-          "plain": order_plain}
+ORDERS = {
+    "keyed": order_keyed,
+    "lookup": order_lookup,
+    "lookup-token": order_lookup_token,
+    "plain": order_plain,
+}
 
 
 def main():

@@ -4,6 +4,7 @@ methods (plain, classmethod keyword-only, staticmethod), a nested class's counte
 attribute the job added and one it deleted, an ABC's and a dataclass's class
 counters; a local aliasing a class registry stays the same object; Enum members keep
 their identity."""
+
 import abc
 import enum
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ class Color(enum.Enum):
 class Counter:
     count = 0
     registry = []
-    LIMITS = LIMITS             # a class constant aliasing a module global
+    LIMITS = LIMITS  # a class constant aliasing a module global
     temp = "deleted by the job"
 
     def __init__(self, name, tags=[]):
@@ -59,7 +60,7 @@ class Square(Shape):
         self.side = side
 
     def area(self):
-        return self.side ** 2
+        return self.side**2
 
 
 @dataclass
@@ -74,15 +75,30 @@ class Point:
 def report(i, reg, limits, first, color):
     print(i, "counter", Counter.count, Counter.registry, reg is Counter.registry, flush=True)
     print(i, "constants", Counter.LIMITS is LIMITS, limits is LIMITS, LIMITS, flush=True)
-    print(i, "methods", Counter.__init__.__defaults__[0], first.tags is Counter.__init__.__defaults__[0],
-          Counter.make.__kwdefaults__["log"], Counter.norm(0), flush=True)
-    print(i, "other", Counter.Inner.hits, getattr(Counter, "added", None),
-          hasattr(Counter, "temp"), Shape.created, Point.instances, color is Color.RED,
-          flush=True)
+    print(
+        i,
+        "methods",
+        Counter.__init__.__defaults__[0],
+        first.tags is Counter.__init__.__defaults__[0],
+        Counter.make.__kwdefaults__["log"],
+        Counter.norm(0),
+        flush=True,
+    )
+    print(
+        i,
+        "other",
+        Counter.Inner.hits,
+        getattr(Counter, "added", None),
+        hasattr(Counter, "temp"),
+        Shape.created,
+        Point.instances,
+        color is Color.RED,
+        flush=True,
+    )
 
 
 def main():
-    reg = Counter.registry          # a local aliasing a class registry
+    reg = Counter.registry  # a local aliasing a class registry
     limits = Counter.LIMITS
     first = Counter("first")
     color = Color.RED
@@ -91,7 +107,7 @@ def main():
         Counter.norm(i + 1)
         Counter.Inner.hits += 1
         LIMITS["max"] += 1
-        Counter.added = i * 10      # an attribute the job adds at run time
+        Counter.added = i * 10  # an attribute the job adds at run time
         if i == 1:
             del Counter.temp
         Square(i)

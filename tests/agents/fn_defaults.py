@@ -3,6 +3,7 @@ a module global stays that very global (`is`), mutable defaults and keyword-only
 defaults keep what calls added, function attributes keep their counts, a decorated
 function's wrapper and wrapped function keep theirs, and a local aliasing a default
 stays the same object."""
+
 import functools
 
 from snapstate import snapshot
@@ -38,10 +39,12 @@ traced.log = []
 
 def counted(fn):
     """A decorator of the agent's own: the wrapper counts calls on itself."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         wrapper.calls += 1
         return fn(*args, **kwargs)
+
     wrapper.calls = 0
     return wrapper
 
@@ -54,15 +57,28 @@ def memo(key, cache={}):
 
 def report(i, bodies, seen):
     print(i, "alias", advance.__defaults__[0] is SYSTEM, bodies is SYSTEM, SYSTEM, flush=True)
-    print(i, "mutable", add.__defaults__[0], seen is add.__defaults__[0],
-          tally.__kwdefaults__["counts"], flush=True)
-    print(i, "attrs", traced.calls, traced.log, memo.calls, memo.__wrapped__.__defaults__[0],
-          flush=True)
+    print(
+        i,
+        "mutable",
+        add.__defaults__[0],
+        seen is add.__defaults__[0],
+        tally.__kwdefaults__["counts"],
+        flush=True,
+    )
+    print(
+        i,
+        "attrs",
+        traced.calls,
+        traced.log,
+        memo.calls,
+        memo.__wrapped__.__defaults__[0],
+        flush=True,
+    )
 
 
 def main():
-    bodies = SYSTEM                 # a local aliasing the global a default aliases
-    seen = add.__defaults__[0]      # a local aliasing a mutable default
+    bodies = SYSTEM  # a local aliasing the global a default aliases
+    seen = add.__defaults__[0]  # a local aliasing a mutable default
     for i in range(3):
         advance(0.5)
         add(i)

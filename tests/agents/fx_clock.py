@@ -2,13 +2,14 @@
 timestamp is time.time(), so code re-executed after a restore calls the effect with
 another argument than the ledger recorded (DivergenceError); with FX_CLOCK=recorded it
 is snapstate.now(), which a re-execution gets back from the ledger."""
+
 import os
 import time
 
+from fx_http import post
+
 import snapstate
 from snapstate import effect, snapshot
-
-from fx_http import post
 
 
 @effect(idempotency="key")

@@ -1,9 +1,10 @@
 """A bare write (no key, no lookup) to /drop, where the provider carries the order out
 and then drops the connection: the agent sees ConnectionError although the order
 happened. The agent notes the failure and carries on to snapshot 2."""
-from snapstate import effect, snapshot
 
 from fx_http import post
+
+from snapstate import effect, snapshot
 
 
 @effect

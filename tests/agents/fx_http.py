@@ -2,6 +2,7 @@
 PROVIDER_URL (read at each call, never frozen). A 503 is a transient failure and raises
 ConnectionError, which Retry(...) retries. Inside an effect the request's timeout is the
 time left before the runner's lease deadline (snapstate.effect_time_left())."""
+
 import json
 import os
 import urllib.error
@@ -14,12 +15,17 @@ def post(path, body, key=None):
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Idempotency-Key"] = key
-    request = urllib.request.Request(os.environ["PROVIDER_URL"] + path, method="POST",
-                                     data=json.dumps(body).encode(), headers=headers)
+    request = urllib.request.Request(
+        os.environ["PROVIDER_URL"] + path,
+        method="POST",
+        data=json.dumps(body).encode(),
+        headers=headers,
+    )
     try:
         left = snapstate.effect_time_left()
-        with urllib.request.urlopen(request, timeout=10 if left is None else min(10, left)
-                                    ) as response:
+        with urllib.request.urlopen(
+            request, timeout=10 if left is None else min(10, left)
+        ) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as exc:
         exc.close()

@@ -1,17 +1,19 @@
 """Two call_effect calls naming the same logical action with an explicit key=
 ("charge-1"). The second call's amount is FX_SECOND_AMOUNT (default: the same as the
 first); FX_PATH is /keyed (the provider honours the key) or /plain (it does not)."""
+
 import os
 
-from snapstate import call_effect
-
 from fx_http import post
+
+from snapstate import call_effect
 
 
 def charge(action, amount, *, idempotency_key):
     path = os.environ.get("FX_PATH", "/keyed")
-    return post(path, {"action": action, "amount": amount},
-                idempotency_key if path == "/keyed" else None)
+    return post(
+        path, {"action": action, "amount": amount}, idempotency_key if path == "/keyed" else None
+    )
 
 
 def main():

@@ -14,12 +14,13 @@ and one variable read again each time an order is placed:
 Ledger ordinals: order i (from 0) is effect (i + 1) * (VALUES + 1); the VALUES uuid4()
 records before it take the ordinals just below. Prints "placed I ID" after each order
 and "all placed N" at the end; returns the list of order ids."""
+
 import os
+
+from shop import order_keyed, order_lookup, order_plain
 
 import snapstate
 from snapstate import snapshot
-
-from shop import order_keyed, order_lookup, order_plain
 
 EFFECTS = {"keyed": order_keyed, "lookup": order_lookup, "plain": order_plain}
 

@@ -1,8 +1,9 @@
 """A kind="read" effect (a price quote: safe to repeat, result still recorded) between
 two snapshots. The provider counts each quote it serves as a delivery of "quote-widget"."""
-from snapstate import effect, snapshot
 
 from fx_http import post
+
+from snapstate import effect, snapshot
 
 
 @effect(kind="read")

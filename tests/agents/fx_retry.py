@@ -2,11 +2,12 @@
 first requests), with Retry(attempts=4). FX_RETRY=keyed (default): the effect sends an
 idempotency key, so retries are safe and reuse it; FX_RETRY=plain: no key, no lookup,
 a write: the Retry policy must not repeat it."""
+
 import os
 
-from snapstate import Retry, effect, snapshot
-
 from fx_http import post
+
+from snapstate import Retry, effect, snapshot
 
 POLICY = Retry(attempts=4, backoff=0.01)
 

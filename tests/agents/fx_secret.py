@@ -2,11 +2,12 @@
 never saved, so it is gone after a restore) and Secret.from_env("FX_TOKEN") (re-read
 from the environment after a restore). Calls 1 and 2 happen before the snapshot,
 call 3 (from_env) and call 4 (plain) after it. The provider sees the revealed values."""
+
 import os
 
-from snapstate import Secret, effect, snapshot
-
 from fx_http import post
+
+from snapstate import Secret, effect, snapshot
 
 
 @effect(idempotency="key")

@@ -1,11 +1,12 @@
 """Calls a bare-write effect from a worker thread of the job (a thread pool, as agents
 do to parallelise calls), then snapshots. FX_ACTION names the order."""
+
 import os
 from concurrent.futures import ThreadPoolExecutor
 
-from snapstate import SnapstateError, effect, snapshot
-
 from fx_http import post
+
+from snapstate import SnapstateError, effect, snapshot
 
 
 @effect

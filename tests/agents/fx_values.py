@@ -1,9 +1,10 @@
 """Takes snapstate.now(), random() and uuid4() after a snapshot (ledger ordinals 1, 2,
 3), prints them, then tags the uuid with a keyed effect (ordinal 4) and snapshots."""
-import snapstate
-from snapstate import effect, snapshot
 
 from fx_http import post
+
+import snapstate
+from snapstate import effect, snapshot
 
 
 @effect(idempotency="key")

@@ -1,5 +1,6 @@
 """A generator iterated by a for loop, and suspended generators held as values that
 are resumed with next(), send(), throw() and close() after a restore."""
+
 from snapstate import snapshot
 
 
@@ -37,7 +38,7 @@ def main():
 
     held = numbers(5)
     print("first", next(held), flush=True)
-    fresh = numbers(2)          # created, never started
+    fresh = numbers(2)  # created, never started
     worker = guarded_worker()
     next(worker)
     worker.send(5)

@@ -1,6 +1,8 @@
 """Module globals mutated before a snapshot come back with their values, and a
 frame's reference to a module-level object stays the same object as the global."""
+
 import agent_helpers
+
 from snapstate import snapshot
 
 COUNTER = 0
@@ -18,7 +20,7 @@ def work(key):
 
 
 def main():
-    cache = CACHE                   # a local alias of a module-level object
+    cache = CACHE  # a local alias of a module-level object
     registry = agent_helpers.REGISTRY
     work("a")
     agent_helpers.SETTINGS["mode"] = "changed"

@@ -3,6 +3,7 @@ with snapshot() inside: an instance called directly, with keywords and with *arg
 held on an attribute, inside a comprehension; a staticmethod, a classmethod and a
 bound method as __call__; a metaclass __call__. The value each call returns flows
 back into its caller after a restore."""
+
 from snapstate import snapshot
 
 

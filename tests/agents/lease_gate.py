@@ -1,6 +1,7 @@
 """A job that stops at a gate: snapshot 1; then, in whichever process runs it, create
 the file waiting-<pid> in the directory $LEASE_GATE, wait for the file `go` there,
 take snapshot 2 and return [1, 2, whether it was resumed from snapshot 1]."""
+
 import os
 import time
 

@@ -5,6 +5,7 @@ Prints "acked N" each time snapshot N returns: what the job acknowledged.
 
 A Canary in its locals appends a line to the file named by argv[1] (when given) each
 time it is unpickled, so a test can tell whether a snapshot was ever unpickled."""
+
 import hashlib
 import random
 import sys

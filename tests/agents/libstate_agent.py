@@ -1,6 +1,7 @@
 """tests/test_library_state.py: library objects the job changed or installed, printed
 after each snapshot (decimal.DefaultContext changed in place, an opener installed
 with urllib.request.install_opener, os.environ held in a local)."""
+
 import decimal
 import os
 import urllib.request
@@ -19,8 +20,15 @@ def main():
         urllib.request.install_opener(opener)
         env["LIBSTATE_STEP"] = str(i)
         snapshot()
-        print(i, ctx is decimal.DefaultContext, decimal.DefaultContext.prec,
-              urllib.request._opener is opener, opener.addheaders,
-              [type(h).__name__ for h in opener.handlers],
-              env is os.environ, os.environ["LIBSTATE_STEP"], flush=True)
+        print(
+            i,
+            ctx is decimal.DefaultContext,
+            decimal.DefaultContext.prec,
+            urllib.request._opener is opener,
+            opener.addheaders,
+            [type(h).__name__ for h in opener.handlers],
+            env is os.environ,
+            os.environ["LIBSTATE_STEP"],
+            flush=True,
+        )
     return "done"

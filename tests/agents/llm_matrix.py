@@ -10,6 +10,7 @@ its snapshots, against the stub provider at LLM_URL.
   - `aclaude`: an anthropic.AsyncAnthropic client, its key from ANTHROPIC_API_KEY;
   - `raw` / `mraw`: with_raw_response results held across snapshots and parsed after.
 """
+
 import asyncio
 import os
 
@@ -23,20 +24,27 @@ URL = os.environ["LLM_URL"]
 
 class Agent:
     def __init__(self):
-        self.client = openai.OpenAI(base_url=URL + "/v1", default_headers={"X-Team": "blue"},
-                                    default_query={"tenant": "t1"}, timeout=7.5, max_retries=4)
+        self.client = openai.OpenAI(
+            base_url=URL + "/v1",
+            default_headers={"X-Team": "blue"},
+            default_query={"tenant": "t1"},
+            timeout=7.5,
+            max_retries=4,
+        )
         self.answers = []
 
     def ask(self, text):
         reply = self.client.chat.completions.create(
-            model="gpt-stub", messages=[{"role": "user", "content": text}])
+            model="gpt-stub", messages=[{"role": "user", "content": text}]
+        )
         self.answers.append(reply)
         return reply.choices[0].message.content
 
 
 def chat(client, text):
-    reply = client.chat.completions.create(model="gpt-stub",
-                                           messages=[{"role": "user", "content": text}])
+    reply = client.chat.completions.create(
+        model="gpt-stub", messages=[{"role": "user", "content": text}]
+    )
     return reply.choices[0].message.content
 
 
@@ -47,25 +55,34 @@ def literal_key():
 
 async def ask_async(client, text):
     reply = await client.chat.completions.create(
-        model="gpt-stub", messages=[{"role": "user", "content": text}])
+        model="gpt-stub", messages=[{"role": "user", "content": text}]
+    )
     return reply.choices[0].message.content
 
 
 async def ask_claude_async(client, text):
-    reply = await client.messages.create(model="claude-stub", max_tokens=32,
-                                         messages=[{"role": "user", "content": text}])
+    reply = await client.messages.create(
+        model="claude-stub", max_tokens=32, messages=[{"role": "user", "content": text}]
+    )
     return reply.content[0].text
 
 
 def ask_claude(client, text):
-    return client.messages.create(model="claude-stub", max_tokens=32,
-                                  messages=[{"role": "user", "content": text}]).content[0].text
+    return (
+        client.messages.create(
+            model="claude-stub", max_tokens=32, messages=[{"role": "user", "content": text}]
+        )
+        .content[0]
+        .text
+    )
 
 
 def describe(agent):
     c = agent.client
-    return f"timeout={c.timeout} retries={c.max_retries} headers={c._custom_headers} " \
-           f"query={c._custom_query} base={c.base_url}"
+    return (
+        f"timeout={c.timeout} retries={c.max_retries} headers={c._custom_headers} "
+        f"query={c._custom_query} base={c.base_url}"
+    )
 
 
 def main():
@@ -74,21 +91,29 @@ def main():
     aoai = openai.AsyncOpenAI(base_url=URL + "/v1")
     claude = anthropic.Anthropic(api_key=literal_key(), base_url=URL)
     aclaude = anthropic.AsyncAnthropic(base_url=URL)
-    first = plain.chat.completions.create(model="gpt-stub",
-                                          messages=[{"role": "user", "content": "one"}])
+    first = plain.chat.completions.create(
+        model="gpt-stub", messages=[{"role": "user", "content": "one"}]
+    )
     print("plain:", first.choices[0].message.content, first.id)
     print("agent:", agent.ask("two"), describe(agent))
     print("async openai:", asyncio.run(ask_async(aoai, "three")))
     print("anthropic:", ask_claude(claude, "four"))
     print("async anthropic:", asyncio.run(ask_claude_async(aclaude, "five")))
     raw = plain.chat.completions.with_raw_response.create(
-        model="gpt-stub", messages=[{"role": "user", "content": "raw six"}])
+        model="gpt-stub", messages=[{"role": "user", "content": "raw six"}]
+    )
     mraw = claude.messages.with_raw_response.create(
-        model="claude-stub", max_tokens=32, messages=[{"role": "user", "content": "raw seven"}])
+        model="claude-stub", max_tokens=32, messages=[{"role": "user", "content": "raw seven"}]
+    )
     print("raw before:", raw.status_code, raw.headers["x-request-id"])
     snapshot("clients-held")
-    print("raw after:", raw.parse().choices[0].message.content, raw.http_request.url,
-          mraw.parse().content[0].text, mraw.status_code)
+    print(
+        "raw after:",
+        raw.parse().choices[0].message.content,
+        raw.http_request.url,
+        mraw.parse().content[0].text,
+        mraw.status_code,
+    )
     print("plain:", chat(plain, "eight"))
     print("agent:", agent.ask("flaky-3 nine"), describe(agent), len(agent.answers))
     print("first kept:", first.choices[0].message.content, first.usage.total_tokens)
@@ -106,5 +131,6 @@ def main():
     async def close_async():
         await aoai.close()
         await aclaude.close()
+
     asyncio.run(close_async())
     return "done"

@@ -6,6 +6,7 @@ local `client` at a snapshot; the agent catches each refusal and prints it:
   middleware  an anthropic.Anthropic client with a middleware closing over a socket
   azure       an openai.AzureOpenAI client
 """
+
 import os
 import socket
 
@@ -34,6 +35,7 @@ def make(mode):
         def audited(request, call_next):
             audit.fileno()
             return call_next(request)
+
         return anthropic.Anthropic(api_key="ak-x", base_url=URL, middleware=[audited])
     return openai.AzureOpenAI(api_key="az-x", api_version="2024-10-21", azure_endpoint=URL)
 

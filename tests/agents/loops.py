@@ -1,4 +1,5 @@
 """for and while loops with snapshot() at iteration k; break, continue and else."""
+
 from snapstate import snapshot
 
 

@@ -1,5 +1,6 @@
 """A restored frame must own its values alone: dropping a local after a restore
 frees the object (the restore machinery keeps no reference to it)."""
+
 import gc
 import weakref
 

@@ -1,5 +1,6 @@
 """Nested helpers three deep, kwargs, defaults, methods, super(), and a half-built
 argument list on the value stack while a snapshot is taken."""
+
 from snapstate import snapshot
 
 

@@ -1,5 +1,6 @@
 """Pass-through C boundaries that must work: a decorated *args/**kwargs function,
 Class() -> __init__, a property getter and __getitem__."""
+
 import functools
 
 from snapstate import snapshot
@@ -12,6 +13,7 @@ def logged(fn):
         result = fn(*args, **kwargs)
         print("return", fn.__name__, result, flush=True)
         return result
+
     return wrapper
 
 

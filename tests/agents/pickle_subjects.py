@@ -1,4 +1,5 @@
 """Functions and generators the pickler tests freeze by code reference."""
+
 COUNTER = {"n": 0}
 
 
@@ -19,6 +20,7 @@ def make_pair():
 def make_recursive():
     def countdown(n):
         return [] if n == 0 else [n] + countdown(n - 1)
+
     return countdown
 
 

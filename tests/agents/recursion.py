@@ -1,4 +1,5 @@
 """A 150-deep recursion frozen at the bottom and on the way back up."""
+
 import sys
 
 from snapstate import snapshot

@@ -51,7 +51,7 @@ def main():
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
     print("pool", pool.submit(pow, 2, 5).result(), flush=True)
-    attempt("thread-pool-idle")                 # saved: nothing runs in it
+    attempt("thread-pool-idle")  # saved: nothing runs in it
     release = threading.Event()
     waiting = pool.submit(release.wait)
     attempt("thread-pool")
@@ -59,14 +59,14 @@ def main():
     print("waited", waiting.result(), flush=True)
     pool.shutdown()
     del pool, waiting
-    fut = concurrent.futures.Future()           # set by a callback later
+    fut = concurrent.futures.Future()  # set by a callback later
     attempt("pending-future")
     fut.set_result(7)
-    attempt("done-future")                      # saved: a done future is a value
+    attempt("done-future")  # saved: a done future is a value
     del fut
     with concurrent.futures.ThreadPoolExecutor() as pool:
         print("mapped", list(pool.map(abs, [-1, -2])), flush=True)
-    attempt("after-with-pool")                  # saved as a shut-down executor
+    attempt("after-with-pool")  # saved as a shut-down executor
     del pool
 
     client = ApiClient()

@@ -1,5 +1,6 @@
 """Snapshot points the engine must refuse. Each refusal is caught by the agent, which
 prints it and carries on; a good snapshot before and after proves the job continues."""
+
 import functools
 import os
 import socket
@@ -68,7 +69,7 @@ def main():
         print("coroutine", stop.value, flush=True)
 
     lock = threading.Lock()
-    lock.acquire()              # an unheld lock is saved; a held one is refused
+    lock.acquire()  # an unheld lock is saved; a held one is refused
     attempt("lock-local")
     lock.release()
     del lock

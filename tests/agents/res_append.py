@@ -1,6 +1,7 @@
 """Appends to a file across many snapshots; KILL_AFTER_WRITE=k makes the process
 SIGKILL itself right after writing the line that follows snapshot k (a crash between
 snapshots, after the file moved on)."""
+
 import os
 import signal
 
@@ -17,7 +18,7 @@ def main():
         blob.write(bytes([i % 256]) * (i % 5 + 1))
         snapshot(f"step-{i}")
         journal.write(f"after {i}\n")
-        if i == int(os.environ.get("KILL_AFTER_WRITE", "0")):   # read now: restored locals
+        if i == int(os.environ.get("KILL_AFTER_WRITE", "0")):  # read now: restored locals
             # keep the values of the run that took the snapshot
             journal.flush()
             os.kill(os.getpid(), signal.SIGKILL)

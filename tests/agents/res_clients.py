@@ -1,5 +1,6 @@
 """A sqlite3 connection and an httpx client held across a snapshot keep working after
 a restore in a new process. SERVER_URL and DB_PATH come from the environment."""
+
 import os
 import sqlite3
 
@@ -12,8 +13,12 @@ def main():
     db = sqlite3.connect(os.environ["DB_PATH"])
     db.execute("CREATE TABLE IF NOT EXISTS notes (body TEXT)")
     db.commit()
-    client = httpx.Client(base_url=os.environ["SERVER_URL"], headers={"X-Agent": "res"},
-                          cookies={"session": "s1"}, timeout=5.0)
+    client = httpx.Client(
+        base_url=os.environ["SERVER_URL"],
+        headers={"X-Agent": "res"},
+        cookies={"session": "s1"},
+        timeout=5.0,
+    )
     first = client.get("/echo").json()
     db.execute("INSERT INTO notes VALUES (?)", (first["path"],))
     db.commit()

@@ -1,5 +1,6 @@
 """Resources whose reopen fails after a restore: a file that was deleted, and a
 resource() connection to a server that is down. SERVER_PORT from the environment."""
+
 import os
 import socket
 

@@ -1,4 +1,5 @@
 """Each untracked handle held at a snapshot is refused with its named error."""
+
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ def main():
     sock.close()
     del sock
     lock = threading.Lock()
-    lock.acquire()              # a lock is saved unless it is held
+    lock.acquire()  # a lock is saved unless it is held
     attempt("lock")
     lock.release()
     del lock
@@ -34,6 +35,7 @@ def main():
     proc.wait()
     del proc
     import os
+
     with httpx.Client(base_url=os.environ["SERVER_URL"]) as client:
         with client.stream("GET", "/echo") as response:
             attempt("streaming-response")

@@ -1,5 +1,6 @@
 """Reviewer's agent (tests/test_review_engine.py): state a job keeps on its own
 decorators and classes and on a library object, printed after each snapshot."""
+
 import contextlib
 import datetime
 import decimal
@@ -16,6 +17,7 @@ def counted(fn):
         nonlocal calls
         calls += 1
         return f"{fn(*args)}#{calls}"
+
     return wrapper
 
 
@@ -40,7 +42,7 @@ def last(xs):
 
 class Policy:
     choose = staticmethod(first)
-    tz = datetime.timezone.utc
+    tz = datetime.UTC
 
 
 def main():

@@ -3,6 +3,7 @@ sentinel file at import, so running its module-level code shows; it holds an
 append-mode journal, a sqlite3 database and (with RO_TEMPFILE=1) a
 NamedTemporaryFile across its first snapshot, and writes to all of them after it.
 RO_KILL=1 makes it SIGKILL itself after those writes (a killed, resumable job)."""
+
 import os
 import signal
 import sqlite3

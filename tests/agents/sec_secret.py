@@ -1,5 +1,6 @@
 """Holds a distinctive secret (from the SEC_SECRET environment variable, so it is in
 the snapshot body only, never in the header) in a local and in a module global."""
+
 import os
 
 from snapstate import snapshot

@@ -3,6 +3,7 @@ runs code the moment its body is unpickled (resume, inspect), never before.
 
 The sentinel's path comes from the SEC_SENTINEL environment variable of the first run
 (not from argv: argv is recorded in the snapshot header)."""
+
 import os
 
 from snapstate import snapshot

@@ -1,6 +1,7 @@
 """An agent that places orders with a provider through the effect ledger, with a
 snapshot between orders. PROVIDER_URL and PROVIDER_MODE (keyed | lookup | plain)
 come from the environment; ORDERS (default 3) orders are placed."""
+
 import json
 import os
 import urllib.error
@@ -14,8 +15,12 @@ MODE = os.environ.get("PROVIDER_MODE", "keyed")
 
 
 def _post(path, body, timeout, headers=None):
-    request = urllib.request.Request(URL + path, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+    request = urllib.request.Request(
+        URL + path,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.loads(response.read())
 
@@ -23,8 +28,12 @@ def _post(path, body, timeout, headers=None):
 # timeout_param: each request gets the time left before the runner's lease deadline.
 @effect(idempotency="key", timeout_param="timeout")
 def order_keyed(action, amount, *, idempotency_key, timeout=10):
-    return _post("/keyed", {"action": action, "amount": amount}, timeout,
-                 {"Idempotency-Key": idempotency_key})
+    return _post(
+        "/keyed",
+        {"action": action, "amount": amount},
+        timeout,
+        {"Idempotency-Key": idempotency_key},
+    )
 
 
 def find_order(idempotency_key):
@@ -40,8 +49,7 @@ def find_order(idempotency_key):
 @effect(lookup=find_order, timeout_param="timeout")
 def order_lookup(action, amount, *, idempotency_key, timeout=10):
     # The provider knows no idempotency keys: the key travels as the order's reference.
-    return _post("/lookup", {"action": action, "amount": amount, "ref": idempotency_key},
-                 timeout)
+    return _post("/lookup", {"action": action, "amount": amount, "ref": idempotency_key}, timeout)
 
 
 @effect(timeout_param="timeout")

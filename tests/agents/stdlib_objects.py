@@ -60,7 +60,7 @@ def main():
     for n in range(4):
         LOG.debug("step %d starts", n)
         LOG.info("step %d", n)
-        LOG.warning("secret %d", n)            # on stdout; kept out of the file by the filter
+        LOG.warning("secret %d", n)  # on stdout; kept out of the file by the filter
         with conn:
             conn.execute("INSERT INTO steps VALUES (?, ?)", (n, n * n))
         cur.execute("SELECT n, square FROM steps ORDER BY n")
@@ -73,13 +73,25 @@ def main():
         report.writerow(["report", n, n * n])
         cube = workers.submit(pow, n, 3)
         print("cube", cube.result(), workers._thread_name_prefix, flush=True)
-        print("checks", LOG.handlers == [FILE_HANDLER, STREAM_HANDLER],
-              LOG.level, LOG.propagate, FILE_HANDLER.level, FILE_HANDLER.formatter._fmt,
-              FILE_HANDLER.filters == [no_secrets], FILE_HANDLER.encoding,
-              STREAM_HANDLER.stream is sys.stdout, STREAM_HANDLER.level,
-              cur.connection is conn, cur.row_factory is sqlite3.Row, cur.arraysize,
-              writer.dialect.delimiter, writer.dialect.quoting, dict_writer.extrasaction,
-              flush=True)
+        print(
+            "checks",
+            LOG.handlers == [FILE_HANDLER, STREAM_HANDLER],
+            LOG.level,
+            LOG.propagate,
+            FILE_HANDLER.level,
+            FILE_HANDLER.formatter._fmt,
+            FILE_HANDLER.filters == [no_secrets],
+            FILE_HANDLER.encoding,
+            STREAM_HANDLER.stream is sys.stdout,
+            STREAM_HANDLER.level,
+            cur.connection is conn,
+            cur.row_factory is sqlite3.Row,
+            cur.arraysize,
+            writer.dialect.delimiter,
+            writer.dialect.quoting,
+            dict_writer.extrasaction,
+            flush=True,
+        )
     workers.shutdown()
     try:
         finished.submit(print)

@@ -1,9 +1,12 @@
 """An exception kept in a variable and one re-raised from an except body after a
 restore print the same tracebacks (file, line, carets) as in an uninterrupted run."""
+
 from snapstate import snapshot
+
 
 def fail(x):
     return {"k": 1}[x] + 1
+
 
 def handler():
     try:
@@ -11,6 +14,7 @@ def handler():
     except KeyError:
         snapshot("in-except")
         raise
+
 
 def main():
     saved = None
@@ -20,5 +24,6 @@ def main():
         saved = e
     snapshot("holding")
     import traceback
+
     print("".join(traceback.format_exception(saved)))
     handler()
