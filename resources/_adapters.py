@@ -42,6 +42,7 @@ import tempfile
 import threading
 import weakref
 
+from ..serializers import _dispatch
 from ._registry import ResourceReopenError
 
 __all__ = [
@@ -125,6 +126,11 @@ def reducer_for(t: type):
                 break
     _RESOLVED[t] = found
     return found
+
+
+# The pickler takes its adapters from reducer_for, and never saves an UNTRACKED handle
+# by value in any fallback (serializers/_dispatch.py: it imports nothing from here).
+_dispatch.register_adapters(reducer_for, tuple(UNTRACKED))
 
 
 # ------------------------------------------------------------------------ scratch

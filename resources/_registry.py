@@ -18,7 +18,7 @@ import os
 import threading
 import weakref
 
-from ..runtime._errors import ResourceReopenError
+from .._errors import ResourceReopenError
 
 __all__ = ["resource", "Handle", "ResourceReopenError", "close_all_for_snapshot"]
 

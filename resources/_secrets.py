@@ -25,7 +25,7 @@ import contextlib
 import os
 import pickle
 
-from ..runtime._errors import ResourceReopenError
+from .._errors import ResourceReopenError
 
 __all__ = ["bind", "credential", "Credential"]
 

@@ -53,7 +53,7 @@ import sqlite3
 import sys
 import time
 
-from ..runtime._errors import ResourceReopenError
+from .._errors import ResourceReopenError
 from ..serializers._describe import register_kind
 from ._adapters import register_adapter, scratch_path
 from ._http import sealed

@@ -15,11 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..serializers._home import Home
-from ..serializers._ids import derive_job_id, validate_job_id
-from ..serializers._store import EffectRow
-from . import _agent
-from ._errors import (
+from .._errors import (
     HeaderMismatch,
     InvalidJobId,
     JobExists,
@@ -28,6 +24,10 @@ from ._errors import (
     StoreDamaged,
     StoreError,
 )
+from ..serializers._home import Home
+from ..serializers._ids import derive_job_id, validate_job_id
+from ..serializers._store import EffectRow
+from . import _agent
 from ._job import Job
 
 __all__ = [

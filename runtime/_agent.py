@@ -18,8 +18,8 @@ import sysconfig
 import types
 from dataclasses import dataclass
 
-from ._codeid import module_digest
-from ._errors import RestoreError
+from .._errors import RestoreError
+from ..serializers._codeid import module_digest
 
 __all__ = ["EntryPoint", "agent_modules", "capture_globals", "restore_globals"]
 

@@ -17,10 +17,10 @@ import inspect
 import sys
 import types
 
-from . import _bytecode as bc
+from .._errors import SnapshotError
+from ..serializers import _bytecode as bc
+from ..serializers._codeid import code_ref
 from . import _layout
-from ._codeid import code_ref
-from ._errors import SnapshotError
 from ._frames import CALL, GENERATOR, GENERATOR_CREATED, INSTANCE, VALUE, FrameRecord
 from ._layout import LAYOUT, NULL
 from ._morph import morph_record, unmorph

@@ -18,13 +18,7 @@ import traceback
 
 import click
 
-from ..serializers._home import Home, default_home
-from ..serializers._ids import validate_job_id
-from ..serializers._sqlite import store_failure
-from ..serializers._store import SnapshotRow
-from . import _admin, _inspect, _repair
-from ._agent import EntryPoint, EntryPointError
-from ._errors import (
+from .._errors import (
     DivergenceError,
     JobParked,
     LeaseHeld,
@@ -35,6 +29,12 @@ from ._errors import (
     StoreError,
     StoreFailure,
 )
+from ..serializers._home import Home, default_home
+from ..serializers._ids import validate_job_id
+from ..serializers._sqlite import store_failure
+from ..serializers._store import SnapshotRow
+from . import _admin, _inspect, _repair
+from ._agent import EntryPoint, EntryPointError
 from ._job import Job
 from ._lease import lease_ttl
 from ._signals import SigtermHandler

@@ -61,7 +61,7 @@ from collections.abc import Iterable
 
 import xxhash
 
-from ._codeid import code_digest
+from ..serializers._codeid import code_digest
 
 __all__ = ["capture", "restore", "roots"]
 

@@ -46,8 +46,7 @@ from dataclasses import dataclass
 
 import greenlet
 
-from ..serializers._store import EffectRow
-from ._errors import (
+from .._errors import (
     DivergenceError,
     EffectOutsideJob,
     RestoreError,
@@ -56,6 +55,8 @@ from ._errors import (
     StoreFailure,
     TamperedSnapshot,
 )
+from ..serializers._store import EffectRow
+from . import _context
 from ._faults import fault_point
 from ._lease import dispatch_margin, send_guard
 
@@ -386,9 +387,7 @@ def effect_time_left() -> float | None:
     the lease deadline recorded when the effect was dispatched (after it, another
     runner may take the job over and send it again). Pass it as the request's timeout.
     None outside an effect sent by a job (plain Python, or between effects)."""
-    from . import _job
-
-    job = _job._ACTIVE
+    job = _context.active_job()
     if job is None or job.ledger.sending is None:
         return None
     return max(0.0, job.ledger.sending - time.time())
@@ -398,9 +397,7 @@ def _current_job():
     """The job whose agent is running here; None in plain Python. While a job runs,
     a call from another thread or greenlet is refused: the ledger could not record it,
     and a restore would send it again."""
-    from . import _job
-
-    job = _job._ACTIVE
+    job = _context.active_job()
     if job is None:
         return None
     if greenlet.getcurrent() is not job._agent:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ._codeid import CodeRef
+from ..serializers._codeid import CodeRef
 
 __all__ = ["FrameRecord", "CALL", "GENERATOR", "GENERATOR_CREATED", "VALUE", "INSTANCE"]
 

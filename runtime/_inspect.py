@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..serializers import _inert
-from ._layout import NULL
+from ..serializers._inert import NULL
 
 __all__ = ["describe", "render", "table"]
 

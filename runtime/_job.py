@@ -23,17 +23,7 @@ from dataclasses import dataclass
 import cloudpickle
 import greenlet
 
-from ..resources import _secrets
-from ..resources._adapters import scratch_copies
-from ..resources._registry import close_all_for_snapshot
-from ..serializers import _pickler, _refs
-from ..serializers._home import JOB_HEADER_FIELDS, Home
-from ..serializers._ids import derive_job_id, validate_job_id
-from . import _agent, _defstate, _process, _rootlog
-from ._capture import capture_stack
-from ._codeid import CodeRef, find_code
-from ._effects import Ledger
-from ._errors import (
+from .._errors import (
     HeaderMismatch,
     IncompatibleSnapshot,
     JobFinished,
@@ -47,6 +37,16 @@ from ._errors import (
     StoreDamaged,
     StoreFailure,
 )
+from ..resources import _secrets
+from ..resources._adapters import scratch_copies
+from ..resources._registry import close_all_for_snapshot
+from ..serializers import _pickler, _refs
+from ..serializers._codeid import CodeRef, find_code
+from ..serializers._home import JOB_HEADER_FIELDS, Home
+from ..serializers._ids import derive_job_id, validate_job_id
+from . import _agent, _context, _defstate, _process, _rootlog
+from ._capture import capture_stack
+from ._effects import Ledger
 from ._faults import fault_point
 from ._frames import FrameRecord
 from ._layout import nlocalsplus
@@ -93,15 +93,12 @@ class _Stop:
     reason: str
 
 
-_ACTIVE: Job | None = None
-
-
 def snapshot(label: str | None = None) -> SnapshotInfo:
     """Declare a snapshot point: freeze the whole job here, durably, and continue.
 
     Outside a job (the agent run by plain Python) it does nothing and returns a
     record with seq None. Raises SnapshotError when this point cannot be frozen."""
-    job = _ACTIVE
+    job = _context.active_job()
     if job is None:
         return SnapshotInfo(False, 0.0, None, label)
     if greenlet.getcurrent() is not job._agent:
@@ -394,11 +391,10 @@ class Job:
             pass  # the outcome is recorded; the lease dies with this process
 
     def _loop(self, fn, args, kwargs):
-        global _ACTIVE
-        outer = _ACTIVE
+        outer = _context.active_job()
         self._hub = greenlet.getcurrent()
         self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
-        _ACTIVE = self
+        _context.set_active_job(self)
         try:
             message = self._agent.switch(fn, args, kwargs)
             while isinstance(message, _FreezeRequest):
@@ -411,7 +407,7 @@ class Job:
                 return None
             return message.value
         finally:
-            _ACTIVE = outer
+            _context.set_active_job(outer)
 
     def _take_snapshot(self, request: _FreezeRequest):
         seq = self.seq + 1

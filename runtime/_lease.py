@@ -18,8 +18,8 @@ import os
 import threading
 import time
 
+from .._errors import LeaseHeld, SnapstateError, StaleWriter
 from ..serializers._store import LeaseRow, Owner, Store
-from ._errors import LeaseHeld, SnapstateError, StaleWriter
 
 __all__ = ["Lease", "DEFAULT_TTL", "lease_ttl", "dispatch_margin", "send_guard", "silent"]
 

@@ -20,8 +20,8 @@ import types
 import weakref
 from dataclasses import dataclass
 
-from . import _bytecode as bc
-from ._codeid import find_code
+from ..serializers import _bytecode as bc
+from ..serializers._codeid import find_code
 from ._frames import CALL, GENERATOR, GENERATOR_CREATED, INSTANCE, FrameRecord
 from ._layout import LAYOUT, NULL
 

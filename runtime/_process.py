@@ -31,8 +31,8 @@ import os
 import random
 import sys
 
+from .._errors import ResourceReopenError, SnapshotError
 from ..resources._secrets import credential
-from ._errors import ResourceReopenError, SnapshotError
 
 __all__ = ["ProcessState", "begin", "capture", "restore"]
 

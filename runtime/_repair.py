@@ -28,13 +28,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .._errors import JobParked, SnapstateError, StoreDamaged, StoreError
 from ..serializers import _binding, _fs, _identity, _sealing, _snapfile
 from ..serializers._home import Home, _job_header
 from ..serializers._ids import is_valid_job_id
 from ..serializers._keys import KeyRing
 from ..serializers._sqlite import SqliteStore
 from ..serializers._store import JobRow, SnapshotRow, Store
-from ._errors import JobParked, SnapstateError, StoreDamaged, StoreError
 
 __all__ = ["MARK", "RebuiltJob", "RepairReport", "repair", "accept", "check_accepted"]
 

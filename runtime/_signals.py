@@ -23,8 +23,8 @@ import signal
 import sys
 import threading
 
+from .._errors import StaleWriter
 from ..serializers._sqlite import SqliteStore
-from ._errors import StaleWriter
 
 __all__ = ["EXIT_SIGTERM", "EXIT_SIGINT", "SigtermHandler"]
 

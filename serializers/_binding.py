@@ -15,7 +15,7 @@ are checked for them.
 
 from __future__ import annotations
 
-from ..runtime._errors import HeaderMismatch
+from .._errors import HeaderMismatch
 from ._store import SnapshotRow
 
 __all__ = ["expected", "origin_of", "check"]

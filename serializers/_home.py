@@ -25,7 +25,7 @@ import json
 import os
 import shutil
 
-from ..runtime._errors import (
+from .._errors import (
     HeaderMismatch,
     InvalidJobId,
     SnapshotWriteError,

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..runtime._errors import StoreDamaged
+from .._errors import StoreDamaged
 from . import _fs
 
 __all__ = [

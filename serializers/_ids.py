@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ..runtime._errors import InvalidJobId
+from .._errors import InvalidJobId
 
 __all__ = ["MAX_LENGTH", "validate_job_id", "is_valid_job_id", "derive_job_id"]
 

@@ -18,14 +18,35 @@ import gc
 import pickle
 import reprlib
 
-from ..runtime._layout import NULL
-
-__all__ = ["loads", "Inert", "InertType", "render", "attributes", "cell_contents", "is_code_object"]
+__all__ = [
+    "loads",
+    "Inert",
+    "InertType",
+    "render",
+    "attributes",
+    "cell_contents",
+    "is_code_object",
+    "NULL",
+]
 
 _MAX_ITEMS = 6
 _MAX_STRING = 80
 _MAX_LENGTH = 400
 _DEPTH = 4
+
+
+class _Null:
+    """What snapstate's NULL marker (an empty local slot or stack entry, which pickles
+    by name as snapstate.runtime._layout.NULL) loads as here: the runtime's own marker
+    would need its frame layout imported, and this reader imports nothing."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<NULL>"
+
+
+NULL = _Null()
 
 
 class InertType(type):

@@ -42,7 +42,7 @@ from typing import TypeVar
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..runtime._errors import RetiredKey, StoreDamaged, StoreError, UnknownKey
+from .._errors import RetiredKey, StoreDamaged, StoreError, UnknownKey
 
 __all__ = ["Key", "KeyRing", "ENV_KEY", "key_id_of"]
 

@@ -73,9 +73,9 @@ def _plain_type(t: type) -> bool:
     """Types whose objects keep the plain reference: loggers (they reduce by name to
     the new process's logger) and types a resource adapter reopens or refuses (a
     library's connection or file is that library's, not to be reopened by a restore)."""
-    from ..resources._adapters import UNTRACKED, reducer_for
+    from ._dispatch import adapter_for
 
-    if t in UNTRACKED or reducer_for(t) is not None:
+    if adapter_for(t) is not None:  # refused handles too: their adapter is the refusal
         return True
     return any(
         c.__module__ == "logging" and c.__name__ in ("Logger", "PlaceHolder", "Manager")

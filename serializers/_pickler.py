@@ -6,19 +6,20 @@ frames (self, cells, lists, module globals) keep their identity, and that
   - references code by identity (module, qualname, first line, digest), never by
     value, and rebuilds nested functions and closures with their module's real
     globals and the same cells;
-  - rebuilds suspended generators held as values, paused at the same yield;
+  - rebuilds suspended generators held as values, paused at the same yield (the
+    runtime's reducers, registered in the table of serializers/_dispatch.py);
   - keeps an exception's cause, context, notes and traceback;
   - saves objects of imported non-agent modules (sentinels such as argparse.SUPPRESS,
     singletons such as logging.root) by reference, so identity checks hold (_refs);
   - saves open files, sqlite3 connections, HTTP clients and temp directories through
-    the resource adapters (snapstate.resources), and refuses live handles by name;
+    the resource adapters (snapstate.resources, registered in _dispatch's table), and
+    refuses live handles by name;
   - falls back to dill only for an object type cloudpickle refuses (dill is ~30x
     slower, so it is never on the common path), and never for live handles.
 """
 
 from __future__ import annotations
 
-import inspect
 import io
 import pickle
 import sys
@@ -27,18 +28,12 @@ import types
 import cloudpickle
 import dill
 
-from ..resources._adapters import UNTRACKED, reducer_for
-from ..runtime._capture import capture_generator
-from ..runtime._codeid import CodeRef, code_ref, find_code
-from ..runtime._morph import is_morph, rebuild_generator
-from . import _refs
+from . import _dispatch, _refs
+from ._codeid import CodeRef, code_ref, find_code
 from ._describe import explain
 from ._tracebacks import rebuild_traceback, save_traceback
 
-__all__ = ["dumps", "loads", "find_unpicklable", "HANDLE_TYPES"]
-
-# Live operating-system handles: never pickled by value, by any fallback.
-HANDLE_TYPES: tuple[type, ...] = (*UNTRACKED, io.IOBase)
+__all__ = ["dumps", "loads", "find_unpicklable"]
 
 _DILL_TYPES: set[type] = set()
 
@@ -117,27 +112,10 @@ class FreezePickler(cloudpickle.Pickler):
             return (_make_cell, (), state, None, None, _fill_cell)
         if t is types.FunctionType:
             return self._reduce_function(obj)
-        if t is types.GeneratorType:
-            return self._reduce_generator(obj)
-        if t is types.CoroutineType or t is types.AsyncGeneratorType:
-            frame = obj.cr_frame if t is types.CoroutineType else obj.ag_frame
-            if frame is None:
-                return (_finished_coroutine, ())
-            created = (
-                t is types.CoroutineType and inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
-            )
-            if created:  # never awaited yet: rebuilt like a generator not started yet
-                return (rebuild_generator, (capture_generator(obj),))
-            if t is types.AsyncGeneratorType:
-                raise pickle.PicklingError(
-                    f"async generator {obj.__qualname__}() has not finished and cannot be "
-                    "frozen; exhaust or close it before the snapshot"
-                )
-            raise pickle.PicklingError(
-                f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
-                "it to completion before the snapshot"
-            )
-        adapter = reducer_for(t)
+        registered = _dispatch.REDUCERS.get(t)  # the runtime's: generators, coroutines
+        if registered is not None:
+            return registered(obj)
+        adapter = _dispatch.adapter_for(t)
         if adapter is not None:
             return adapter(obj)
         if t in _DILL_TYPES:
@@ -164,7 +142,7 @@ class FreezePickler(cloudpickle.Pickler):
         return NotImplemented
 
     def _reduce_function(self, fn):
-        if is_morph(fn.__code__):
+        if _dispatch.is_stub(fn.__code__):
             raise pickle.PicklingError(f"function {fn.__qualname__} is a restore stub")
         module = fn.__globals__.get("__name__")
         if (
@@ -188,13 +166,6 @@ class FreezePickler(cloudpickle.Pickler):
             None,
             _set_function_state,
         )
-
-    def _reduce_generator(self, gen):
-        if gen.gi_running:
-            raise pickle.PicklingError(f"generator {gen.__qualname__}() is running")
-        if gen.gi_frame is None:
-            return (_exhausted_generator, ())
-        return (rebuild_generator, (capture_generator(gen),))
 
 
 def _dump(obj, pickler_class=None) -> bytes:
@@ -276,9 +247,9 @@ def _dumps(obj, roots) -> bytes:
                 raise UnpicklableError(path, culprit, _deep.message(), chain) from None
             if (
                 culprit is None
-                or isinstance(culprit, HANDLE_TYPES)
+                or isinstance(culprit, _dispatch.HANDLE_TYPES)
                 or type(culprit) in _DILL_TYPES
-                or reducer_for(type(culprit)) is not None
+                or _dispatch.adapter_for(type(culprit)) is not None
             ):  # refused by its adapter
                 raise UnpicklableError(path, culprit, error, chain) from None
             try:
@@ -351,9 +322,13 @@ def find_unpicklable(roots, first_error=None, _depth: int = 0, chain: list | Non
             chain.append((path, obj))
         if _too_deep(error):
             return path, obj, error  # its parts are as deep: name the outermost
-        adapter = reducer_for(type(obj))
+        adapter = _dispatch.adapter_for(type(obj))
         parts = getattr(adapter, "parts", None)  # what an adapter saves of obj, if it says
-        if isinstance(obj, HANDLE_TYPES) or _depth > 40 or (adapter is not None and parts is None):
+        if (
+            isinstance(obj, _dispatch.HANDLE_TYPES)
+            or _depth > 40
+            or (adapter is not None and parts is None)
+        ):
             return path, obj, error  # refused by its own adapter: it is the culprit
         deeper = find_unpicklable(
             [(path + name, child) for name, child in (parts(obj) if parts else _children(obj))],

@@ -265,7 +265,7 @@ def module_attribute(module: str, attr: str, kind: str | None = None):
             f"module {module} no longer has"
         ) from None
     if kind is not None and _kind(type(current)) != kind:
-        from ..runtime._errors import ResourceReopenError
+        from .._errors import ResourceReopenError
 
         raise ResourceReopenError(
             f"the snapshot refers to {module}.{attr}, a {kind} in the job's process (an object "

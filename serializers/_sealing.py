@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from ..runtime._errors import StoreDamaged, TamperedSnapshot, UnknownKey
+from .._errors import StoreDamaged, TamperedSnapshot, UnknownKey
 from ._keys import ENV_KEY, Key, KeyRing
 
 __all__ = [

@@ -37,7 +37,7 @@ import zstandard
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ..runtime._errors import (
+from .._errors import (
     CorruptSnapshot,
     HeaderMismatch,
     PlaintextRefused,

@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.parse
 
-from ..runtime._errors import (
+from .._errors import (
     JobExists,
     JobFinished,
     JobNotFound,

@@ -19,7 +19,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from ..runtime._errors import SnapshotNotFound
+from .._errors import SnapshotNotFound
 from ._fs import process_start
 
 __all__ = [

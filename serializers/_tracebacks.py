@@ -16,9 +16,9 @@ import inspect
 import sys
 import types
 
-from ..runtime import _bytecode as bc
-from ..runtime._codeid import CodeRef, code_ref, find_code
-from ..runtime._morph import unmorph
+from . import _bytecode as bc
+from . import _dispatch
+from ._codeid import CodeRef, code_ref, find_code
 
 __all__ = ["save_traceback", "rebuild_traceback"]
 
@@ -34,9 +34,7 @@ def save_traceback(tb) -> list[tuple]:
     entries = []
     while tb is not None:
         frame = tb.tb_frame
-        code, unit, pending = unmorph(frame.f_code, max(tb.tb_lasti, 0) // 2)
-        if pending is not None:
-            unit = pending.pending
+        code, unit = _dispatch.code_position(frame.f_code, max(tb.tb_lasti, 0) // 2)
         module = frame.f_globals.get("__name__")
         ref = None
         if (

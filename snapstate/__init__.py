@@ -10,6 +10,34 @@ snapstate.serializers (the pickler and the snapshot file format) and
 snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
+from snapstate._errors import CorruptSnapshot as CorruptSnapshot
+from snapstate._errors import DivergenceError as DivergenceError
+from snapstate._errors import EffectOutsideJob as EffectOutsideJob
+from snapstate._errors import HeaderMismatch as HeaderMismatch
+from snapstate._errors import IncompatibleSnapshot as IncompatibleSnapshot
+from snapstate._errors import InvalidJobId as InvalidJobId
+from snapstate._errors import JobExists as JobExists
+from snapstate._errors import JobFinished as JobFinished
+from snapstate._errors import JobNotFound as JobNotFound
+from snapstate._errors import JobParked as JobParked
+from snapstate._errors import LeaseHeld as LeaseHeld
+from snapstate._errors import PlaintextRefused as PlaintextRefused
+from snapstate._errors import ResourceReopenError as ResourceReopenError
+from snapstate._errors import RestoreError as RestoreError
+from snapstate._errors import RetiredKey as RetiredKey
+from snapstate._errors import SecretUnavailable as SecretUnavailable
+from snapstate._errors import SnapshotError as SnapshotError
+from snapstate._errors import SnapshotNotFound as SnapshotNotFound
+from snapstate._errors import SnapshotRejected as SnapshotRejected
+from snapstate._errors import SnapshotWriteError as SnapshotWriteError
+from snapstate._errors import SnapstateError as SnapstateError
+from snapstate._errors import StaleWriter as StaleWriter
+from snapstate._errors import StoreDamaged as StoreDamaged
+from snapstate._errors import StoreError as StoreError
+from snapstate._errors import StoreFailure as StoreFailure
+from snapstate._errors import TamperedSnapshot as TamperedSnapshot
+from snapstate._errors import TruncatedSnapshot as TruncatedSnapshot
+from snapstate._errors import UnknownKey as UnknownKey
 from snapstate.resources._adapters import register_adapter as register_adapter
 from snapstate.resources._registry import resource as resource
 from snapstate.resources._secrets import credential as credential
@@ -21,34 +49,6 @@ from snapstate.runtime._effects import effect_time_left as effect_time_left
 from snapstate.runtime._effects import now as now
 from snapstate.runtime._effects import random as random
 from snapstate.runtime._effects import uuid4 as uuid4
-from snapstate.runtime._errors import CorruptSnapshot as CorruptSnapshot
-from snapstate.runtime._errors import DivergenceError as DivergenceError
-from snapstate.runtime._errors import EffectOutsideJob as EffectOutsideJob
-from snapstate.runtime._errors import HeaderMismatch as HeaderMismatch
-from snapstate.runtime._errors import IncompatibleSnapshot as IncompatibleSnapshot
-from snapstate.runtime._errors import InvalidJobId as InvalidJobId
-from snapstate.runtime._errors import JobExists as JobExists
-from snapstate.runtime._errors import JobFinished as JobFinished
-from snapstate.runtime._errors import JobNotFound as JobNotFound
-from snapstate.runtime._errors import JobParked as JobParked
-from snapstate.runtime._errors import LeaseHeld as LeaseHeld
-from snapstate.runtime._errors import PlaintextRefused as PlaintextRefused
-from snapstate.runtime._errors import ResourceReopenError as ResourceReopenError
-from snapstate.runtime._errors import RestoreError as RestoreError
-from snapstate.runtime._errors import RetiredKey as RetiredKey
-from snapstate.runtime._errors import SecretUnavailable as SecretUnavailable
-from snapstate.runtime._errors import SnapshotError as SnapshotError
-from snapstate.runtime._errors import SnapshotNotFound as SnapshotNotFound
-from snapstate.runtime._errors import SnapshotRejected as SnapshotRejected
-from snapstate.runtime._errors import SnapshotWriteError as SnapshotWriteError
-from snapstate.runtime._errors import SnapstateError as SnapstateError
-from snapstate.runtime._errors import StaleWriter as StaleWriter
-from snapstate.runtime._errors import StoreDamaged as StoreDamaged
-from snapstate.runtime._errors import StoreError as StoreError
-from snapstate.runtime._errors import StoreFailure as StoreFailure
-from snapstate.runtime._errors import TamperedSnapshot as TamperedSnapshot
-from snapstate.runtime._errors import TruncatedSnapshot as TruncatedSnapshot
-from snapstate.runtime._errors import UnknownKey as UnknownKey
 from snapstate.runtime._job import SnapshotInfo as SnapshotInfo
 from snapstate.runtime._job import snapshot as snapshot
 
@@ -67,7 +67,7 @@ __all__ = [
     "resource",
     "register_adapter",
     "credential",
-    # errors (runtime/_errors.py draws the tree)
+    # errors (snapstate/_errors.py draws the tree)
     "SnapstateError",
     "SnapshotError",
     "SnapshotWriteError",

@@ -35,8 +35,8 @@ from conftest import AGENTS, snaprun
 from providers import Provider
 
 from snapstate import Secret
+from snapstate._errors import StoreDamaged
 from snapstate.runtime._effects import args_digest
-from snapstate.runtime._errors import StoreDamaged
 from snapstate.serializers import _snapfile
 from snapstate.serializers._home import Home
 from snapstate.serializers._store import EffectRow, SnapshotRow

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import snaprun
 
-from snapstate.runtime._errors import CorruptSnapshot
+from snapstate._errors import CorruptSnapshot
 from snapstate.serializers import _snapfile
 
 BASE_AGENT = """\

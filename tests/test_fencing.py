@@ -31,8 +31,8 @@ import pytest
 from conftest import AGENTS, SNAPRUN, snaprun
 from providers import Provider
 
+from snapstate._errors import SnapstateError, StaleWriter
 from snapstate.runtime._agent import EntryPoint
-from snapstate.runtime._errors import SnapstateError, StaleWriter
 from snapstate.runtime._job import Job
 from snapstate.runtime._lease import DEFAULT_TTL, dispatch_margin, lease_ttl, send_guard, silent
 from snapstate.serializers._home import Home

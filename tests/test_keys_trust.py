@@ -34,7 +34,7 @@ import textwrap
 import pytest
 from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
 
-from snapstate.runtime._errors import StoreDamaged, StoreError, UnknownKey
+from snapstate._errors import StoreDamaged, StoreError, UnknownKey
 from snapstate.runtime._job import runtime_versions
 from snapstate.serializers import _keys, _snapfile
 from snapstate.serializers._home import Home

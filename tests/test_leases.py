@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import AGENTS, SNAPRUN, snaprun
 
+from snapstate._errors import StaleWriter
 from snapstate.runtime._agent import EntryPoint
-from snapstate.runtime._errors import StaleWriter
 from snapstate.runtime._job import Job
 from snapstate.runtime._lease import DEFAULT_TTL
 from snapstate.serializers import _fs

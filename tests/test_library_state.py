@@ -20,7 +20,7 @@ import types
 import pytest
 from conftest import AGENTS, snaprun, snapshot_files
 
-from snapstate.runtime._errors import ResourceReopenError
+from snapstate._errors import ResourceReopenError
 from snapstate.serializers import _inert, _pickler, _refs
 
 

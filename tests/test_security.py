@@ -39,7 +39,7 @@ import zstandard
 from conftest import AGENTS, Run, clean_refusal, snaprun, snapshot_files
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from snapstate.runtime._errors import (
+from snapstate._errors import (
     CorruptSnapshot,
     HeaderMismatch,
     PlaintextRefused,

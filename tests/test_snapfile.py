@@ -22,7 +22,7 @@ from conftest import AGENTS, snaprun, snapshot_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from snapstate.runtime._errors import (
+from snapstate._errors import (
     CorruptSnapshot,
     HeaderMismatch,
     SnapshotRejected,

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from snapstate.runtime._errors import (
+from snapstate._errors import (
     JobExists,
     JobNotFound,
     LeaseHeld,
@@ -877,7 +877,7 @@ def test_threads_committing_the_same_seq_exactly_one_wins(backend):
 
 _RACE = r"""
 import importlib, json, os, sys, time
-from snapstate.runtime._errors import LeaseHeld, StaleWriter
+from snapstate._errors import LeaseHeld, StaleWriter
 from snapstate.serializers._store import Owner, SnapshotRow
 
 factory, location, gate, mode, job = sys.argv[1:6]

@@ -23,7 +23,7 @@ import pytest
 from conftest import AGENTS, snaprun
 from test_lifecycle import start, wait_for
 
-from snapstate.runtime._errors import StoreFailure
+from snapstate._errors import StoreFailure
 from snapstate.serializers._sqlite import SqliteStore
 
 AGENT = AGENTS / "life_store.py"

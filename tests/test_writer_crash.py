@@ -32,8 +32,8 @@ import pytest
 import writer_proc
 from conftest import AGENTS
 
+from snapstate._errors import CorruptSnapshot, SnapshotWriteError
 from snapstate.runtime._agent import EntryPoint
-from snapstate.runtime._errors import CorruptSnapshot, SnapshotWriteError
 from snapstate.runtime._job import Job
 from snapstate.serializers import _fs, _snapfile
 from snapstate.serializers._home import Home

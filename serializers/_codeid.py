@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-from ._errors import IncompatibleSnapshot
+from .._errors import IncompatibleSnapshot
 
 __all__ = ["CodeRef", "code_ref", "find_code", "module_digest"]
 

@@ -1,0 +1,64 @@
+"""What the runtime teaches the pickler: its reducers and its restore stubs, put into
+the serializers' registration table (serializers/_dispatch.py) when the runtime is
+imported (runtime/__init__.py imports this module). The serializers below import
+nothing of the runtime.
+
+  - generators held as values: captured paused (runtime/_capture.py) and rebuilt at
+    the same yield (runtime/_morph.py); coroutines only before their first await,
+    async generators only when finished;
+  - restore stubs (runtime/_morph.py's morph code objects): a function running one
+    is never pickled, and a traceback entry of one is saved as its original code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import pickle
+import types
+
+from ..serializers import _dispatch
+from ..serializers._pickler import _exhausted_generator, _finished_coroutine
+from ._capture import capture_generator
+from ._morph import is_morph, rebuild_generator, unmorph
+
+__all__: list[str] = []
+
+
+def _reduce_generator(gen):
+    if gen.gi_running:
+        raise pickle.PicklingError(f"generator {gen.__qualname__}() is running")
+    if gen.gi_frame is None:
+        return (_exhausted_generator, ())
+    return (rebuild_generator, (capture_generator(gen),))
+
+
+def _reduce_coroutine(obj):
+    t = type(obj)
+    frame = obj.cr_frame if t is types.CoroutineType else obj.ag_frame
+    if frame is None:
+        return (_finished_coroutine, ())
+    created = t is types.CoroutineType and inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
+    if created:  # never awaited yet: rebuilt like a generator not started yet
+        return (rebuild_generator, (capture_generator(obj),))
+    if t is types.AsyncGeneratorType:
+        raise pickle.PicklingError(
+            f"async generator {obj.__qualname__}() has not finished and cannot be "
+            "frozen; exhaust or close it before the snapshot"
+        )
+    raise pickle.PicklingError(
+        f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
+        "it to completion before the snapshot"
+    )
+
+
+def _original_position(code: types.CodeType, unit: int) -> tuple[types.CodeType, int]:
+    """A restored frame's (code, unit) as the original's; still in its prologue's call,
+    the instruction it is paused at."""
+    original, unit, pending = unmorph(code, unit)
+    return original, unit if pending is None else pending.pending
+
+
+_dispatch.register_reducer(types.GeneratorType, _reduce_generator)
+_dispatch.register_reducer(types.CoroutineType, _reduce_coroutine)
+_dispatch.register_reducer(types.AsyncGeneratorType, _reduce_coroutine)
+_dispatch.register_code_stubs(is_morph, _original_position)
