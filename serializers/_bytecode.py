@@ -3,6 +3,9 @@ depths, the exception table and the location table (PEP 626/657 encodings).
 
 Since 3.11 every jump is relative (dis.hasjabs is empty), which is what lets a
 restore prologue be prepended to an unchanged body.
+
+In the serializers, the lowest layer that needs it: the traceback stubs
+(serializers/_tracebacks.py) use it as the runtime's capture and restore do.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@ digest of the bytecode and everything it refers to), never by value.
 
 Restoring looks the identity up in the freshly imported module; when the code has
 changed, the lookup fails with a message listing what differs.
+
+In the serializers: the pickler saves functions and tracebacks by it, and the
+runtime's frame records name their code by it.
 """
 
 from __future__ import annotations
