@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import pickle
 import types
+from typing import Any
 
 from ..serializers import _dispatch
 from ..serializers._pickler import _exhausted_generator, _finished_coroutine
@@ -24,7 +25,7 @@ from ._morph import is_morph, rebuild_generator, unmorph
 __all__: list[str] = []
 
 
-def _reduce_generator(gen):
+def _reduce_generator(gen: types.GeneratorType[Any, Any, Any]) -> tuple[Any, ...]:
     if gen.gi_running:
         raise pickle.PicklingError(f"generator {gen.__qualname__}() is running")
     if gen.gi_frame is None:
@@ -32,15 +33,20 @@ def _reduce_generator(gen):
     return (rebuild_generator, (capture_generator(gen),))
 
 
-def _reduce_coroutine(obj):
-    t = type(obj)
-    frame = obj.cr_frame if t is types.CoroutineType else obj.ag_frame
+def _reduce_coroutine(
+    obj: types.CoroutineType[Any, Any, Any] | types.AsyncGeneratorType[Any, Any],
+) -> tuple[Any, ...]:
+    t = type(obj)  # neither type can be subclassed: isinstance is `t is`
+    frame = obj.cr_frame if isinstance(obj, types.CoroutineType) else obj.ag_frame
     if frame is None:
         return (_finished_coroutine, ())
-    created = t is types.CoroutineType and inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
+    created = (
+        isinstance(obj, types.CoroutineType)
+        and inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
+    )
     if created:  # never awaited yet: rebuilt like a generator not started yet
         return (rebuild_generator, (capture_generator(obj),))
-    if t is types.AsyncGeneratorType:
+    if isinstance(obj, types.AsyncGeneratorType):
         raise pickle.PicklingError(
             f"async generator {obj.__qualname__}() has not finished and cannot be "
             "frozen; exhaust or close it before the snapshot"
