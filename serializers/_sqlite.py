@@ -27,7 +27,17 @@ from ..runtime._errors import (
 )
 from . import _fs
 from ._sealing import PLAIN, Sealer
-from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
+from ._store import (
+    EffectKind,
+    EffectRow,
+    EffectState,
+    EventRow,
+    JobRow,
+    LeaseRow,
+    Owner,
+    SnapshotRow,
+    Store,
+)
 
 __all__ = ["SqliteStore"]
 
@@ -713,11 +723,15 @@ class SqliteStore(Store):
                 (job_id, ordinal),
             ).fetchone()
             effect = self._effect(found) if found else None
-            if effect is None or effect.kind == "value":
+            if effect is None or effect.kind == EffectKind.VALUE:
                 raise StoreError(
                     f"job {job_id} has no effect {ordinal} (`snaprun effects {job_id}`)"
                 )
-            if effect.state not in ("ambiguous", "dispatched", "failed"):
+            if effect.state not in (
+                EffectState.AMBIGUOUS,
+                EffectState.DISPATCHED,
+                EffectState.FAILED,
+            ):
                 raise StoreError(
                     f"effect {ordinal} of job {job_id} is {effect.state}; only an "
                     "ambiguous or failed effect can be reconciled"
@@ -780,27 +794,36 @@ class SqliteStore(Store):
             return False, dropped
 
     # ---------------------------------------------------------------- effect ledger
-    _EFFECT_COLUMNS = (
-        "job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
-        "state, result, external_id, attempts, created, updated, note"
-    )
+    _EFFECT_FIELDS = tuple(f.name for f in dataclasses.fields(EffectRow))
+    _EFFECT_COLUMNS = ", ".join(_EFFECT_FIELDS)
 
-    _SEALED_EFFECT_COLUMNS = {"args_repr": 6, "result": 9, "external_id": 10, "note": 14}
+    _SEALED_EFFECT_COLUMNS = ("args_repr", "result", "external_id", "note")
 
     def _effect(self, row) -> EffectRow:
-        values = list(row)
-        job_id, ordinal = row[0], row[1]
-        for column, i in self._SEALED_EFFECT_COLUMNS.items():
-            values[i] = self.sealer.open(row[i], "effects", column, job_id, ordinal)
-        values[5] = self.sealer.stored_digest(row[5], "effects", "args_digest", job_id, ordinal)
-        return EffectRow(*values)
+        columns = dict(zip(self._EFFECT_FIELDS, row, strict=True))
+        job_id, ordinal = columns["job_id"], columns["ordinal"]
+        for column in self._SEALED_EFFECT_COLUMNS:
+            columns[column] = self.sealer.open(columns[column], "effects", column, job_id, ordinal)
+        columns["args_digest"] = self.sealer.stored_digest(
+            columns["args_digest"], "effects", "args_digest", job_id, ordinal
+        )
+        try:
+            return EffectRow.from_columns(columns)
+        except ValueError:  # a state or kind snapstate never writes
+            raise StoreDamaged(
+                f"the catalog {self.path} is damaged or was written by a newer snapstate: "
+                f"effect {ordinal} of job {job_id} has state {columns['state']!r} and kind "
+                f"{columns['kind']!r}; nothing was changed."
+            ) from None
 
     def _effect_values(self, row: EffectRow) -> tuple:
-        values = list(row.__dict__.values())
-        for column, i in self._SEALED_EFFECT_COLUMNS.items():
-            values[i] = self.sealer.seal(values[i], "effects", column, row.job_id, row.ordinal)
-        values[5] = self.sealer.digest(row.args_digest)
-        return tuple(values)
+        columns = row.columns()
+        for column in self._SEALED_EFFECT_COLUMNS:
+            columns[column] = self.sealer.seal(
+                columns[column], "effects", column, row.job_id, row.ordinal
+            )
+        columns["args_digest"] = self.sealer.digest(row.args_digest)
+        return tuple(columns.values())
 
     def effect(self, job_id, ordinal) -> EffectRow | None:
         row = (
