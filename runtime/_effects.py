@@ -94,7 +94,7 @@ class Secret(Generic[T]):
             value = os.environ[variable]
         except KeyError:
             raise SecretUnavailable(f"environment variable {variable} is not set") from None
-        secret = cls(value, name=variable)
+        secret = Secret(value, name=variable)  # restored as a Secret too (__reduce__)
         secret._env = variable
         return secret
 
@@ -427,11 +427,14 @@ def effect(
 
 # Typing: PEP 612 allows no keyword parameter between *args: P.args and **kwargs:
 # P.kwargs, so fn's arguments are checked when no option is given (the first overload);
-# a call with an option (each overload below requires one) is typed by its result.
+# a call with an option (each overload below requires one) is typed by its result. A
+# type checker sees that the first overload's **kwargs could take the options too, and
+# says the others never match ([overload-cannot-match]); they do match where fn takes
+# no such keyword, which is what they are for.
 @overload
 def call_effect(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R: ...
 @overload
-def call_effect(
+def call_effect(  # type: ignore[overload-cannot-match]
     fn: Callable[..., R],
     /,
     *args: Any,
@@ -445,7 +448,7 @@ def call_effect(
     **kwargs: Any,
 ) -> R: ...
 @overload
-def call_effect(
+def call_effect(  # type: ignore[overload-cannot-match]
     fn: Callable[..., R],
     /,
     *args: Any,
@@ -459,7 +462,7 @@ def call_effect(
     **kwargs: Any,
 ) -> R: ...
 @overload
-def call_effect(
+def call_effect(  # type: ignore[overload-cannot-match]
     fn: Callable[..., R],
     /,
     *args: Any,
@@ -473,7 +476,7 @@ def call_effect(
     **kwargs: Any,
 ) -> R: ...
 @overload
-def call_effect(
+def call_effect(  # type: ignore[overload-cannot-match]
     fn: Callable[..., R],
     /,
     *args: Any,
@@ -487,7 +490,7 @@ def call_effect(
     **kwargs: Any,
 ) -> R: ...
 @overload
-def call_effect(
+def call_effect(  # type: ignore[overload-cannot-match]
     fn: Callable[..., R],
     /,
     *args: Any,
@@ -501,7 +504,7 @@ def call_effect(
     **kwargs: Any,
 ) -> R: ...
 @overload
-def call_effect(
+def call_effect(  # type: ignore[overload-cannot-match]
     fn: Callable[..., R],
     /,
     *args: Any,
@@ -515,7 +518,7 @@ def call_effect(
     **kwargs: Any,
 ) -> R: ...
 @overload
-def call_effect(
+def call_effect(  # type: ignore[overload-cannot-match]
     fn: Callable[..., R],
     /,
     *args: Any,
@@ -528,8 +531,9 @@ def call_effect(
     fencing_token: bool,
     **kwargs: Any,
 ) -> R: ...
-def call_effect(
+def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key`, ...)
     fn: Callable[..., R],
+    /,
     *args: Any,
     key: str | None = None,
     idempotency: str | None = None,
@@ -615,8 +619,8 @@ def _lookup(spec: _Spec[R], key: str, token: int | None) -> Any:  # the provider
 
 def _call(
     spec: _Spec[R],
-    args: tuple[object, ...],
-    kwargs: Mapping[str, object],
+    args: tuple[Any, ...],  # the caller's arguments: anything
+    kwargs: dict[str, Any],
     explicit_key: str | None,
 ) -> R:
     job = _current_job()
@@ -872,6 +876,7 @@ class Ledger:
         """The dispatch transaction: records the row (state dispatched) only while this
         runner's epoch holds the lease and its deadline is more than dispatch_margin
         away, renewing it; otherwise the run stops here (StaleWriter), nothing sent."""
+        assert self.job.lease is not None, "a running job holds its lease"
         ttl = self.job.lease.ttl
         try:
             self.deadline = self.catalog.record_effects(
@@ -888,7 +893,7 @@ class Ledger:
         process was paused since; otherwise nothing is sent and the run stops. The
         request gets what is left as its timeout (timeout_param, effect_time_left())."""
         fault_point("effect-before-send", row.ordinal)
-        assert self.deadline is not None, "sent without a dispatch transaction"
+        assert self.deadline is not None and self.job.lease is not None, "sent unfenced"
         ends = self.deadline - send_guard(self.job.lease.ttl)
         left = ends - time.time()
         if left <= 0:
@@ -929,7 +934,7 @@ class Ledger:
                     time.sleep(min(delay, retry.max_backoff))
                     delay *= 2
                     if spec.lookup is not None and spec.idempotency != "key":
-                        found = _lookup(spec, row.key, self.job.epoch)
+                        found: R | None = _lookup(spec, row.key, self.job.epoch)
                         if found is not None:
                             return self._confirm(
                                 row, found, attempt, f"found by lookup after {type(exc).__name__}"
@@ -1001,7 +1006,7 @@ class Ledger:
                 note = "retried with the same key after a failure"
                 return self._redispatch(spec, _again(row, note), args, kwargs)
             case Action.LOOKUP | Action.LOOKUP_FAILED:
-                found = _lookup(spec, row.key, self.job.epoch)
+                found: R | None = _lookup(spec, row.key, self.job.epoch)
                 if action is Action.LOOKUP:
                     self.catalog.bump_metric(self.job.job_id, "reconciled")
                 if found is not None:

@@ -705,7 +705,9 @@ class SqliteStore(Store):
             self._event(db, job_id, "imported", f"from {source}")
         return self.get_job(job_id)
 
-    def reconcile_effect(self, job_id, ordinal, *, state, result, note) -> EffectRow:
+    def reconcile_effect(
+        self, job_id: str, ordinal: int, *, state: EffectState, result: bytes | None, note: str
+    ) -> EffectRow:
         now = self.clock()
         with self._tx() as db:
             job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
@@ -799,7 +801,7 @@ class SqliteStore(Store):
 
     _SEALED_EFFECT_COLUMNS = ("args_repr", "result", "external_id", "note")
 
-    def _effect(self, row) -> EffectRow:
+    def _effect(self, row: tuple[object, ...]) -> EffectRow:
         columns = dict(zip(self._EFFECT_FIELDS, row, strict=True))
         job_id, ordinal = columns["job_id"], columns["ordinal"]
         for column in self._SEALED_EFFECT_COLUMNS:
@@ -816,7 +818,7 @@ class SqliteStore(Store):
                 f"{columns['kind']!r}; nothing was changed."
             ) from None
 
-    def _effect_values(self, row: EffectRow) -> tuple:
+    def _effect_values(self, row: EffectRow) -> tuple[object, ...]:
         columns = row.columns()
         for column in self._SEALED_EFFECT_COLUMNS:
             columns[column] = self.sealer.seal(
@@ -825,7 +827,7 @@ class SqliteStore(Store):
         columns["args_digest"] = self.sealer.digest(row.args_digest)
         return tuple(columns.values())
 
-    def effect(self, job_id, ordinal) -> EffectRow | None:
+    def effect(self, job_id: str, ordinal: int) -> EffectRow | None:
         row = (
             self._db()
             .execute(
@@ -836,7 +838,7 @@ class SqliteStore(Store):
         )
         return self._effect(row) if row else None
 
-    def effect_by_key(self, job_id, key) -> EffectRow | None:
+    def effect_by_key(self, job_id: str, key: str) -> EffectRow | None:
         row = (
             self._db()
             .execute(
@@ -848,14 +850,22 @@ class SqliteStore(Store):
         )
         return self._effect(row) if row else None
 
-    def effects(self, job_id) -> list[EffectRow]:
+    def effects(self, job_id: str) -> list[EffectRow]:
         rows = self._db().execute(
             f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? ORDER BY ordinal",
             (job_id,),
         )
         return [self._effect(r) for r in rows]
 
-    def record_effects(self, rows, *, epoch, replace=False, ttl=None, margin=0.0):
+    def record_effects(
+        self,
+        rows: list[EffectRow],
+        *,
+        epoch: int | None,
+        replace: bool = False,
+        ttl: float | None = None,
+        margin: float = 0.0,
+    ) -> float | None:
         if not rows:
             return None
         verb = "INSERT OR REPLACE" if replace else "INSERT"

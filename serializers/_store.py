@@ -326,7 +326,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def reconcile_effect(
-        self, job_id: str, ordinal: int, *, state: str, result: bytes | None, note: str
+        self, job_id: str, ordinal: int, *, state: EffectState, result: bytes | None, note: str
     ) -> EffectRow:
         """Settle an effect whose outcome is unknown: only while no live lease holds the
         job (LeaseHeld), only a recorded write/read effect (StoreError otherwise) that
