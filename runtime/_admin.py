@@ -26,7 +26,7 @@ from .._errors import (
 )
 from ..serializers._home import Home
 from ..serializers._ids import derive_job_id, validate_job_id
-from ..serializers._store import EffectRow
+from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _agent
 from ._job import Job
 
@@ -273,14 +273,14 @@ def reconcile(
 ) -> EffectRow:
     """Say what happened to an effect whose outcome is unknown, so the job can resume:
     refused while a live runner holds the job, with the ledger unchanged."""
-    from ._effects import CONFIRMED, NOT_COMMITTED, seal
+    from ._effects import seal
 
     validate_job_id(job_id)
     note = ("reconciled: committed" if committed else "reconciled: not committed") + " by hand"
     return home.catalog.reconcile_effect(
         job_id,
         ordinal,
-        state=CONFIRMED if committed else NOT_COMMITTED,
+        state=EffectState.CONFIRMED if committed else EffectState.NOT_COMMITTED,
         result=seal(home.keys, result) if committed else None,
         note=note,
     )
@@ -306,10 +306,10 @@ def stats(home: Home, job_id: str | None = None) -> list[dict]:
                 "status": home.catalog.effective_status(job, now),
                 "resumes": job.resume_count,
                 "snapshot_age_s": None if latest is None else round(now - latest.created, 3),
-                "effects": sum(1 for e in ledger if e.kind != "value"),
+                "effects": sum(1 for e in ledger if e.kind != EffectKind.VALUE),
                 "served_from_ledger": int(metrics.get("served_from_ledger", 0)),
                 "reconciled": int(metrics.get("reconciled", 0)),
-                "ambiguous": sum(1 for e in ledger if e.state == "ambiguous"),
+                "ambiguous": sum(1 for e in ledger if e.state == EffectState.AMBIGUOUS),
                 "ambiguous_total": int(metrics.get("ambiguous", 0)),
                 "restart_to_progress_s": metrics.get("restart_to_progress_s"),
             }

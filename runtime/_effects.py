@@ -30,6 +30,7 @@ the next durable write.
 from __future__ import annotations
 
 import datetime as _datetime
+import enum
 import functools
 import hashlib
 import hmac
@@ -42,7 +43,9 @@ import threading
 import time
 import types
 import uuid as _uuid
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, ParamSpec, TypeVar, overload
 
 import greenlet
 
@@ -55,24 +58,24 @@ from .._errors import (
     StoreFailure,
     TamperedSnapshot,
 )
-from ..serializers._store import EffectRow
+from ..serializers._store import EffectKind, EffectRow, EffectState, Store
 from . import _context
 from ._faults import fault_point
 from ._lease import dispatch_margin, send_guard
 
+if TYPE_CHECKING:
+    from ..serializers._keys import KeyRing
+    from ._job import Job
+
 __all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4", "effect_time_left"]
 
-DISPATCHED, CONFIRMED, FAILED, AMBIGUOUS, NOT_COMMITTED = (
-    "dispatched",
-    "confirmed",
-    "failed",
-    "ambiguous",
-    "not-committed",
-)
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------ secrets
-class Secret:
+class Secret(Generic[T]):
     """A value that must never be written down: not in a snapshot, not in the ledger.
 
     Secret(value, name="api key") is recorded as its name only; after a restore its
@@ -81,20 +84,22 @@ class Secret:
 
     __slots__ = ("name", "_value", "_env")
 
-    def __init__(self, value, *, name: str = "secret"):
-        self.name, self._value, self._env = name, value, None
+    def __init__(self, value: T, *, name: str = "secret") -> None:
+        self.name: str = name
+        self._value: T = value
+        self._env: str | None = None
 
     @classmethod
-    def from_env(cls, variable: str) -> Secret:
+    def from_env(cls, variable: str) -> Secret[str]:
         try:
             value = os.environ[variable]
         except KeyError:
             raise SecretUnavailable(f"environment variable {variable} is not set") from None
-        secret = cls(value, name=variable)
+        secret = Secret(value, name=variable)  # restored as a Secret too (__reduce__)
         secret._env = variable
         return secret
 
-    def reveal(self):
+    def reveal(self) -> T:
         if self._value is _GONE:
             raise SecretUnavailable(
                 f"secret {self.name!r} was not saved in the snapshot (secrets never are); "
@@ -105,29 +110,31 @@ class Secret:
     def __repr__(self) -> str:
         return f"Secret({self.name!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[str], Secret[Any]], tuple[str]]:
         if self._env is not None:
             return (Secret.from_env, (self._env,))
         return (_redacted, (self.name,))
 
 
-_GONE = object()
+_GONE: Final = object()
 
 
-def _redacted(name: str) -> Secret:
-    secret = Secret(None, name=name)
+def _redacted(name: str) -> Secret[object]:
+    secret = Secret[object](None, name=name)
     secret._value = _GONE
     return secret
 
 
-def _reveal(value):
+def _reveal(value: object) -> object:
     if isinstance(value, Secret):
         return value.reveal()
     return value
 
 
 # ------------------------------------------------------------------------ digests
-def _canonical(value, out: list, path: str = "value", _seen: set | None = None) -> None:
+def _canonical(
+    value: object, out: list[str], path: str = "value", _seen: set[int] | None = None
+) -> None:
     """A representation of the arguments that is the same in every process (set and
     dict orders depend on the hash seed; secrets count by name only; objects by type
     and attributes, never by which equal objects happen to be shared)."""
@@ -149,7 +156,7 @@ def _canonical(value, out: list, path: str = "value", _seen: set | None = None) 
     elif isinstance(value, (set, frozenset)):
         parts = []
         for item in value:
-            sub: list = []
+            sub: list[str] = []
             _canonical(item, sub, path, _seen)
             parts.append("".join(sub))
         out.append(f"{type(value).__name__}{{{','.join(sorted(parts))}}}")
@@ -157,7 +164,7 @@ def _canonical(value, out: list, path: str = "value", _seen: set | None = None) 
         _canonical_object(value, out, path, set() if _seen is None else _seen)
 
 
-def _canonical_object(value, out: list, path: str, seen: set) -> None:
+def _canonical_object(value: object, out: list[str], path: str, seen: set[int]) -> None:
     """An object: its type, then
     - a function, class or method: its qualified name;
     - an object snapstate saves through an adapter (an SDK or HTTP client, a file):
@@ -220,7 +227,7 @@ def _canonical_object(value, out: list, path: str, seen: set) -> None:
         )
 
 
-def args_digest(name: str, args: tuple, kwargs: dict) -> str:
+def args_digest(name: str, args: tuple[object, ...], kwargs: Mapping[str, object]) -> str:
     """The digest the ledger matches a re-executed call by. An argument snapstate cannot
     save cannot be digested either: refused naming it and the fix."""
     out = [name, "list["]  # the layout digests always had: list, then dict
@@ -235,7 +242,7 @@ def args_digest(name: str, args: tuple, kwargs: dict) -> str:
     return hashlib.sha256("\x00".join(out).encode()).hexdigest()
 
 
-def _digest_argument(name: str, label: str, value, out: list) -> None:
+def _digest_argument(name: str, label: str, value: object, out: list[str]) -> None:
     from ..serializers._pickler import UnpicklableError
 
     try:
@@ -253,13 +260,13 @@ _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 40
 
 
-def args_repr(args: tuple, kwargs: dict) -> str:
+def args_repr(args: tuple[object, ...], kwargs: Mapping[str, object]) -> str:
     parts = [_SHORT.repr(a) for a in args] + [f"{k}={_SHORT.repr(v)}" for k, v in kwargs.items()]
     return ", ".join(parts)
 
 
 # ------------------------------------------------------------------------ results
-def seal(keys, value) -> bytes:
+def seal(keys: KeyRing, value: object) -> bytes:
     """A result stored by value: pickled as a snapshot pickles it (through the resource
     adapters: an HTTP response's credentials sealed with the store's keys, never in
     clear), signed like a snapshot (HMAC-SHA256)."""
@@ -273,7 +280,7 @@ def seal(keys, value) -> bytes:
     return bytes([len(kid)]) + kid + hmac.new(key.mac_key, data, hashlib.sha256).digest() + data
 
 
-def unseal(keys, blob: bytes, where: str):
+def unseal(keys: KeyRing, blob: bytes, where: str) -> Any:  # whatever was sealed
     n = blob[0]
     kid, mac, data = blob[1 : 1 + n].decode(), blob[1 + n : 33 + n], blob[33 + n :]
     key = keys.get(kid)
@@ -295,22 +302,49 @@ class Retry:
     attempts: int = 3
     backoff: float = 0.2
     max_backoff: float = 5.0
-    on: tuple = (ConnectionError, TimeoutError)
+    on: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+
+
+class Recovery(enum.StrEnum):
+    """How an effect row found on re-execution, whose outcome is not confirmed, is
+    settled: what the effect declared, or a replay (which sends nothing)."""
+
+    REPLAY = "replay"  # `snaprun replay`: every effect served from the ledger, none sent
+    REPEAT = "repeat"  # kind="read": harmless to send again
+    KEY = "key"  # idempotency="key": the provider honours keys, send again with the same
+    LOOKUP = "lookup"  # lookup=fn: ask the provider whether it happened
+    NONE = "none"  # neither: the outcome cannot be found out
 
 
 @dataclass(frozen=True)
-class _Spec:
-    fn: object
+class _Spec(Generic[R]):
+    fn: Callable[..., R]
     name: str
     idempotency: str | None
-    lookup: object
-    kind: str
+    lookup: Callable[..., object] | None
+    kind: EffectKind
     retry: Retry | None
     timeout_param: str | None = None
     fencing_token: bool = False
 
+    @property
+    def recovery(self) -> Recovery:
+        if self.kind == EffectKind.READ:
+            return Recovery.REPEAT
+        if self.idempotency == "key":
+            return Recovery.KEY
+        return Recovery.NONE if self.lookup is None else Recovery.LOOKUP
 
-def _spec(fn, idempotency, lookup, kind, retry, timeout_param=None, fencing_token=False) -> _Spec:
+
+def _spec(
+    fn: Callable[..., R],
+    idempotency: str | None,
+    lookup: Callable[..., object] | None,
+    kind: str,
+    retry: Retry | None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+) -> _Spec[R]:
     if idempotency not in (None, "key"):
         raise ValueError('idempotency must be None or "key"')
     if kind not in ("write", "read"):
@@ -322,19 +356,49 @@ def _spec(fn, idempotency, lookup, kind, retry, timeout_param=None, fencing_toke
     if not isinstance(fencing_token, bool):
         raise ValueError("fencing_token must be True or False")
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
-    return _Spec(fn, name, idempotency, lookup, kind, retry, timeout_param, fencing_token)
+    return _Spec(
+        fn, name, idempotency, lookup, EffectKind(kind), retry, timeout_param, fencing_token
+    )
 
 
+# Typing: an effect is typed as its function (a wrong call is a type error) unless the
+# runtime passes it keywords its callers do not (idempotency_key, fencing_token, the
+# timeout): a type checker cannot take those out of a signature, so such an effect is
+# typed by its result only.
+@overload
+def effect(fn: Callable[P, R]) -> Callable[P, R]: ...
+@overload
 def effect(
-    fn=None,
+    fn: None = None,
+    *,
+    idempotency: None = None,
+    lookup: None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: None = None,
+    fencing_token: Literal[False] = False,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+@overload
+def effect(
+    fn: None = None,
+    *,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
+def effect(
+    fn: Callable[P, R] | None = None,
     *,
     idempotency: str | None = None,
-    lookup=None,
+    lookup: Callable[..., object] | None = None,
     kind: str = "write",
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
-):
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Declare an outbound call: recorded in the ledger, dispatched at most once.
 
     idempotency="key": the function receives `idempotency_key` (stable across restores)
@@ -349,31 +413,138 @@ def effect(
     refuse a stale runner's late request.
     """
 
-    def decorate(function):
+    def decorate(function: Callable[P, R]) -> Callable[P, R]:
         spec = _spec(function, idempotency, lookup, kind, retry, timeout_param, fencing_token)
 
         @functools.wraps(function)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             return _call(spec, args, kwargs, None)
 
-        wrapper.__snapstate_effect__ = spec
+        wrapper.__snapstate_effect__ = spec  # type: ignore[attr-defined]  # a marker
         return wrapper
 
     return decorate(fn) if fn is not None else decorate
 
 
-def call_effect(
-    fn,
-    *args,
+# Typing: PEP 612 allows no keyword parameter between *args: P.args and **kwargs:
+# P.kwargs, so fn's arguments are checked when no option is given (the first overload);
+# a call with an option (each overload below requires one) is typed by its result. A
+# type checker sees that the first overload's **kwargs could take the options too, and
+# says the others never match ([overload-cannot-match]); they do match where fn takes
+# no such keyword, which is what they are for.
+@overload
+def call_effect(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    **kwargs: Any,
+) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"],
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    **kwargs: Any,
+) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object],
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    **kwargs: Any,
+) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"],
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    **kwargs: Any,
+) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    **kwargs: Any,
+) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str,
+    fencing_token: bool = False,
+    **kwargs: Any,
+) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool,
+    **kwargs: Any,
+) -> R: ...
+def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key`, ...)
+    fn: Callable[..., R],
+    /,
+    *args: Any,
     key: str | None = None,
     idempotency: str | None = None,
-    lookup=None,
+    lookup: Callable[..., object] | None = None,
     kind: str = "write",
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
-    **kwargs,
-):
+    **kwargs: Any,
+) -> R:
     """Run fn(*args, **kwargs) as an effect, for functions you do not own. `key` names
     the logical action explicitly (its idempotency key derives from it); e.g.
     call_effect(requests.post, url, json=body, timeout_param="timeout")."""
@@ -393,7 +564,7 @@ def effect_time_left() -> float | None:
     return max(0.0, job.ledger.sending - time.time())
 
 
-def _current_job():
+def _current_job() -> Job | None:
     """The job whose agent is running here; None in plain Python. While a job runs,
     a call from another thread or greenlet is refused: the ledger could not record it,
     and a restore would send it again."""
@@ -416,8 +587,14 @@ def _call_site() -> str:
 
 
 def _invoke(
-    spec: _Spec, args, kwargs, key: str, *, timeout: float | None = None, token: int | None = None
-):
+    spec: _Spec[R],
+    args: tuple[Any, ...],  # the caller's arguments: anything
+    kwargs: dict[str, Any],
+    key: str,
+    *,
+    timeout: float | None = None,
+    token: int | None = None,
+) -> R:
     args = tuple(_reveal(a) for a in args)
     kwargs = {k: _reveal(v) for k, v in kwargs.items()}
     if spec.idempotency == "key" or spec.lookup is not None:
@@ -430,13 +607,19 @@ def _invoke(
     return spec.fn(*args, **kwargs)
 
 
-def _lookup(spec: _Spec, key: str, token: int | None):
+def _lookup(spec: _Spec[R], key: str, token: int | None) -> Any:  # the provider's result
+    assert spec.lookup is not None, "only an effect with a lookup is looked up"
     if spec.fencing_token:
         return spec.lookup(key, fencing_token=token)
     return spec.lookup(key)
 
 
-def _call(spec: _Spec, args: tuple, kwargs: dict, explicit_key: str | None):
+def _call(
+    spec: _Spec[R],
+    args: tuple[Any, ...],  # the caller's arguments: anything
+    kwargs: dict[str, Any],
+    explicit_key: str | None,
+) -> R:
     job = _current_job()
     if job is None:  # plain Python: no ledger
         return _invoke(spec, args, kwargs, f"adhoc-{_uuid.uuid4().hex}")
@@ -448,7 +631,7 @@ def _call(spec: _Spec, args: tuple, kwargs: dict, explicit_key: str | None):
 
 
 # ------------------------------------------------------------------------ values
-def _value(kind: str, produce):
+def _value(kind: str, produce: Callable[[], T]) -> T:
     job = _current_job()
     if job is None:
         return produce()
@@ -480,11 +663,63 @@ def uuid4() -> _uuid.UUID:
     return _value("uuid4", _uuid.uuid4)
 
 
+# ------------------------------------------------------------------------ recovery
+class Action(enum.Enum):
+    """What re-executed code does with the ledger row it finds for an effect."""
+
+    SERVE = "return the recorded result, or raise the recorded error; send nothing"
+    SEND = "send again, the new attempt recorded first (the row's note kept)"
+    RETRY = "send again with the same key: 'retried with the same idempotency key'"
+    RETRY_FAILED = "send again with the same key: 'retried ... after a failure'"
+    LOOKUP = "ask lookup(key), counted as reconciled: found -> confirmed; else send again"
+    LOOKUP_FAILED = "ask lookup(key): found -> confirmed; not found -> send again"
+    AMBIGUOUS = "record it ambiguous, count it; the job parks until `snaprun reconcile`"
+    PARK = "the job parks until `snaprun reconcile`"
+    END_REPLAY = "a replay sends nothing: it ends here"
+
+
+_A, _S = Action, EffectState
+# fmt: off
+_GRID = {  # one row per state, one column per Recovery, in its order
+    #                 REPLAY         REPEAT    KEY              LOOKUP            NONE
+    _S.CONFIRMED:     (_A.SERVE,      _A.SERVE, _A.SERVE,        _A.SERVE,         _A.SERVE),
+    _S.FAILED:        (_A.SERVE,      _A.SEND,  _A.RETRY_FAILED, _A.LOOKUP_FAILED, _A.SERVE),
+    _S.DISPATCHED:    (_A.END_REPLAY, _A.SEND,  _A.RETRY,        _A.LOOKUP,        _A.AMBIGUOUS),
+    _S.AMBIGUOUS:     (_A.END_REPLAY, _A.SEND,  _A.PARK,         _A.PARK,          _A.PARK),
+    _S.NOT_COMMITTED: (_A.END_REPLAY, _A.SEND,  _A.SEND,         _A.SEND,          _A.SEND),
+}
+# fmt: on
+RECOVERY: Final[Mapping[tuple[EffectState, Recovery], Action]] = {
+    (state, recovery): action
+    for state, actions in _GRID.items()
+    for recovery, action in zip(Recovery, actions, strict=True)
+}
+"""What re-executed code does with the ledger row it finds for an effect, by the row's
+state and the effect's recovery: the grid above is the whole state machine. Every state
+is persisted before the next step:
+
+    dispatched --response--> confirmed (result) | failed (error)
+        | crash / timeout / lost response: found dispatched on re-execution
+        v
+        REPEAT (kind="read")                  --> sent again
+        KEY (the provider honours keys)       --> sent again with the same key
+        LOOKUP (the provider can be queried)  --> confirmed if found, else sent again
+        NONE (neither)                        --> ambiguous: the job parks until
+                                                  `snaprun reconcile` makes it confirmed
+                                                  or not-committed (then sent again)
+
+A confirmed effect is never sent again: re-executed code gets the recorded result. A
+failure is no proof that nothing happened (a connection can drop after the provider
+acted): it is sent again only where the provider makes that safe; otherwise the
+recorded error is raised again (`snaprun reconcile --not-committed` allows a new
+attempt). A replay sends nothing."""
+
+
 # ------------------------------------------------------------------------ the ledger
 class Ledger:
     """A job's view of its effect ledger while it runs."""
 
-    def __init__(self, job):
+    def __init__(self, job: Job) -> None:
         self.job = job
         self.ordinal = 0  # restored from the snapshot
         self.pending: list[EffectRow] = []  # value records not yet durable
@@ -495,7 +730,7 @@ class Ledger:
         self.sending: float | None = None  # while an effect is sent: its request's deadline
 
     @property
-    def catalog(self):
+    def catalog(self) -> Store:
         return self.job.home.catalog
 
     def identity_key(self, ordinal: int, explicit: str | None) -> str:
@@ -514,7 +749,7 @@ class Ledger:
             self.catalog.record_effects(rows, epoch=self.job.epoch)
 
     # -------------------------------------------------------------- values
-    def value(self, kind: str, produce, call_site: str):
+    def value(self, kind: str, produce: Callable[[], T], call_site: str) -> T:
         self.ordinal += 1
         ordinal = self.ordinal
         row = self.catalog.effect(self.job.job_id, ordinal)
@@ -522,7 +757,9 @@ class Ledger:
             row = next((r for r in self.pending if r.ordinal == ordinal), None)
         if row is not None:
             self._check(row, f"snapstate.{kind}", "", "", call_site)
-            return unseal(self.job.home.keys, row.result, call_site)
+            assert row.result is not None, "a value row always holds its sealed value"
+            recorded: T = unseal(self.job.home.keys, row.result, call_site)
+            return recorded
         if self.replay:
             self.job.end_replay(
                 f"the recorded history ends before snapstate.{kind}() at {call_site}"
@@ -531,32 +768,30 @@ class Ledger:
         t = time.time()
         self.pending.append(
             EffectRow(
-                self.job.job_id,
-                ordinal,
-                "",
-                f"snapstate.{kind}",
-                call_site,
-                args_digest(f"snapstate.{kind}", (), {}),
-                "",
-                "value",
-                CONFIRMED,
-                seal(self.job.home.keys, value),
-                None,
-                1,
-                t,
-                t,
-                "",
+                job_id=self.job.job_id,
+                ordinal=ordinal,
+                key="",
+                name=f"snapstate.{kind}",
+                call_site=call_site,
+                args_digest=args_digest(f"snapstate.{kind}", (), {}),
+                args_repr="",
+                kind=EffectKind.VALUE,
+                state=EffectState.CONFIRMED,
+                result=seal(self.job.home.keys, value),
+                attempts=1,
+                created=t,
+                updated=t,
             )
         )
         return value
 
     # -------------------------------------------------------------- effects
-    def _check(self, row: EffectRow, name: str, digest: str, shown: str, call_site: str):
-        expected = args_digest(name, (), {}) if row.kind == "value" else digest
+    def _check(self, row: EffectRow, name: str, digest: str, shown: str, call_site: str) -> None:
+        expected = args_digest(name, (), {}) if row.kind == EffectKind.VALUE else digest
         if (
             row.name != name
             or (digest and row.args_digest != expected)
-            or (row.kind == "value" and row.args_digest != expected)
+            or (row.kind == EffectKind.VALUE and row.args_digest != expected)
         ):
             raise DivergenceError(
                 f"effect {row.ordinal} at {call_site} diverged from the ledger: it recorded "
@@ -566,7 +801,14 @@ class Ledger:
                 "for values that change between runs."
             )
 
-    def call(self, spec: _Spec, args: tuple, kwargs: dict, explicit: str | None, call_site: str):
+    def call(
+        self,
+        spec: _Spec[R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        explicit: str | None,
+        call_site: str,
+    ) -> R:
         self.ordinal += 1
         ordinal = self.ordinal
         key = self.identity_key(ordinal, explicit)
@@ -586,21 +828,18 @@ class Ledger:
             )
         t = time.time()
         row = EffectRow(
-            self.job.job_id,
-            ordinal,
-            key,
-            spec.name,
-            call_site,
-            digest,
-            shown,
-            spec.kind,
-            DISPATCHED,
-            None,
-            None,
-            1,
-            t,
-            t,
-            "",
+            job_id=self.job.job_id,
+            ordinal=ordinal,
+            key=key,
+            name=spec.name,
+            call_site=call_site,
+            args_digest=digest,
+            args_repr=shown,
+            kind=spec.kind,
+            state=EffectState.DISPATCHED,
+            attempts=1,
+            created=t,
+            updated=t,
         )
         fault_point("effect-before-prepare", ordinal)
         try:
@@ -621,7 +860,9 @@ class Ledger:
 
         _refs.bind(_agent.agent_modules(self.job.entry))
 
-    def _redispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
+    def _redispatch(
+        self, spec: _Spec[R], row: EffectRow, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
         """Send again after a restart: the new attempt is durable before it is sent."""
         self._fence(row, replace=True)
         self.job.progressed()
@@ -632,6 +873,7 @@ class Ledger:
         """The dispatch transaction: records the row (state dispatched) only while this
         runner's epoch holds the lease and its deadline is more than dispatch_margin
         away, renewing it; otherwise the run stops here (StaleWriter), nothing sent."""
+        assert self.job.lease is not None, "a running job holds its lease"
         ttl = self.job.lease.ttl
         try:
             self.deadline = self.catalog.record_effects(
@@ -640,12 +882,15 @@ class Ledger:
         except StaleWriter as exc:
             self.job.fenced(exc)
 
-    def _send(self, spec: _Spec, row: EffectRow, args, kwargs):
+    def _send(
+        self, spec: _Spec[R], row: EffectRow, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
         """One attempt. Checked in-process right before the call: the deadline recorded
         by the dispatch transaction (minus send_guard) has not passed, e.g. because the
         process was paused since; otherwise nothing is sent and the run stops. The
         request gets what is left as its timeout (timeout_param, effect_time_left())."""
         fault_point("effect-before-send", row.ordinal)
+        assert self.deadline is not None and self.job.lease is not None, "sent unfenced"
         ends = self.deadline - send_guard(self.job.lease.ttl)
         left = ends - time.time()
         if left <= 0:
@@ -663,25 +908,30 @@ class Ledger:
         finally:
             self.sending = None
 
-    def _dispatch(self, spec: _Spec, row: EffectRow, args, kwargs):
+    def _dispatch(
+        self, spec: _Spec[R], row: EffectRow, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> R:
         attempt, delay = row.attempts, spec.retry.backoff if spec.retry else 0.0
         while True:
             try:
                 result = self._send(spec, row, args, kwargs)
             except Exception as exc:
+                retry = spec.retry
                 retryable = (
-                    spec.retry is not None
-                    and isinstance(exc, spec.retry.on)
+                    retry is not None
+                    and isinstance(exc, retry.on)
                     and (
-                        spec.idempotency == "key" or spec.lookup is not None or spec.kind == "read"
+                        spec.idempotency == "key"
+                        or spec.lookup is not None
+                        or spec.kind == EffectKind.READ
                     )
                 )
-                if retryable and attempt < spec.retry.attempts:
+                if retry is not None and retryable and attempt < retry.attempts:
                     attempt += 1
-                    time.sleep(min(delay, spec.retry.max_backoff))
+                    time.sleep(min(delay, retry.max_backoff))
                     delay *= 2
                     if spec.lookup is not None and spec.idempotency != "key":
-                        found = _lookup(spec, row.key, self.job.epoch)
+                        found: R | None = _lookup(spec, row.key, self.job.epoch)
                         if found is not None:
                             return self._confirm(
                                 row, found, attempt, f"found by lookup after {type(exc).__name__}"
@@ -689,52 +939,35 @@ class Ledger:
                     row = _again(row)  # each attempt is fenced and recorded first
                     self._fence(row, replace=True)
                     continue
-                self._record(row, FAILED, exc, attempt, f"{type(exc).__name__}: {exc}")
+                self._record(row, EffectState.FAILED, exc, attempt, f"{type(exc).__name__}: {exc}")
                 raise
             fault_point("effect-after-send", row.ordinal)
             return self._confirm(row, result, attempt, row.note)
 
-    def _confirm(self, row: EffectRow, result, attempts: int, note: str):
-        self._record(row, CONFIRMED, result, attempts, note)
+    def _confirm(self, row: EffectRow, result: R, attempts: int, note: str) -> R:
+        self._record(row, EffectState.CONFIRMED, result, attempts, note)
         fault_point("effect-after-confirm", row.ordinal)
         return result
 
-    def _record(self, row: EffectRow, state: str, value, attempts: int, note: str) -> None:
+    def _record(
+        self, row: EffectRow, state: EffectState, value: object, attempts: int, note: str
+    ) -> None:
+        sealed: bytes | None
         try:
             sealed = seal(self.job.home.keys, value)
         except Exception as exc:  # an unpicklable result: keep the fact, not the value
             sealed, note = None, f"result not stored ({type(exc).__name__}: {exc})"
-        t = time.time()
+        outcome = replace(
+            row, state=state, result=sealed, attempts=attempts, updated=time.time(), note=note
+        )
         try:
-            self.catalog.record_effects(
-                [
-                    EffectRow(
-                        row.job_id,
-                        row.ordinal,
-                        row.key,
-                        row.name,
-                        row.call_site,
-                        row.args_digest,
-                        row.args_repr,
-                        row.kind,
-                        state,
-                        sealed,
-                        row.external_id,
-                        attempts,
-                        row.created,
-                        t,
-                        note,
-                    )
-                ],
-                epoch=self.job.epoch,
-                replace=True,
-            )
+            self.catalog.record_effects([outcome], epoch=self.job.epoch, replace=True)
         except StaleWriter as exc:
             # Taken over while the call was out: the outcome is the new runner's to find
             # out; this runner stops here, no agent code runs after it.
             self.job.fenced(exc)
 
-    def _served(self, row: EffectRow, call_site: str):
+    def _served(self, row: EffectRow, call_site: str) -> Any:  # the recorded result
         if self.restored and not self.replay:
             self.catalog.bump_metric(self.job.job_id, "served_from_ledger")
         if row.result is None:
@@ -743,79 +976,66 @@ class Ledger:
                 f"could not be stored ({row.note}); it cannot be replayed"
             )
         value = unseal(self.job.home.keys, row.result, f"effect {row.ordinal}")
-        if row.state == FAILED:
+        if row.state == EffectState.FAILED:
             raise value
         return value
 
-    def _recover(self, spec: _Spec, row: EffectRow, args, kwargs, call_site: str):
-        if row.state == CONFIRMED:
-            return self._served(row, call_site)
-        if self.replay:
-            if row.state == FAILED:
-                return self._served(row, call_site)
-            self.job.end_replay(
-                f"effect {row.ordinal} ({row.name} at {call_site}) has no "
-                f"recorded outcome (state {row.state})"
-            )
-        if row.state == NOT_COMMITTED or spec.kind == "read":
-            # Reconciled as not having happened, or harmless to repeat: dispatch again.
-            return self._redispatch(spec, _again(row), args, kwargs)
-        if row.state == FAILED:
-            # A failure is no proof that nothing happened (a connection can drop after
-            # the provider acted). Retry only where the provider makes that safe;
-            # otherwise the re-executed code sees the recorded failure again
-            # (`snaprun reconcile --not-committed` allows a new attempt).
-            if spec.idempotency == "key":
-                return self._redispatch(
-                    spec, _again(row, "retried with the same key after a failure"), args, kwargs
-                )
-            if spec.lookup is not None:
-                found = _lookup(spec, row.key, self.job.epoch)
+    def _recover(
+        self,
+        spec: _Spec[R],
+        row: EffectRow,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        call_site: str,
+    ) -> R:
+        """Re-executed code found this effect's row: RECOVERY says what happens."""
+        action = RECOVERY[row.state, Recovery.REPLAY if self.replay else spec.recovery]
+        match action:
+            case Action.SERVE:
+                served: R = self._served(row, call_site)
+                return served
+            case Action.SEND:
+                return self._redispatch(spec, _again(row), args, kwargs)
+            case Action.RETRY:
+                note = "retried with the same idempotency key"
+                return self._redispatch(spec, _again(row, note), args, kwargs)
+            case Action.RETRY_FAILED:
+                note = "retried with the same key after a failure"
+                return self._redispatch(spec, _again(row, note), args, kwargs)
+            case Action.LOOKUP | Action.LOOKUP_FAILED:
+                found: R | None = _lookup(spec, row.key, self.job.epoch)
+                if action is Action.LOOKUP:
+                    self.catalog.bump_metric(self.job.job_id, "reconciled")
                 if found is not None:
-                    return self._confirm(
-                        row, found, row.attempts, "found by lookup after a failure"
-                    )
-                return self._redispatch(
-                    spec, _again(row, "lookup: not found; dispatched again"), args, kwargs
+                    after = "a restart" if action is Action.LOOKUP else "a failure"
+                    return self._confirm(row, found, row.attempts, f"found by lookup after {after}")
+                note = "lookup: not found; dispatched again"
+                return self._redispatch(spec, _again(row, note), args, kwargs)
+            case Action.AMBIGUOUS:
+                note = "outcome unknown after a restart"
+                self._record(row, EffectState.AMBIGUOUS, None, row.attempts, note)
+                self.catalog.bump_metric(self.job.job_id, "ambiguous")
+                self.job.park(row, call_site)
+            case Action.PARK:
+                self.job.park(row, call_site)
+            case Action.END_REPLAY:
+                self.job.end_replay(
+                    f"effect {row.ordinal} ({row.name} at {call_site}) has no "
+                    f"recorded outcome (state {row.state})"
                 )
-            return self._served(row, call_site)
-        if row.state == DISPATCHED and spec.idempotency == "key":
-            return self._redispatch(
-                spec, _again(row, "retried with the same idempotency key"), args, kwargs
-            )
-        if row.state == DISPATCHED and spec.lookup is not None:
-            found = _lookup(spec, row.key, self.job.epoch)
-            self.catalog.bump_metric(self.job.job_id, "reconciled")
-            if found is not None:
-                return self._confirm(row, found, row.attempts, "found by lookup after a restart")
-            return self._redispatch(
-                spec, _again(row, "lookup: not found; dispatched again"), args, kwargs
-            )
-        if row.state == DISPATCHED:
-            self._record(row, AMBIGUOUS, None, row.attempts, "outcome unknown after a restart")
-            self.catalog.bump_metric(self.job.job_id, "ambiguous")
-        self.job.park(row, call_site)
+        raise AssertionError("not reached: the job stopped this run")
 
 
 def _again(row: EffectRow, note: str = "") -> EffectRow:
     """The row of one more attempt, in state dispatched: recorded before it is sent,
     so a crash during a second attempt is seen as an unknown outcome again."""
-    return EffectRow(
-        row.job_id,
-        row.ordinal,
-        row.key,
-        row.name,
-        row.call_site,
-        row.args_digest,
-        row.args_repr,
-        row.kind,
-        DISPATCHED,
-        None,
-        row.external_id,
-        row.attempts + 1,
-        row.created,
-        time.time(),
-        note or row.note,
+    return replace(
+        row,
+        state=EffectState.DISPATCHED,
+        result=None,
+        attempts=row.attempts + 1,
+        updated=time.time(),
+        note=note or row.note,
     )
 
 

@@ -27,7 +27,17 @@ from .._errors import (
 )
 from . import _fs
 from ._sealing import PLAIN, Sealer
-from ._store import EffectRow, EventRow, JobRow, LeaseRow, Owner, SnapshotRow, Store
+from ._store import (
+    EffectKind,
+    EffectRow,
+    EffectState,
+    EventRow,
+    JobRow,
+    LeaseRow,
+    Owner,
+    SnapshotRow,
+    Store,
+)
 
 __all__ = ["SqliteStore"]
 
@@ -695,7 +705,9 @@ class SqliteStore(Store):
             self._event(db, job_id, "imported", f"from {source}")
         return self.get_job(job_id)
 
-    def reconcile_effect(self, job_id, ordinal, *, state, result, note) -> EffectRow:
+    def reconcile_effect(
+        self, job_id: str, ordinal: int, *, state: EffectState, result: bytes | None, note: str
+    ) -> EffectRow:
         now = self.clock()
         with self._tx() as db:
             job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
@@ -713,11 +725,15 @@ class SqliteStore(Store):
                 (job_id, ordinal),
             ).fetchone()
             effect = self._effect(found) if found else None
-            if effect is None or effect.kind == "value":
+            if effect is None or effect.kind == EffectKind.VALUE:
                 raise StoreError(
                     f"job {job_id} has no effect {ordinal} (`snaprun effects {job_id}`)"
                 )
-            if effect.state not in ("ambiguous", "dispatched", "failed"):
+            if effect.state not in (
+                EffectState.AMBIGUOUS,
+                EffectState.DISPATCHED,
+                EffectState.FAILED,
+            ):
                 raise StoreError(
                     f"effect {ordinal} of job {job_id} is {effect.state}; only an "
                     "ambiguous or failed effect can be reconciled"
@@ -780,29 +796,38 @@ class SqliteStore(Store):
             return False, dropped
 
     # ---------------------------------------------------------------- effect ledger
-    _EFFECT_COLUMNS = (
-        "job_id, ordinal, key, name, call_site, args_digest, args_repr, kind, "
-        "state, result, external_id, attempts, created, updated, note"
-    )
+    _EFFECT_FIELDS = tuple(f.name for f in dataclasses.fields(EffectRow))
+    _EFFECT_COLUMNS = ", ".join(_EFFECT_FIELDS)
 
-    _SEALED_EFFECT_COLUMNS = {"args_repr": 6, "result": 9, "external_id": 10, "note": 14}
+    _SEALED_EFFECT_COLUMNS = ("args_repr", "result", "external_id", "note")
 
-    def _effect(self, row) -> EffectRow:
-        values = list(row)
-        job_id, ordinal = row[0], row[1]
-        for column, i in self._SEALED_EFFECT_COLUMNS.items():
-            values[i] = self.sealer.open(row[i], "effects", column, job_id, ordinal)
-        values[5] = self.sealer.stored_digest(row[5], "effects", "args_digest", job_id, ordinal)
-        return EffectRow(*values)
+    def _effect(self, row: tuple[object, ...]) -> EffectRow:
+        columns = dict(zip(self._EFFECT_FIELDS, row, strict=True))
+        job_id, ordinal = columns["job_id"], columns["ordinal"]
+        for column in self._SEALED_EFFECT_COLUMNS:
+            columns[column] = self.sealer.open(columns[column], "effects", column, job_id, ordinal)
+        columns["args_digest"] = self.sealer.stored_digest(
+            columns["args_digest"], "effects", "args_digest", job_id, ordinal
+        )
+        try:
+            return EffectRow.from_columns(columns)
+        except ValueError:  # a state or kind snapstate never writes
+            raise StoreDamaged(
+                f"the catalog {self.path} is damaged or was written by a newer snapstate: "
+                f"effect {ordinal} of job {job_id} has state {columns['state']!r} and kind "
+                f"{columns['kind']!r}; nothing was changed."
+            ) from None
 
-    def _effect_values(self, row: EffectRow) -> tuple:
-        values = list(row.__dict__.values())
-        for column, i in self._SEALED_EFFECT_COLUMNS.items():
-            values[i] = self.sealer.seal(values[i], "effects", column, row.job_id, row.ordinal)
-        values[5] = self.sealer.digest(row.args_digest)
-        return tuple(values)
+    def _effect_values(self, row: EffectRow) -> tuple[object, ...]:
+        columns = row.columns()
+        for column in self._SEALED_EFFECT_COLUMNS:
+            columns[column] = self.sealer.seal(
+                columns[column], "effects", column, row.job_id, row.ordinal
+            )
+        columns["args_digest"] = self.sealer.digest(row.args_digest)
+        return tuple(columns.values())
 
-    def effect(self, job_id, ordinal) -> EffectRow | None:
+    def effect(self, job_id: str, ordinal: int) -> EffectRow | None:
         row = (
             self._db()
             .execute(
@@ -813,7 +838,7 @@ class SqliteStore(Store):
         )
         return self._effect(row) if row else None
 
-    def effect_by_key(self, job_id, key) -> EffectRow | None:
+    def effect_by_key(self, job_id: str, key: str) -> EffectRow | None:
         row = (
             self._db()
             .execute(
@@ -825,14 +850,22 @@ class SqliteStore(Store):
         )
         return self._effect(row) if row else None
 
-    def effects(self, job_id) -> list[EffectRow]:
+    def effects(self, job_id: str) -> list[EffectRow]:
         rows = self._db().execute(
             f"SELECT {self._EFFECT_COLUMNS} FROM effects WHERE job_id = ? ORDER BY ordinal",
             (job_id,),
         )
         return [self._effect(r) for r in rows]
 
-    def record_effects(self, rows, *, epoch, replace=False, ttl=None, margin=0.0):
+    def record_effects(
+        self,
+        rows: list[EffectRow],
+        *,
+        epoch: int | None,
+        replace: bool = False,
+        ttl: float | None = None,
+        margin: float = 0.0,
+    ) -> float | None:
         if not rows:
             return None
         verb = "INSERT OR REPLACE" if replace else "INSERT"

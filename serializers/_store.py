@@ -15,9 +15,12 @@ record_effects), and a live lease is never taken over, even with force.
 from __future__ import annotations
 
 import abc
+import enum
 import os
 import socket
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 from .._errors import SnapshotNotFound
 from ._fs import process_start
@@ -29,6 +32,8 @@ __all__ = [
     "LeaseRow",
     "EventRow",
     "EffectRow",
+    "EffectState",
+    "EffectKind",
     "Owner",
     "STATUSES",
     "pid_alive",
@@ -105,9 +110,34 @@ class LeaseRow:
         return True
 
 
+class EffectState(enum.StrEnum):
+    """The state of an effect row. The values are what the catalog stores and the CLI
+    prints: they never change (older catalogs hold them).
+
+    dispatched --response--> confirmed | failed; a dispatched row found after a
+    restart is settled by the effect's recovery (runtime/_effects.py, RECOVERY) or
+    becomes ambiguous; `snaprun reconcile` turns an ambiguous, dispatched or failed
+    row confirmed or not-committed."""
+
+    DISPATCHED = "dispatched"  # recorded before it was sent: it may have happened
+    CONFIRMED = "confirmed"  # its response is recorded (the sealed result)
+    FAILED = "failed"  # the call raised (the sealed error): no proof nothing happened
+    AMBIGUOUS = "ambiguous"  # outcome unknown and nothing can find it out: the job parks
+    NOT_COMMITTED = "not-committed"  # reconciled by hand as not having happened
+
+
+class EffectKind(enum.StrEnum):
+    """What an effect row records (stored values, like EffectState's)."""
+
+    WRITE = "write"  # an outbound action (@effect's default)
+    READ = "read"  # safe to repeat (kind="read"); its result is still recorded
+    VALUE = "value"  # snapstate.now(), random(), uuid4()
+
+
 @dataclass(frozen=True)
 class EffectRow:
-    """One logical action in a job's effect ledger."""
+    """One logical action in a job's effect ledger. A new row is built with keywords;
+    a changed one with dataclasses.replace; a stored one with from_columns."""
 
     job_id: str
     ordinal: int  # position along the job's path (or of its explicit key)
@@ -116,14 +146,32 @@ class EffectRow:
     call_site: str  # file:line of the call
     args_digest: str  # digest of the arguments (secrets by reference)
     args_repr: str  # redacted, truncated arguments for people
-    kind: str  # "write" | "read" | "value"
-    state: str  # dispatched | confirmed | failed | ambiguous
+    kind: EffectKind
+    state: EffectState
     result: bytes | None = None  # signed pickle of the result or the error
     external_id: str | None = None
     attempts: int = 0
     created: float = 0.0
     updated: float = 0.0
     note: str = ""  # how it was reconciled, the error text
+
+    def __post_init__(self) -> None:
+        # Given as a plain string (a stored value): the member, or ValueError if unknown.
+        object.__setattr__(self, "kind", EffectKind(self.kind))
+        object.__setattr__(self, "state", EffectState(self.state))
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Any]) -> EffectRow:
+        """The row a store reads back: its columns by field name (sealed ones already
+        opened; state and kind as stored strings). Unknown state or kind: ValueError."""
+        return cls(**{f.name: columns[f.name] for f in fields(cls)})
+
+    def columns(self) -> dict[str, object]:
+        """The row as a store writes it, by field name in field order; state and kind as
+        their plain stored strings."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["kind"], values["state"] = self.kind.value, self.state.value
+        return values
 
 
 @dataclass(frozen=True)
@@ -278,7 +326,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def reconcile_effect(
-        self, job_id: str, ordinal: int, *, state: str, result: bytes | None, note: str
+        self, job_id: str, ordinal: int, *, state: EffectState, result: bytes | None, note: str
     ) -> EffectRow:
         """Settle an effect whose outcome is unknown: only while no live lease holds the
         job (LeaseHeld), only a recorded write/read effect (StoreError otherwise) that
