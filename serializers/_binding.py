@@ -15,13 +15,15 @@ are checked for them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._errors import HeaderMismatch
 from ._store import SnapshotRow
 
 __all__ = ["expected", "origin_of", "check"]
 
 
-def expected(row: SnapshotRow, store_id: str | None) -> dict:
+def expected(row: SnapshotRow, store_id: str | None) -> dict[str, Any]:
     """What the header of the row's file must say: store, job and epoch."""
     if row.origin:
         return {
@@ -32,7 +34,9 @@ def expected(row: SnapshotRow, store_id: str | None) -> dict:
     return {"store": store_id, "job": row.job_id, "epoch": row.epoch}
 
 
-def origin_of(header: dict, store_id: str | None, job_id: str, epoch: int) -> dict | None:
+def origin_of(
+    header: dict[str, Any], store_id: str | None, job_id: str, epoch: int
+) -> dict[str, Any] | None:
     """The origin to record for a file entering job `job_id` at `epoch`: None when its
     header is the job's own, else what the header says."""
     seen = {
@@ -45,7 +49,7 @@ def origin_of(header: dict, store_id: str | None, job_id: str, epoch: int) -> di
 
 def check(
     row: SnapshotRow,
-    header: dict,
+    header: dict[str, Any],
     digest: str,
     *,
     store_id: str | None,

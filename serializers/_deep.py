@@ -37,8 +37,15 @@ import resource
 import sys
 import threading
 import types
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ._pickler import FreezePickler
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
+    from ._reduced import Reduced
 
 __all__ = ["dump_deep", "bounded", "too_deep", "message", "TOO_DEEP"]
 
@@ -59,7 +66,7 @@ def too_deep(exc: BaseException) -> bool:
     return isinstance(exc, RecursionError) or isinstance(exc.__cause__, RecursionError)
 
 
-def _inert(value, depth: int = 0) -> bool:
+def _inert(value: object, depth: int = 0) -> bool:
     """Whether `value` holds nothing that can still be waiting for its state: atoms,
     classes, and small tuples and dicts of those."""
     if isinstance(value, _ATOMS):
@@ -89,23 +96,23 @@ def _is_plain(t: type) -> bool:
         return False
 
 
-def _first(value, _flushed):
+def _first(value: object, _flushed: object) -> object:
     """Loads as `value`, once everything queued before it has been applied."""
     return value
 
 
-def _call_flushed(func, args, _flushed):
+def _call_flushed(func: Callable[..., object], args: tuple[Any, ...], _flushed: object) -> object:
     return func(*args)
 
 
-def _applied(obj):
+def _applied(obj: object) -> object:
     return obj
 
 
 class _Root:
     __slots__ = ("value",)
 
-    def __init__(self, value):
+    def __init__(self, value: object):
         self.value = value
 
 
@@ -120,7 +127,7 @@ class _Later:
 
     __slots__ = ("state",)
 
-    def __init__(self, state):
+    def __init__(self, state: object):
         self.state = state
 
 
@@ -128,22 +135,25 @@ class _Apply:
     """One queued state: loads as its object with the state applied."""
 
     __slots__ = ("reduction",)
+    reduction: Reduced
 
-    def __init__(self, obj, state, setter):
+    def __init__(self, obj: object, state: object, setter: Callable[[Any, Any], object] | None):
         self.reduction = (_applied, (obj,), state, None, None, setter)
 
 
 class DeepPickler(FreezePickler):
-    def __init__(self, file, protocol=5):
+    def __init__(self, file: SupportsWrite[bytes], protocol: int = 5):
         super().__init__(file, protocol=protocol)
-        self._queue: collections.deque = collections.deque()
-        self._kinds: dict[type, tuple] = {}  # type -> (plain?, dispatch_table reducer)
+        self._queue: collections.deque[_Apply] = collections.deque()
+        # type -> (plain?, dispatch_table reducer)
+        self._kinds: dict[type, tuple[bool, Callable[[Any], Reduced] | None]] = {}
         self._opened: dict[int, object] = {}  # objects flushed before (kept alive)
 
-    def reducer_override(self, obj):
+    def reducer_override(self, obj: Any) -> Reduced | types.NotImplementedType:  # type: ignore[override]  # see FreezePickler
         t = type(obj)
         if t is _Apply:
-            return obj.reduction
+            queued: _Apply = obj
+            return queued.reduction
         if t is _Flush:
             # Loads as a throwaway list; its items apply the queued states. The C pickler
             # fetches the next item before saving the current one at the start of a batch,
@@ -155,30 +165,31 @@ class DeepPickler(FreezePickler):
             return (_first, (obj.value, _Flush()))
         rv = super().reducer_override(obj)
         if t is types.CellType:
+            assert not isinstance(rv, str) and len(rv) == 6  # FreezePickler's for a cell
             self._queue.append(_Apply(obj, rv[2], rv[5]))
             return (rv[0], rv[1])
         if rv is NotImplemented:
             if issubclass(t, type) or t is types.FunctionType:
-                return NotImplemented  # saved by reference: holds nothing
+                return NotImplemented  # type: ignore[no-any-return]  # saved by reference: holds nothing (mypy#363)
             kind = self._kinds.get(t)
             if kind is None:
-                reduce = self.dispatch_table.get(t)
+                reduce: Callable[[Any], Reduced] | None = self.dispatch_table.get(t)
                 kind = self._kinds[t] = (reduce is None and _is_plain(t), reduce)
             plain, reduce = kind
             rv = reduce(obj) if reduce is not None else obj.__reduce_ex__(self.proto)
             if not isinstance(rv, tuple):
-                return NotImplemented  # a global name: saved by reference
+                return NotImplemented  # type: ignore[no-any-return]  # a global name: saved by reference (mypy#363)
             if (
                 plain
-                and rv[0] is copyreg.__newobj__
+                and rv[0] is copyreg.__newobj__  # type: ignore[attr-defined]  # not in typeshed
                 and len(rv[1]) == 1
                 and rv[1][0] is t
                 and len(rv) <= 5
             ):
-                rv = tuple(rv) + (None,) * (5 - len(rv))
-                if rv[2] is not None:
-                    self._queue.append(_Apply(obj, rv[2], None))
-                return (rv[0], rv[1], None, rv[3], rv[4])
+                full = tuple(rv) + (None,) * (5 - len(rv))
+                if full[2] is not None:
+                    self._queue.append(_Apply(obj, full[2], None))
+                return (full[0], full[1], None, full[3], full[4])
         if issubclass(t, type):
             # A class saved by value: rebuilding it looks at nothing of its instances, and
             # it may be saved between a plain object's creation and its memoization (as
@@ -198,7 +209,7 @@ class DeepPickler(FreezePickler):
             state = _Later(state)
         return (func, args, state, items, pairs, setter)
 
-    def _drain(self):
+    def _drain(self) -> Iterator[_Apply | None]:
         queue = self._queue
         barrier = False
         while queue or not barrier:
@@ -229,27 +240,30 @@ _C_RECURSION_LIMIT = 1500
 _THREAD_STATE_GET = ctypes.PYFUNCTYPE(ctypes.c_void_p)(("PyThreadState_Get", ctypes.pythonapi))
 
 
-def _c_budget():
+def _c_budget() -> ctypes.c_int | None:
     """The current thread's c_recursion_remaining as a ctypes int (3.12), or None when
     the thread state does not look as expected (then nothing is raised)."""
     if sys.version_info[:2] != (3, 12):
         return None
-    base = _THREAD_STATE_GET()
-    limit = ctypes.c_int.from_address(base + _TSTATE_PY_LIMIT)
-    remaining = ctypes.c_int.from_address(base + _TSTATE_C_REMAINING)
-    if limit.value != sys.getrecursionlimit() or not 0 < remaining.value <= _C_RECURSION_LIMIT:
-        return None
-    return remaining
+    else:
+        base = _THREAD_STATE_GET()
+        if not base:  # (never NULL: CPython aborts first)
+            return None
+        limit = ctypes.c_int.from_address(base + _TSTATE_PY_LIMIT)
+        remaining = ctypes.c_int.from_address(base + _TSTATE_C_REMAINING)
+        if limit.value != sys.getrecursionlimit() or not 0 < remaining.value <= _C_RECURSION_LIMIT:
+            return None
+        return remaining
 
 
-def dump_deep(dump, obj) -> bytes:
+def dump_deep(dump: Callable[[object, type[FreezePickler]], bytes], obj: object) -> bytes:
     """`dump(obj, pickler_class)` with a DeepPickler and the C recursion budget raised
     by what a quarter of the stack holds: through the recursion limit on 3.11, the
     thread state's C counter on 3.12 (a compile-time constant there). 3.13's C limit
     (10,000) is already sized for the stack."""
     if sys.version_info >= (3, 13):
         return dump(_Root(obj), DeepPickler)
-    if sys.version_info >= (3, 12):
+    elif sys.version_info >= (3, 12):
         budget = _c_budget()
         if budget is None:
             return dump(_Root(obj), DeepPickler)
@@ -259,7 +273,8 @@ def dump_deep(dump, obj) -> bytes:
             return dump(_Root(obj), DeepPickler)
         finally:
             budget.value = before  # every C level entered has been left again
-    return _with_limit(_safe_limit(), dump, _Root(obj), DeepPickler)
+    else:
+        return _with_limit(_safe_limit(), dump, _Root(obj), DeepPickler)
 
 
 def _safe_limit() -> int:
@@ -268,7 +283,7 @@ def _safe_limit() -> int:
     return 1000 + _stack_levels()
 
 
-def _with_limit(limit: int, dump, *args) -> bytes:
+def _with_limit(limit: int, dump: Callable[..., bytes], *args: object) -> bytes:
     before = sys.getrecursionlimit()
     try:
         sys.setrecursionlimit(limit)
@@ -280,16 +295,19 @@ def _with_limit(limit: int, dump, *args) -> bytes:
         sys.setrecursionlimit(before)
 
 
-def bounded(dump, obj) -> bytes:
+def bounded(dump: Callable[[object], bytes], obj: object) -> bytes:
     """`dump(obj)`; on 3.11, with a recursion limit the agent raised (for its own deep
     recursion) lowered for the dump to what the C stack holds: past that, the C pickler
     would overflow the stack (a crash) instead of raising RecursionError."""
-    if sys.version_info >= (3, 12) or sys.getrecursionlimit() <= 1000:
-        return dump(obj)  # _safe_limit() is never below 1000
-    safe = _safe_limit()
-    if sys.getrecursionlimit() <= safe:
+    if sys.version_info >= (3, 12):
         return dump(obj)
-    return _with_limit(safe, dump, obj)
+    else:
+        if sys.getrecursionlimit() <= 1000:
+            return dump(obj)  # _safe_limit() is never below 1000
+        safe = _safe_limit()
+        if sys.getrecursionlimit() <= safe:
+            return dump(obj)
+        return _with_limit(safe, dump, obj)
 
 
 def levels() -> int:
@@ -297,9 +315,10 @@ def levels() -> int:
     each), for messages."""
     if sys.version_info >= (3, 13):
         return 10000 // 2
-    if sys.version_info >= (3, 12):
+    elif sys.version_info >= (3, 12):
         return (_C_RECURSION_LIMIT + (_stack_levels() if _c_budget() is not None else 0)) // 2
-    return _safe_limit() // 2
+    else:
+        return _safe_limit() // 2
 
 
 def message() -> str:

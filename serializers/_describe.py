@@ -50,7 +50,7 @@ def register_kind(
     """Describe a kind of object: `match` is a class's "module.QualName" (instances of it
     and its subclasses) or a predicate on the type; `name` what the user calls it (a
     string or obj -> string); `fix` the advice a refusal of it ends with."""
-    kind = Kind(name if callable(name) else (lambda obj, _n=name: _n), fix)
+    kind = Kind(name if callable(name) else _constant(name), fix)
     if isinstance(match, str):
         _BY_CLASS[match] = kind
     else:
@@ -58,7 +58,11 @@ def register_kind(
     _CACHE.clear()
 
 
-def kind_of(obj) -> Kind | None:
+def _constant(name: str) -> Callable[[object], str]:
+    return lambda obj: name
+
+
+def kind_of(obj: object) -> Kind | None:
     """The registered kind of obj (closest class in its MRO first), or None."""
     t = type(obj)
     try:
@@ -127,7 +131,9 @@ def article(noun: str) -> str:
     return ("an " if noun[:1] in vowel_sound else "a ") + noun
 
 
-def explain(chain: list[tuple[str, object]], path: str, culprit, error) -> tuple[str, str | None]:
+def explain(
+    chain: list[tuple[str, object]], path: str, culprit: object, error: object
+) -> tuple[str, str | None]:
     """(message, fix) for a refusal. `chain` is the (path, object) pairs from the root the
     user named (a local or global) down to `culprit`, the part that cannot be saved."""
     kind_name = type(culprit).__module__ + "." + type(culprit).__qualname__
@@ -154,7 +160,7 @@ def explain(chain: list[tuple[str, object]], path: str, culprit, error) -> tuple
     return f"{head}: {detail}", _fix(kind, obj)
 
 
-def _fix(kind: Kind, obj) -> str | None:
+def _fix(kind: Kind, obj: object) -> str | None:
     return kind.fix(obj) if callable(kind.fix) else kind.fix
 
 
@@ -164,7 +170,7 @@ def _type_is(noun: str) -> Callable[[object], str]:
     return lambda obj: f"{article(noun)} ({user_type_name(type(obj))})"
 
 
-def _client(obj) -> str:
+def _client(obj: object) -> str:
     name = user_type_name(type(obj))
     return article(name) if name.endswith(("Client", "Session")) else f"{article(name)} client"
 
@@ -201,7 +207,7 @@ register_kind(
 )
 
 
-def _logger_fix(logger) -> str:
+def _logger_fix(logger: object) -> str:
     """A logger is saved by name with its level and handlers (resources._stdlib): one
     made with logging.Logger(name) cannot be found by name; otherwise a handler failed."""
     import logging
@@ -221,7 +227,9 @@ def _logger_fix(logger) -> str:
 
 
 register_kind(
-    "logging.Logger", lambda obj: f"the logger {obj.name!r} (logging.Logger)", _logger_fix
+    "logging.Logger",
+    lambda obj: f"the logger {getattr(obj, 'name', None)!r} (logging.Logger)",
+    _logger_fix,
 )
 register_kind(
     "socket.socket",

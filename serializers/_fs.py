@@ -11,6 +11,7 @@ report success over lost data).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 __all__ = [
     "FileSystem",
@@ -32,7 +33,7 @@ class FileSystem:
     def create(self, path: str) -> int:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
 
-    def write(self, fd: int, data) -> int:
+    def write(self, fd: int, data: bytes | memoryview) -> int:
         return os.write(fd, data)
 
     def fsync(self, fd: int) -> None:
@@ -96,7 +97,7 @@ def writer_is_gone(name: str) -> bool:
     return not os.path.exists(f"/proc/{pid}") or process_start(pid) != start
 
 
-def write_atomic(path: str, chunks, fs: FileSystem = OS) -> int:
+def write_atomic(path: str, chunks: Iterable[bytes], fs: FileSystem = OS) -> int:
     """Write the byte chunks to `path` atomically and durably; returns the size.
     `chunks` may be a generator, so a large body is streamed, never held twice."""
     tmp = temp_path(path)

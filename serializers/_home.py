@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
+from typing import Any
 
 from .._errors import (
     HeaderMismatch,
@@ -49,6 +51,11 @@ def default_home(store: str | None = None) -> str:
 
 
 class Home:
+    catalog: Store
+    keys: KeyRing
+    identity: _identity.StoreIdentity | None  # None: no store.json (opened read-only)
+    config: dict[str, Any]
+
     def __init__(
         self,
         directory: str,
@@ -130,7 +137,7 @@ class Home:
         if self.writable:
             _fs.make_private_dir(os.path.join(directory, "snapshots"))
 
-    def _adopt_identity(self, own_catalog: bool):
+    def _adopt_identity(self, own_catalog: bool) -> _identity.StoreIdentity | None:
         """An existing store without store.json: one of the previous release (schema
         version 1), or one whose creation was cut short (no job yet), gets one on its
         first writable open; any other lost its identity file."""
@@ -176,11 +183,12 @@ class Home:
         return self.identity.store_id if self.identity else None
 
     # ---------------------------------------------------------------- settings
-    def _load_config(self) -> dict:
+    def _load_config(self) -> dict[str, Any]:
         path = os.path.join(self.directory, _CONFIG)
         try:
             with open(path) as f:
-                return json.load(f)
+                config: dict[str, Any] = json.load(f)
+                return config
         except FileNotFoundError:
             return {"encrypt": False}
 
@@ -269,7 +277,13 @@ class Home:
         return os.path.join(self.job_directory(job_id), f"{seq:06d}-e{epoch}.snap")
 
     def write_snapshot(
-        self, job_id: str, seq: int, epoch: int, label: str | None, header: dict, payload: bytes
+        self,
+        job_id: str,
+        seq: int,
+        epoch: int,
+        label: str | None,
+        header: dict[str, Any],
+        payload: bytes,
     ) -> SnapshotRow:
         """Write the file durably (not yet in the catalog). SnapshotWriteError on any
         I/O failure: never retried."""
@@ -313,16 +327,16 @@ class Home:
                 pass
             raise
 
-    def verify(self, path: str) -> dict:
+    def verify(self, path: str) -> dict[str, Any]:
         """The header of a verified snapshot file of a job (nothing unpickled)."""
         header = _snapfile.verify(path, self.keys, require_encryption=self.encrypt)
         return _job_header(path, _sealing.open_header(header, self.keys, path))
 
-    def read(self, path: str) -> tuple[dict, bytearray]:
+    def read(self, path: str) -> tuple[dict[str, Any], bytearray]:
         header, payload = _snapfile.read_payload(path, self.keys, require_encryption=self.encrypt)
         return _job_header(path, _sealing.open_header(header, self.keys, path)), payload
 
-    def _check_row(self, row: SnapshotRow, header: dict, digest: str) -> None:
+    def _check_row(self, row: SnapshotRow, header: dict[str, Any], digest: str) -> None:
         parent = None
         if row.digest is None:  # a previous release's row: its job may be a fork
             try:
@@ -333,7 +347,7 @@ class Home:
             row, header, digest, store_id=self.store_id, path=self.row_path(row), parent=parent
         )
 
-    def read_row(self, row: SnapshotRow) -> tuple[dict, bytearray]:
+    def read_row(self, row: SnapshotRow) -> tuple[dict[str, Any], bytearray]:
         """Verify a row's file, check that it is the very file the row recorded (store,
         job, seq, epoch, digest: HeaderMismatch otherwise), then decode its body."""
         path = self.row_path(row)
@@ -344,7 +358,7 @@ class Home:
         self._check_row(row, header, digest)
         return header, payload
 
-    def verify_row(self, row: SnapshotRow) -> tuple[dict, str]:
+    def verify_row(self, row: SnapshotRow) -> tuple[dict[str, Any], str]:
         """read_row() without decoding the body: (header, digest)."""
         path = self.row_path(row)
         header, digest = _snapfile.verify_digest(path, self.keys, require_encryption=self.encrypt)
@@ -370,7 +384,7 @@ class Home:
             _binding.expected(row, self.store_id),
         )
 
-    def import_file(self, path: str, job_id: str) -> tuple[dict, SnapshotRow]:
+    def import_file(self, path: str, job_id: str) -> tuple[dict[str, Any], SnapshotRow]:
         """Copy a verified snapshot file from outside into job `job_id`: (its header, the
         row to record; nothing is recorded here)."""
         header, digest = _snapfile.verify_digest(path, self.keys, require_encryption=self.encrypt)
@@ -458,7 +472,7 @@ JOB_HEADER_FIELDS = frozenset(
 )
 
 
-def _job_header(path: str, header: dict) -> dict:
+def _job_header(path: str, header: dict[str, Any]) -> dict[str, Any]:
     missing = JOB_HEADER_FIELDS - set(header)
     if missing:
         raise HeaderMismatch(
@@ -470,7 +484,7 @@ def _job_header(path: str, header: dict) -> dict:
     return header
 
 
-def _read_chunks(path: str, size: int = 1 << 20):
+def _read_chunks(path: str, size: int = 1 << 20) -> Iterator[bytes]:
     with open(path, "rb") as f:
         while chunk := f.read(size):
             yield chunk

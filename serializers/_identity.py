@@ -26,13 +26,18 @@ import os
 import secrets
 import struct
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .._errors import StoreDamaged
 from . import _fs
+
+if TYPE_CHECKING:
+    from ._keys import KeyRing
 
 __all__ = [
     "StoreIdentity",
@@ -76,7 +81,7 @@ def fingerprint(secret: bytes) -> str:
     )
 
 
-def key_fingerprints(keys) -> dict[str, str]:
+def key_fingerprints(keys: KeyRing) -> dict[str, str]:
     """{key id: fingerprint} of a KeyRing's keys, except SNAPSTATE_KEY's (not the
     store's own)."""
     from ._keys import ENV_KEY
@@ -213,7 +218,7 @@ def catalog_problem(directory: str) -> str | None:
 
 
 @contextlib.contextmanager
-def store_lock(directory: str, *, exclusive: bool, create: bool):
+def store_lock(directory: str, *, exclusive: bool, create: bool) -> Iterator[None]:
     """Hold the store's open lock: creating or checking a store is done under it, so
     a store being created by one process is never seen half-made by another. Without
     `create`, a missing lock file is not created (read-only opening) and no lock is

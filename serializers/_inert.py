@@ -17,6 +17,8 @@ from __future__ import annotations
 import gc
 import pickle
 import reprlib
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 __all__ = [
     "loads",
@@ -56,7 +58,7 @@ class InertType(type):
     _module: str
     _qualname: str
 
-    def __call__(cls, *args, **kwargs):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         if len(args) == 2 and not kwargs and _is_state_setter(cls._qualname):
             target, state = args
             if isinstance(target, Inert):
@@ -77,7 +79,7 @@ class InertType(type):
             # its instances
             name = args[2] if cls._qualname == "_make_skeleton_enum" else args[1]
             return _placeholder("", name if isinstance(name, str) else "?")
-        obj = Inert.__new__(cls, *args, **kwargs)
+        obj = Inert.__new__(cast("type[Inert]", cls), *args, **kwargs)  # (a class of Inert's)
         obj.__dict__["_called"] = True  # REDUCE: shown with its full dotted name
         return obj
 
@@ -99,36 +101,43 @@ class Inert(metaclass=InertType):
     which arguments, and the state, items and attributes given to it afterwards."""
 
     _module, _qualname = "", "?"
+    # set per object by __new__ (decoded values: anything)
+    _args: tuple[Any, ...]
+    _kwargs: dict[str, Any]
+    _state: Any
+    _items: list[Any]
+    _pairs: list[tuple[Any, Any]]
+    _called: bool
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls, *args: Any, **kwargs: Any) -> Inert:
         obj = object.__new__(cls)
         obj.__dict__.update(
             _args=args, _kwargs=kwargs, _state=None, _items=[], _pairs=[], _called=False
         )
         return obj
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any):
         pass
 
     # what the unpickler may call on the objects it builds: record only
-    def __setstate__(self, state) -> None:
+    def __setstate__(self, state: Any) -> None:
         self.__dict__["_state"] = state
 
-    def append(self, item) -> None:
+    def append(self, item: Any) -> None:
         self._items.append(item)
 
-    def extend(self, items) -> None:
+    def extend(self, items: Iterable[Any]) -> None:
         self._items.extend(items)
 
-    def add(self, item) -> None:
+    def add(self, item: Any) -> None:
         self._items.append(item)
 
-    def __setitem__(self, key, value) -> None:
+    def __setitem__(self, key: Any, value: Any) -> None:
         self._pairs.append((key, value))
 
-    def __call__(self, *args, **kwargs) -> Inert:
+    def __call__(self, *args: Any, **kwargs: Any) -> Inert:
         """A call of a decoded object (e.g. cloudpickle's `_builtin_type(name)(...)`)."""
-        call = _CALL(*args, **kwargs)
+        call: Inert = _CALL(*args, **kwargs)
         call.__dict__["_callee"] = self
         return call
 
@@ -166,7 +175,7 @@ _SAFE_BUILTINS = {
 }
 
 
-def _plain(value) -> bool:
+def _plain(value: object) -> bool:
     """A builtin scalar or a (flat) builtin container of scalars: safe to pass to a
     builtin constructor (no code of the pickle's runs, no size argument)."""
     if isinstance(value, (tuple, list, set, frozenset)):
@@ -174,11 +183,11 @@ def _plain(value) -> bool:
     return type(value) in _SCALARS and type(value) is not int
 
 
-def _safe_builtin(module: str, name: str):
-    fn = _SAFE_BUILTINS[name]
+def _safe_builtin(module: str, name: str) -> Callable[..., object]:
+    fn: Callable[..., object] = _SAFE_BUILTINS[name]
     placeholder = _placeholder(module, name)
 
-    def build(*args):
+    def build(*args: Any) -> object:
         if all(_plain(a) for a in args):  # e.g. set([1, 2]); never bytes(10**12)
             try:
                 return fn(*args)
@@ -189,14 +198,15 @@ def _safe_builtin(module: str, name: str):
     return build
 
 
-def _call_decoded(func, args, _flushed):
+def _call_decoded(func: Any, args: tuple[Any, ...], _flushed: object) -> object:
     if (
         isinstance(func, InertType)
         and (func._module, func._qualname) == ("copyreg", "__newobj__")
         and args
         and isinstance(args[0], InertType)
     ):
-        return args[0].__new__(args[0], *args[1:])  # as NEWOBJ decodes
+        cls = cast("type[Inert]", args[0])  # (every InertType is a class made of Inert)
+        return cls.__new__(cls, *args[1:])  # as NEWOBJ decodes
     try:
         return func(*args)
     except TypeError:  # not a placeholder: nothing to call
@@ -206,7 +216,7 @@ def _call_decoded(func, args, _flushed):
 # The helpers of a deep dump (serializers/_deep.py) only pass values through: decoded
 # as such, so a deep snapshot reads like an ordinary one. They call nothing but
 # placeholders.
-_DEEP_DUMP = {
+_DEEP_DUMP: dict[str, Callable[..., object]] = {
     "_applied": lambda obj: obj,
     "_first": lambda value, _flushed: value,
     "_call_flushed": _call_decoded,
@@ -216,16 +226,16 @@ _DEEP_DUMP = {
 class _View:
     """A file-like reader over a buffer, so a large payload is never copied."""
 
-    def __init__(self, data):
+    def __init__(self, data: bytes | bytearray | memoryview):
         self.data, self.view, self.pos = data, memoryview(data).cast("B"), 0
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int | None = -1) -> bytes:
         end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
         data = self.view[self.pos : end].tobytes()
         self.pos = end
         return data
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: bytearray | memoryview) -> int:
         target = memoryview(buffer).cast("B")
         n = min(len(target), len(self.view) - self.pos)
         target[:n] = self.view[self.pos : self.pos + n]
@@ -244,11 +254,11 @@ class InertUnpickler(pickle.Unpickler):
     """find_class never imports: it returns a placeholder (a few builtin value types
     excepted, and snapstate's own NULL marker)."""
 
-    def __init__(self, file):
+    def __init__(self, file: _View):
         super().__init__(file)
         self._classes: dict[tuple[str, str], object] = {}
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> object:
         key = (str(module), str(name))
         hit = self._classes.get(key)
         if hit is None:
@@ -263,11 +273,11 @@ class InertUnpickler(pickle.Unpickler):
             self._classes[key] = hit
         return hit
 
-    def persistent_load(self, pid):
+    def persistent_load(self, pid: object) -> object:
         return _placeholder("<persistent id>", repr(pid)[:40])()
 
 
-def loads(data) -> object:
+def loads(data: bytes | bytearray | memoryview) -> object:
     """Decode a pickle into builtin values and Inert placeholders, running nothing."""
     enabled = gc.isenabled()
     gc.disable()  # millions of new containers would trigger useless collections
@@ -279,12 +289,12 @@ def loads(data) -> object:
 
 
 # ------------------------------------------------------------------------ reading
-def attributes(obj) -> dict:
+def attributes(obj: object) -> dict[Any, Any]:
     """The attributes an Inert object would have had (its BUILD state)."""
     if not isinstance(obj, Inert):
         return {}
     state = obj._state
-    attrs: dict = {}
+    attrs: dict[Any, Any] = {}
     if (
         obj.__dict__.get("_setter") == "_set_exception_state"
         and isinstance(state, tuple)
@@ -304,7 +314,7 @@ def attributes(obj) -> dict:
     return attrs
 
 
-def is_code_object(obj) -> bool:
+def is_code_object(obj: object) -> bool:
     """A function or class (placeholder), which inspect lists apart from data."""
     if isinstance(obj, InertType):
         return True
@@ -334,20 +344,20 @@ _REPR.maxstring = _REPR.maxother = _MAX_STRING
 _REPR.maxlong = 60
 
 
-def _scalar(value) -> str:
+def _scalar(value: Any) -> str:
     try:
         return _REPR.repr(value)
     except ValueError:  # an int too large to print
         return f"<int of {value.bit_length()} bits>"
 
 
-def render(value, depth: int = _DEPTH) -> str:
+def render(value: object, depth: int = _DEPTH) -> str:
     """A readable, bounded one-line rendering of a decoded value."""
     text = _render(value, depth, set())
     return text if len(text) <= _MAX_LENGTH else text[: _MAX_LENGTH - 3] + "..."
 
 
-def _items(values, depth: int, seen: set) -> str:
+def _items(values: Iterable[object], depth: int, seen: set[int]) -> str:
     values = list(values)
     shown = [_render(v, depth - 1, seen) for v in values[:_MAX_ITEMS]]
     if len(values) > _MAX_ITEMS:
@@ -355,7 +365,7 @@ def _items(values, depth: int, seen: set) -> str:
     return ", ".join(shown)
 
 
-def _render(value, depth: int, seen: set) -> str:
+def _render(value: object, depth: int, seen: set[int]) -> str:
     if value is NULL:
         return "<NULL>"
     if isinstance(value, InertType):
@@ -395,11 +405,11 @@ def _render(value, depth: int, seen: set) -> str:
     return f"<{type(value).__name__}>"
 
 
-def _arg(obj: Inert, i: int, default=None):
+def _arg(obj: Inert, i: int, default: object = None) -> Any:
     return obj._args[i] if len(obj._args) > i else default
 
 
-def _render_inert(obj: Inert, depth: int, seen: set) -> str:
+def _render_inert(obj: Inert, depth: int, seen: set[int]) -> str:
     special = _render_special(obj, depth, seen)
     if special is not None:
         return special
@@ -435,13 +445,13 @@ def _render_inert(obj: Inert, depth: int, seen: set) -> str:
     return f"{name}({', '.join(parts)})"
 
 
-def _text(value, quote: bool = True) -> str:
+def _text(value: object, quote: bool = True) -> str:
     if isinstance(value, str) and not quote:
         return value
     return _render(value, 1, set())
 
 
-def cell_contents(value):
+def cell_contents(value: object) -> object:
     """What a decoded cell holds (NULL when empty); any other value as is."""
     if (
         isinstance(value, Inert)
@@ -455,7 +465,7 @@ def cell_contents(value):
     return value
 
 
-def _render_special(obj: Inert, depth: int, seen: set) -> str | None:
+def _render_special(obj: Inert, depth: int, seen: set[int]) -> str | None:
     """Functions, cells, generators and the resource adapters, by what built them."""
     kind = obj.kind
     name = _name_of(kind)

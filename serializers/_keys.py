@@ -144,7 +144,7 @@ def _read_private(path: str, what: str) -> bytes:
         return f.read()
 
 
-def _parse_secret(value, where: str) -> bytes:
+def _parse_secret(value: object, where: str) -> bytes:
     if not isinstance(value, str):
         raise ValueError(f"{where}: the secret is not a hex string")
     try:
@@ -156,7 +156,7 @@ def _parse_secret(value, where: str) -> bytes:
     return secret
 
 
-def _parse_created(value, where: str) -> float:
+def _parse_created(value: object, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{where}: 'created' is not a number")
     return float(value)
@@ -247,7 +247,10 @@ class KeyRing:
 
     @property
     def _current(self) -> str:
-        return self._env.key_id if self._env is not None else self._stored_current
+        if self._env is not None:
+            return self._env.key_id
+        assert self._stored_current is not None  # set once keys.json is read or made
+        return self._stored_current
 
     @property
     def current(self) -> Key:

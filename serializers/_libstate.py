@@ -25,6 +25,11 @@ from __future__ import annotations
 import copyreg
 import io
 import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._reduced import Reduced
 
 __all__ = ["reduce", "setstate", "same_reduce", "APPLIERS"]
 
@@ -32,7 +37,7 @@ _PLAIN_TYPES: dict[type, bool] = {}  # type -> saved by the plain reference only
 _TRIAL = [False]  # inside a trial pickle: nested refs stay plain
 
 
-def reduce(obj, t: type, module: str, attr: str):
+def reduce(obj: object, t: type, module: str, attr: str) -> Reduced | None:
     """The reference + state reduction of obj (`module.attr`), or None for the plain
     reference."""
     if _TRIAL[0] or obj is os.environ:
@@ -49,7 +54,7 @@ def reduce(obj, t: type, module: str, attr: str):
     if not isinstance(rv, tuple) or not 2 <= len(rv) <= 5:
         return None
     func, args, state, items, pairs = rv + (None,) * (5 - len(rv))
-    newobj = func is copyreg.__newobj__ and len(args) == 1 and args[0] is t
+    newobj = func is copyreg.__newobj__ and len(args) == 1 and args[0] is t  # type: ignore[attr-defined]  # typeshed lacks __newobj__
     container = issubclass(t, (list, dict))
     if newobj and state is None and not container:
         return None  # a sentinel: nothing but its class
@@ -83,7 +88,7 @@ def _plain_type(t: type) -> bool:
     )
 
 
-def _trial(parts) -> bool:
+def _trial(parts: object) -> bool:
     """Whether parts pickle with the snapshot's pickler (nested references plain)."""
     from ._pickler import FreezePickler
 
@@ -97,7 +102,7 @@ def _trial(parts) -> bool:
         _TRIAL[0] = False
 
 
-def same_reduce(current, func, args) -> bool:
+def same_reduce(current: object, func: object, args: object) -> bool:
     """Whether the new process's object reduces to the saved constructor call (an
     unchanged value object: datetime.timezone.utc, an enum member, a compiled pattern)."""
     try:
@@ -110,7 +115,7 @@ def same_reduce(current, func, args) -> bool:
 _DEFAULT_GETSTATE = getattr(object, "__getstate__", None)
 
 
-def setstate(obj, state) -> None:
+def setstate(obj: Any, state: Any) -> None:
     """pickle's BUILD onto an existing object: __setstate__ if the type has one, else
     its __dict__ replaced (when the type saves its whole __dict__) and slots set."""
     t = type(obj)
@@ -130,7 +135,7 @@ def setstate(obj, state) -> None:
             setattr(obj, name, value)
 
 
-def _apply_decimal_context(ctx, args) -> None:
+def _apply_decimal_context(ctx: Any, args: tuple[Any, ...]) -> None:
     """A decimal.Context takes its settings as constructor arguments: set them on the
     new process's object instead (decimal's C code keeps its own reference to
     DefaultContext, which a rebuilt object would not replace)."""
@@ -144,4 +149,6 @@ def _apply_decimal_context(ctx, args) -> None:
 
 
 # (type's module, qualname) -> apply(existing object, saved reduce args)
-APPLIERS = {("decimal", "Context"): _apply_decimal_context}
+APPLIERS: dict[tuple[str, str], Callable[[Any, tuple[Any, ...]], None]] = {
+    ("decimal", "Context"): _apply_decimal_context
+}

@@ -24,6 +24,8 @@ import io
 import pickle
 import sys
 import types
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import dill
@@ -31,43 +33,65 @@ import dill
 from . import _dispatch, _refs
 from ._codeid import CodeRef, code_ref, find_code
 from ._describe import explain
-from ._tracebacks import rebuild_traceback, save_traceback
+from ._tracebacks import Entry, rebuild_traceback, save_traceback
+
+if TYPE_CHECKING:
+    from ._reduced import Reduced
+
+    class _CloudPickler(pickle.Pickler):
+        """cloudpickle.Pickler, which ships no types: a pickle.Pickler (whose
+        reducer_override saves functions and classes by value) with the protocol it
+        writes."""
+
+        proto: int
+
+else:
+    _CloudPickler = cloudpickle.Pickler
 
 __all__ = ["dumps", "loads", "find_unpicklable"]
 
 _DILL_TYPES: set[type] = set()
 
 
-def _make_cell():
+def _make_cell() -> types.CellType:
     return types.CellType()
 
 
-def _fill_cell(cell, state):
+def _fill_cell(cell: types.CellType, state: tuple[bool, object]) -> None:
     present, value = state
     if present:
         cell.cell_contents = value
 
 
-def _rebuild_function(ref: CodeRef, name: str, qualname: str, closure):
+def _rebuild_function(
+    ref: CodeRef, name: str, qualname: str, closure: tuple[types.CellType, ...] | None
+) -> types.FunctionType:
     fn = types.FunctionType(find_code(ref), sys.modules[ref.module].__dict__, name, None, closure)
     fn.__qualname__ = qualname
     return fn
 
 
-def _set_function_state(fn, state):
+# (__defaults__, __kwdefaults__, __dict__, __doc__, __module__)
+_FunctionState = tuple[
+    tuple[Any, ...] | None, dict[str, Any] | None, dict[str, Any], str | None, str
+]
+
+
+def _set_function_state(fn: types.FunctionType, state: _FunctionState) -> None:
     fn.__defaults__, fn.__kwdefaults__, attrs, fn.__doc__, fn.__module__ = state
     fn.__dict__.update(attrs)
 
 
-def _exhausted_generator():
-    gen = (x for x in ())
+def _exhausted_generator() -> Generator[object, None, None]:
+    empty: tuple[object, ...] = ()
+    gen = (x for x in empty)
     for _ in gen:
         pass
     return gen
 
 
-def _finished_coroutine():
-    async def finished():
+def _finished_coroutine() -> Coroutine[Any, Any, None]:
+    async def finished() -> None:
         return None
 
     coro = finished()
@@ -75,7 +99,13 @@ def _finished_coroutine():
     return coro
 
 
-def _set_exception_state(exc, state):
+# (__dict__, __cause__, __context__, __suppress_context__, saved traceback)
+_ExceptionState = tuple[
+    dict[str, Any], BaseException | None, BaseException | None, bool, list[Entry] | None
+]
+
+
+def _set_exception_state(exc: BaseException, state: _ExceptionState) -> None:
     attrs, cause, context, suppress, traceback = state
     exc.__dict__.update(attrs)
     exc.__cause__, exc.__context__, exc.__suppress_context__ = cause, context, suppress
@@ -83,13 +113,13 @@ def _set_exception_state(exc, state):
         exc.__traceback__ = rebuild_traceback(traceback)
 
 
-def _from_dill(data: bytes):
+def _from_dill(data: bytes) -> object:
     return dill.loads(data)
 
 
-def _is_importable(fn) -> bool:
+def _is_importable(fn: types.FunctionType) -> bool:
     module = sys.modules.get(fn.__module__)
-    obj = module
+    obj: object = module
     try:
         for part in fn.__qualname__.split("."):
             obj = getattr(obj, part)
@@ -98,8 +128,10 @@ def _is_importable(fn) -> bool:
     return obj is fn
 
 
-class FreezePickler(cloudpickle.Pickler):
-    def reducer_override(self, obj):
+class FreezePickler(_CloudPickler):
+    # NotImplemented: pickle's own way. [override]: a reduction may have a sixth item, the
+    # state setter (pickle takes it, typeshed's type omits it). obj: any object saved.
+    def reducer_override(self, obj: Any) -> Reduced | types.NotImplementedType:  # type: ignore[override]
         where = _refs.INDEX.get(id(obj))  # a non-agent module's object: by reference
         if where is not None and (reduced := _refs.reduce(obj, where)) is not None:
             return reduced
@@ -122,6 +154,8 @@ class FreezePickler(cloudpickle.Pickler):
             return (_from_dill, (dill.dumps(obj, protocol=5),))
         if isinstance(obj, BaseException):
             reduced = obj.__reduce__()
+            if isinstance(reduced, str):
+                return reduced  # a global name (the exception is a module's singleton)
             traceback = save_traceback(obj.__traceback__) if obj.__traceback__ else None
             return (
                 reduced[0],
@@ -139,9 +173,9 @@ class FreezePickler(cloudpickle.Pickler):
             )
         if issubclass(t, type):
             return super().reducer_override(obj)
-        return NotImplemented
+        return NotImplemented  # type: ignore[no-any-return]  # mypy types it Any (mypy#363)
 
-    def _reduce_function(self, fn):
+    def _reduce_function(self, fn: types.FunctionType) -> Reduced:
         if _dispatch.is_stub(fn.__code__):
             raise pickle.PicklingError(f"function {fn.__qualname__} is a restore stub")
         module = fn.__globals__.get("__name__")
@@ -168,7 +202,7 @@ class FreezePickler(cloudpickle.Pickler):
         )
 
 
-def _dump(obj, pickler_class=None) -> bytes:
+def _dump(obj: object, pickler_class: type[FreezePickler] | None = None) -> bytes:
     buf = io.BytesIO()
     pickler = (pickler_class or FreezePickler)(buf, protocol=5)
     if _DIGESTING:
@@ -189,7 +223,7 @@ def _dump(obj, pickler_class=None) -> bytes:
     return buf.getvalue()
 
 
-def _dump_any(obj) -> bytes:
+def _dump_any(obj: object) -> bytes:
     """_dump; for a graph too deep for it (a long linked list), the deep dump."""
     from . import _deep
 
@@ -201,7 +235,7 @@ def _dump_any(obj) -> bytes:
         return _deep.dump_deep(_dump, obj)
 
 
-def _too_deep(error) -> bool:
+def _too_deep(error: object) -> bool:
     from . import _deep
 
     return isinstance(error, BaseException) and _deep.too_deep(error)
@@ -213,7 +247,10 @@ _PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError)
 _DIGESTING = False
 
 
-def dumps(obj, *, roots=None, digest: bool = False) -> bytes:
+_Roots = Callable[[], Iterable[tuple[str, object]]]
+
+
+def dumps(obj: object, *, roots: _Roots | None = None, digest: bool = False) -> bytes:
     """Pickle `obj` in one pass. On failure, find the first object cloudpickle refuses;
     if it is no live handle and dill can pickle it, use dill for that type and retry;
     otherwise raise UnpicklableError naming the path to it (taken from `roots`, a
@@ -232,12 +269,12 @@ def dumps(obj, *, roots=None, digest: bool = False) -> bytes:
     return _dumps(obj, roots)
 
 
-def _dumps(obj, roots) -> bytes:
+def _dumps(obj: object, roots: _Roots | None) -> bytes:
     for _ in range(20):
         try:
             return _dump_any(obj)
         except _PICKLE_ERRORS as exc:
-            chain: list = []
+            chain: list[tuple[str, object]] = []
             path, culprit, error = find_unpicklable(
                 roots() if roots else [("value", obj)], exc, chain=chain
             )
@@ -260,7 +297,7 @@ def _dumps(obj, roots) -> bytes:
     raise UnpicklableError("value", obj, "too many object types needed the dill fallback")
 
 
-def loads(data: bytes):
+def loads(data: bytes | bytearray) -> Any:  # the unpickled state
     return pickle.loads(data)
 
 
@@ -269,13 +306,19 @@ class UnpicklableError(Exception):
     global holding it and what it is, the internal path, and `fix`, the advice that fits
     that kind of object (None: the message already says it)."""
 
-    def __init__(self, path: str, culprit, error, chain=()):
+    def __init__(
+        self,
+        path: str,
+        culprit: object,
+        error: BaseException | str | None,
+        chain: Sequence[tuple[str, object]] = (),
+    ):
         self.path, self.culprit, self.error = path, culprit, error
         message, self.fix = explain(list(chain), path, culprit, error)
         super().__init__(message)
 
 
-def _children(obj):
+def _children(obj: object) -> Iterator[tuple[str, object]]:
     if isinstance(obj, dict):
         for k, v in list(obj.items()):
             yield f"[{k!r}]", v
@@ -306,7 +349,12 @@ def _children(obj):
                     yield f".{name}", getattr(obj, name)
 
 
-def find_unpicklable(roots, first_error=None, _depth: int = 0, chain: list | None = None):
+def find_unpicklable(
+    roots: Iterable[tuple[str, object]],
+    first_error: BaseException | None = None,
+    _depth: int = 0,
+    chain: list[tuple[str, object]] | None = None,
+) -> tuple[str, object, BaseException | None]:
     """(path, object, error) of the deepest object under `roots` that cannot be
     pickled, or (path, None, error) when no single culprit is found. `chain`, if
     given, receives the (path, object) pairs from the root down to the culprit."""

@@ -43,6 +43,11 @@ import re
 import struct
 import sys
 import types
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._reduced import Reduced
 
 __all__ = ["INDEX", "bind", "prepare", "reduce", "module_attribute", "module_string"]
 
@@ -86,7 +91,7 @@ _SENTINEL_NAME = re.compile("sentinel", re.IGNORECASE)
 _SYS_STREAMS = frozenset({"stdin", "stdout", "stderr"})
 
 
-def bind(agent_modules) -> None:
+def bind(agent_modules: Iterable[types.ModuleType]) -> None:
     """Say which modules are the agent's (their objects are saved by value)."""
     names = {m.__name__ for m in agent_modules} | {"__main__"}
     if names != _EXCLUDED:
@@ -105,7 +110,7 @@ def _forget(name: str) -> None:
             del _STRINGS[key]
 
 
-def _index_module(name: str, module: types.ModuleType, attrs: dict) -> None:
+def _index_module(name: str, module: types.ModuleType, attrs: dict[str, Any]) -> None:
     in_sys = name == "sys"
     for attr, value in list(attrs.items()):
         t = type(value)  # never isinstance(): it asks lazy proxies __class__
@@ -124,10 +129,11 @@ def _index_module(name: str, module: types.ModuleType, attrs: dict) -> None:
         INDEX[id(value)] = (name, attr)
 
 
-_WALKED: list = [None]  # sys.modules' signature at the last walk
+_Signature = tuple[int, str | None, int | None]
+_WALKED: list[_Signature | None] = [None]  # sys.modules' signature at the last walk
 
 
-def _signature() -> tuple:
+def _signature() -> _Signature:
     """Changes with any import or removal: the size and the last-inserted entry."""
     modules = sys.modules
     try:
@@ -180,7 +186,7 @@ def prepare(pickler: pickle.Pickler, buf: io.BytesIO) -> None:
     buf.write(_preamble(tuple(strings)))
 
 
-_PREAMBLES: dict[tuple, bytes] = {}
+_PREAMBLES: dict[tuple[tuple[str, str, str], ...], bytes] = {}
 _STRING = struct.Struct("<I")
 
 
@@ -215,7 +221,7 @@ def module_string(module: str, attr: str, value: str) -> str:
     return current if type(current) is str else value
 
 
-def reduce(obj, where: tuple[str, str]):
+def reduce(obj: object, where: tuple[str, str]) -> Reduced | None:
     """The reduction of an indexed object (None: save it by value after all): a plain
     reference for a sentinel-like object, else reference + state (see _libstate)."""
     module, attr = where
@@ -239,7 +245,7 @@ def _kind(t: type) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
-def _pickles_by_name(obj) -> bool:
+def _pickles_by_name(obj: object) -> bool:
     """Whether obj's own __reduce__ names it (e.g. snapstate's NULL): pickle keeps
     its identity already and readers know it by that name."""
     t = type(obj)
@@ -251,7 +257,7 @@ def _pickles_by_name(obj) -> bool:
         return False
 
 
-def module_attribute(module: str, attr: str, kind: str | None = None):
+def module_attribute(module: str, attr: str, kind: str | None = None) -> object:
     """The object `module.attr` of this process (a snapshot's reference to it). With
     `kind` (the saved object's type), an object of another type is refused: it cannot
     be the job's (typically the job had installed its own object there, whose state
@@ -280,7 +286,14 @@ def module_attribute(module: str, attr: str, kind: str | None = None):
 _MISSING = object()
 
 
-def module_object(module: str, attr: str, t: type, func, args, newobj: bool):
+def module_object(
+    module: str,
+    attr: str,
+    t: type,
+    func: Callable[..., object],
+    args: tuple[Any, ...],
+    newobj: bool,
+) -> object:
     """`module.attr` of this process, to take the saved state (module_object_setstate
     and the saved items follow): the fresh object when it is of the saved type and can
     take the state (identity kept with every reference the library holds), else an
@@ -307,7 +320,7 @@ def module_object(module: str, attr: str, t: type, func, args, newobj: bool):
     return obj
 
 
-def module_object_setstate(obj, named_state: tuple) -> None:
+def module_object_setstate(obj: object, named_state: tuple[str, Any]) -> None:
     """Put a saved state onto a library object as pickle's BUILD would, but exactly:
     its __dict__ is replaced (an attribute the job deleted stays deleted). A state the
     new process's object does not take fails naming the object, never half-silently."""

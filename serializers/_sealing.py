@@ -25,6 +25,7 @@ import hmac
 import json
 import os
 import struct
+from typing import Any, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -47,6 +48,8 @@ __all__ = [
 MAGIC = b"SS1"
 _DIGEST_PREFIX = "hmac-sha256:"
 _NONCE = 12
+# A value sealed as it is given (None passes through).
+_V = TypeVar("_V", bound=str | bytes | bytearray | memoryview | None)
 
 
 def _derive(key: Key, info: bytes) -> bytes:
@@ -55,7 +58,7 @@ def _derive(key: Key, info: bytes) -> bytes:
     )
 
 
-def _aad(place: tuple) -> bytes:
+def _aad(place: tuple[object, ...]) -> bytes:
     """The value's place, unambiguously encoded (each part length-prefixed)."""
     out = bytearray(b"snapstate sealed value")
     for part in place:
@@ -64,7 +67,7 @@ def _aad(place: tuple) -> bytes:
     return bytes(out)
 
 
-def _where(place: tuple) -> str:
+def _where(place: tuple[object, ...]) -> str:
     table, column, job_id, *row = place
     ident = f" {'/'.join(str(p) for p in row)}" if row else ""
     return f"{table}.{column} of job {job_id}{ident}"
@@ -75,12 +78,14 @@ class KeyedDigest(str):
     SHA-256 hex digest it was made from: comparing it with one recomputes the HMAC
     under the key it names, so the ledger's equality checks work unchanged."""
 
-    def __new__(cls, stored: str, sealer: Sealer):
+    _sealer: Sealer
+
+    def __new__(cls, stored: str, sealer: Sealer) -> KeyedDigest:
         self = super().__new__(cls, stored)
         self._sealer = sealer
         return self
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         if isinstance(other, KeyedDigest) or not isinstance(other, str):
             return str.__eq__(self, other)
         if other.startswith(_DIGEST_PREFIX):
@@ -88,13 +93,13 @@ class KeyedDigest(str):
         kid = self[len(_DIGEST_PREFIX) :].split(":", 1)[0]
         return hmac.compare_digest(str(self), self._sealer._keyed(other, kid))
 
-    def __ne__(self, other) -> bool:
+    def __ne__(self, other: object) -> bool:
         result = self.__eq__(other)
         return result if result is NotImplemented else not result
 
     __hash__ = str.__hash__
 
-    def __reduce__(self):  # pickled as the stored text
+    def __reduce__(self) -> tuple[type[str], tuple[str]]:  # pickled as the stored text
         return (str, (str(self),))
 
 
@@ -116,6 +121,7 @@ class Sealer:
         if cached is None:
             # Retired keys still open the catalog's own values: retiring stops trusting
             # snapshot files signed with a key, it does not erase this store's history.
+            assert self.keys is not None  # only a sealer with keys seals or keys digests
             key = next((k for k in self.keys.keys() if k.key_id == kid), None)
             if key is None:
                 raise UnknownKey(
@@ -127,14 +133,18 @@ class Sealer:
         return cached
 
     def _current(self) -> str:
+        assert self.keys is not None  # an enabled sealer has keys
         return self.keys.current.key_id
 
     # ------------------------------------------------------------------ values
-    def seal(self, value, *place):
+    def seal(self, value: _V, *place: object) -> _V | bytes:
         """Seal a str or bytes value for its place (table, column, job id, row...);
         None stays None (absence is not secret). Unchanged when not enabled."""
         if not self.enabled or value is None:
             return value
+        return self._sealed(value, place)
+
+    def _sealed(self, value: object, place: tuple[object, ...]) -> bytes:
         if isinstance(value, str):
             kind, data = b"s", value.encode()
         elif isinstance(value, (bytes, bytearray, memoryview)):
@@ -149,9 +159,10 @@ class Sealer:
         encoded = kid.encode()
         return MAGIC + bytes([len(encoded)]) + encoded + nonce + sealed
 
-    def open(self, stored, *place):
+    def open(self, stored: Any, *place: object) -> Any:
         """The value sealed at this place; StoreDamaged if it is not sealed, was edited,
-        or belongs to another place. Unchanged when not enabled."""
+        or belongs to another place. Unchanged when not enabled. (Any: a catalog value,
+        the str or bytes that was sealed, as its column says, or None.)"""
         if not self.enabled or stored is None:
             return stored
         if (
@@ -196,7 +207,7 @@ class Sealer:
             return digest
         return self._keyed(digest, self._current())
 
-    def stored_digest(self, stored: str, *place) -> str:
+    def stored_digest(self, stored: str, *place: object) -> str:
         """A stored digest as the ledger compares it (see KeyedDigest)."""
         if not self.enabled:
             # A keyed digest left by a store that was encrypted still compares right.
@@ -222,14 +233,16 @@ PLAIN = Sealer(None, False)
 HEADER_PRIVATE = ("argv", "label")
 
 
-def seal_header(header: dict, keys: KeyRing) -> dict:
+def seal_header(header: dict[str, Any], keys: KeyRing) -> dict[str, Any]:
     """The header of an encrypted snapshot: argv and label sealed for this job and seq."""
     private = json.dumps({name: header.get(name) for name in HEADER_PRIVATE})
-    blob = Sealer(keys, True).seal(private, "header", "private", header["job_id"], header["seq"])
+    blob = Sealer(keys, True)._sealed(
+        private, ("header", "private", header["job_id"], header["seq"])
+    )
     return dict(header, **{name: None for name in HEADER_PRIVATE}, sealed=blob.hex())
 
 
-def open_header(header: dict, keys: KeyRing, path: str) -> dict:
+def open_header(header: dict[str, Any], keys: KeyRing, path: str) -> dict[str, Any]:
     """A verified header with its sealed fields opened (unchanged if it has none)."""
     sealed = header.get("sealed")
     if sealed is None:

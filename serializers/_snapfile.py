@@ -31,6 +31,8 @@ import json
 import os
 import stat
 import struct
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO, Protocol
 
 import xxhash
 import zstandard
@@ -46,7 +48,7 @@ from .._errors import (
     TruncatedSnapshot,
 )
 from . import _fs
-from ._keys import KeyRing
+from ._keys import Key, KeyRing
 
 __all__ = [
     "FORMAT_VERSION",
@@ -76,7 +78,9 @@ def _aad(header_sha: bytes, index: int, last: bool) -> bytes:
     return header_sha + struct.pack("<IB", index, last)
 
 
-def _sealed(chunks, key: bytes, prefix: bytes, header_sha: bytes):
+def _sealed(
+    chunks: Iterable[bytes], key: bytes, prefix: bytes, header_sha: bytes
+) -> Iterator[bytes]:
     """AES-GCM each chunk; the last one is flagged so a cut at a chunk boundary fails."""
     aead = AESGCM(key)
     index, pending = 0, None
@@ -92,15 +96,17 @@ def _sealed(chunks, key: bytes, prefix: bytes, header_sha: bytes):
     )
 
 
-def _compressed(payload) -> iter[bytes]:
+def _compressed(payload: bytes) -> Iterator[bytes]:
     chunker = zstandard.ZstdCompressor(level=_ZSTD_LEVEL).chunker(chunk_size=CHUNK_SIZE)
     view = memoryview(payload)
     for start in range(0, len(view), 4 * CHUNK_SIZE):
         yield from chunker.compress(view[start : start + 4 * CHUNK_SIZE])
-    yield from chunker.finish()
+    yield from chunker.finish()  # type: ignore[no-untyped-call]  # (zstandard's stub)
 
 
-def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes, out: list | None = None):
+def _file_bytes(
+    header_bytes: bytes, body_chunks: Iterable[bytes], mac_key: bytes, out: list[str] | None = None
+) -> Iterator[bytes]:
     header_digest = xxhash.xxh3_128_digest(header_bytes)
     body_hash = xxhash.xxh3_128()
     mac = hmac.new(mac_key, header_bytes, hashlib.sha256)
@@ -120,7 +126,7 @@ def _file_bytes(header_bytes: bytes, body_chunks, mac_key: bytes, out: list | No
 
 def write(
     path: str,
-    header: dict,
+    header: dict[str, Any],
     payload: bytes,
     keys: KeyRing,
     *,
@@ -134,7 +140,7 @@ def write(
 
 def write_signed(
     path: str,
-    header: dict,
+    header: dict[str, Any],
     payload: bytes,
     keys: KeyRing,
     *,
@@ -174,7 +180,7 @@ _TAG = 16  # AES-GCM adds a 16-byte tag to each sealed chunk
 
 
 class _Reader:
-    def __init__(self, f, path: str):
+    def __init__(self, f: BinaryIO, path: str):
         self.f, self.path = f, path
         self.size = os.fstat(f.fileno()).st_size
 
@@ -195,7 +201,7 @@ class _Reader:
         return data
 
 
-def _open(path: str):
+def _open(path: str) -> BinaryIO:
     # O_NONBLOCK: opening a FIFO must not wait for a writer; only regular files are read.
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -210,7 +216,7 @@ def _open(path: str):
     return os.fdopen(fd, "rb", buffering=_READ_BUFFER)
 
 
-def _read_header(reader: _Reader) -> tuple[dict, bytes]:
+def _read_header(reader: _Reader) -> tuple[dict[str, Any], bytes]:
     path = reader.path
     magic = reader.f.read(len(MAGIC))
     if magic != MAGIC:
@@ -244,13 +250,13 @@ def _read_header(reader: _Reader) -> tuple[dict, bytes]:
     return header, header_bytes
 
 
-def peek_header(path: str) -> dict:
+def peek_header(path: str) -> dict[str, Any]:
     """The header, unverified: only for saying which key or job a file names."""
     with _open(path) as f:
         return _read_header(_Reader(f, path))[0]
 
 
-def _chunk_limit(header: dict, path: str) -> int:
+def _chunk_limit(header: dict[str, Any], path: str) -> int:
     """The exact length of every body chunk but the last, from the header's chunk size."""
     size = header.get("chunk_size")
     if type(size) is not int or not 0 < size <= _MAX_CHUNK_SIZE:
@@ -260,19 +266,25 @@ def _chunk_limit(header: dict, path: str) -> int:
     return size + (_TAG if _AEAD in header["codecs"] else 0)
 
 
-def _body_chunks(reader: _Reader, limit: int, hashes):
+class _Hash(Protocol):
+    def update(self, data: bytes, /) -> None: ...
+
+
+def _body_chunks(
+    reader: _Reader, limit: int, hashes: Iterable[_Hash]
+) -> Iterator[tuple[bytes, bool]]:
     """(chunk, is_last) for each body chunk, feeding length prefixes, chunks and the
     end marker to `hashes`. The writer cuts the body into chunks of exactly `limit`
     bytes but the last, so anything else (e.g. a file of tiny chunks, built to make a
     reader allocate and hash millions of objects) is refused at its second chunk."""
-    previous = None
+    previous: bytes | None = None
     while True:
         prefix = reader.exactly(_LEN.size, "body")
         (length,) = _LEN.unpack(prefix)
         if length > reader.size - reader.f.tell():
             reader.exactly(length, "body")  # a length past the end: truncated
         if length and (length > limit or (previous is not None and len(previous) != limit)):
-            bad = length if length > limit else len(previous)
+            bad = length if length > limit or previous is None else len(previous)
             raise CorruptSnapshot(
                 f"{reader.path} is damaged: it has a body chunk of {bad} bytes "
                 f"where its writer makes chunks of {limit}"
@@ -291,7 +303,9 @@ def _body_chunks(reader: _Reader, limit: int, hashes):
         previous = chunk
 
 
-def _verify_open(f, path: str, keys: KeyRing, require_encryption: bool):
+def _verify_open(
+    f: BinaryIO, path: str, keys: KeyRing, require_encryption: bool
+) -> tuple[dict[str, Any], bytes, Key, int, bytes]:
     """One streaming pass over the open file (constant memory: one chunk at a time):
     structure, key, digests and signature. Returns (header, header_bytes, key,
     body offset, MAC)."""
@@ -339,7 +353,7 @@ def _verify_open(f, path: str, keys: KeyRing, require_encryption: bool):
     )
 
 
-def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dict:
+def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dict[str, Any]:
     """Check a snapshot file completely without decoding its body, in constant memory;
     returns the header. Raises CorruptSnapshot, TruncatedSnapshot or a
     SnapshotRejected subclass."""
@@ -349,7 +363,7 @@ def verify(path: str, keys: KeyRing, *, require_encryption: bool = False) -> dic
 
 def verify_digest(
     path: str, keys: KeyRing, *, require_encryption: bool = False
-) -> tuple[dict, str]:
+) -> tuple[dict[str, Any], str]:
     """verify(), returning (header, digest): the digest as write_signed() returned it."""
     with _open(path) as f:
         header, _, _, _, digest = _verify_open(f, path, keys, require_encryption)
@@ -358,14 +372,14 @@ def verify_digest(
 
 def read_payload(
     path: str, keys: KeyRing, *, require_encryption: bool = False
-) -> tuple[dict, bytearray]:
+) -> tuple[dict[str, Any], bytearray]:
     """(header, pickle bytes) of a verified file (see read_verified)."""
     return read_verified(path, keys, require_encryption=require_encryption)[:2]
 
 
 def read_verified(
     path: str, keys: KeyRing, *, require_encryption: bool = False
-) -> tuple[dict, bytearray, str]:
+) -> tuple[dict[str, Any], bytearray, str]:
     """(header, pickle bytes, digest) of a verified file.
 
     A first pass verifies the file in constant memory; a second pass over the same

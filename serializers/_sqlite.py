@@ -11,7 +11,10 @@ import os
 import sqlite3
 import threading
 import time
+import types
 import urllib.parse
+from collections.abc import Callable
+from typing import Any, Literal, NoReturn
 
 from .._errors import (
     JobExists,
@@ -129,6 +132,9 @@ def store_failure(exc: BaseException, path: str) -> SnapstateError | None:
     )
 
 
+_Row = tuple[Any, ...]  # a row as sqlite3 returns it (values by the column's type)
+
+
 class SqliteStore(Store):
     """`sealer` seals what the agent produced (argv, errors, labels, event details, effect
     arguments, results, notes, external ids) on write and opens it on read, so callers
@@ -141,7 +147,7 @@ class SqliteStore(Store):
         self,
         directory: str,
         *,
-        clock=time.time,
+        clock: Callable[[], float] = time.time,
         synchronous: str = "FULL",
         sealer: Sealer = PLAIN,
         create: bool = True,
@@ -274,13 +280,19 @@ class SqliteStore(Store):
                 self._raise_mapped(exc)
             return self.db
 
-        def __exit__(self, kind, exc, tb):
+        def __exit__(
+            self,
+            kind: type[BaseException] | None,
+            exc: BaseException | None,
+            tb: types.TracebackType | None,
+        ) -> Literal[False]:
             if kind is None:
                 try:
                     self.db.execute("COMMIT")
                     return False
                 except (sqlite3.DatabaseError, OSError) as commit_error:
                     exc = commit_error
+            assert exc is not None  # the body's exception, or the COMMIT's
             # SQLite may have rolled back by itself (e.g. on SQLITE_FULL).
             if self.db.in_transaction:
                 try:
@@ -294,7 +306,7 @@ class SqliteStore(Store):
                 raise exc  # a COMMIT that failed otherwise (e.g. busy)
             return False
 
-        def _raise_mapped(self, exc: BaseException):
+        def _raise_mapped(self, exc: BaseException) -> NoReturn:
             mapped = store_failure(exc, self.path)
             if mapped is None:
                 raise exc
@@ -310,7 +322,7 @@ class SqliteStore(Store):
             self._local.db = None
 
     # ---------------------------------------------------------------- jobs
-    def _job(self, row) -> JobRow:
+    def _job(self, row: _Row) -> JobRow:
         argv = self.sealer.open(row[2], "jobs", "argv", row[0])
         return JobRow(
             row[0],
@@ -329,7 +341,15 @@ class SqliteStore(Store):
         "job_id, entry, argv, status, created, updated, resume_count, parent, fork_seq, error"
     )
 
-    def create_job(self, job_id, entry, argv, *, parent=None, fork_seq=None) -> JobRow:
+    def create_job(
+        self,
+        job_id: str,
+        entry: dict[str, Any],
+        argv: list[str],
+        *,
+        parent: str | None = None,
+        fork_seq: int | None = None,
+    ) -> JobRow:
         now = self.clock()
         with self._tx() as db:
             self._insert_job(db, job_id, entry, argv, parent, fork_seq, now)
@@ -343,7 +363,7 @@ class SqliteStore(Store):
             )
         return self.get_job(job_id)
 
-    def get_job(self, job_id) -> JobRow:
+    def get_job(self, job_id: str) -> JobRow:
         row = (
             self._db()
             .execute(f"SELECT {self._JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,))
@@ -359,7 +379,9 @@ class SqliteStore(Store):
         rows = self._db().execute(f"SELECT {self._JOB_COLUMNS} FROM jobs ORDER BY created, job_id")
         return [self._job(r) for r in rows]
 
-    def set_status(self, job_id, status, *, epoch=None, error=None) -> None:
+    def set_status(
+        self, job_id: str, status: str, *, epoch: int | None = None, error: str | None = None
+    ) -> None:
         with self._tx() as db:
             if epoch is not None:
                 self._check_epoch(db, job_id, epoch)
@@ -371,7 +393,7 @@ class SqliteStore(Store):
                 raise JobNotFound(f"no job {job_id!r}")
             self._event(db, job_id, status, error or "")
 
-    def delete_job(self, job_id) -> None:
+    def delete_job(self, job_id: str) -> None:
         with self._tx() as db:
             for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
                 db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
@@ -380,10 +402,10 @@ class SqliteStore(Store):
     _LEASE_COLUMNS = "job_id, host, pid, started, epoch, expires, heartbeat"
 
     @staticmethod
-    def _lease(row) -> LeaseRow:
+    def _lease(row: _Row) -> LeaseRow:
         return LeaseRow(row[0], Owner(row[1], row[2], row[3]), row[4], row[5], row[6])
 
-    def get_lease(self, job_id) -> LeaseRow | None:
+    def get_lease(self, job_id: str) -> LeaseRow | None:
         row = (
             self._db()
             .execute(f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,))
@@ -391,7 +413,9 @@ class SqliteStore(Store):
         )
         return self._lease(row) if row else None
 
-    def acquire_lease(self, job_id, owner, ttl, *, force=False, resuming=False) -> int:
+    def acquire_lease(
+        self, job_id: str, owner: Owner, ttl: float, *, force: bool = False, resuming: bool = False
+    ) -> int:
         now = self.clock()
         with self._tx() as db:
             job = db.execute(
@@ -429,7 +453,7 @@ class SqliteStore(Store):
                             "once its heartbeat is silent"
                         )
                     )
-            epoch = job[0] + 1
+            epoch: int = job[0] + 1
             db.execute(
                 "UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
                 " resume_count = resume_count + ? WHERE job_id = ?",
@@ -453,7 +477,7 @@ class SqliteStore(Store):
             )
         return epoch
 
-    def _check_epoch(self, db, job_id, epoch) -> None:
+    def _check_epoch(self, db: sqlite3.Connection, job_id: str, epoch: int | None) -> None:
         row = db.execute("SELECT epoch FROM leases WHERE job_id = ?", (job_id,)).fetchone()
         if row is None or row[0] != epoch:
             current = row[0] if row else "none"
@@ -463,7 +487,7 @@ class SqliteStore(Store):
                 "was rejected; nothing changed."
             )
 
-    def record_resume(self, job_id, epoch, detail) -> None:
+    def record_resume(self, job_id: str, epoch: int, detail: str) -> None:
         with self._tx() as db:
             self._check_epoch(db, job_id, epoch)
             db.execute(
@@ -471,7 +495,7 @@ class SqliteStore(Store):
             )
             self._event(db, job_id, "resumed", detail)
 
-    def heartbeat(self, job_id, epoch, ttl) -> None:
+    def heartbeat(self, job_id: str, epoch: int, ttl: float) -> None:
         now = self.clock()
         with self._tx() as db:
             self._check_epoch(db, job_id, epoch)
@@ -480,12 +504,22 @@ class SqliteStore(Store):
                 (now + ttl, now, job_id),
             )
 
-    def _fence_dispatch(self, db, job_id, epoch, ttl, margin, what) -> float:
+    def _fence_dispatch(
+        self,
+        db: sqlite3.Connection,
+        job_id: str,
+        epoch: int | None,
+        ttl: float,
+        margin: float,
+        what: str,
+    ) -> float:
         """Inside a dispatch's transaction: the epoch holds the lease and its deadline is
         more than `margin` seconds away; renew it (a heartbeat) and return the new one."""
         now = self.clock()  # inside the transaction: after any wait for the lock
         self._check_epoch(db, job_id, epoch)
-        expires = db.execute("SELECT expires FROM leases WHERE job_id = ?", (job_id,)).fetchone()[0]
+        expires: float = db.execute(
+            "SELECT expires FROM leases WHERE job_id = ?", (job_id,)
+        ).fetchone()[0]
         if expires - now <= margin:
             raise StaleWriter(
                 f"job {job_id}: {what} was not sent: this runner's lease (epoch {epoch}) "
@@ -504,7 +538,7 @@ class SqliteStore(Store):
         )
         return deadline
 
-    def release_lease(self, job_id, epoch) -> None:
+    def release_lease(self, job_id: str, epoch: int) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch))
 
@@ -522,11 +556,21 @@ class SqliteStore(Store):
             f"{self._snapshot_extra} FROM snapshots"
         )
 
-    def _snapshot(self, row) -> SnapshotRow:
+    def _snapshot(self, row: _Row) -> SnapshotRow:
         label = self.sealer.open(row[2], "snapshots", "label", row[0], row[1])
-        return SnapshotRow(row[0], row[1], label, *row[3:8], json.loads(row[8]) if row[8] else None)
+        return SnapshotRow(
+            row[0],
+            row[1],
+            label,
+            row[3],
+            row[4],
+            row[5],
+            row[6],
+            row[7],
+            json.loads(row[8]) if row[8] else None,
+        )
 
-    def _snapshot_values(self, row: SnapshotRow) -> tuple:
+    def _snapshot_values(self, row: SnapshotRow) -> tuple[object, ...]:
         return (
             row.job_id,
             row.seq,
@@ -560,16 +604,16 @@ class SqliteStore(Store):
                 db, row.job_id, "snapshot", f"{row.seq}" + (f" ({row.label})" if row.label else "")
             )
 
-    def _label(self, row: SnapshotRow):
+    def _label(self, row: SnapshotRow) -> str | bytes | None:
         return self.sealer.seal(row.label, "snapshots", "label", row.job_id, row.seq)
 
-    def snapshots(self, job_id) -> list[SnapshotRow]:
+    def snapshots(self, job_id: str) -> list[SnapshotRow]:
         rows = self._db().execute(
             f"{self._select_snapshots} WHERE job_id = ? ORDER BY seq", (job_id,)
         )
         return [self._snapshot(r) for r in rows]
 
-    def delete_snapshot(self, job_id, seq) -> None:
+    def delete_snapshot(self, job_id: str, seq: int) -> None:
         with self._tx() as db:
             db.execute("DELETE FROM snapshots WHERE job_id = ? AND seq = ?", (job_id, seq))
 
@@ -582,7 +626,11 @@ class SqliteStore(Store):
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
 
     def rebuild_job(
-        self, job: JobRow, epoch: int, rows: list[SnapshotRow], metrics: dict | None = None
+        self,
+        job: JobRow,
+        epoch: int,
+        rows: list[SnapshotRow],
+        metrics: dict[str, float] | None = None,
     ) -> None:
         """Recreate a job and its snapshot rows from its files (snaprun repair), in one
         transaction; its next lease epoch is above every epoch its files carry."""
@@ -615,7 +663,16 @@ class SqliteStore(Store):
             self._event(db, job.job_id, "rebuilt", job.error or "")
 
     # ---------------------------------------------------------------- admin operations
-    def _insert_job(self, db, job_id, entry, argv, parent, fork_seq, now) -> None:
+    def _insert_job(
+        self,
+        db: sqlite3.Connection,
+        job_id: str,
+        entry: dict[str, Any],
+        argv: list[str],
+        parent: str | None,
+        fork_seq: int | None,
+        now: float,
+    ) -> None:
         if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone():
             raise JobExists(
                 f"a job named {job_id!r} already exists in {self.directory}; choose another id"
@@ -634,14 +691,21 @@ class SqliteStore(Store):
             ),
         )
 
-    def _live_lease(self, db, job_id) -> LeaseRow | None:
+    def _live_lease(self, db: sqlite3.Connection, job_id: str) -> LeaseRow | None:
         row = db.execute(
             f"SELECT {self._LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,)
         ).fetchone()
         lease = self._lease(row) if row else None
         return lease if lease is not None and lease.is_live(self.clock()) else None
 
-    def fork_job(self, parent, fork_seq, job_id, copies, inherited_effects) -> JobRow:
+    def fork_job(
+        self,
+        parent: str,
+        fork_seq: int,
+        job_id: str,
+        copies: dict[int, SnapshotRow],
+        inherited_effects: int,
+    ) -> JobRow:
         now = self.clock()
         with self._tx() as db:
             source = db.execute(
@@ -696,7 +760,16 @@ class SqliteStore(Store):
             self._event(db, parent, "forked", f"snapshot {fork_seq} as job {job_id}")
         return self.get_job(job_id)
 
-    def import_job(self, job_id, entry, argv, row, *, parent, source) -> JobRow:
+    def import_job(
+        self,
+        job_id: str,
+        entry: dict[str, Any],
+        argv: list[str],
+        row: SnapshotRow,
+        *,
+        parent: str | None,
+        source: str,
+    ) -> JobRow:
         now = self.clock()
         with self._tx() as db:
             self._insert_job(db, job_id, entry, argv, parent, row.seq, now)
@@ -761,7 +834,9 @@ class SqliteStore(Store):
                 self._event(db, job_id, "interrupted", "")
         return settled
 
-    def prune_job(self, job_id, *, finished, keep_last, older_than):
+    def prune_job(
+        self, job_id: str, *, finished: bool, keep_last: int | None, older_than: float | None
+    ) -> tuple[bool, list[SnapshotRow]]:
         with self._tx() as db:
             job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if job is None:
@@ -894,7 +969,7 @@ class SqliteStore(Store):
                 ) from None
         return deadline
 
-    def bump_metric(self, job_id, name, by=1) -> None:
+    def bump_metric(self, job_id: str, name: str, by: int = 1) -> None:
         with self._tx() as db:
             db.execute(
                 "INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?) ON CONFLICT "
@@ -902,14 +977,14 @@ class SqliteStore(Store):
                 (job_id, name, by),
             )
 
-    def set_metric(self, job_id, name, value) -> None:
+    def set_metric(self, job_id: str, name: str, value: float) -> None:
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
                 (job_id, name, value),
             )
 
-    def metrics(self, job_id) -> dict:
+    def metrics(self, job_id: str) -> dict[str, float]:
         return dict(
             self._db()
             .execute("SELECT name, value FROM metrics WHERE job_id = ?", (job_id,))
@@ -984,7 +1059,7 @@ class SqliteStore(Store):
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     # ---------------------------------------------------------------- timeline
-    def _event(self, db, job_id, kind, detail) -> None:
+    def _event(self, db: sqlite3.Connection, job_id: str, kind: str, detail: str) -> None:
         at = float(self.clock())
         db.execute(
             "INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
@@ -996,11 +1071,11 @@ class SqliteStore(Store):
             ),
         )
 
-    def log_event(self, job_id, kind, detail="") -> None:
+    def log_event(self, job_id: str, kind: str, detail: str = "") -> None:
         with self._tx() as db:
             self._event(db, job_id, kind, detail)
 
-    def events(self, job_id) -> list[EventRow]:
+    def events(self, job_id: str) -> list[EventRow]:
         rows = self._db().execute(
             "SELECT job_id, at, kind, detail FROM events WHERE job_id = ? ORDER BY id", (job_id,)
         )

@@ -63,8 +63,8 @@ class Owner:
 @dataclass(frozen=True)
 class JobRow:
     job_id: str
-    entry: dict
-    argv: list
+    entry: dict[str, Any]  # the entry point (EntryPoint.as_dict(), JSON)
+    argv: list[str]
     status: str
     created: float
     updated: float
@@ -87,7 +87,7 @@ class SnapshotRow:
     digest: str | None = None
     # For a file copied in by fork or import, whose header names another job: what its
     # header says ({"store": id or None, "job": id, "epoch": n}); None for the job's own.
-    origin: dict | None = None
+    origin: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -208,8 +208,8 @@ class Store(abc.ABC):
     def create_job(
         self,
         job_id: str,
-        entry: dict,
-        argv: list,
+        entry: dict[str, Any],
+        argv: list[str],
         *,
         parent: str | None = None,
         fork_seq: int | None = None,
@@ -284,7 +284,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def rebuild_job(
-        self, job: JobRow, epoch: int, rows: list[SnapshotRow], metrics: dict | None = None
+        self,
+        job: JobRow,
+        epoch: int,
+        rows: list[SnapshotRow],
+        metrics: dict[str, float] | None = None,
     ) -> None:
         """Recreate a job (with the given status, error and lease epoch), its snapshot
         rows and metrics in one transaction: `snaprun repair`. JobExists if the id is
@@ -314,8 +318,8 @@ class Store(abc.ABC):
     def import_job(
         self,
         job_id: str,
-        entry: dict,
-        argv: list,
+        entry: dict[str, Any],
+        argv: list[str],
         row: SnapshotRow,
         *,
         parent: str | None,
@@ -381,7 +385,7 @@ class Store(abc.ABC):
         """Add to one of the job's counters (metrics)."""
 
     @abc.abstractmethod
-    def metrics(self, job_id: str) -> dict:
+    def metrics(self, job_id: str) -> dict[str, float]:
         """The job's counters and timestamps."""
 
     @abc.abstractmethod

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import sys
 import types
+from typing import Any, TypeAlias
 
 from . import _bytecode as bc
 from . import _dispatch
@@ -29,9 +30,12 @@ class _StubRaise(BaseException):
 
 _STUB_CACHE: dict[int, tuple[types.CodeType, types.CodeType, int]] = {}
 
+# One traceback entry: (code identity or None, file name, name, qualname, line, unit).
+Entry: TypeAlias = tuple[CodeRef | None, str, str, str, int, int]
 
-def save_traceback(tb) -> list[tuple]:
-    entries = []
+
+def save_traceback(tb: types.TracebackType | None) -> list[Entry]:
+    entries: list[Entry] = []
     while tb is not None:
         frame = tb.tb_frame
         code, unit = _dispatch.code_position(frame.f_code, max(tb.tb_lasti, 0) // 2)
@@ -76,7 +80,7 @@ def _raising_stub(code: types.CodeType) -> tuple[types.CodeType, int]:
     return stub, prologue
 
 
-def _frame_running(code: types.CodeType, globals_: dict):
+def _frame_running(code: types.CodeType, globals_: dict[str, Any]) -> types.FrameType:
     """A frame object of `code` (a stub that raised in its prologue)."""
     closure = tuple(types.CellType() for _ in code.co_freevars) or None
     fn = types.FunctionType(code, globals_, code.co_name, (None,) * code.co_argcount, closure)
@@ -85,12 +89,14 @@ def _frame_running(code: types.CodeType, globals_: dict):
         fn.__kwdefaults__ = dict.fromkeys(names)
     try:
         result = fn()
-        if inspect.isgenerator(result) or inspect.iscoroutine(result):
+        # isinstance, as inspect.isgenerator() and co. test (their types forbid send)
+        if isinstance(result, (types.GeneratorType, types.CoroutineType)):
             result.send(None)
-        elif inspect.isasyncgen(result):
+        elif isinstance(result, types.AsyncGeneratorType):
             result.asend(None).send(None)
     except _StubRaise as exc:
         tb = exc.__traceback__
+        assert tb is not None  # a caught exception has its traceback
         while tb.tb_next is not None:
             tb = tb.tb_next
         return tb.tb_frame
@@ -99,7 +105,7 @@ def _frame_running(code: types.CodeType, globals_: dict):
 
 def _entry_frame(
     ref: CodeRef | None, filename: str, name: str, qualname: str, lineno: int, unit: int
-):
+) -> tuple[types.FrameType, int]:
     if ref is not None:
         try:
             code = find_code(ref)
@@ -116,13 +122,14 @@ def _entry_frame(
         exec(stub, globals_)
     except _StubRaise as exc:
         tb = exc.__traceback__
+        assert tb is not None  # a caught exception has its traceback
         while tb.tb_next is not None:
             tb = tb.tb_next
         return tb.tb_frame, tb.tb_lasti
     raise RuntimeError("traceback stub did not raise")  # pragma: no cover
 
 
-def rebuild_traceback(entries: list[tuple]):
+def rebuild_traceback(entries: list[Entry]) -> types.TracebackType | None:
     tb = None
     for ref, filename, name, qualname, lineno, unit in reversed(entries):
         frame, lasti = _entry_frame(ref, filename, name, qualname, lineno, unit)
