@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._errors import (
     HeaderMismatch,
@@ -287,7 +288,7 @@ def reconcile(
 
 
 # ---------------------------------------------------------------------------- stats
-def stats(home: Home, job_id: str | None = None) -> list[dict]:
+def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
     """Durability metrics per job (or of one job): resumes, snapshot age, effects,
     effects served from the ledger, reconciled and ambiguous actions, restart-to-
     progress time. Reads only."""

@@ -16,7 +16,9 @@ import os
 import sys
 import sysconfig
 import types
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import RestoreError
 from ..serializers._codeid import module_digest
@@ -61,7 +63,7 @@ class EntryPoint:
         # Like `python -m`: a module is found from the current directory first.
         return cls(module, function, None, os.getcwd())
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | None]:
         return {
             "module": self.module,
             "function": self.function,
@@ -70,7 +72,7 @@ class EntryPoint:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> EntryPoint:
+    def from_dict(cls, data: dict[str, Any]) -> EntryPoint:
         return cls(data["module"], data["function"], data.get("path"), data.get("search_path"))
 
     @property
@@ -87,14 +89,20 @@ class EntryPoint:
                 raise EntryPointError(f"cannot import {self.module}: {exc}") from None
         if not os.path.isfile(self.path):
             raise EntryPointError(f"the agent script {self.path} no longer exists")
-        if self.root not in sys.path:
-            sys.path.insert(0, self.root)
+        root = self.root
+        assert root is not None  # a script's directory
+        if root not in sys.path:
+            sys.path.insert(0, root)
         existing = sys.modules.get(self.module)
         if existing is not None and os.path.realpath(
             getattr(existing, "__file__", "") or ""
         ) == os.path.realpath(self.path):
             return existing
         spec = importlib.util.spec_from_file_location(self.module, self.path)
+        if spec is None or spec.loader is None:  # no loader for its file name's suffix
+            raise EntryPointError(
+                f"the agent script {self.path} is not a Python source file: name it .py"
+            )
         module = importlib.util.module_from_spec(spec)
         sys.modules[self.module] = module
         try:
@@ -104,9 +112,9 @@ class EntryPoint:
             raise
         return module
 
-    def load(self):
+    def load(self) -> Callable[..., object]:
         module = self.import_module()
-        fn = getattr(module, self.function, None)
+        fn: object = getattr(module, self.function, None)
         if not callable(fn):
             where = self.path or self.module
             raise EntryPointError(f"{where} defines no function {self.function}()")
@@ -123,10 +131,12 @@ class EntryPoint:
         path = getattr(module, "__file__", None)
         if not path:
             return False
-        real = os.path.realpath(path)
+        real: str = os.path.realpath(path)
         if any(real.startswith(d + os.sep) for d in _LIBRARY_DIRS):
             return False
-        return real.startswith(os.path.realpath(self.root) + os.sep)
+        root = self.root
+        assert root is not None  # a script's directory
+        return real.startswith(os.path.realpath(root) + os.sep)
 
 
 _OWNED: dict[tuple[EntryPoint, int], tuple[types.ModuleType, bool]] = {}
@@ -135,8 +145,9 @@ _OWNED: dict[tuple[EntryPoint, int], tuple[types.ModuleType, bool]] = {}
 def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
     """The agent's own modules among those loaded (decided once per module: resolving
     paths of every loaded module at each snapshot would dominate its cost)."""
-    out = []
-    for module in list(sys.modules.values()):
+    out: list[types.ModuleType] = []
+    loaded: list[object] = list(sys.modules.values())  # not always modules
+    for module in loaded:
         if not isinstance(module, types.ModuleType):
             continue
         hit = _OWNED.get((entry, id(module)))
@@ -147,7 +158,7 @@ def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
     return out
 
 
-def _rebound_on_import(module: types.ModuleType, name: str, value) -> bool:
+def _rebound_on_import(module: types.ModuleType, name: str, value: object) -> bool:
     """Names that importing the module binds again by itself: its functions and
     classes, imported modules, module dunders."""
     if name.startswith("__") and name.endswith("__"):
@@ -162,18 +173,18 @@ def _rebound_on_import(module: types.ModuleType, name: str, value) -> bool:
     return False
 
 
-def capture_globals(modules) -> dict[str, dict]:
+def capture_globals(modules: Iterable[types.ModuleType]) -> dict[str, dict[str, object]]:
     return {
         m.__name__: {k: v for k, v in vars(m).items() if not _rebound_on_import(m, k, v)}
         for m in modules
     }
 
 
-def module_digests(modules) -> dict[str, str | None]:
+def module_digests(modules: Iterable[types.ModuleType]) -> dict[str, str | None]:
     return {m.__name__: module_digest(m) for m in modules}
 
 
-def restore_globals(saved: dict[str, dict]) -> None:
+def restore_globals(saved: dict[str, dict[str, object]]) -> None:
     for name, values in saved.items():
         module = sys.modules.get(name) or importlib.import_module(name)
         vars(module).update(values)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import sys
 import types
+from typing import Any
 
 from .._errors import SnapshotError
 from ..serializers import _bytecode as bc
@@ -60,12 +61,13 @@ def _module_of(frame: types.FrameType) -> str:
             "(code from exec() or eval()?), so it could not be found again after a restore. "
             "Move that code into a module of the agent."
         )
+    assert isinstance(name, str)  # sys.modules[name] is that module
     return name
 
 
 def _link(
     caller: types.FrameType, caller_addr: int, caller_paused_in_call: bool, callee: types.FrameType
-):
+) -> tuple[str, int | None]:
     """How `callee` was called by `caller`: directly, through C code, or (3.13)
     through the hidden frame that finishes an inlined __init__.
 
@@ -98,7 +100,7 @@ def _handled_slots(code: types.CodeType, unit: int) -> list[int]:
     POP_EXCEPT` is the cleanup of an except body whose saved slot is depth - 1."""
     entries = bc.exception_entries(code)
     slots: list[int] = []
-    seen = set()
+    seen: set[bc.ExceptionEntry] = set()
     while True:
         entry = next((e for e in entries if e.start <= unit < e.end), None)
         if entry is None or entry in seen:
@@ -112,7 +114,7 @@ def _handled_slots(code: types.CodeType, unit: int) -> list[int]:
     return sorted(set(slots))
 
 
-def _callable_of_call(ins: bc.Instruction, stack_before: list):
+def _callable_of_call(ins: bc.Instruction, stack_before: list[object]) -> object:
     depth = len(stack_before)
     if ins.opname == "CALL_FUNCTION_EX":
         index = depth - 2 - (ins.arg & 1) - (1 if LAYOUT.CALLABLE_FIRST else 0)
@@ -124,20 +126,20 @@ def _callable_of_call(ins: bc.Instruction, stack_before: list):
     return second if first is NULL else first
 
 
-def _code_of_callable(obj):
+def _code_of_callable(obj: object) -> types.CodeType | None:
     fn = getattr(obj, "__func__", obj)
     code = getattr(fn, "__code__", None)
     return code if isinstance(code, types.CodeType) else None
 
 
-def _init_code(cls: type):
+def _init_code(cls: type) -> types.CodeType | None:
     if type(cls).__call__ is not type.__call__:
         return None
     init = inspect.getattr_static(cls, "__init__", None)
     return _code_of_callable(init)
 
 
-def _call_slot_code(obj):
+def _call_slot_code(obj: object) -> types.CodeType | None:
     """Code of the Python function that calling `obj` runs through its type's __call__
     slot, when that C slot only passes the call through: a plain function (also as a
     classmethod, staticmethod or bound method) found on type(obj). None for anything
@@ -149,8 +151,9 @@ def _call_slot_code(obj):
     return call.__code__ if isinstance(call, types.FunctionType) else None
 
 
-def _c_name(obj) -> str:
+def _c_name(obj: object) -> str:
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    module: str | None
     if name is None:
         name = type(obj).__qualname__
         module = type(obj).__module__
@@ -159,7 +162,7 @@ def _c_name(obj) -> str:
     return f"{module}.{name}" if module and module != "builtins" else str(name)
 
 
-def _refuse_c_code(frame, callee, what: str) -> SnapshotError:
+def _refuse_c_code(frame: types.FrameType, callee: types.FrameType, what: str) -> SnapshotError:
     return SnapshotError(
         f"snapshot() inside {callee.f_code.co_qualname}() at {callee.f_code.co_filename}:"
         f"{callee.f_lineno}, which was called by C code ({what}) from {describe(frame)}: "
@@ -169,14 +172,26 @@ def _refuse_c_code(frame, callee, what: str) -> SnapshotError:
     )
 
 
-def _pass_through(frame, callee, callee_code, callee_record, ins, stack_before, code):
+def _pass_through(
+    frame: types.FrameType,
+    callee: types.FrameType,
+    callee_code: types.CodeType,
+    callee_record: FrameRecord | None,
+    ins: bc.Instruction,
+    stack_before: list[object],
+    code: types.CodeType,
+) -> tuple[str, object]:
     """Result kind and instance when C code between frame and callee only passes the
     call through; a SnapshotError otherwise."""
     if ins.opname in LAYOUT.CALL_OPS:
         target = _callable_of_call(ins, stack_before)
         if isinstance(target, type):
             if _init_code(target) is callee_code:
-                instance = callee_record.slots[0] if callee_record.slots else NULL
+                instance = (
+                    callee_record.slots[0]
+                    if callee_record is not None and callee_record.slots
+                    else NULL
+                )
                 if isinstance(instance, types.CellType):
                     instance = instance.cell_contents
                 if isinstance(instance, target):
@@ -223,7 +238,9 @@ def _original_code(frame: types.FrameType) -> types.CodeType:
     return unmorph(frame.f_code, max(frame.f_lasti // 2, 0))[0]
 
 
-def _capture_call_frame(frame, callee, callee_record) -> FrameRecord:
+def _capture_call_frame(
+    frame: types.FrameType, callee: types.FrameType, callee_record: FrameRecord | None
+) -> FrameRecord:
     code = frame.f_code
     if code.co_flags & _GENERATOR_LIKE:
         raise SnapshotError(
@@ -250,7 +267,8 @@ def _capture_call_frame(frame, callee, callee_record) -> FrameRecord:
 
     link, _shim = _link(frame, addr, view.stacktop >= n, callee)
     callee_code = _original_code(callee)
-    result, instance = VALUE, None
+    result: str = VALUE
+    instance: object = None
     if prologue_rec is not None:
         result, instance = prologue_rec.result, prologue_rec.instance
     elif link == _C_CODE:
@@ -261,6 +279,7 @@ def _capture_call_frame(frame, callee, callee_record) -> FrameRecord:
             frame, callee, callee_code, callee_record, ins, stack_before, original
         )
     elif link == _INIT_SHIM:
+        assert _shim is not None  # _link gives the shim's address with _INIT_SHIM
         instance = _layout.read_pointers(_shim, 0, 1)[0]
         result = INSTANCE
     elif ins.opname in LAYOUT.ATTR_OPS and LAYOUT.ATTR_METHOD_BIT and ins.arg & 1:
@@ -299,7 +318,9 @@ def _capture_call_frame(frame, callee, callee_record) -> FrameRecord:
     )
 
 
-def _assign_handled(records_outer_first: list[FrameRecord], innermost) -> None:
+def _assign_handled(
+    records_outer_first: list[FrameRecord], innermost: BaseException | None
+) -> None:
     """The exception handled by each enclosing except body: the previously handled
     exception saved by the next inner handler, or, for the innermost, `innermost`."""
     order = [(rec, i) for rec in records_outer_first for i in sorted(rec.handled)]
@@ -317,7 +338,9 @@ def capture_stack(
     """Records of the frames below `top` (snapshot()'s own frame) down to the frame
     running `stop_code` (excluded), innermost first."""
     records: list[FrameRecord] = []
-    callee, callee_record = top, FrameRecord(code=None, slots=[], stack=[], resume=0, pending=0)
+    # snapshot()'s own frame is not recorded: it has no record to pass on
+    callee: types.FrameType = top
+    callee_record: FrameRecord | None = None
     frame = top.f_back
     while frame is not None and frame.f_code is not stop_code:
         record = _capture_call_frame(frame, callee, callee_record)
@@ -333,7 +356,9 @@ def capture_stack(
     return records
 
 
-def capture_generator(gen) -> FrameRecord:
+def capture_generator(
+    gen: types.GeneratorType[Any, Any, Any] | types.CoroutineType[Any, Any, Any],
+) -> FrameRecord:
     """Record of a suspended (or not yet started) generator held as a value, or of a
     coroutine not started yet (created, never awaited)."""
     if isinstance(gen, types.CoroutineType):
@@ -342,6 +367,7 @@ def capture_generator(gen) -> FrameRecord:
             raise SnapshotError(f"coroutine {gen.__qualname__}() is running or suspended")
     else:
         frame, created = gen.gi_frame, inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
+    assert frame is not None  # the pickler passes only a generator that has a frame
     code = frame.f_code
     module = _module_of(frame)
     addr, view = _layout.iframe_of(frame)

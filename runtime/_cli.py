@@ -15,6 +15,8 @@ import sqlite3
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -78,7 +80,7 @@ def _say(message: str) -> None:
     click.echo(f"snaprun: {message}", err=True)
 
 
-def _fail(exc: SnapstateError) -> None:
+def _fail(exc: SnapstateError) -> NoReturn:
     _say(f"error: {exc}")
     sys.exit(exit_code(exc))
 
@@ -150,13 +152,16 @@ def _home(
         _damaged(exc)  # the last resort: store files the code did not expect
 
 
-def _finite_grace(ctx, param, value):
+def _finite_grace(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
     if value is not None and not math.isfinite(value):
         raise click.BadParameter("must be a number of seconds", ctx, param)
     return value
 
 
-def grace_option(fn):
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def grace_option(fn: _F) -> _F:
     return click.option(
         "--grace",
         type=click.FloatRange(min=0, max=7 * 86400, min_open=True),
@@ -168,7 +173,7 @@ def grace_option(fn):
     )(fn)
 
 
-def store_option(fn):
+def store_option(fn: _F) -> _F:
     return click.option(
         "--store",
         type=click.Path(file_okay=False),
@@ -187,7 +192,7 @@ def _agent_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _damaged(exc: BaseException) -> None:
+def _damaged(exc: BaseException) -> NoReturn:
     where = _STORE_IN_USE[0] if _STORE_IN_USE else default_home(None)
     _say(
         f"error: the store at {where} is damaged or unreadable: {type(exc).__name__}: "
@@ -196,7 +201,7 @@ def _damaged(exc: BaseException) -> None:
     sys.exit(EXIT_USAGE)
 
 
-def _run_job(job: Job, action, grace: float | None = None) -> None:
+def _run_job(job: Job, action: Callable[[], object], grace: float | None = None) -> NoReturn:
     """Run or resume a job and exit with the contract's code."""
     job.say = _say
     sigterm = SigtermHandler(job, grace)
@@ -237,7 +242,7 @@ def _run_job(job: Job, action, grace: float | None = None) -> None:
     sys.exit(EXIT_DONE)
 
 
-def _agent_failed(job: Job, exc: BaseException) -> None:
+def _agent_failed(job: Job, exc: BaseException) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.write(_agent_traceback(exc))
     _say(f"job {job.job_id} failed: {type(exc).__name__}: {exc}")
@@ -312,7 +317,13 @@ def cli() -> None:
 @grace_option
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run(store, job_id, grace, script, args) -> None:
+def run(
+    store: str | None,
+    job_id: str | None,
+    grace: float | None,
+    script: str,
+    args: tuple[str, ...],
+) -> None:
     """Run SCRIPT's main() (a .py file or module:function) as a new job.
 
     ARGS become the agent's sys.argv[1:]. The job id is printed on stderr. The entry
@@ -365,7 +376,14 @@ def run(store, job_id, grace, script, args) -> None:
 )
 @grace_option
 @click.argument("target")
-def resume(store, at, as_id, force, grace, target) -> None:
+def resume(
+    store: str | None,
+    at: int | None,
+    as_id: str | None,
+    force: bool,
+    grace: float | None,
+    target: str,
+) -> None:
     """Continue job TARGET after its latest snapshot, or the snapshot FILE TARGET.
 
     A job whose runner was killed resumes without --force. A FILE from another store
@@ -388,11 +406,11 @@ def resume(store, at, as_id, force, grace, target) -> None:
 @cli.command("ls", epilog=_EXIT_HELP)
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
-def list_jobs(store, as_json) -> None:
+def list_jobs(store: str | None, as_json: bool) -> None:
     """List the store's jobs with their status and latest snapshot."""
     home = _home(store, readonly=True)
     now = time.time()
-    rows = []
+    rows: list[dict[str, Any]] = []  # JSON records
     for job in home.catalog.list_jobs():
         snaps = home.catalog.snapshots(job.job_id)
         rows.append(
@@ -435,7 +453,7 @@ def list_jobs(store, as_json) -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
 @click.argument("ref")
-def inspect(store, as_json, ref) -> None:
+def inspect(store: str | None, as_json: bool, ref: str) -> None:
     """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE."""
     _check_ids(ref, file_ok=True)
     home = _home(store, ref, readonly=True)
@@ -455,7 +473,7 @@ def inspect(store, as_json, ref) -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
 @click.argument("job_id")
-def log(store, as_json, job_id) -> None:
+def log(store: str | None, as_json: bool, job_id: str) -> None:
     """Show a job's timeline: creation, leases, snapshots, resumes, outcome."""
     _check_ids(job_id)
     home = _home(store, readonly=True)
@@ -482,7 +500,7 @@ def log(store, as_json, job_id) -> None:
     help="Where to write the self-contained snapshot file.",
 )
 @click.argument("ref")
-def export(store, output, ref) -> None:
+def export(store: str | None, output: str, ref: str) -> None:
     """Write snapshot JOB@SEQ to a self-contained file that resume and inspect accept.
 
     The file is signed with this store's key: another store resumes it when it has
@@ -508,7 +526,7 @@ def export(store, output, ref) -> None:
 @cli.command(epilog=_EXIT_HELP)
 @store_option
 @click.argument("path", type=click.Path(dir_okay=False))
-def verify(store, path) -> None:
+def verify(store: str | None, path: str) -> None:
     """Check a snapshot file's integrity and signature without loading it."""
     home = _home(store, path, readonly=True)
     try:
@@ -527,7 +545,7 @@ def verify(store, path) -> None:
 @store_option
 @click.option("--as", "as_id", default=None, help="Id of the new job (default: generated).")
 @click.argument("ref")
-def fork(store, as_id, ref) -> None:
+def fork(store: str | None, as_id: str | None, ref: str) -> None:
     """Start a new job from snapshot JOB@SEQ; the original job is untouched.
 
     Resume the new job with `snaprun resume NEW`."""
@@ -554,7 +572,7 @@ def fork(store, as_id, ref) -> None:
     help="Drop snapshots older than this (30m, 12h, 7d, 2w); a job's latest stays.",
 )
 @click.option("--finished", is_flag=True, help="Drop done and failed jobs entirely.")
-def prune(store, keep_last, older_than, finished) -> None:
+def prune(store: str | None, keep_last: int | None, older_than: str | None, finished: bool) -> None:
     """Delete old snapshots and finished jobs. A job that can still be resumed always
     keeps its latest snapshot; files no catalog row names are swept too."""
     if keep_last is None and older_than is None and not finished:
@@ -587,7 +605,7 @@ def prune(store, keep_last, older_than, finished) -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
 @click.argument("job_id")
-def effects(store, as_json, job_id) -> None:
+def effects(store: str | None, as_json: bool, job_id: str) -> None:
     """List a job's effect ledger: each logical action, its state and key."""
     _check_ids(job_id)
     home = _home(store, readonly=True)
@@ -595,7 +613,7 @@ def effects(store, as_json, job_id) -> None:
         home.catalog.get_job(job_id)
     except SnapstateError as exc:
         _fail(exc)
-    rows = [
+    rows: list[dict[str, Any]] = [  # JSON records
         {
             "effect": e.ordinal,
             "state": e.state,
@@ -653,7 +671,9 @@ def effects(store, as_json, job_id) -> None:
 )
 @click.argument("job_id")
 @click.argument("effect", type=click.IntRange(1, 2**63 - 1))
-def reconcile(store, committed, result_json, job_id, effect) -> None:
+def reconcile(
+    store: str | None, committed: bool | None, result_json: str | None, job_id: str, effect: int
+) -> None:
     """Say what happened to an effect whose outcome is unknown, so the job can resume."""
     if committed is None:
         raise click.UsageError("say what happened: --committed or --not-committed")
@@ -679,7 +699,7 @@ def reconcile(store, committed, result_json, job_id, effect) -> None:
 @cli.command(epilog=_EXIT_HELP)
 @store_option
 @click.argument("ref")
-def replay(store, ref) -> None:
+def replay(store: str | None, ref: str) -> None:
     """Run from snapshot JOB@SEQ with every effect served from the ledger and none
     dispatched, writing nothing; stops at the first divergence (exit 1) or where the
     recorded history ends (exit 0)."""
@@ -719,7 +739,7 @@ def replay(store, ref) -> None:
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
 @click.argument("job_id", required=False)
-def stats(store, as_json, job_id) -> None:
+def stats(store: str | None, as_json: bool, job_id: str | None) -> None:
     """Durability metrics per job: resumes, snapshot age, effects served from the
     ledger after a restore, reconciled and ambiguous actions, restart-to-progress."""
     _check_ids(job_id)
@@ -767,7 +787,7 @@ def stats(store, as_json, job_id) -> None:
     is_flag=True,
     help="Require encryption: new snapshots are encrypted, plaintext ones refused.",
 )
-def init(store, encrypt) -> None:
+def init(store: str | None, encrypt: bool) -> None:
     """Create a store (and its key); stores are also created on first use."""
     home = _home(store, create=True)
     if encrypt:
@@ -787,7 +807,7 @@ def init(store, encrypt) -> None:
     metavar="JOB",
     help="Let a job rebuilt by repair resume, once you checked its providers.",
 )
-def repair(store, accept_id) -> None:
+def repair(store: str | None, accept_id: str | None) -> None:
     """Rebuild a lost or damaged catalog from the signed snapshot files.
 
     The damaged catalog is moved aside, never deleted. Every rebuilt job is parked:
@@ -833,11 +853,11 @@ def keys() -> None:
 @keys.command("list")
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
-def keys_list(store, as_json) -> None:
+def keys_list(store: str | None, as_json: bool) -> None:
     """List key ids (never the secrets)."""
     home = _home(store, readonly=True)
     current = home.keys.current.key_id
-    rows = [
+    rows: list[dict[str, Any]] = [  # JSON records
         {
             "key": k.key_id,
             "current": k.key_id == current,
@@ -864,7 +884,7 @@ def keys_list(store, as_json) -> None:
 
 @keys.command("rotate")
 @store_option
-def keys_rotate(store) -> None:
+def keys_rotate(store: str | None) -> None:
     """Make a new key current; snapshots signed with older keys still load."""
     try:
         key = _home(store, create=True).keys.rotate()
@@ -883,7 +903,7 @@ def keys_rotate(store) -> None:
     help="The key file to write (mode 0600; never overwritten).",
 )
 @click.argument("key_id")
-def keys_export(store, output, key_id) -> None:
+def keys_export(store: str | None, output: str, key_id: str) -> None:
     """Write key KEY_ID (with its secret) to a new file, for `snaprun keys import`."""
     try:
         _home(store).keys.export(key_id, output)
@@ -898,7 +918,7 @@ def keys_export(store, output, key_id) -> None:
 @keys.command("import")
 @store_option
 @click.argument("path", type=click.Path(dir_okay=False))
-def keys_import(store, path) -> None:
+def keys_import(store: str | None, path: str) -> None:
     """Add the key of a file made by `snaprun keys export` (valid, not current)."""
     try:
         key, added = _home(store, create=True).keys.import_file(path)
@@ -918,7 +938,7 @@ def keys_import(store, path) -> None:
 @keys.command("retire")
 @store_option
 @click.argument("key_id")
-def keys_retire(store, key_id) -> None:
+def keys_retire(store: str | None, key_id: str) -> None:
     """Stop trusting KEY_ID: snapshots signed with it are refused."""
     try:
         _home(store, create=True).keys.retire(key_id)

@@ -37,7 +37,7 @@ CALLABLE_FIRST = False
 PRECALL_POPS_ARGS = False
 CALL_OPS = frozenset({"CALL", "CALL_FUNCTION_EX"})
 ATTR_OPS = frozenset({"LOAD_ATTR"})
-METHOD_ATTR_OPS = frozenset()
+METHOD_ATTR_OPS: frozenset[str] = frozenset()
 SUBSCR_OPS = frozenset({"BINARY_SUBSCR"})
 # LOAD_ATTR's oparg is (name index << 1) | method flag.
 ATTR_NAME_SHIFT = 1

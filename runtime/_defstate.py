@@ -57,7 +57,8 @@ import enum
 import linecache
 import sys
 import types
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
+from typing import TypedDict
 
 import xxhash
 
@@ -66,11 +67,38 @@ from ..serializers._codeid import code_digest
 __all__ = ["capture", "restore", "roots"]
 
 # (code digest, definition digest, __defaults__, __kwdefaults__, attributes,
-#  None or (digest of the decorated definition, {closure variable: value}))
-FunctionState = tuple
+#  None or (digest of the decorated definition, {closure variable: value}));
+# snapshots from before closures were saved hold the first five only.
+_FunctionState5 = tuple[
+    str, str | None, tuple[object, ...] | None, dict[str, object] | None, dict[str, object]
+]
+FunctionState = (
+    tuple[
+        str,
+        str | None,
+        tuple[object, ...] | None,
+        dict[str, object] | None,
+        dict[str, object],
+        tuple[str | None, dict[str, object]] | None,
+    ]
+    | _FunctionState5
+)
 # (data attributes, {attribute: digest of its initializer in the class body} or None,
-#  names present at capture, {name: function/descriptor/class the job set})
-ClassState = tuple
+#  names present at capture, {name: function/descriptor/class the job set});
+# older snapshots hold the first two or three only.
+ClassState = (
+    tuple[dict[str, object], dict[str, str] | None, set[str], dict[str, object]]
+    | tuple[dict[str, object], dict[str, str] | None, set[str]]
+    | tuple[dict[str, object], dict[str, str] | None]
+)
+
+
+class ModuleDefs(TypedDict):
+    """The saved state of one agent module's functions and classes, by path."""
+
+    functions: dict[str, FunctionState]
+    classes: dict[str, ClassState]
+
 
 _SKIP_CLASS_ATTRS = frozenset({"_abc_impl"})
 # Class attributes a library's metaclass keeps (pydantic's), besides _-prefixed ones.
@@ -84,7 +112,11 @@ def _dunder(name: str) -> bool:
 
 
 # ----------------------------------------------------------------------- source digests
-_FILE_INDEX: dict[str, tuple[dict, dict] | None] = {}
+# {(qualname, first line): digest of the definition}
+_Defs = dict[tuple[str, int], str]
+# {class qualname: {attribute: digest of its initializers in the class body}}
+_Attrs = dict[str, dict[str, str]]
+_FILE_INDEX: dict[str, tuple[_Defs, _Attrs] | None] = {}
 
 
 def _digest(node: ast.AST) -> str:
@@ -101,12 +133,14 @@ def _names(target: ast.AST) -> list[str]:
     return []
 
 
-def _chain_digest(table: dict, name: str, part: str) -> None:
+def _chain_digest(table: dict[str, str], name: str, part: str) -> None:
     """Fold one more statement binding `name` in a class body into its digest."""
     table[name] = xxhash.xxh3_64_hexdigest((table.get(name, "") + part).encode())
 
 
-def _index_body(body: list, prefix: str, owner: str | None, defs: dict, attrs: dict) -> None:
+def _index_body(
+    body: Sequence[ast.AST], prefix: str, owner: str | None, defs: _Defs, attrs: _Attrs
+) -> None:
     """Walk statements: definitions keyed by (qualname, first line), class-body
     assignments keyed by class qualname then attribute name."""
     for node in body:
@@ -138,13 +172,13 @@ def _index_body(body: list, prefix: str, owner: str | None, defs: dict, attrs: d
                     _index_body(block, prefix, owner, defs, attrs)
 
 
-def _file_index(filename: str | None) -> tuple[dict, dict] | None:
+def _file_index(filename: str | None) -> tuple[_Defs, _Attrs] | None:
     """(definitions, class-body assignments) of a source file, parsed once per process."""
     if not filename:
         return None
     if filename in _FILE_INDEX:
         return _FILE_INDEX[filename]
-    index = None
+    index: tuple[_Defs, _Attrs] | None = None
     lines = linecache.getlines(filename)
     if lines:
         try:
@@ -152,8 +186,8 @@ def _file_index(filename: str | None) -> tuple[dict, dict] | None:
         except (SyntaxError, ValueError):
             tree = None
         if tree is not None:
-            defs: dict = {}
-            attrs: dict = {}
+            defs: _Defs = {}
+            attrs: _Attrs = {}
             _index_body(tree.body, "", None, defs, attrs)
             index = (defs, attrs)
     _FILE_INDEX[filename] = index
@@ -169,7 +203,7 @@ def _def_digest(code: types.CodeType) -> str | None:
     return index[0].get((code.co_qualname, code.co_firstlineno))
 
 
-def _class_digests(cls: type) -> dict | None:
+def _class_digests(cls: type) -> dict[str, str] | None:
     module = sys.modules.get(cls.__module__)
     index = _file_index(getattr(module, "__file__", None))
     if index is None:
@@ -182,14 +216,14 @@ def _skipped_class(cls: type) -> bool:
     return isinstance(cls, enum.EnumMeta)
 
 
-def _own_data_class(cls: type, modules: set[str]) -> bool:
+def _own_data_class(cls: type, modules: Collection[str]) -> bool:
     """Data attributes are saved only for classes built by type/ABCMeta or by a
     metaclass of the agent's own: a library's metaclass owns its classes' attributes."""
     meta = type(cls)
     return meta in _PLAIN_METACLASSES or meta.__module__ in modules
 
 
-def _is_data(value) -> bool:
+def _is_data(value: object) -> bool:
     """A class attribute that is state: not a function, not a descriptor."""
     return not isinstance(value, types.FunctionType) and not hasattr(type(value), "__get__")
 
@@ -198,14 +232,15 @@ def _chain(fn: types.FunctionType) -> list[types.FunctionType]:
     """The function, then its __wrapped__ chain (functions only, at most 8)."""
     out = [fn]
     while len(out) < 8:
-        fn = fn.__dict__.get("__wrapped__")
-        if type(fn) is not types.FunctionType:
+        wrapped = fn.__dict__.get("__wrapped__")
+        if type(wrapped) is not types.FunctionType:
             break
+        fn = wrapped
         out.append(fn)
     return out
 
 
-def _anchor(chain: list[types.FunctionType], files: set[str]) -> str | None:
+def _anchor(chain: list[types.FunctionType], files: Collection[str]) -> str | None:
     """Definition digest of the decorated function (the innermost of the agent's code):
     its decorator lines hold the decorator's arguments that made the closure."""
     for fn in reversed(chain):
@@ -215,18 +250,18 @@ def _anchor(chain: list[types.FunctionType], files: set[str]) -> str | None:
 
 
 class _Capture:
-    def __init__(self, modules: list[types.ModuleType]):
+    def __init__(self, modules: list[types.ModuleType]) -> None:
         self.names = {m.__name__ for m in modules}
         self.files = {f for m in modules if (f := getattr(m, "__file__", None))}
 
-    def function(self, fn: types.FunctionType, path: str, out: dict) -> None:
+    def function(self, fn: types.FunctionType, path: str, out: dict[str, FunctionState]) -> None:
         """Save the state of `fn` and of its __wrapped__ chain: each level whose code is
         the agent's; a library's wrapper (@contextlib.contextmanager, functools'
         singledispatch) or generated code is passed through to what it wraps."""
         chain = _chain(fn)
         anchor = _anchor(chain, self.files)
-        chain = [(f, path + ".__wrapped__" * i) for i, f in enumerate(chain)]
-        for fn, path in chain:
+        levels = [(f, path + ".__wrapped__" * i) for i, f in enumerate(chain)]
+        for fn, path in levels:
             code = fn.__code__
             if code.co_filename not in self.files:
                 continue  # generated code (dataclass, namedtuple), a library's
@@ -245,13 +280,13 @@ class _Capture:
                     (anchor, cells) if cells else None,
                 )
 
-    def cells(self, fn: types.FunctionType) -> dict:
+    def cells(self, fn: types.FunctionType) -> dict[str, object]:
         """{free variable: value} of a decorator wrapper's closure, without the cells
         holding what importing the module makes again: the wrapped function and the
         agent's own module-level functions and classes."""
         wrapped = fn.__dict__.get("__wrapped__")
-        out = {}
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        out: dict[str, object] = {}
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
                 value = cell.cell_contents
             except ValueError:
@@ -267,13 +302,22 @@ class _Capture:
             out[name] = value
         return out
 
-    def klass(self, cls: type, path: str, module: str, functions: dict, classes: dict) -> None:
+    def klass(
+        self,
+        cls: type,
+        path: str,
+        module: str,
+        functions: dict[str, FunctionState],
+        classes: dict[str, ClassState],
+    ) -> None:
         if _skipped_class(cls):
             return
         own_meta = _own_data_class(cls, self.names)
         digests = _class_digests(cls)
         body = digests or {}
-        saved, rebound, present = {}, {}, set()
+        saved: dict[str, object] = {}
+        rebound: dict[str, object] = {}
+        present: set[str] = set()
         prefix = cls.__qualname__ + "."
         for name, raw in list(vars(cls).items()):
             value = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
@@ -309,7 +353,7 @@ class _Capture:
             classes[path] = (saved, digests, present, rebound)
 
 
-def _assigned_function(raw) -> bool:
+def _assigned_function(raw: object) -> bool:
     """A function, builtin or class set on a class, bare or as a staticmethod,
     classmethod or property (what a class body that is not its own could hold); not a
     library's descriptor (slots, ORM columns): those are the class machinery's."""
@@ -320,18 +364,18 @@ def _assigned_function(raw) -> bool:
     return isinstance(raw, (types.FunctionType, types.BuiltinFunctionType))
 
 
-def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
+def capture(modules: list[types.ModuleType]) -> dict[str, ModuleDefs]:
     """{module: {"functions": {path: FunctionState}, "classes": {path: ClassState}}}
     for the agent's modules: to be pickled in the same pass as frames and globals."""
     if not modules:
         return {}
     cap = _Capture(modules)
     function_type = types.FunctionType
-    out = {}
+    out: dict[str, ModuleDefs] = {}
     for module in modules:
         name = module.__name__
-        functions: dict = {}
-        classes: dict = {}
+        functions: dict[str, FunctionState] = {}
+        classes: dict[str, ClassState] = {}
         for key, value in list(vars(module).items()):
             if type(value) is function_type:
                 if (
@@ -353,9 +397,9 @@ def capture(modules: list[types.ModuleType]) -> dict[str, dict]:
     return out
 
 
-def roots(defs: dict) -> list[tuple[str, object]]:
+def roots(defs: dict[str, ModuleDefs]) -> list[tuple[str, object]]:
     """(path, value) pairs naming every saved value, for naming an unpicklable one."""
-    out = []
+    out: list[tuple[str, object]] = []
     for module, parts in defs.items():
         for path, state in parts["functions"].items():
             defaults, kwdefaults, attrs = state[2:5]
@@ -369,17 +413,20 @@ def roots(defs: dict) -> list[tuple[str, object]]:
                 out.append((f"module {module}, function {path}(), default of {name!r}", value))
             for name, value in attrs.items():
                 out.append((f"module {module}, function {path}(), attribute {name!r}", value))
-        for path, state in parts["classes"].items():
-            for name, value in (*state[0].items(), *(state[3] if len(state) > 3 else {}).items()):
+        for path, cstate in parts["classes"].items():
+            for name, value in (
+                *cstate[0].items(),
+                *(cstate[3] if len(cstate) > 3 else {}).items(),
+            ):
                 out.append((f"module {module}, class {path}, attribute {name!r}", value))
     return out
 
 
 # ----------------------------------------------------------------------------- restore
-def _resolve(module: types.ModuleType, path: str):
+def _resolve(module: types.ModuleType, path: str) -> object | None:
     """The object at `path` (attribute names from the module; class members read from
     the class's own __dict__, staticmethod/classmethod unwrapped), or None."""
-    obj = module
+    obj: object = module
     for part in path.split("."):
         if part == "__wrapped__":
             obj = getattr(obj, "__dict__", {}).get("__wrapped__")
@@ -396,17 +443,21 @@ def _resolve(module: types.ModuleType, path: str):
     return obj
 
 
-def _same_shape(fn: types.FunctionType, defaults, kwdefaults) -> bool:
+def _same_shape(
+    fn: types.FunctionType,
+    defaults: tuple[object, ...] | None,
+    kwdefaults: dict[str, object] | None,
+) -> bool:
     now_d, now_k = fn.__defaults__, fn.__kwdefaults__
     if (defaults is None) != (now_d is None) or (kwdefaults is None) != (now_k is None):
         return False
-    if defaults is not None and len(defaults) != len(now_d):
+    if defaults is not None and len(defaults) != len(now_d or ()):  # both None or neither
         return False
-    return kwdefaults is None or set(kwdefaults) == set(now_k)
+    return kwdefaults is None or set(kwdefaults) == set(now_k or ())
 
 
 def _restore_function(
-    module: str, path: str, fn, state: FunctionState, files: set[str] = frozenset()
+    module: str, path: str, fn: object, state: FunctionState, files: Collection[str] = frozenset()
 ) -> None:
     saved_code, saved_def, defaults, kwdefaults, attrs = state[:5]
     closure = state[5] if len(state) > 5 else None
@@ -429,7 +480,7 @@ def _restore_function(
 
 
 def _restore_cells(
-    fn: types.FunctionType, anchor: str | None, cells: dict, files: set[str]
+    fn: types.FunctionType, anchor: str | None, cells: dict[str, object], files: Collection[str]
 ) -> None:
     """Put saved closure values into the fresh function's own cells (the fresh wrapper
     keeps its fresh wrapped function), when the decorated definition is unchanged."""
@@ -442,7 +493,11 @@ def _restore_cells(
 
 
 def _restore_class(
-    module: str, path: str, cls, state: ClassState, agent_modules: set[str] = frozenset()
+    module: str,
+    path: str,
+    cls: object,
+    state: ClassState,
+    agent_modules: Collection[str] = frozenset(),
 ) -> None:
     attrs, old = state[:2]
     present = state[2] if len(state) > 2 else None  # None: an older snapshot
@@ -456,14 +511,15 @@ def _restore_class(
         return
     new = _class_digests(cls)
     known = old is not None and new is not None
+    old_d, new_d = old or {}, new or {}  # read only when known
     library = not _own_data_class(cls, agent_modules)
     own = vars(cls)
     for name, value in (*attrs.items(), *rebound.items()):
-        if known and old.get(name) != new.get(name):
+        if known and old_d.get(name) != new_d.get(name):
             continue  # its initializer in the class body changed: new value wins
         current = own.get(name, _MISSING)
         if current is not _MISSING:
-            if library and not (known and name in new):
+            if library and not (known and name in new_d):
                 continue  # the metaclass set it on the fresh class: its value wins
             if (
                 not known
@@ -479,8 +535,8 @@ def _restore_class(
     if known:
         for name, current in list(own.items()):
             if (
-                name not in old
-                or old[name] != new.get(name)
+                name not in old_d
+                or old_d[name] != new_d.get(name)
                 or _dunder(name)
                 or name in _SKIP_CLASS_ATTRS
             ):
@@ -490,7 +546,7 @@ def _restore_class(
             delattr(cls, name)  # deleted by the job; the class body is unchanged
 
 
-def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
+def restore(defs: dict[str, ModuleDefs], agent_modules: Iterable[str] = ()) -> None:
     """Put the saved state onto the freshly imported functions and classes (after the
     agent's module globals were restored). A library's module-level object (a sentinel
     such as dataclasses.MISSING) needs no care here: serializers/_refs saved it by
@@ -504,5 +560,5 @@ def restore(defs: dict, agent_modules: Iterable[str] = ()) -> None:
             continue
         for path, state in parts["functions"].items():
             _restore_function(module_name, path, _resolve(module, path), state, files)
-        for path, state in parts["classes"].items():
-            _restore_class(module_name, path, _resolve(module, path), state, names)
+        for path, cstate in parts["classes"].items():
+            _restore_class(module_name, path, _resolve(module, path), cstate, names)

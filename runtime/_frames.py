@@ -4,6 +4,7 @@ reads. Kept apart from both so the pickler can name it without importing either.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..serializers._codeid import CodeRef
 
@@ -22,14 +23,15 @@ INSTANCE = "instance"  # the new object: Class() -> __init__ returns None
 @dataclass
 class FrameRecord:
     code: CodeRef
-    slots: list  # raw local slots: locals, cell objects, free cells; NULL kept
-    stack: list  # value stack below the pending instruction's result
+    slots: list[Any]  # raw local slots: locals, cell objects, free cells; NULL kept
+    stack: list[Any]  # value stack below the pending instruction's result
     resume: int  # code unit where execution continues
     pending: int  # code unit of the instruction the frame is paused in
     kind: str = CALL
     result: str = VALUE
     instance: object = None  # the object Class() returns, for result == INSTANCE
-    handled: dict = field(default_factory=dict)  # stack index -> exception being handled
+    # stack index -> exception being handled
+    handled: dict[int, BaseException | None] = field(default_factory=dict)
     lineno: int = 0  # for messages and `inspect`
 
     @property

@@ -12,6 +12,7 @@ kind and path. If the body cannot be decoded, the frames are still shown."""
 from __future__ import annotations
 
 import linecache
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -22,11 +23,11 @@ from ..serializers._inert import NULL
 __all__ = ["describe", "render", "table"]
 
 
-def _locals(names: list | None, slots) -> dict[str, str]:
+def _locals(names: object, slots: object) -> dict[str, str]:
     """name -> rendering of each set slot; `slot i` where the header has no names
     (snapshots taken before names were recorded)."""
     names = names if isinstance(names, list) else []
-    shown = {}
+    shown: dict[str, str] = {}
     for i, value in enumerate(slots if isinstance(slots, list) else []):
         value = _inert.cell_contents(value)
         if value is NULL:
@@ -36,9 +37,9 @@ def _locals(names: list | None, slots) -> dict[str, str]:
     return shown
 
 
-def describe(header: dict, payload) -> dict:
+def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, Any]:
     """The report for a verified snapshot: never imports or runs agent code."""
-    report = {
+    report: dict[str, Any] = {
         key: header.get(key)
         for key in (
             "job_id",
@@ -68,7 +69,7 @@ def describe(header: dict, payload) -> dict:
         for f in metas
     ]
     try:
-        state = _inert.loads(payload)
+        state: Any = _inert.loads(payload)  # an untrusted body: any shape (caught below)
         for out, meta, record in zip(frames, metas, state["frames"]):
             out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
         report["globals"] = {
@@ -90,7 +91,7 @@ def table(headers: list[str], rows: list[list[str]]) -> None:
     Console(width=200, soft_wrap=True).print(grid)
 
 
-def render(report: dict) -> None:
+def render(report: dict[str, Any]) -> None:
     console = Console(width=200, soft_wrap=True, highlight=False)
     label = f" ({report['label']})" if report.get("label") else ""
     console.print(

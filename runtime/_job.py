@@ -18,7 +18,10 @@ import secrets
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import CodeType
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import greenlet
@@ -41,7 +44,7 @@ from ..resources import _secrets
 from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler, _refs
-from ..serializers._codeid import CodeRef, find_code
+from ..serializers._codeid import CodeRef, find_code, module_digest
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from . import _agent, _context, _defstate, _process, _rootlog
@@ -53,6 +56,11 @@ from ._layout import nlocalsplus
 from ._lease import Lease
 from ._morph import build_resume_chain
 from ._repair import check_accepted
+
+if TYPE_CHECKING:
+    import logging
+
+    from ..serializers._store import EffectRow
 
 __all__ = ["SnapshotInfo", "snapshot", "Job", "runtime_versions"]
 
@@ -106,10 +114,15 @@ def snapshot(label: str | None = None) -> SnapshotInfo:
             "snapshot() was called from a greenlet or thread the job did not "
             "start; call it from the agent's own code"
         )
-    return job._hub.switch(_FreezeRequest(label, sys.exception()))
+    # The hub switches back the SnapshotInfo of this snapshot (or throws into it).
+    assert job._hub is not None  # set with _agent while the job runs
+    info: SnapshotInfo = job._hub.switch(_FreezeRequest(label, sys.exception()))
+    return info
 
 
-def _bootstrap(fn, args, kwargs):
+def _bootstrap(
+    fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+) -> _Done:
     return _Done(fn(*args, **kwargs))
 
 
@@ -126,7 +139,7 @@ def _minor(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def check_versions(header: dict, where: str) -> None:
+def check_versions(header: dict[str, Any], where: str) -> None:
     """IncompatibleSnapshot listing every runtime difference, if any."""
     now = runtime_versions()
     then = header.get("versions", {})
@@ -146,7 +159,7 @@ def check_versions(header: dict, where: str) -> None:
         )
 
 
-def _local_names(code) -> list[str]:
+def _local_names(code: CodeType) -> list[str]:
     names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
     names += list(code.co_freevars)
     return names[: nlocalsplus(code)]
@@ -168,7 +181,12 @@ class Job:
     holds the job's lease, and every snapshot is committed with compare-and-swap
     against the lease epoch, so only one runner ever moves a job forward."""
 
-    def __init__(self, home: Home, job_id: str, entry: _agent.EntryPoint, argv: list[str]):
+    # Set by _rootlog and _process on the job they serve (absent until then).
+    _root_log_baseline: tuple[list[logging.Handler], int]
+    _root_log_owned: bool
+    _process_tracker: _process._Tracker
+
+    def __init__(self, home: Home, job_id: str, entry: _agent.EntryPoint, argv: list[str]) -> None:
         self.home = home
         self.job_id = job_id
         self.entry = entry
@@ -177,15 +195,16 @@ class Job:
         self.epoch: int | None = None
         self.lease: Lease | None = None
         self.last_snapshot: str | None = None
-        self._resumed: dict | None = None
+        self._resumed: dict[str, Any] | None = None
         self._hub_error: BaseException | None = None
-        self._hub = self._agent = None
-        self.say = lambda message: None  # where the CLI's stderr notes go
+        self._hub: greenlet.greenlet | None = None
+        self._agent: greenlet.greenlet | None = None
+        self.say: Callable[[str], None] = lambda message: None  # the CLI's stderr notes
         self.ledger = Ledger(self)
         self.replay_stop: str | None = None
         self._restart_at: float | None = None
         # Called on the hub right after each snapshot is committed (SIGTERM --grace).
-        self.after_commit = None
+        self.after_commit: Callable[[int], None] | None = None
         self.finishing = False  # the run is over: recording its outcome
 
     @classmethod
@@ -214,14 +233,14 @@ class Job:
         return cls(home, job_id, _agent.EntryPoint.from_dict(row.entry), row.argv)
 
     # ------------------------------------------------------------------ running
-    def run(self, *, force: bool = False):
+    def run(self, *, force: bool = False) -> object:
         """Run the entry function from the start under the job's lease; returns its
         result and records the outcome in the catalog."""
         check_accepted(self.home.catalog, self.job_id)  # a job rebuilt by repair waits
         self._acquire(force=force, resuming=False)
         return self._run_leased(self.prepare)
 
-    def resume(self, at: int | None = None, *, force: bool = False):
+    def resume(self, at: int | None = None, *, force: bool = False) -> object:
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
         later ones); with no snapshot yet, from the start of its entry function.
         A done job never runs again (JobFinished), whichever way it is resumed."""
@@ -236,7 +255,7 @@ class Job:
         self.ledger.restored = True
         return self._run_leased(lambda: self._restore_for_resume(at))
 
-    def replay(self, at: int):
+    def replay(self, at: int) -> object:
         """Run from snapshot `at` with every effect served from the ledger and none
         dispatched, writing nothing to the store; the files, databases and temp
         directories the snapshot holds are reopened as scratch copies in a temporary
@@ -254,22 +273,26 @@ class Job:
             return self._loop(self.restore(header, payload, path), (), {})
 
     # called by the ledger, in the agent's greenlet
-    def park(self, row, call_site: str) -> None:
+    def park(self, row: EffectRow, call_site: str) -> None:
         from ._effects import explain_ambiguous
 
+        assert self._hub is not None  # called by the agent, so the job runs
         self._hub.switch(_Stop(JobParked(explain_ambiguous(self.job_id, row)), "parked"))
 
     def fenced(self, error: StaleWriter) -> None:
         """This runner may no longer send (its lease is lost or about to be): the run
         stops here, the agent stays paused (no agent code runs after it)."""
+        assert self._hub is not None  # called by the agent, so the job runs
         self._hub.switch(_Stop(error, "stale"))
 
     def end_replay(self, reason: str) -> None:
+        assert self._hub is not None  # called by the agent, so the job runs
         self._hub.switch(_Stop(None, reason))
 
     def store_failed(self, exc: StoreFailure) -> None:
         """The store failed under the agent (recording an effect): stop the run here,
         the agent paused, so none of its code (except/finally blocks) runs after it."""
+        assert self._hub is not None  # called by the agent, so the job runs
         self._hub.switch(_Stop(exc, "the store failed"))
 
     def progressed(self) -> None:
@@ -280,7 +303,7 @@ class Job:
             )
             self._restart_at = None
 
-    def prepare(self):
+    def prepare(self) -> Callable[..., object]:
         """Load the entry point; returns the function to run."""
         _process.begin(self)  # the environment the job's changes are measured against
         _rootlog.begin(self)  # root logger handlers already there are the host's
@@ -291,7 +314,9 @@ class Job:
         self.lease = Lease(self.home.catalog, self.job_id, say=self.say)
         self.epoch = self.lease.acquire(force=force, resuming=resuming)
 
-    def _restore_for_resume(self, at: int | None):
+    def _restore_for_resume(self, at: int | None) -> Callable[..., object]:
+        epoch = self.epoch
+        assert epoch is not None  # the lease was acquired first
         rows = self.home.catalog.snapshots(self.job_id)
         if at is not None:
             row = self.home.catalog.snapshot(self.job_id, at)
@@ -301,7 +326,7 @@ class Job:
             fn = self.prepare()
             self.home.catalog.record_resume(
                 self.job_id,
-                self.epoch,
+                epoch,
                 "no snapshot yet: restarted from the start of the entry function",
             )
             self.say(
@@ -324,14 +349,15 @@ class Job:
                 "rewound",
                 f"to snapshot {row.seq}; dropped {', '.join(str(r.seq) for r in later)}",
             )
-        self.home.catalog.record_resume(self.job_id, self.epoch, f"from snapshot {row.seq}")
+        self.home.catalog.record_resume(self.job_id, epoch, f"from snapshot {row.seq}")
         self.say(f"job {self.job_id} resumed from snapshot {row.seq}")
         return outer
 
-    def _run_leased(self, load):
+    def _run_leased(self, load: Callable[[], Callable[..., object]]) -> object:
         """Load (start or restore) and run under the lease just acquired; record the
         outcome. A stale runner records nothing: the job is someone else's."""
-        outcome, error = "failed", None
+        outcome: str | None = "failed"
+        error: str | None = None
         try:
             fn = load()
             result = self._loop(fn, (), {})
@@ -390,17 +416,19 @@ class Job:
         except (StaleWriter, StoreFailure):
             pass  # the outcome is recorded; the lease dies with this process
 
-    def _loop(self, fn, args, kwargs):
+    def _loop(
+        self, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
         outer = _context.active_job()
         self._hub = greenlet.getcurrent()
-        self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
+        agent = self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
         _context.set_active_job(self)
         try:
-            message = self._agent.switch(fn, args, kwargs)
+            message = agent.switch(fn, args, kwargs)
             while isinstance(message, _FreezeRequest):
                 message = self._take_snapshot(message)
             if isinstance(message, _Stop):
-                _PARKED_AGENTS.append(self._agent)  # stays paused, never unwound
+                _PARKED_AGENTS.append(agent)  # stays paused, never unwound
                 if message.error is not None:
                     raise message.error
                 self.replay_stop = message.reason
@@ -409,19 +437,23 @@ class Job:
         finally:
             _context.set_active_job(outer)
 
-    def _take_snapshot(self, request: _FreezeRequest):
+    def _take_snapshot(self, request: _FreezeRequest) -> object:
+        """Freeze, write and commit; returns what the agent sends the hub next."""
+        agent = self._agent
+        assert agent is not None  # the agent asked for this snapshot
         seq = self.seq + 1
         close_all_for_snapshot()  # resource() handles reopen on their next use
         try:
             header, payload = self._freeze(request, seq)
         except SnapshotError as exc:
-            return self._agent.throw(exc)
+            return agent.throw(exc)
         if self.ledger.replay:  # a replay writes nothing
             self.seq = seq
-            return self._agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
+            return agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
         try:
             if self.lease is not None and self.lease.lost is not None:
                 raise self.lease.lost
+            assert self.epoch is not None  # run() and resume() take the lease first
             row = self.home.write_snapshot(
                 self.job_id, seq, self.epoch, request.label, header, payload
             )
@@ -432,16 +464,17 @@ class Job:
         except (SnapshotWriteError, StaleWriter, StoreFailure) as exc:
             # Fatal for this run: the agent stays paused and is never resumed here.
             self._hub_error = exc
-            _PARKED_AGENTS.append(self._agent)
+            _PARKED_AGENTS.append(agent)
             raise
         self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
         if self.after_commit is not None:
             self.after_commit(seq)  # may end the process (SIGTERM --grace)
-        return self._agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
+        return agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
 
     # ------------------------------------------------------------------ freezing
-    def _freeze(self, request: _FreezeRequest, seq: int) -> tuple[dict, bytes]:
+    def _freeze(self, request: _FreezeRequest, seq: int) -> tuple[dict[str, Any], bytes]:
+        assert self._agent is not None  # the agent asked for this snapshot
         top = self._agent.gr_frame
         if top is None or top.f_code is not snapshot.__code__:
             raise SnapshotError("the job is not paused in snapshot()")
@@ -495,7 +528,7 @@ class Job:
         return header, payload
 
     @staticmethod
-    def _roots(state) -> list[tuple[str, object]]:
+    def _roots(state: dict[str, Any]) -> list[tuple[str, object]]:
         """Where every part of the state comes from, for naming an unpicklable object."""
         roots: list[tuple[str, object]] = []
         for rec in state["frames"]:
@@ -521,7 +554,9 @@ class Job:
         return roots
 
     # ------------------------------------------------------------------ restoring
-    def restore(self, header: dict, payload: bytes, where: str):
+    def restore(
+        self, header: dict[str, Any], payload: bytes | bytearray, where: str
+    ) -> Callable[[], object]:
         """Check a verified snapshot against this interpreter and code, unpickle it;
         returns the function that continues the job right after its snapshot()."""
         missing = JOB_HEADER_FIELDS - set(header)
@@ -569,8 +604,8 @@ class Job:
         self._resumed = header
         return build_resume_chain(frames, self._resume_info)
 
-    def _check_code(self, header: dict, where: str) -> None:
-        problems = []
+    def _check_code(self, header: dict[str, Any], where: str) -> None:
+        problems: list[str] = []
         for f in header["frames"]:
             ref = CodeRef(f["module"], f["qualname"], f["firstlineno"], f["digest"], f["filename"])
             try:
@@ -582,7 +617,7 @@ class Job:
         changed = [
             name
             for name, digest in header.get("modules", {}).items()
-            if name in sys.modules and _agent.module_digest(sys.modules[name]) != digest
+            if name in sys.modules and module_digest(sys.modules[name]) != digest
         ]
         files = f" Changed files: {', '.join(changed)}." if changed else ""
         raise IncompatibleSnapshot(
@@ -593,6 +628,7 @@ class Job:
 
     def _resume_info(self) -> SnapshotInfo:
         header = self._resumed
+        assert header is not None  # set by restore() before the chain runs
         return SnapshotInfo(
             True, max(0.0, time.time() - header["created_at"]), header["seq"], header["label"]
         )
@@ -626,4 +662,4 @@ def _refuse_leftover_files(home: Home, job_id: str) -> None:
 # Agents whose run stopped on a fatal store error stay paused forever: letting them be
 # garbage-collected would throw GreenletExit into agent code and run its finally
 # blocks (side effects after the job stopped).
-_PARKED_AGENTS: list = []
+_PARKED_AGENTS: list[greenlet.greenlet] = []

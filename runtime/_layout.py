@@ -12,6 +12,7 @@ import ctypes
 import importlib
 import sys
 import types
+from collections.abc import Generator
 
 __all__ = [
     "LAYOUT",
@@ -61,17 +62,17 @@ class _Null:
     """Marker for a NULL pointer in a local slot or on the value stack."""
 
     __slots__ = ()
-    _instance = None
+    _instance: _Null | None = None
 
-    def __new__(cls):
+    def __new__(cls) -> _Null:
         if cls._instance is None:
             cls._instance = object.__new__(cls)
         return cls._instance
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<NULL>"
 
-    def __reduce__(self):
+    def __reduce__(self) -> str:
         return "NULL"
 
 
@@ -87,7 +88,7 @@ def nlocalsplus(code: types.CodeType) -> int:
     )
 
 
-def object_at(address: int):
+def object_at(address: int) -> object:
     """The Python object at `address` (a borrowed reference)."""
     return ctypes.cast(address, ctypes.py_object).value
 
@@ -95,6 +96,7 @@ def object_at(address: int):
 def iframe_of(frame: types.FrameType) -> tuple[int, IFrame]:
     """Address and ctypes view of the interpreter frame behind a frame object."""
     address = _P.from_address(id(frame) + _F_FRAME_OFFSET).value
+    assert address is not None  # a frame object always points to its interpreter frame
     view = IFrame.from_address(address)
     if getattr(view, LAYOUT.CODE_FIELD) != id(frame.f_code) or view.frame_obj != id(frame):
         raise RuntimeError(
@@ -108,16 +110,16 @@ def iframe_at(address: int) -> IFrame:
     return IFrame.from_address(address)
 
 
-def code_of(view: IFrame):
+def code_of(view: IFrame) -> object:
     return object_at(getattr(view, LAYOUT.CODE_FIELD))
 
 
-def read_pointers(address: int, start: int, stop: int) -> list:
+def read_pointers(address: int, start: int, stop: int) -> list[object]:
     """localsplus[start:stop] of the interpreter frame at `address`; NULL kept as NULL."""
     if stop <= start:
         return []
     array = (_P * stop).from_address(address + _LOCALSPLUS_OFFSET)
-    return [object_at(array[i]) if array[i] else NULL for i in range(start, stop)]
+    return [object_at(p) if p else NULL for p in array[start:stop]]
 
 
 def true_previous(frame: types.FrameType, view: IFrame) -> int:
@@ -140,7 +142,7 @@ def is_init_shim(view: IFrame) -> bool:
     )
 
 
-def generator_handled_exception(gen) -> BaseException | None:
+def generator_handled_exception(gen: object) -> BaseException | None:
     """The exception a suspended generator is handling (its gi_exc_state), or None."""
     address = _P.from_address(id(gen) + LAYOUT.GEN_EXC_VALUE_OFFSET).value
     if not address:
@@ -152,21 +154,27 @@ def generator_handled_exception(gen) -> BaseException | None:
 # --------------------------------------------------------------------------- self-check
 def _self_check() -> None:
     marker_a, marker_b = object(), object()
-    seen = {}
+    seen: dict[str, object] = {}
 
-    def callee(x):
+    def callee(x: object) -> object:
         seen["frame"] = sys._getframe()
-        return greenlet.getcurrent().parent.switch()
+        parent = greenlet.getcurrent().parent
+        assert parent is not None  # the probe runs in a greenlet of its own
+        return parent.switch()
 
-    def caller(a, b):
+    def caller(a: object, b: object) -> tuple[list[object], object]:
         c = [a, b]
         return (c, callee(a))
 
     g = greenlet.greenlet(caller)
     g.switch(marker_a, marker_b)
     try:
-        callee_frame = g.gr_frame.f_back if g.gr_frame.f_code is not callee.__code__ else g.gr_frame
+        top = g.gr_frame
+        assert top is not None  # the probe greenlet is paused in callee()
+        callee_frame = top.f_back if top.f_code is not callee.__code__ else top
+        assert callee_frame is not None
         caller_frame = callee_frame.f_back
+        assert caller_frame is not None
         caller_addr, caller_view = iframe_of(caller_frame)
         callee_addr, callee_view = iframe_of(callee_frame)
         n = nlocalsplus(caller.__code__)
@@ -185,7 +193,7 @@ def _self_check() -> None:
     finally:
         g.throw(greenlet.GreenletExit)
 
-    def gen():
+    def gen() -> Generator[int, None, None]:
         try:
             raise KeyError("probe")
         except KeyError as exc:

@@ -17,6 +17,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from .._errors import LeaseHeld, SnapstateError, StaleWriter
 from ..serializers._store import LeaseRow, Owner, Store
@@ -64,7 +65,13 @@ def silent(lease: LeaseRow, now: float) -> bool:
 
 
 class Lease:
-    def __init__(self, catalog: Store, job_id: str, ttl: float | None = None, say=None):
+    def __init__(
+        self,
+        catalog: Store,
+        job_id: str,
+        ttl: float | None = None,
+        say: Callable[[str], None] | None = None,
+    ) -> None:
         self.catalog, self.job_id = catalog, job_id
         self.ttl = lease_ttl() if ttl is None else ttl
         self.say = say or (lambda message: None)
@@ -113,10 +120,12 @@ class Lease:
                 time.sleep(max(0.0, min(lease.expires, give_up) - now) + 0.01)
 
     def _beat(self) -> None:
+        epoch = self.epoch
+        assert epoch is not None  # started by acquire() once the lease is taken
         try:
             while not self._stop.wait(self.ttl / 3):
                 try:
-                    self.catalog.heartbeat(self.job_id, self.epoch, self.ttl)
+                    self.catalog.heartbeat(self.job_id, epoch, self.ttl)
                 except StaleWriter as exc:
                     self.lost = exc
                     return

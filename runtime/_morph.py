@@ -18,6 +18,7 @@ import inspect
 import sys
 import types
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..serializers import _bytecode as bc
@@ -40,12 +41,16 @@ class _MorphInfo:
 
 # id(morph code) -> (weak reference to it, info). Entries go away with their code, so
 # a restored job's saved values are not kept alive by the registry.
-_MORPHS: dict[int, tuple[weakref.ref, _MorphInfo]] = {}
+_MORPHS: dict[int, tuple[weakref.ref[types.CodeType], _MorphInfo]] = {}
 
 
 def _register(morph: types.CodeType, info: _MorphInfo) -> None:
     key = id(morph)
-    _MORPHS[key] = (weakref.ref(morph, lambda _ref, key=key: _MORPHS.pop(key, None)), info)
+
+    def forget(_ref: weakref.ref[types.CodeType], key: int = key) -> None:
+        _MORPHS.pop(key, None)
+
+    _MORPHS[key] = (weakref.ref(morph, forget), info)
 
 
 def _info(code: types.CodeType) -> _MorphInfo | None:
@@ -80,14 +85,14 @@ def unmorph(code: types.CodeType, unit: int) -> tuple[types.CodeType, int, Frame
     raise RuntimeError(f"{code.co_qualname} was captured inside its restore prologue (unit {unit})")
 
 
-class _Values(list):
+class _Values(list[object]):
     """The values a morph prologue loads (locals, stack items). Code objects hash
     their constants, so this list hashes by identity; the prologue empties it once
     everything is loaded, so the restored frames own their values alone."""
 
-    __hash__ = object.__hash__
+    __hash__ = object.__hash__  # type: ignore[assignment]  # hashable on purpose
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return self is other
 
 
@@ -97,20 +102,20 @@ _INLINE = (type(None), bool, int, float, str, bytes)
 class _Prologue:
     """Bytecode and constants of a morph prologue under construction."""
 
-    def __init__(self, code: types.CodeType):
+    def __init__(self, code: types.CodeType) -> None:
         self.out = bytearray()
         self.consts = list(code.co_consts)
         self.values = _Values()
         self._values_index = self.const(self.values)
 
-    def const(self, value) -> int:
+    def const(self, value: object) -> int:
         self.consts.append(value)
         return len(self.consts) - 1
 
     def emit(self, opname: str, arg: int = 0) -> None:
         bc.emit(self.out, opname, arg)
 
-    def push(self, value) -> None:
+    def push(self, value: object) -> None:
         if type(value) in _INLINE:
             self.emit("LOAD_CONST", self.const(value))
             return
@@ -119,7 +124,8 @@ class _Prologue:
         self.emit("LOAD_CONST", self.const(len(self.values) - 1))
         self.emit("BINARY_SUBSCR")
 
-    def call(self, fn) -> None:
+    def call(self, fn: object) -> None:
+        """Call `fn` (a constant of the code) with no arguments."""
         index = self.const(fn)
         for name, arg in LAYOUT.CALL_SEQUENCE:
             self.emit(name, index if arg == "fn" else arg)
@@ -134,7 +140,11 @@ class _Prologue:
         return len(self.out) // 2
 
 
-def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
+def build_morph_code(
+    rec: FrameRecord,
+    inner: Callable[[], object] | None,
+    value_fn: Callable[[], object] | None,
+) -> types.CodeType:
     code = find_code(rec.code)
     nargs = (
         code.co_argcount
@@ -240,7 +250,11 @@ def build_morph_code(rec: FrameRecord, inner, value_fn) -> types.CodeType:
     return morph
 
 
-def build_morph_function(rec: FrameRecord, inner=None, value_fn=None) -> types.FunctionType:
+def build_morph_function(
+    rec: FrameRecord,
+    inner: Callable[[], object] | None = None,
+    value_fn: Callable[[], object] | None = None,
+) -> types.FunctionType:
     morph = build_morph_code(rec, inner, value_fn)
     module = sys.modules[rec.code.module]
     n_free = len(morph.co_freevars)
@@ -259,16 +273,19 @@ def build_morph_function(rec: FrameRecord, inner=None, value_fn=None) -> types.F
     return fn
 
 
-def build_resume_chain(records: list[FrameRecord], value_fn) -> types.FunctionType:
+def build_resume_chain(
+    records: list[FrameRecord], value_fn: Callable[[], object]
+) -> types.FunctionType:
     """records innermost first -> a zero-argument function that resumes the outermost
     frame; the innermost frame receives value_fn() as snapshot()'s result."""
-    fn = None
+    fn: types.FunctionType | None = None
     for i, rec in enumerate(records):
         fn = build_morph_function(rec, inner=fn, value_fn=value_fn if i == 0 else None)
+    assert fn is not None  # a snapshot holds at least the entry function's frame
     return fn
 
 
-def rebuild_generator(rec: FrameRecord):
+def rebuild_generator(rec: FrameRecord) -> object:
     """A generator object in the state the record describes. A suspended one is
     advanced once, re-executing its original YIELD_VALUE, so it is paused at the very
     instruction it was paused at: send(), throw() and close() then run the same

@@ -30,9 +30,14 @@ import json
 import os
 import random
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ResourceReopenError, SnapshotError
 from ..resources._secrets import credential
+
+if TYPE_CHECKING:
+    from ._job import Job
 
 __all__ = ["ProcessState", "begin", "capture", "restore"]
 
@@ -46,13 +51,18 @@ class ProcessState:
     __slots__ = ("random", "numpy_random", "env_set", "env_removed", "cwd", "baseline")
 
     def __init__(
-        self, random_state, numpy_random, env_set: dict[str, str], env_removed: list[str], cwd: str
-    ):
+        self,
+        random_state: tuple[Any, ...],
+        numpy_random: Any,  # np.random.get_state() (numpy is optional), or None
+        env_set: dict[str, str],
+        env_removed: list[str],
+        cwd: str,
+    ) -> None:
         self.random, self.numpy_random = random_state, numpy_random
         self.env_set, self.env_removed, self.cwd = env_set, env_removed, cwd
         self.baseline: dict[str, str] | None = None  # set when unpickled: env before the diff
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., ProcessState], tuple[object, ...]]:
         # The names stay readable (snaprun inspect shows them); the values are sealed as
         # one credential (one seal per snapshot) that unpickles as a JSON str.
         env_set = (
@@ -63,7 +73,13 @@ class ProcessState:
         return (_loaded, (self.random, self.numpy_random, env_set, self.env_removed, self.cwd))
 
 
-def _loaded(random_state, numpy_random, env_set, env_removed, cwd) -> ProcessState:
+def _loaded(
+    random_state: tuple[Any, ...],
+    numpy_random: object,
+    env_set: dict[str, str] | tuple[list[str], str],
+    env_removed: list[str],
+    cwd: str,
+) -> ProcessState:
     if isinstance(env_set, tuple):  # (names, sealed values); older snapshots: a dict
         env_set = dict(zip(env_set[0], json.loads(env_set[1])))
     state = ProcessState(random_state, numpy_random, env_set, env_removed, cwd)
@@ -95,15 +111,21 @@ _WRITES: dict[str, int] = {}
 _TICK = itertools.count(1)
 
 
-class _TrackedEnviron(type(os.environ)):
+if TYPE_CHECKING:
+    _Environ = os._Environ[str]
+else:
+    _Environ = type(os.environ)
+
+
+class _TrackedEnviron(_Environ):
     """os.environ's own class plus a record of the names written (os.environ's class is
     swapped for it in place: every reference to os.environ keeps working)."""
 
-    def __setitem__(self, key, value):
+    def __setitem__(self, key: str, value: str) -> None:
         super().__setitem__(key, value)
         _WRITES[key] = next(_TICK)
 
-    def __delitem__(self, key):
+    def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
         _WRITES[key] = next(_TICK)
 
@@ -123,17 +145,17 @@ class _Tracker:
 
     __slots__ = ("after_restore", "owned", "since")
 
-    def __init__(self, after_restore: dict[str, str], owned: set[str]):
+    def __init__(self, after_restore: dict[str, str], owned: set[str]) -> None:
         self.after_restore, self.owned = after_restore, owned
         self.since = _track()
 
 
-def begin(job) -> None:
+def begin(job: Job) -> None:
     """The job starts from its entry function: the current environment is its baseline."""
     job._process_tracker = _Tracker(dict(os.environ), set())
 
 
-def capture(job) -> ProcessState:
+def capture(job: Job) -> ProcessState:
     """The process state at a snapshot. A variable is saved when the job changed it since
     its start or last restore, or when the restored snapshot carried it."""
     tracker = getattr(job, "_process_tracker", None) or _Tracker(dict(os.environ), set())
@@ -158,7 +180,7 @@ def capture(job) -> ProcessState:
     return ProcessState(random.getstate(), numpy_random, env_set, removed, cwd)
 
 
-def restore(job, state: ProcessState | None) -> None:
+def restore(job: Job, state: ProcessState | None) -> None:
     """Put back the working directory and random states of a restored snapshot (its
     environment diff was applied when it was unpickled); refuses a working directory
     that no longer exists. A snapshot taken before process state was saved restores

@@ -27,6 +27,7 @@ import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._errors import JobParked, SnapstateError, StoreDamaged, StoreError
 from ..serializers import _binding, _fs, _identity, _sealing, _snapfile
@@ -111,7 +112,7 @@ def _catalog_healthy(directory: str) -> bool:
     except StoreDamaged:
         return False
     try:
-        return catalog._db().execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        return bool(catalog._db().execute("PRAGMA quick_check").fetchone()[0] == "ok")
     except Exception:
         return False
     finally:
@@ -128,10 +129,14 @@ def _load_config_encrypt(directory: str) -> bool:
         return False
 
 
-def _scan(directory: str, keys: KeyRing, encrypt: bool, report: RepairReport) -> dict:
+# {job: {seq: [(file epoch, path, header, digest), ...]}}
+_Found = dict[str, dict[int, list[tuple[int, str, dict[str, Any], str]]]]
+
+
+def _scan(directory: str, keys: KeyRing, encrypt: bool, report: RepairReport) -> _Found:
     """{job: {seq: [(file epoch, path, header, digest), ...]}} of the files that verify
     and sit where their header says."""
-    found: dict[str, dict[int, list]] = {}
+    found: _Found = {}
     root = os.path.join(directory, "snapshots")
     for job in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         folder = os.path.join(root, job)
@@ -166,7 +171,7 @@ def _scan(directory: str, keys: KeyRing, encrypt: bool, report: RepairReport) ->
     return found
 
 
-def _store_id(directory: str, found: dict) -> tuple[str | None, bool]:
+def _store_id(directory: str, found: _Found) -> tuple[str | None, bool]:
     """(store id, restored?): store.json's, or, when it is lost, the one the store's own
     files name (their header's job is their folder's)."""
     identity = _identity.load(directory)
@@ -183,14 +188,18 @@ def _store_id(directory: str, found: dict) -> tuple[str | None, bool]:
 
 
 def _branch(
-    job: str, seqs: dict, store_id: str | None, now: float
+    job: str,
+    seqs: dict[int, list[tuple[int, str, dict[str, Any], str]]],
+    store_id: str | None,
+    now: float,
 ) -> tuple[RebuiltJob, JobRow, list[SnapshotRow]]:
     """The job's latest branch: per seq its newest file, up to the first seq whose
     epoch is lower than an earlier one's (epochs never go down along a job's
     snapshots: from there on, the files are a dropped branch's leftovers)."""
     rebuilt = RebuiltJob(job, [], 0)
     rows: list[SnapshotRow] = []
-    top, stopped, last_header = -1, False, None
+    top, stopped = -1, False
+    last_header: dict[str, Any] | None = None
     for seq in sorted(seqs):
         files = sorted(seqs[seq], key=lambda f: f[0])
         epoch, path, header, digest = files[-1]
@@ -219,7 +228,8 @@ def _branch(
         rebuilt.epoch = max(rebuilt.epoch, epoch, own if isinstance(own, int) else 0)
     rebuilt.epoch = max([rebuilt.epoch] + [f[0] for files in seqs.values() for f in files])
     copied = [r for r in rows if r.origin and r.origin.get("job") != job]
-    rebuilt.parent = copied[-1].origin.get("job") if copied else None
+    rebuilt.parent = (copied[-1].origin or {}).get("job") if copied else None  # origin is set
+    assert last_header is not None  # the first seq's newest file is always on the branch
     latest = rows[-1].seq
     job_row = JobRow(
         job,

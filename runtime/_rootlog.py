@@ -14,17 +14,21 @@ uses them), as resources._stdlib does for a named logger.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._job import Job
 
 __all__ = ["baseline", "begin", "capture", "restore"]
 
 
-def baseline() -> tuple[list, int]:
+def baseline() -> tuple[list[logging.Handler], int]:
     """The root logger's handlers and level now: the host's, before the agent runs."""
     root = logging.getLogger()
     return (list(root.handlers), root.level)
 
 
-def begin(job) -> None:
+def begin(job: Job) -> None:
     """Before the agent's module is imported to run or restore the job (Job.create
     takes it earlier, before it loads the entry point): the root logger as it is now
     is the host's."""
@@ -32,11 +36,11 @@ def begin(job) -> None:
         job._root_log_baseline = baseline()
 
 
-def _baseline(job) -> tuple[list, int]:
+def _baseline(job: Job) -> tuple[list[logging.Handler], int]:
     return getattr(job, "_root_log_baseline", None) or ([], logging.WARNING)
 
 
-def capture(job) -> tuple[int | None, list] | None:
+def capture(job: Job) -> tuple[int | None, list[logging.Handler]] | None:
     """(level or None when the job did not change it, handlers the job added); None
     when the job did not touch the root logger."""
     root = logging.getLogger()
@@ -50,7 +54,7 @@ def capture(job) -> tuple[int | None, list] | None:
     return (saved_level, added)
 
 
-def restore(job, state: tuple[int | None, list] | None) -> None:
+def restore(job: Job, state: tuple[int | None, list[logging.Handler]] | None) -> None:
     """Put the saved level and handlers back on this process's root logger."""
     if state is None:
         return
@@ -68,6 +72,6 @@ def restore(job, state: tuple[int | None, list] | None) -> None:
             handler.close()
 
 
-def _used_elsewhere(handler) -> bool:
+def _used_elsewhere(handler: logging.Handler) -> bool:
     loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
     return any(handler in getattr(lg, "handlers", ()) for lg in loggers)

@@ -22,26 +22,35 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from .._errors import StaleWriter
 from ..serializers._sqlite import SqliteStore
+
+if TYPE_CHECKING:
+    from ._job import Job
 
 __all__ = ["EXIT_SIGTERM", "EXIT_SIGINT", "SigtermHandler"]
 
 EXIT_SIGTERM = 128 + signal.SIGTERM  # 143, as a shell reports a process it stopped
 EXIT_SIGINT = 128 + signal.SIGINT  # 130
 
+# What signal.signal() returns: the previous handler.
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
 
 class SigtermHandler:
     """Installed for the duration of one run or resume of `job`."""
 
-    def __init__(self, job, grace: float | None = None):
+    def __init__(self, job: Job, grace: float | None = None) -> None:
         self.job = job
         self.grace = grace
         self.pending = False  # a SIGTERM came; waiting for the next snapshot
         self._timer: threading.Timer | None = None
-        self._previous = None
-        self._previous_int = None
+        self._previous: _Handler = None
+        self._previous_int: _Handler = None
 
     def install(self) -> None:
         self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -57,14 +66,14 @@ class SigtermHandler:
             signal.signal(signal.SIGINT, self._previous_int)
             self._previous_int = None
 
-    def _on_sigint(self, signum, frame) -> None:
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         if self.job.finishing:
             return  # the run is over and its outcome is being recorded
         self._abandon_transaction()
         self._stop("Ctrl-C: stopped", code=EXIT_SIGINT, signal_name="Ctrl-C")
 
     # ------------------------------------------------------------ the signal
-    def _on_sigterm(self, signum, frame) -> None:
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         if self.job.finishing:
             return  # the run is over and its outcome is being recorded
         if self.grace and not self.pending:
@@ -87,7 +96,9 @@ class SigtermHandler:
 
     def _grace_ran_out(self) -> None:
         # Delivered to the main thread, so a sleep or a blocking read there is woken.
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        ident = threading.main_thread().ident
+        assert ident is not None  # the main thread is running
+        signal.pthread_kill(ident, signal.SIGTERM)
 
     def _stop_after_snapshot(self, seq: int) -> None:
         """On the hub, right after snapshot `seq` was committed: no transaction open."""
@@ -123,7 +134,7 @@ class SigtermHandler:
         os._exit(code)
 
 
-def _record_stop(job, detail: str) -> None:
+def _record_stop(job: Job, detail: str) -> None:
     catalog = job.home.catalog
     if isinstance(catalog, SqliteStore):  # a connection of its own, no shared state
         catalog = SqliteStore(

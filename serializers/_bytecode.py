@@ -13,8 +13,10 @@ from __future__ import annotations
 import dis
 import opcode
 import types
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 __all__ = [
     "Instruction",
@@ -52,7 +54,8 @@ _NO_FALLTHROUGH = frozenset(
 
 def cache_units(opname: str) -> int:
     """Inline cache entries (code units) that follow an instruction."""
-    table = opcode._inline_cache_entries
+    # private (not in typeshed): a list by opcode before 3.13, a dict by name since
+    table: list[int] | dict[str, int] = opcode._inline_cache_entries  # type: ignore[attr-defined]
     if isinstance(table, dict):  # 3.13: keyed by name
         return table.get(opname, 0)
     return table[opcode.opmap[opname]]
@@ -129,7 +132,7 @@ class ExceptionEntry:
 def exception_entries(code: types.CodeType) -> tuple[ExceptionEntry, ...]:
     return tuple(
         ExceptionEntry(e.start // 2, e.end // 2, e.target // 2, e.depth, bool(e.lasti))
-        for e in dis._parse_exception_table(code)
+        for e in dis._parse_exception_table(code)  # type: ignore[attr-defined]  # private
     )
 
 
@@ -209,7 +212,7 @@ def _exc_varint(value: int, first: bool = False) -> bytes:
     return bytes(out)
 
 
-def encode_exception_table(entries) -> bytes:
+def encode_exception_table(entries: Iterable[ExceptionEntry]) -> bytes:
     out = bytearray()
     for e in entries:
         out += (
@@ -244,7 +247,11 @@ def linetable_no_location(units: int) -> bytearray:
     return out
 
 
-def linetable_positions(units: int, line_delta: int, position=None) -> bytearray:
+def linetable_positions(
+    units: int,
+    line_delta: int,
+    position: tuple[int | None, int | None, int | None, int | None] | None = None,
+) -> bytearray:
     """Entries covering `units` code units; the first moves the line by line_delta and,
     when `position` (line, end_line, col, end_col) is complete, carries the columns."""
     out = bytearray()
@@ -253,7 +260,7 @@ def linetable_positions(units: int, line_delta: int, position=None) -> bytearray
         k = min(8, units)
         delta = line_delta if first else 0
         if position and None not in position:
-            line, end_line, col, end_col = position
+            line, end_line, col, end_col = cast("tuple[int, int, int, int]", position)  # no None
             out.append(0x80 | (14 << 3) | (k - 1))
             out += (
                 _lt_svarint(delta)

@@ -37,7 +37,7 @@ class CodeRef:
 _DIGESTS: dict[int, tuple[types.CodeType, str]] = {}
 
 
-def _canonical(value) -> str:
+def _canonical(value: object) -> str:
     if isinstance(value, types.CodeType):
         return "code:" + code_digest(value)
     if isinstance(value, tuple):
@@ -78,17 +78,19 @@ def code_ref(code: types.CodeType, module: str) -> CodeRef:
 
 
 # ----------------------------------------------------------------------------- lookup
-_INDEX: dict[str, tuple[types.ModuleType, dict]] = {}
+# (qualname, first line, digest) -> code object, per module
+_Index = dict[tuple[str, int, str], types.CodeType]
+_INDEX: dict[str, tuple[types.ModuleType, _Index]] = {}
 
 
-def _walk(code: types.CodeType, acc: dict) -> None:
+def _walk(code: types.CodeType, acc: _Index) -> None:
     acc.setdefault((code.co_qualname, code.co_firstlineno, code_digest(code)), code)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             _walk(const, acc)
 
 
-def _visit(obj, modname: str, acc: dict, seen: set, depth: int = 0) -> None:
+def _visit(obj: object, modname: str, acc: _Index, seen: set[int], depth: int = 0) -> None:
     if id(obj) in seen or depth > 6:
         return
     seen.add(id(obj))
@@ -114,7 +116,7 @@ def _visit(obj, modname: str, acc: dict, seen: set, depth: int = 0) -> None:
             _visit(value, modname, acc, seen, depth + 1)
 
 
-def _source_codes(module: types.ModuleType, acc: dict) -> None:
+def _source_codes(module: types.ModuleType, acc: _Index) -> None:
     """Code objects only reachable through the module's source (a lambda stored in a
     local at import time, a function deleted after use)."""
     loader = getattr(module, "__loader__", None)
@@ -131,13 +133,13 @@ def _source_codes(module: types.ModuleType, acc: dict) -> None:
             pass
 
 
-def _module_index(modname: str) -> dict:
+def _module_index(modname: str) -> _Index:
     module = sys.modules.get(modname) or importlib.import_module(modname)
     hit = _INDEX.get(modname)
     if hit is not None and hit[0] is module:
         return hit[1]
-    acc: dict = {}
-    seen: set = set()
+    acc: _Index = {}
+    seen: set[int] = set()
     for value in list(vars(module).values()):
         if isinstance(value, types.FunctionType) and value.__module__ != modname:
             continue
@@ -186,7 +188,7 @@ def find_code(ref: CodeRef) -> types.CodeType:
 
 def _code_changed(change: str, fix: str) -> IncompatibleSnapshot:
     exc = IncompatibleSnapshot(f"the agent's code changed since the snapshot: {change}. {fix}")
-    exc.change = change
+    exc.change = change  # type: ignore[attr-defined]  # read by Job._check_code (getattr)
     return exc
 
 

@@ -89,7 +89,9 @@ __all__ = [
 class SnapstateError(Exception):
     """Base class of all snapstate errors."""
 
-    def __reduce__(self):
+    def __reduce__(
+        self,
+    ) -> tuple[type[SnapstateError], tuple[object, ...], dict[str, object] | None]:
         return (type(self), self.args, self.__dict__ or None)
 
 

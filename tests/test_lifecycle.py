@@ -143,6 +143,21 @@ def test_script_without_main_creates_no_job(tmp_path):
     store.close()
 
 
+def test_script_without_py_suffix_creates_no_job(tmp_path):
+    """`snaprun run` of a script whose name has no .py suffix (importlib has no loader
+    for it): exit 2 saying so, no traceback, no job row (before, it was reported as an
+    AttributeError raised by the agent's module, exit 1)."""
+    script = tmp_path / "agent"
+    script.write_text("def main():\n    return 1\n")
+    result = snaprun("run", "--job", "n", script, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "not a Python source file" in result.stderr and "Traceback" not in result.stderr
+    assert "no job was created" in result.stderr
+    store = catalog(tmp_path)
+    assert store.list_jobs() == []
+    store.close()
+
+
 def test_missing_module_function_creates_no_job(tmp_path):
     """The Python API refuses a module:function that does not exist before the job
     row is written (EntryPointError, no job)."""

@@ -1,0 +1,70 @@
+"""Static typing test of snapstate's public API (not collected by pytest: no test_
+prefix). scripts/checks runs `mypy --strict` on it against the installed package: the
+correct uses must type-check, and each wrong use must stay an error (its
+`# type: ignore[code]` is reported as unused, failing the check, if the error goes
+away)."""
+
+from __future__ import annotations
+
+from typing import assert_type
+
+import snapstate
+from snapstate import SnapshotInfo, snapshot
+
+# ---------------------------------------------------------------- snapshot()
+info = snapshot()
+assert_type(info, SnapshotInfo)
+assert_type(snapshot("checkpoint"), SnapshotInfo)
+assert_type(snapshot(label="checkpoint"), SnapshotInfo)
+assert_type(snapshot(None), SnapshotInfo)
+assert_type(snapstate.snapshot("x"), SnapshotInfo)
+
+snapshot(1)  # type: ignore[arg-type]
+snapshot(b"label")  # type: ignore[arg-type]
+snapshot("a", "b")  # type: ignore[call-arg]
+snapshot(name="a")  # type: ignore[call-arg]
+snapshot().label.upper()  # type: ignore[union-attr]
+
+# ---------------------------------------------------------------- SnapshotInfo
+assert_type(info.resumed, bool)
+assert_type(info.frozen_for, float)
+assert_type(info.seq, int | None)
+assert_type(info.label, str | None)
+if info.seq is not None:
+    assert_type(info.seq + 1, int)
+made = SnapshotInfo(resumed=True, frozen_for=1.5, seq=3, label=None)
+assert_type(made, SnapshotInfo)
+
+next_seq = info.seq + 1  # type: ignore[operator]
+seconds: int = info.frozen_for  # type: ignore[assignment]
+info.seq = 4  # type: ignore[misc]
+SnapshotInfo(True, 1.5)  # type: ignore[call-arg]
+SnapshotInfo("yes", 1.5, 3, None)  # type: ignore[arg-type]
+info.when  # type: ignore[attr-defined]  # noqa: B018
+
+
+# ---------------------------------------------------------------- errors
+def handle(exc: snapstate.SnapstateError) -> str:
+    return str(exc)
+
+
+handle(snapstate.JobParked("effect 3 is ambiguous"))
+handle(snapstate.IncompatibleSnapshot("code changed"))
+handle(snapstate.TruncatedSnapshot("cut short"))
+handle(snapstate.StaleWriter("taken over"))
+handle(ValueError("not ours"))  # type: ignore[arg-type]
+
+restore_error: snapstate.RestoreError = snapstate.IncompatibleSnapshot("x")
+rejected: snapstate.SnapshotRejected = snapstate.TamperedSnapshot("x")
+store_error: snapstate.StoreError = snapstate.LeaseHeld("x")
+corrupt: snapstate.CorruptSnapshot = snapstate.TamperedSnapshot("x")  # type: ignore[assignment]
+not_store: snapstate.StoreError = snapstate.StoreFailure("x")  # type: ignore[assignment]
+
+try:
+    snapshot("guarded")
+except snapstate.SnapshotError as exc:
+    assert_type(exc, snapstate.SnapshotError)
+
+# ---------------------------------------------------------------- the package
+assert_type(snapstate.__all__, list[str])
+assert_type(snapstate.__version__, str)
