@@ -41,9 +41,15 @@ import sys
 import tempfile
 import threading
 import weakref
+from collections.abc import Callable, Iterator
+from types import NotImplementedType
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypedDict, TypeVar, cast
 
 from ..serializers import _dispatch
 from ._registry import ResourceReopenError
+
+if TYPE_CHECKING:
+    from sqlite3 import _IsolationLevel, _RowFactoryOptions  # typeshed's own aliases
 
 __all__ = [
     "register_adapter",
@@ -54,13 +60,22 @@ __all__ = [
     "scratch_path",
 ]
 
-_ADAPTERS: dict[type, object] = {}
-_SUBCLASS_ADAPTERS: dict[type, object] = {}  # adapters that also take subclasses
-_RESOLVED: dict[type, object] = {}  # type -> adapter found through its MRO
+T = TypeVar("T")
+
+# What an adapter returns: a pickle reduce tuple (callable, args[, state, listitems,
+# dictitems, state_setter]); an internal adapter may also return NotImplemented (numpy:
+# an array owning its data is left to the pickler's usual path).
+Reduced = tuple[Any, ...]
+# An adapter takes the object of its registered type (any type: Any).
+Reducer = Callable[[Any], Reduced | NotImplementedType]
+
+_ADAPTERS: dict[type, Reducer] = {}
+_SUBCLASS_ADAPTERS: dict[type, Reducer] = {}  # adapters that also take subclasses
+_RESOLVED: dict[type, Reducer | None] = {}  # type -> adapter found through its MRO
 
 # Adapters for optional libraries, loaded only once the agent imported the library
 # (snapstate never imports them itself): module name -> function registering them.
-OPTIONAL_LOADERS: dict[str, object] = {}
+OPTIONAL_LOADERS: dict[str, Callable[[], None]] = {}
 _OPTIONAL_LOADED: set[str] = set()
 
 # Live handles no adapter can reopen faithfully: refused with a pointer to resource().
@@ -71,7 +86,9 @@ UNTRACKED: dict[type, str] = {
 }
 
 
-def register_adapter(cls: type, reduce, *, subclasses: bool = False) -> None:
+def register_adapter(
+    cls: type[T], reduce: Callable[[T], tuple[Any, ...]], *, subclasses: bool = False
+) -> None:
     """Teach the pickler to save objects of type `cls`: reduce(obj) returns
     (callable, args); callable(*args) reopens the object after a restore.
 
@@ -85,13 +102,13 @@ def register_adapter(cls: type, reduce, *, subclasses: bool = False) -> None:
     _RESOLVED.clear()
 
 
-def register_optional(module: str, loader) -> None:
+def register_optional(module: str, loader: Callable[[], None]) -> None:
     """Call loader() (which registers adapters) once `module` has been imported."""
     OPTIONAL_LOADERS[module] = loader
     _OPTIONAL_LOADED.discard(module)
 
 
-def _refuse(obj, what: str):
+def _refuse(obj: object, what: str) -> NoReturn:
     raise pickle.PicklingError(f"{what} is a live handle that cannot be saved in a snapshot")
 
 
@@ -104,7 +121,7 @@ def _load_optional() -> None:
             _RESOLVED.clear()
 
 
-def reducer_for(t: type):
+def reducer_for(t: type) -> Reducer | None:
     """The adapter for objects of type t (an exact registration, else the closest
     subclass-accepting registration in t's MRO), or None."""
     hit = _ADAPTERS.get(t)
@@ -134,11 +151,11 @@ _dispatch.register_adapters(reducer_for, tuple(UNTRACKED))
 
 
 # ------------------------------------------------------------------------ scratch
-_SCRATCH: dict = {}  # "dir": the scratch directory of a replay; path -> its copy
+_SCRATCH: dict[str, str] = {}  # "dir": the scratch directory of a replay; path -> its copy
 
 
 @contextlib.contextmanager
-def scratch_copies(directory: str):
+def scratch_copies(directory: str) -> Iterator[None]:
     """While active, adapters reopen scratch copies (see scratch_path), never originals."""
     previous = dict(_SCRATCH)
     _SCRATCH.clear()
@@ -179,8 +196,8 @@ def scratch_path(path: str, suffixes: tuple[str, ...] = ("",)) -> str:
 _LOCK_TYPE, _RLOCK_TYPE = type(threading.Lock()), type(threading.RLock())
 
 
-def _reduce_lock(lock):
-    if isinstance(lock, _RLOCK_TYPE) and lock._is_owned():
+def _reduce_lock(lock: threading.Lock | threading.RLock) -> tuple[Callable[[], object], tuple[()]]:
+    if isinstance(lock, _RLOCK_TYPE) and lock._is_owned():  # type: ignore[attr-defined]  # private
         raise pickle.PicklingError(
             "a lock (threading.RLock) is held by the agent at the snapshot; leave the "
             "`with lock:` block (release it) before snapshot()"
@@ -199,7 +216,12 @@ register_adapter(_RLOCK_TYPE, _reduce_lock)
 
 
 # ------------------------------------------------------------------------ files
-def _reduce_file(f):
+class _TextArgs(TypedDict, total=False):
+    encoding: str
+    errors: str | None
+
+
+def _reduce_file(f: IO[Any]) -> Reduced:
     name, mode = getattr(f, "name", None), getattr(f, "mode", "r")
     if f.closed:
         return (_closed_file, (type(f), name, mode))
@@ -212,14 +234,16 @@ def _reduce_file(f):
     position = f.tell()
     # A C TextIOWrapper does not expose its newline argument: text files reopen with
     # universal newlines (open a file through resource() to keep another setting).
-    text = {} if binary else {"encoding": f.encoding, "errors": f.errors}
+    text: _TextArgs = (
+        {} if binary else {"encoding": cast(TextIO, f).encoding, "errors": cast(TextIO, f).errors}
+    )
     return (
         _reopen_file,
         (_open_path(f, name, mode), mode, position, binary, text, isinstance(f, io.FileIO)),
     )
 
 
-def _open_path(f, name: str, mode: str) -> str:
+def _open_path(f: IO[Any], name: str, mode: str) -> str:
     """The absolute path of the file `f` has open. A relative name is relative to the
     cwd at open(), which may have changed since (os.chdir): the candidate paths (the
     name against today's cwd, the descriptor's link in /proc) are kept only if they
@@ -245,7 +269,9 @@ def _open_path(f, name: str, mode: str) -> str:
     )
 
 
-def _reopen_file(path, mode, position, binary, text, raw):
+def _reopen_file(
+    path: str, mode: str, position: int, binary: bool, text: _TextArgs, raw: bool
+) -> IO[Any]:
     plus = "+" in mode
     writable = plus or any(c in mode for c in "awx")
     original, path = path, scratch_path(path) if writable else path  # a reader reads it
@@ -285,23 +311,25 @@ def _gone(path: str, mode: str) -> str:
     )
 
 
-def _closed_file(kind, name, mode):
+def _closed_file(kind: type, name: object, mode: str) -> IO[Any]:
     """A closed file object of the same type, name and mode."""
-    f = open(os.devnull, mode.replace("x", "w"), buffering=0 if kind is io.FileIO else -1)
+    # Any: its class (and so its attributes) depends on mode and buffering.
+    f: Any = open(os.devnull, mode.replace("x", "w"), buffering=0 if kind is io.FileIO else -1)
     raw = f if kind is io.FileIO else (f.buffer.raw if hasattr(f, "buffer") else f.raw)
     raw.name = name
     if isinstance(f, io.TextIOWrapper):
-        f.mode = mode
+        f.mode = mode  # type: ignore[misc]  # settable (typeshed: read-only)
     f.close()
-    return f
+    return cast(IO[Any], f)
 
 
+_kind: type[IO[Any]]
 for _kind in (io.FileIO, io.BufferedReader, io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper):
     register_adapter(_kind, _reduce_file)
 
 
 # ------------------------------------------------------------------------ sqlite3
-def _reduce_sqlite(conn):
+def _reduce_sqlite(conn: sqlite3.Connection) -> Reduced:
     try:
         path = conn.execute("PRAGMA database_list").fetchone()[2]
     except sqlite3.ProgrammingError:  # closed
@@ -319,7 +347,9 @@ def _reduce_sqlite(conn):
     return (_reopen_sqlite, (path, conn.isolation_level, conn.row_factory))
 
 
-def _reopen_sqlite(path, isolation_level, row_factory):
+def _reopen_sqlite(
+    path: str, isolation_level: _IsolationLevel, row_factory: _RowFactoryOptions
+) -> sqlite3.Connection:
     if not os.path.exists(path):
         raise ResourceReopenError(
             f"sqlite3 database {path} no longer exists, so its "
@@ -333,7 +363,7 @@ def _reopen_sqlite(path, isolation_level, row_factory):
     return conn
 
 
-def _closed_sqlite():
+def _closed_sqlite() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
     conn.close()
     return conn
@@ -343,18 +373,21 @@ register_adapter(sqlite3.Connection, _reduce_sqlite)
 
 
 # ------------------------------------------------------------------------ tempfile
-def _reduce_tempdir(td):
+def _reduce_tempdir(
+    td: tempfile.TemporaryDirectory[str],
+) -> tuple[Callable[[str], tempfile.TemporaryDirectory[str]], tuple[str]]:
     return (_reopen_tempdir, (td.name,))
 
 
-def _reopen_tempdir(name):
+def _reopen_tempdir(name: str) -> tempfile.TemporaryDirectory[str]:
     name = scratch_path(name)
     os.makedirs(name, exist_ok=True)
-    td = object.__new__(tempfile.TemporaryDirectory)
+    td: tempfile.TemporaryDirectory[str] = object.__new__(tempfile.TemporaryDirectory)
     td.name = name
-    td._ignore_cleanup_errors = False
-    td._delete = True
-    td._finalizer = weakref.finalize(td, shutil.rmtree, name, True)
+    # What TemporaryDirectory.__init__ sets (private: not in typeshed).
+    td._ignore_cleanup_errors = False  # type: ignore[attr-defined]
+    td._delete = True  # type: ignore[attr-defined]
+    td._finalizer = weakref.finalize(td, shutil.rmtree, name, True)  # type: ignore[attr-defined]
     return td
 
 
@@ -364,7 +397,7 @@ register_adapter(tempfile.TemporaryDirectory, _reduce_tempdir)
 # A NamedTemporaryFile is a wrapper around a file object: it reopens as the same path
 # at its position, with its delete (and delete-on-close) behaviour kept, so the file
 # is removed when the resumed agent closes it or ends, as it would have been.
-def _reduce_named_temp(w):
+def _reduce_named_temp(w: tempfile._TemporaryFileWrapper[Any]) -> Reduced:
     closer = getattr(w, "_closer", None)
     delete = getattr(closer, "delete", getattr(w, "delete", True))
     delete_on_close = getattr(closer, "delete_on_close", True)
@@ -376,13 +409,18 @@ def _reduce_named_temp(w):
     return (_reopen_named_temp, (reduced[1], delete, delete_on_close))
 
 
-def _named_temp_wrapper(f, name: str, delete: bool, delete_on_close: bool):
+def _named_temp_wrapper(
+    f: IO[Any], name: str, delete: bool, delete_on_close: bool
+) -> tempfile._TemporaryFileWrapper[Any]:
     if sys.version_info >= (3, 12):
         return tempfile._TemporaryFileWrapper(f, name, delete, delete_on_close)
-    return tempfile._TemporaryFileWrapper(f, name, delete)
+    else:  # an else: mypy checks each version's branch on its own
+        return tempfile._TemporaryFileWrapper(f, name, delete)
 
 
-def _reopen_named_temp(file_args, delete, delete_on_close):
+def _reopen_named_temp(
+    file_args: tuple[str, str, int, bool, _TextArgs, bool], delete: bool, delete_on_close: bool
+) -> tempfile._TemporaryFileWrapper[Any]:
     path, mode = file_args[0], file_args[1]
     if not os.path.exists(path):
         raise ResourceReopenError(
@@ -396,7 +434,7 @@ def _reopen_named_temp(file_args, delete, delete_on_close):
     return _named_temp_wrapper(f, getattr(f, "name", path), delete, delete_on_close)
 
 
-def _closed_named_temp(name, mode):
+def _closed_named_temp(name: str, mode: str) -> tempfile._TemporaryFileWrapper[Any]:
     """A closed NamedTemporaryFile: its file is closed and already cleaned up."""
     f = _closed_file(io.BufferedRandom if "b" in mode else io.TextIOWrapper, name, mode)
     w = _named_temp_wrapper(f, name, False, False)

@@ -43,6 +43,7 @@ Registered with register_optional: snapstate never imports httpx, httpx2 or requ
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import http.cookiejar
 import importlib
@@ -52,10 +53,19 @@ import ssl
 import sys
 import types
 import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._adapters import register_adapter, register_optional
-from ._secrets import credential
+from ._adapters import Reduced, register_adapter, register_optional
+from ._secrets import Credential, credential
+
+if TYPE_CHECKING:
+    import requests
+
+T = TypeVar("T")
+# httpx and httpx2 objects (clients, transports, responses) are typed Any: the same API
+# in two libraries, reached through whichever module `lib` is at run time.
 
 __all__ = [
     "sealed",
@@ -126,7 +136,7 @@ _FIX = "create the client after the snapshot (or inside snapstate.resource())"
 
 
 # ------------------------------------------------------------------------ secrets
-def is_sensitive_header(name) -> bool:
+def is_sensitive_header(name: str | bytes) -> bool:
     """True for header names whose values are credentials (sealed in a snapshot)."""
     if isinstance(name, bytes):
         name = name.decode("latin-1")
@@ -134,7 +144,7 @@ def is_sensitive_header(name) -> bool:
     return name in _SENSITIVE or any(word in name for word in _SENSITIVE_WORDS)
 
 
-def is_sensitive_param(name) -> bool:
+def is_sensitive_param(name: str | bytes) -> bool:
     """True for URL query parameter names whose values are credentials (key=, api_key=,
     access_token=, X-Amz-Signature=, sig=...): sealed in a snapshot."""
     if isinstance(name, bytes):
@@ -143,7 +153,7 @@ def is_sensitive_param(name) -> bool:
     return name in _SENSITIVE_PARAMS or any(word in name for word in _SENSITIVE_WORDS)
 
 
-def seal_param(name, value):
+def seal_param(name: object, value: object) -> object:
     """A query parameter's value (str, bytes or a list of them) sealed if its name is a
     credential's (see sealed), else as it is."""
     if not isinstance(name, (str, bytes)) or not is_sensitive_param(name):
@@ -155,14 +165,14 @@ def seal_param(name, value):
     return value
 
 
-def seal_url(url):
+def seal_url(url: T) -> T | _Part:
     """A URL (str) as it is saved: the password in it and the values of credential query
     parameters sealed, every other character kept; it unpickles as the same str."""
     if not isinstance(url, str) or ("@" not in url and "?" not in url):
         return url
     rest, hash_, fragment = url.partition("#")
     rest, mark, query = rest.partition("?")
-    pieces: list = []
+    pieces: list[object] = []
     start = rest.find("://")
     host_at = rest.find("/", start + 3) if start >= 0 else -1
     netloc = rest[start + 3 : host_at if host_at >= 0 else len(rest)] if start >= 0 else ""
@@ -182,9 +192,9 @@ def seal_url(url):
     return _Part(_join, (pieces,))
 
 
-def _query_pieces(query: str) -> list:
+def _query_pieces(query: str) -> list[object]:
     """A query string (or form body) in pieces, credential values sealed."""
-    pieces: list = []
+    pieces: list[object] = []
     for i, item in enumerate(query.split("&")):
         name, eq, value = item.partition("=")
         pieces.append("&" if i else "")
@@ -195,15 +205,15 @@ def _query_pieces(query: str) -> list:
     return pieces
 
 
-def _join(pieces) -> str:
+def _join(pieces: Iterable[str]) -> str:
     return "".join(pieces)
 
 
-def _join_bytes(pieces) -> bytes:
+def _join_bytes(pieces: Iterable[str]) -> bytes:
     return "".join(pieces).encode("latin-1")
 
 
-def seal_form(body, headers):
+def seal_form(body: T, headers: Mapping[Any, Any]) -> T | _Part:
     """A request body as it is saved: a form (application/x-www-form-urlencoded, as
     OAuth token requests send client_secret=, password=) with its credential values
     sealed; any other body as it is. It unpickles as the same str or bytes."""
@@ -228,10 +238,10 @@ class _SealedBytes:
 
     __slots__ = ("value", "from_env")
 
-    def __init__(self, value: bytes, from_env: bool):
+    def __init__(self, value: bytes, from_env: bool) -> None:
         self.value, self.from_env = value, from_env
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[[str], bytes], tuple[Credential | None]]:
         if self.from_env:
             try:
                 text = self.value.decode("utf-8")
@@ -262,7 +272,7 @@ def _env_names(value: str) -> tuple[str, ...]:
     return tuple(name for name, current in os.environ.items() if current == value)
 
 
-def sealed(value, *, from_env: bool = True):
+def sealed(value: str | bytes | None, *, from_env: bool = True) -> Credential | _SealedBytes | None:
     """`value` (str, bytes or None) wrapped to pickle as a reference to the environment
     variable holding it (from_env), otherwise sealed with the store's key."""
     if isinstance(value, bytes):
@@ -272,7 +282,9 @@ def sealed(value, *, from_env: bool = True):
     return credential(value, env=_env_names(value))
 
 
-def _seal_items(items) -> list:
+def _seal_items(
+    items: Iterable[tuple[str | bytes, str | bytes]],
+) -> list[tuple[str | bytes, object]]:
     """Header (name, value) pairs with the sensitive values sealed (Cookie and
     Set-Cookie values are never taken for environment references)."""
     return [
@@ -286,17 +298,17 @@ def _seal_items(items) -> list:
     ]
 
 
-def _lower(name) -> str:
+def _lower(name: str | bytes) -> str:
     return (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
 
 
-def _rebuild_state(cls: type, state: dict):
+def _rebuild_state(cls: type[T], state: dict[str, Any]) -> T:
     obj = object.__new__(cls)
     obj.__dict__.update(state)
     return obj
 
 
-def _reduce_with_secrets(obj, secrets: tuple[str, ...], from_env: bool = True):
+def _reduce_with_secrets(obj: object, secrets: tuple[str, ...], from_env: bool = True) -> Reduced:
     """type(obj) rebuilt from its __dict__, the attributes named in `secrets` sealed."""
     state = dict(obj.__dict__)
     for name in secrets:
@@ -305,12 +317,12 @@ def _reduce_with_secrets(obj, secrets: tuple[str, ...], from_env: bool = True):
     return (_rebuild_state, (type(obj), state))
 
 
-def _reduce_whole_sealed(obj):
+def _reduce_whole_sealed(obj: object) -> Reduced:
     """An object full of secrets (a parsed .netrc): pickled, then the bytes sealed."""
     return (_unseal_object, (sealed(pickle.dumps(obj, protocol=5)),))
 
 
-def _unseal_object(data: bytes):
+def _unseal_object(data: bytes) -> object:
     return pickle.loads(data)
 
 
@@ -329,7 +341,7 @@ class _Refused(pickle.PicklingError):
     pass
 
 
-def _describe(obj, base: type) -> str:
+def _describe(obj: object, base: type) -> str:
     lib = base.__module__.split(".")[0]
     what = f"an {lib}.{base.__name__}" if lib[0] in "aeiouh" else f"a {lib}.{base.__name__}"
     cls = type(obj)
@@ -338,7 +350,7 @@ def _describe(obj, base: type) -> str:
     return what
 
 
-def _check(what: str, part: str, value) -> None:
+def _check(what: str, part: str, value: object) -> None:
     """Refuse naming the client and the part unless `value` pickles (with the
     snapshot's own pickler, so functions go by reference)."""
     if _CHECKING[0]:
@@ -357,7 +369,7 @@ def _check(what: str, part: str, value) -> None:
         _CHECKING[0] -= 1
 
 
-def _type_name(value) -> str:
+def _type_name(value: object) -> str:
     t = type(value)
     return (
         t.__qualname__
@@ -367,10 +379,10 @@ def _type_name(value) -> str:
 
 
 # ------------------------------------------------------------------------ SSL contexts
-_REFERENCE: dict[tuple, tuple] = {}
+_REFERENCE: dict[tuple[object, ...], tuple[object, ...]] = {}
 
 
-def _fingerprint(ctx: ssl.SSLContext) -> tuple:
+def _fingerprint(ctx: ssl.SSLContext) -> tuple[object, ...]:
     """Everything observable about an SSL context (a client certificate is not: see
     _has_client_cert)."""
     return (
@@ -392,7 +404,7 @@ def _fingerprint(ctx: ssl.SSLContext) -> tuple:
     )
 
 
-def _reference(lib: str, verify: bool, trust_env: bool) -> tuple:
+def _reference(lib: str, verify: bool, trust_env: bool) -> tuple[object, ...]:
     key = (lib, verify, trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
     found = _REFERENCE.get(key)
     if found is None:
@@ -403,7 +415,11 @@ def _reference(lib: str, verify: bool, trust_env: bool) -> tuple:
     return found
 
 
-def _ssl_probe():
+# (the ctypes module, SSL_CTX_get0_certificate, SSL_CTX_get_options)
+_Probe = tuple[types.ModuleType, Callable[[int], int | None], Callable[[int], int]]
+
+
+def _ssl_probe() -> _Probe | None:
     """SSL_CTX_get0_certificate from the libssl the ssl module uses, or None."""
     try:
         import _ssl
@@ -418,7 +434,7 @@ def _ssl_probe():
     return ctypes, get_cert, get_options
 
 
-_PROBE: list = []
+_PROBE: list[_Probe | None] = []
 
 
 def _has_client_cert(ctx: ssl.SSLContext) -> bool | None:
@@ -438,7 +454,7 @@ def _has_client_cert(ctx: ssl.SSLContext) -> bool | None:
     return bool(get_cert(pointer))
 
 
-def _verify_of(lib: str, ctx, what: str, part: str) -> tuple[bool, bool]:
+def _verify_of(lib: str, ctx: ssl.SSLContext | None, what: str, part: str) -> tuple[bool, bool]:
     """(verify, trust_env) that make an SSL context equal to `ctx`, or a refusal."""
     has_cert = _has_client_cert(ctx) if ctx is not None else False
     if has_cert:
@@ -467,14 +483,14 @@ def _verify_of(lib: str, ctx, what: str, part: str) -> tuple[bool, bool]:
 
 
 # ------------------------------------------------------------------------ httpx, httpx2
-def _pool_backend_ok(pool) -> bool:
+def _pool_backend_ok(pool: Any) -> bool:
     backend = type(pool._network_backend)
     return backend.__name__ in ("SyncBackend", "AutoBackend") and backend.__module__.startswith(
         "httpcore"
     )
 
 
-def _reduce_transport(lib, what: str, part: str, transport):
+def _reduce_transport(lib: types.ModuleType, what: str, part: str, transport: Any) -> object:
     """A transport as (callable, args) pieces: an HTTPTransport from its pool's
     settings; any other transport by value if it pickles, else a refusal."""
     if transport is None:
@@ -534,7 +550,7 @@ def _reduce_transport(lib, what: str, part: str, transport):
     return _Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
 
 
-def _rebuild_transport(libname: str, is_async: bool, config: dict):
+def _rebuild_transport(libname: str, is_async: bool, config: dict[str, Any]) -> object:
     lib = importlib.import_module(libname)
     config = dict(config)
     config["limits"] = lib.Limits(
@@ -556,14 +572,14 @@ class _Part:
 
     __slots__ = ("reduced",)
 
-    def __init__(self, *reduced):
+    def __init__(self, *reduced: Any) -> None:
         self.reduced = reduced
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return self.reduced
 
 
-def _reduce_client(lib, base: type, client):
+def _reduce_client(lib: types.ModuleType, base: type, client: object) -> Reduced:
     """httpx/httpx2 Client or AsyncClient (or a subclass) -> a shell of type(client)
     configured by _configure_client from the state read here."""
     what = _describe(client, base)
@@ -621,7 +637,7 @@ def _reduce_client(lib, base: type, client):
 _SLOTS: dict[tuple[type, type], tuple[str, ...]] = {}
 
 
-def _slot_values(obj, base: type) -> dict:
+def _slot_values(obj: object, base: type) -> dict[str, object]:
     """The values of the __slots__ a subclass adds below `base` (set ones only)."""
     key = (type(obj), base)
     names = _SLOTS.get(key)
@@ -644,7 +660,7 @@ def _slot_values(obj, base: type) -> dict:
     return values
 
 
-def _set_extras(obj, extras: dict) -> None:
+def _set_extras(obj: object, extras: dict[str, object]) -> None:
     """A subclass's own attributes back on the rebuilt object (slots through setattr)."""
     for name, value in extras.items():
         if isinstance(getattr(type(obj), name, None), types.MemberDescriptorType):
@@ -653,11 +669,11 @@ def _set_extras(obj, extras: dict) -> None:
             obj.__dict__[name] = value
 
 
-def _new_shell(cls: type):
+def _new_shell(cls: type[T]) -> T:
     return object.__new__(cls)
 
 
-def _configure_client(libname: str, basename: str, client, state: dict) -> None:
+def _configure_client(libname: str, basename: str, client: Any, state: dict[str, Any]) -> None:
     lib = importlib.import_module(libname)
     base = getattr(lib, basename)
     config = dict(state["config"])
@@ -669,7 +685,7 @@ def _configure_client(libname: str, basename: str, client, state: dict) -> None:
     _set_extras(client, state["extras"])
 
 
-def _reduce_response(libname: str, response):
+def _reduce_response(libname: str, response: Any) -> Reduced:
     if not response.is_stream_consumed and not response.is_closed:
         raise pickle.PicklingError(
             f"a streaming {libname} response is a live handle that cannot be saved in a snapshot"
@@ -685,10 +701,10 @@ class SavedResponse:
 
     __slots__ = ("response",)
 
-    def __init__(self, response):
+    def __init__(self, response: Any) -> None:
         self.response = response
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., object], tuple[Any, ...]]:
         r = self.response
         extensions = {
             k: r.extensions[k] for k in ("http_version", "reason_phrase") if k in r.extensions
@@ -710,7 +726,11 @@ class SavedResponse:
         )
 
 
-def _saved_request(request):
+# (method, URL, headers, body) of an httpx/httpx2 Request, credentials sealed
+_SavedRequest = tuple[str, object, list[tuple[str | bytes, object]], object]
+
+
+def _saved_request(request: Any) -> _SavedRequest | None:
     if request is None:
         return None
     return (
@@ -721,7 +741,7 @@ def _saved_request(request):
     )
 
 
-def _rebuilt_request(lib, saved):
+def _rebuilt_request(lib: types.ModuleType, saved: _SavedRequest | None) -> object:
     if saved is None:
         return None
     method, url, headers, content = saved
@@ -729,17 +749,17 @@ def _rebuilt_request(lib, saved):
 
 
 def _rebuilt_response(
-    libname,
-    status,
-    headers,
-    content,
-    extensions,
-    request,
-    elapsed,
-    default_encoding,
-    history,
-    next_request,
-):
+    libname: str,
+    status: int,
+    headers: list[tuple[str | bytes, object]],
+    content: bytes | None,
+    extensions: dict[str, Any],
+    request: _SavedRequest | None,
+    elapsed: datetime.timedelta | None,
+    default_encoding: str | Callable[[bytes], str],
+    history: list[Any],
+    next_request: _SavedRequest | None,
+) -> object:
     lib = importlib.import_module(libname)
     response = lib.Response(
         status,
@@ -786,13 +806,13 @@ register_optional("httpx2", partial(_load, "httpx2"))
 
 
 # ------------------------------------------------------------------------ requests
-def _reduce_session(base: type, session):
+def _reduce_session(base: type[requests.Session], session: requests.Session) -> Reduced:
     """requests.Session (or a subclass): its pickle state with credentials sealed, every
     mounted adapter and hook checked, plus a subclass's own attributes."""
     import requests
 
     what = _describe(session, base)
-    state = base.__getstate__(session)
+    state: dict[str, Any] = base.__getstate__(session)  # type: ignore[assignment]  # types-requests omits the pickle methods
     state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
     auth = state["auth"]
     if isinstance(auth, tuple):
@@ -822,39 +842,41 @@ def _reduce_session(base: type, session):
     )
 
 
-def _rebuild_headers(items):
+def _rebuild_headers(
+    items: Iterable[tuple[str, object]],
+) -> requests.structures.CaseInsensitiveDict[object]:
     from requests.structures import CaseInsensitiveDict
 
     return CaseInsensitiveDict(list(items))
 
 
-def _configure_session(session, state: dict) -> None:
+def _configure_session(session: requests.Session, state: dict[str, Any]) -> None:
     import requests
 
-    requests.Session.__setstate__(session, state["state"])
+    requests.Session.__setstate__(session, state["state"])  # type: ignore[attr-defined]  # types-requests omits the pickle methods
     session.__dict__.update(state["extras"])
 
 
-def _reduce_requests_response(response):
-    if not response._content_consumed:
+def _reduce_requests_response(response: requests.Response) -> Reduced:
+    if not response._content_consumed:  # type: ignore[attr-defined]  # private
         raise pickle.PicklingError(
             "a streaming requests response is a live handle that cannot be saved in a snapshot"
         )
-    state = response.__getstate__()
+    state: dict[str, Any] = response.__getstate__()  # type: ignore[assignment]  # types-requests omits the pickle methods
     state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
     state["url"] = seal_url(state.get("url"))
     return (_rebuilt_requests_response, (state,))
 
 
-def _rebuilt_requests_response(state):
+def _rebuilt_requests_response(state: dict[str, Any]) -> requests.Response:
     import requests
 
     response = requests.Response()
-    response.__setstate__(state)
+    response.__setstate__(state)  # type: ignore[attr-defined]  # types-requests omits the pickle methods
     return response
 
 
-def _reduce_prepared_request(request):
+def _reduce_prepared_request(request: requests.PreparedRequest) -> Reduced:
     """A requests.PreparedRequest (a response's .request): its Authorization and other
     sensitive headers sealed."""
     state = dict(request.__dict__)
@@ -865,13 +887,13 @@ def _reduce_prepared_request(request):
     return (_rebuild_state, (type(request), state))
 
 
-def _reduce_requests_digest(auth):
+def _reduce_requests_digest(auth: requests.auth.HTTPDigestAuth) -> Reduced:
     # Its per-thread challenge state is a threading.local: a new auth answers the next
     # challenge afresh, as after any restart.
     return (_rebuilt_requests_digest, (sealed(auth.username), sealed(auth.password)))
 
 
-def _rebuilt_requests_digest(username, password):
+def _rebuilt_requests_digest(username: str, password: str) -> requests.auth.HTTPDigestAuth:
     import requests
 
     return requests.auth.HTTPDigestAuth(username, password)
@@ -890,7 +912,7 @@ _ADAPTER_ATTRS = frozenset(
 )
 
 
-def _reduce_http_adapter(adapter):
+def _reduce_http_adapter(adapter: requests.adapters.HTTPAdapter) -> Reduced:
     """An HTTPAdapter (or subclass): its pickle state (max_retries, pool settings) plus
     a subclass's own attributes, which HTTPAdapter.__getstate__ would drop."""
     import requests
@@ -907,13 +929,13 @@ def _reduce_http_adapter(adapter):
     )
 
 
-def _configure_http_adapter(adapter, state: dict) -> None:
+def _configure_http_adapter(adapter: requests.adapters.HTTPAdapter, state: dict[str, Any]) -> None:
     import requests
 
     # The subclass's own attributes first: HTTPAdapter.__setstate__ builds the pool
     # (init_poolmanager), which a subclass may configure from them.
     adapter.__dict__.update(state["extras"])
-    requests.adapters.HTTPAdapter.__setstate__(adapter, state["state"])
+    requests.adapters.HTTPAdapter.__setstate__(adapter, state["state"])  # type: ignore[attr-defined]  # types-requests omits the pickle methods
 
 
 def _load_requests() -> None:

@@ -45,12 +45,24 @@ import inspect
 import os
 import pickle
 import sys
+import types
+from collections.abc import AsyncGenerator, Callable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from ._adapters import reducer_for, register_adapter, register_optional
+from ._adapters import Reduced, reducer_for, register_adapter, register_optional
 from ._http import _MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param, seal_url
-from ._secrets import credential
+from ._secrets import Credential, credential
+
+if TYPE_CHECKING:
+    import anthropic
+    import openai
 
 __all__: list[str] = []
+
+T = TypeVar("T")
+# SDK objects read through attributes that differ between SDKs and versions (an openai
+# or anthropic client in a shared helper, its HTTP client, a stream, a raw response) are
+# typed Any; the clients' own adapters use the SDK's types.
 
 _RESOURCE_FIX = (
     "create the client in a module-level function passed to snapstate.resource() "
@@ -59,7 +71,7 @@ _RESOURCE_FIX = (
 
 
 # ------------------------------------------------------------------------ shared parts
-def _secret(value, default_env: str | None):
+def _secret(value: T, default_env: str | None) -> T | Credential:
     """`value` as a credential: an env reference (default_env first, then a variable
     holding exactly that value: names that look like a key's first; only for values of
     at least _MIN_ENV_SECRET characters, shorter ones such as "1" equal DEBUG=1 by
@@ -75,7 +87,7 @@ def _secret(value, default_env: str | None):
     return credential(value, env=tuple(names))
 
 
-def _headers(headers) -> dict:
+def _headers(headers: Mapping[Any, Any]) -> dict[Any, Any]:
     """A copy of a header mapping with credential values wrapped (see _secret)."""
     return {
         k: _secret(v, None) if isinstance(k, str) and is_sensitive_header(k) else v
@@ -83,7 +95,7 @@ def _headers(headers) -> dict:
     }
 
 
-def _query(query) -> dict:
+def _query(query: Mapping[Any, Any]) -> dict[Any, Any]:
     """A copy of a query mapping with credential values (key=, api_key=...) wrapped."""
     return {
         k: _secret(v, None) if isinstance(k, str) and is_sensitive_param(k) else v
@@ -103,7 +115,7 @@ def _a(name: str) -> str:
     return ("an " if name[:1].lower() in "aeiou" else "a ") + name
 
 
-def _describe(client, sdk_base: type) -> str:
+def _describe(client: object, sdk_base: type) -> str:
     """'an openai.OpenAI client', or for a subclass 'an app.MyClient client (an
     openai.OpenAI subclass)'."""
     t = type(client)
@@ -112,7 +124,7 @@ def _describe(client, sdk_base: type) -> str:
     return _a(f"{_public_name(t)} client ({_a(_public_name(sdk_base))} subclass)")
 
 
-def _refuse(client, sdk_base: type, part: str, fix: str):
+def _refuse(client: object, sdk_base: type, part: str, fix: str) -> NoReturn:
     raise pickle.PicklingError(
         f"{_describe(client, sdk_base)} whose {part} cannot be saved in a snapshot (it "
         f"could not be rebuilt exactly after a restore); {fix}"
@@ -120,7 +132,7 @@ def _refuse(client, sdk_base: type, part: str, fix: str):
 
 
 @functools.cache
-def _cached_properties(t: type) -> frozenset:
+def _cached_properties(t: type) -> frozenset[str]:
     """Names of t's cached properties (client.chat, client.messages...): SDK resource
     objects the rebuilt client creates again on first use."""
     return frozenset(
@@ -131,20 +143,20 @@ def _cached_properties(t: type) -> frozenset:
     )
 
 
-def _extras(client, known: frozenset) -> dict:
+def _extras(client: object, known: frozenset[str]) -> dict[str, Any]:
     """Attributes the SDK's constructor does not set (a subclass's own state)."""
-    skip = known | _cached_properties(type(client))
+    skip = known | _cached_properties(type(client))  # type: ignore[arg-type]  # a class hashes
     return {k: v for k, v in vars(client).items() if k not in skip}
 
 
-def _sdk_base(client, bases: tuple[type, ...]) -> type:
+def _sdk_base(client: object, bases: tuple[type[T], ...]) -> type[T]:
     for klass in type(client).__mro__:
         if klass in bases:
             return klass
     raise TypeError(type(client))  # pragma: no cover - the adapter is registered on bases
 
 
-def _check_callable(client, sdk_base: type, part: str, fn, fix: str) -> None:
+def _check_callable(client: object, sdk_base: type, part: str, fn: object, fix: str) -> None:
     """A callable the client holds (an api_key provider, a middleware) is saved with it
     if it pickles (a module-level function, an object of plain values); else the
     snapshot is refused, naming it: the client is never rebuilt without it."""
@@ -156,7 +168,7 @@ def _check_callable(client, sdk_base: type, part: str, fn, fix: str) -> None:
         _refuse(client, sdk_base, f"{part} ({exc})", fix)
 
 
-def _finish(client, attrs: dict, extras: dict, closed: bool):
+def _finish(client: Any, attrs: dict[str, Any], extras: dict[str, Any], closed: bool) -> object:
     for name, value in attrs.items():
         setattr(client, name, value)
     for name, value in extras.items():
@@ -168,12 +180,12 @@ def _finish(client, attrs: dict, extras: dict, closed: bool):
 
 
 @functools.cache
-def _parameters(init) -> frozenset:
+def _parameters(init: Callable[..., object]) -> frozenset[str]:
     """The keyword parameters an SDK's __init__ takes (they differ between versions)."""
     return frozenset(inspect.signature(init).parameters)
 
 
-def _accepted(init, kwargs: dict) -> dict:
+def _accepted(init: Callable[..., object], kwargs: dict[str, Any]) -> dict[str, Any]:
     """`kwargs` without the unset (None) ones this SDK version's __init__ does not take
     (websocket_base_url, _enforce_credentials are not in openai 1.x); a value it cannot
     take is left in, and __init__ fails loudly rather than dropping it."""
@@ -181,7 +193,7 @@ def _accepted(init, kwargs: dict) -> dict:
     return {k: v for k, v in kwargs.items() if k in names or v is not None}
 
 
-def _present(client, values: dict) -> dict:
+def _present(client: object, values: dict[str, Any]) -> dict[str, Any]:
     """The attributes of `values` this SDK version's client has (older versions lack
     admin_api_key, webhook_secret...): only those are put back."""
     found = vars(client)
@@ -222,7 +234,7 @@ def _is_old_sdk(default_http: type) -> bool:
     return any(c.__module__.split(".")[0] == "httpx" for c in default_http.__mro__)
 
 
-def _check_old_options(client, sdk_base: type) -> None:
+def _check_old_options(client: object, sdk_base: type) -> None:
     """Older SDKs' transport= / proxies= options configure the default HTTP client, which
     is not saved: refused (connection_pool_limits= is given again)."""
     for name, option in (("_transport", "transport="), ("_proxies", "proxies=")):
@@ -236,7 +248,7 @@ def _check_old_options(client, sdk_base: type) -> None:
             )
 
 
-def _http_client(client, sdk_base: type, default_types: tuple[type, ...]):
+def _http_client(client: Any, sdk_base: type, default_types: tuple[type, ...]) -> object:
     """The user's own http_client=, or None for the SDK's default one (dropped). A user's
     client is saved through its own adapter (the HTTP adapters); without one, refused."""
     http = client._client
@@ -253,7 +265,7 @@ def _http_client(client, sdk_base: type, default_types: tuple[type, ...]):
     return http
 
 
-def _is_closed(http) -> bool:
+def _is_closed(http: object) -> bool:
     return bool(getattr(http, "is_closed", False))
 
 
@@ -293,7 +305,10 @@ def _load_openai() -> None:
     import openai
     from openai import _base_client
 
-    bases = (openai.OpenAI, openai.AsyncOpenAI)
+    bases: tuple[type[openai.OpenAI | openai.AsyncOpenAI], ...] = (
+        openai.OpenAI,
+        openai.AsyncOpenAI,
+    )
     defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
     old = _is_old_sdk(defaults[0])
     known = _OPENAI_KNOWN | _OLD_SDK_ATTRS if old else _OPENAI_KNOWN
@@ -314,7 +329,7 @@ def _load_openai() -> None:
         if isinstance(c, type)
     )
 
-    def reduce(client):
+    def reduce(client: openai.OpenAI | openai.AsyncOpenAI) -> Reduced:
         base = _sdk_base(client, bases)
         if isinstance(client, module_clients):
             _refuse(
@@ -406,7 +421,14 @@ def _load_openai() -> None:
     _load_responses(openai)
 
 
-def _rebuild_openai(cls, base, kwargs, attrs, extras, closed):
+def _rebuild_openai(
+    cls: type[Any],
+    base: type[Any],
+    kwargs: dict[str, Any],
+    attrs: dict[str, Any],
+    extras: dict[str, Any],
+    closed: bool,
+) -> object:
     client = object.__new__(cls)
     # The SDK's own constructor on the saved class (a subclass's __init__ may take other
     # arguments; its own attributes come back from `extras`).
@@ -467,12 +489,15 @@ def _load_anthropic() -> None:
     import anthropic
     from anthropic import _base_client
 
-    bases = (anthropic.Anthropic, anthropic.AsyncAnthropic)
+    bases: tuple[type[anthropic.Anthropic | anthropic.AsyncAnthropic], ...] = (
+        anthropic.Anthropic,
+        anthropic.AsyncAnthropic,
+    )
     defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
     old = _is_old_sdk(defaults[0])
     known = _ANTHROPIC_KNOWN | _OLD_SDK_ATTRS if old else _ANTHROPIC_KNOWN
 
-    def reduce(client):
+    def reduce(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> Reduced:
         base = _sdk_base(client, bases)
         got = vars(client)  # .get: attributes of recent versions only (not in 0.x)
         if (
@@ -548,7 +573,7 @@ def _load_anthropic() -> None:
     for base in bases:
         register_adapter(base, reduce, subclasses=True)
 
-    def refuse_platform(client):
+    def refuse_platform(client: object) -> NoReturn:
         _refuse(
             client,
             type(client),
@@ -563,14 +588,21 @@ def _load_anthropic() -> None:
     _load_responses(anthropic)
 
 
-def _default_limits(client):
+def _default_limits(client: object) -> object:
     """The connection limits an anthropic 0.x client has when none were given."""
     from anthropic import _constants
 
     return getattr(_constants, "DEFAULT_CONNECTION_LIMITS", None)
 
 
-def _rebuild_anthropic(cls, base, kwargs, attrs, extras, closed):
+def _rebuild_anthropic(
+    cls: type[Any],
+    base: type[Any],
+    kwargs: dict[str, Any],
+    attrs: dict[str, Any],
+    extras: dict[str, Any],
+    closed: bool,
+) -> object:
     client = object.__new__(cls)
     # An explicit (empty) credential: the constructor then reads no environment variable
     # and no profile from disk; the saved credentials are put back below.
@@ -582,7 +614,7 @@ def _rebuild_anthropic(cls, base, kwargs, attrs, extras, closed):
 
 
 # ------------------------------------------------------------------------ raw responses
-def _load_responses(sdk) -> None:
+def _load_responses(sdk: types.ModuleType) -> None:
     """Adapters for the SDK's raw response classes (with_raw_response /
     with_streaming_response results)."""
     import importlib
@@ -599,7 +631,7 @@ def _load_responses(sdk) -> None:
     _load_streams(sdk)
 
 
-def _load_streams(sdk) -> None:
+def _load_streams(sdk: types.ModuleType) -> None:
     """Adapters for the SDK's server-sent-event streams (create(stream=True))."""
     import importlib
 
@@ -613,7 +645,7 @@ def _load_streams(sdk) -> None:
             register_adapter(cls, _reduce_stream, subclasses=True)
 
 
-def _reduce_stream(stream):
+def _reduce_stream(stream: Any) -> Reduced:
     """A stream read to its end (its response closed, its iterator finished) is saved
     as such; one still open is refused: the rest of an HTTP stream cannot be read in
     another process, and a restored stream that just ended early would be wrong."""
@@ -631,15 +663,15 @@ def _reduce_stream(stream):
     return (_rebuild_stream, (type(stream), state, hasattr(iterator, "ag_frame")))
 
 
-def _rebuild_stream(cls, state, asynchronous):
+def _rebuild_stream(cls: type[Any], state: dict[str, Any], asynchronous: bool) -> object:
     stream = object.__new__(cls)
     stream.__dict__.update(state)
     stream._iterator = _finished_async_iterator() if asynchronous else iter(())
     return stream
 
 
-def _finished_async_iterator():
-    async def finished():
+def _finished_async_iterator() -> AsyncGenerator[None, None]:
+    async def finished() -> AsyncGenerator[None, None]:
         return
         yield  # an async generator that ends at once
 
@@ -651,7 +683,7 @@ def _finished_async_iterator():
     return iterator
 
 
-def _reduce_raw_response(raw):
+def _reduce_raw_response(raw: Any) -> Reduced:
     http = raw.http_response
     if not hasattr(http, "_content"):  # httpx2 sets it once the body is read
         raise pickle.PicklingError(
@@ -661,7 +693,7 @@ def _reduce_raw_response(raw):
         )
     state = dict(vars(raw))
     state["http_response"] = SavedResponse(http)
-    options = state.get("_options")
+    options: Any = state.get("_options")  # the request's options (a pydantic model) or None
     update = {}
     headers = getattr(options, "headers", None)
     if isinstance(headers, dict) and any(is_sensitive_header(str(k)) for k in headers):
@@ -674,7 +706,7 @@ def _reduce_raw_response(raw):
     return (_rebuild_raw_response, (type(raw), state))
 
 
-def _rebuild_raw_response(cls, state):
+def _rebuild_raw_response(cls: type[Any], state: dict[str, Any]) -> object:
     raw = object.__new__(cls)
     raw.__dict__.update(state)
     return raw

@@ -22,15 +22,22 @@ numpy's pickling (the fast path: one attribute check).
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
+from types import NotImplementedType
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._adapters import register_adapter, register_optional
+from ._adapters import Reduced, register_adapter, register_optional
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = ["rebuild_view"]
 
 # Subclasses whose view is the ndarray view re-typed with .view(cls): no other state.
 _VIEW_SUBCLASSES: tuple[type, ...] = ()
 _NDARRAY: type | None = None
-_NDARRAY_REDUCE: tuple = ()  # ndarray's (__reduce__, __reduce_ex__)
+_NDARRAY_REDUCE: tuple[Callable[..., Any], ...] = ()  # ndarray's (__reduce__, __reduce_ex__)
 
 
 def _load_numpy() -> None:
@@ -46,7 +53,7 @@ def _load_numpy() -> None:
 register_optional("numpy", _load_numpy)
 
 
-def _kind(obj) -> str:
+def _kind(obj: object) -> str:
     t = type(obj)
     name = t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
     if name == "mmap.mmap":
@@ -65,19 +72,19 @@ _SUBCLASS_COPY = (
 )
 
 
-def _refuse(array, why: str, fix: str = _COPY):
+def _refuse(array: NDArray[Any], why: str, fix: str = _COPY) -> NoReturn:
     raise pickle.PicklingError(
         f"a numpy array (shape {array.shape}, dtype {array.dtype}) {why}, so a restore could "
         f"not rebuild it sharing that memory; {fix}"
     )
 
 
-def _root(array):
+def _root(array: NDArray[Any]) -> NDArray[Any] | bytes | bytearray:
     """The object owning the memory `array` views: an ndarray owning its data, or a
     bytes/bytearray; anything else is refused."""
     import numpy as np
 
-    base = array.base
+    base: Any = array.base  # each link of the chain: an object of any kind
     while True:
         if isinstance(base, np.ndarray):
             if base.base is None:
@@ -88,20 +95,24 @@ def _root(array):
         elif isinstance(base, memoryview):
             base = base.obj  # np.frombuffer's view of the exporting object
         elif type(base) in (bytes, bytearray):
-            return base
+            root: bytes | bytearray = base
+            return root
         else:
             _refuse(array, f"is a view of memory owned by {_kind(base)}")
 
 
-def _address(root) -> int:
+def _address(root: NDArray[Any] | bytes | bytearray) -> int:
     import numpy as np
 
+    address: int  # __array_interface__ is a dict of Any
     if isinstance(root, np.ndarray):
-        return root.__array_interface__["data"][0]
-    return np.frombuffer(root, dtype=np.uint8).__array_interface__["data"][0]
+        address = root.__array_interface__["data"][0]
+        return address
+    address = np.frombuffer(root, dtype=np.uint8).__array_interface__["data"][0]
+    return address
 
 
-def _reduce_array(array):
+def _reduce_array(array: NDArray[Any]) -> Reduced | NotImplementedType:
     if array.base is None:
         t = type(array)
         if (
@@ -109,7 +120,7 @@ def _reduce_array(array):
             or not getattr(array, "__dict__", None)
             or (t.__reduce__, t.__reduce_ex__) != _NDARRAY_REDUCE
         ):
-            return NotImplemented  # owns its data: numpy's own pickling
+            return NotImplemented  # type: ignore[no-any-return]  # owns its data: numpy pickles it
         return _reduce_subclass(array)
     import numpy as np
 
@@ -140,7 +151,7 @@ def _reduce_array(array):
     )
 
 
-def _reduce_subclass(array):
+def _reduce_subclass(array: NDArray[Any]) -> Reduced:
     """An ndarray subclass instance owning its data with attributes of its own (a.unit =
     "m"): numpy's pickling saves the data but not the instance's __dict__, so it is
     saved beside it (subclasses with their own __reduce__, e.g. masked arrays, keep it)."""
@@ -149,14 +160,22 @@ def _reduce_subclass(array):
     return (rv[0], rv[1], (state, dict(array.__dict__)), None, None, _set_subclass_state)
 
 
-def _set_subclass_state(array, state) -> None:
+def _set_subclass_state(array: NDArray[Any], state: tuple[Any, dict[str, Any]]) -> None:
     numpy_state, attrs = state
     if numpy_state is not None:
         array.__setstate__(numpy_state)
     array.__dict__.update(attrs)
 
 
-def rebuild_view(root, dtype, shape, strides, offset, writeable, cls=None):
+def rebuild_view(
+    root: NDArray[Any] | bytes | bytearray,
+    dtype: np.dtype[Any],
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    offset: int,
+    writeable: bool,
+    cls: type[NDArray[Any]] | None = None,
+) -> NDArray[Any]:
     """The view of `root` that was saved: same dtype, shape, strides and byte offset;
     read-only when it was; re-typed as `cls` (np.matrix, np.recarray) when given."""
     import numpy as np

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast
 
 from .._errors import ResourceReopenError
 
@@ -26,8 +28,10 @@ __all__ = ["resource", "Handle", "ResourceReopenError", "close_all_for_snapshot"
 _LIVE: weakref.WeakSet[Handle] = weakref.WeakSet()
 _LOCK = threading.Lock()
 
+T = TypeVar("T")
 
-def _describe(factory) -> str:
+
+def _describe(factory: object) -> str:
     name = getattr(factory, "__qualname__", None) or repr(factory)
     module = getattr(factory, "__module__", None)
     return f"{module}.{name}" if module and module != "builtins" else name
@@ -38,14 +42,25 @@ class Handle:
 
     __slots__ = ("_factory", "_close", "_name", "_obj", "__weakref__")
 
-    def __init__(self, factory, close=None, name=None):
+    # The object the factory returns is the user's, of any type.
+    _factory: Callable[[], Any]
+    _close: Callable[[Any], object] | None
+    _name: str
+    _obj: Any
+
+    def __init__(
+        self,
+        factory: Callable[[], Any],
+        close: Callable[[Any], object] | None = None,
+        name: str | None = None,
+    ) -> None:
         object.__setattr__(self, "_factory", factory)
         object.__setattr__(self, "_close", close)
         object.__setattr__(self, "_name", name or _describe(factory))
         object.__setattr__(self, "_obj", None)
 
     # ------------------------------------------------------------ life cycle
-    def _open(self):
+    def _open(self) -> Any:
         obj = self._obj
         if obj is None:
             try:
@@ -87,40 +102,51 @@ class Handle:
         return self._obj is not None
 
     # ------------------------------------------------------------ proxying
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._open(), name)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         setattr(self._open(), name, value)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._open())
 
-    def __enter__(self):
+    def __enter__(self) -> Any:
         return self._open().__enter__()
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Any:
         return self._open().__exit__(*exc)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._open()(*args, **kwargs)
 
     def __repr__(self) -> str:
         state = "open" if self._obj is not None else "closed until used"
         return f"<resource {self._name!r} ({state})>"
 
-    def __reduce__(self):
+    def __reduce__(
+        self,
+    ) -> tuple[type[Handle], tuple[Callable[[], Any], Callable[[Any], object] | None, str]]:
         return (Handle, (self._factory, self._close, self._name))
 
 
-def resource(factory, *, close=None, name: str | None = None) -> Handle:
+def resource(
+    factory: Callable[[], T],
+    *,
+    close: Callable[[T], object] | None = None,
+    name: str | None = None,
+) -> T:
     """A handle to what factory() returns: closed before every snapshot, reopened on
     first use afterwards (after a restore: by calling factory() in the new process).
 
-    close: how to close it (default: its close() method). name: for messages."""
+    close: how to close it (default: its close() method). name: for messages.
+
+    Typed as the factory's result: the handle stands in for it (attribute access,
+    iteration, `with` and calls reach the live object). It is a proxy, not an instance
+    (isinstance() and operators such as `h[0]` see the Handle)."""
     if not callable(factory):
         raise TypeError("resource() takes a factory: a function that opens the resource")
-    return Handle(factory, close, name)
+    return cast(T, Handle(factory, close, name))  # a proxy typed as what it stands for
 
 
 def close_all_for_snapshot() -> None:

@@ -24,23 +24,36 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypedDict, overload
 
 from .._errors import ResourceReopenError
+
+if TYPE_CHECKING:
+    from ..serializers._keys import KeyRing
+    from ..serializers._sealing import Sealer
 
 __all__ = ["bind", "credential", "Credential"]
 
 _PLACE = ("snapshot", "credential", "-")
-_STATE: dict = {"keys": None, "digest": False}
+
+
+class _State(TypedDict):
+    keys: KeyRing | None
+    digest: bool
+
+
+_STATE: _State = {"keys": None, "digest": False}
 _MARKER = "<credential>"
 
 
-def bind(keys) -> None:
+def bind(keys: KeyRing | None) -> None:
     """Seal and open credentials with this store's KeyRing (None: unbind)."""
     _STATE["keys"] = keys
 
 
 @contextlib.contextmanager
-def digesting():
+def digesting() -> Iterator[None]:
     """Credentials pickle as a fixed marker within this block (for digests only: what is
     pickled here is never unpickled)."""
     before, _STATE["digest"] = _STATE["digest"], True
@@ -50,7 +63,7 @@ def digesting():
         _STATE["digest"] = before
 
 
-def _sealer():
+def _sealer() -> Sealer | None:
     from ..serializers._sealing import Sealer
 
     keys = _STATE["keys"]
@@ -65,13 +78,13 @@ class Credential:
 
     __slots__ = ("value", "env")
 
-    def __init__(self, value: str, env: tuple[str, ...] = ()):
+    def __init__(self, value: str, env: tuple[str, ...] = ()) -> None:
         self.value, self.env = value, tuple(env)
 
     def __repr__(self) -> str:
         return "Credential(<hidden>)"
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., str], tuple[object]]:
         if _STATE["digest"]:
             return (str, (_MARKER,))
         for name in self.env:
@@ -86,7 +99,13 @@ class Credential:
         return (_unseal, (sealer.seal(self.value, *_PLACE),))
 
 
-def credential(value, env: tuple[str, ...] = ()):
+@overload
+def credential(value: str, env: tuple[str, ...] = ()) -> Credential: ...
+@overload
+def credential(value: None, env: tuple[str, ...] = ()) -> None: ...
+@overload
+def credential(value: str | None, env: tuple[str, ...] = ()) -> Credential | None: ...
+def credential(value: object, env: tuple[str, ...] = ()) -> Credential | None:
     """`value` wrapped to pickle as an environment reference or sealed; None stays None."""
     if value is None:
         return None

@@ -52,16 +52,21 @@ import pickle
 import sqlite3
 import sys
 import time
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
 from .._errors import ResourceReopenError
 from ..serializers._describe import register_kind
-from ._adapters import register_adapter, scratch_path
+from ._adapters import Reduced, _TextArgs, register_adapter, scratch_path
 from ._http import sealed
+
+if TYPE_CHECKING:
+    from _csv import Writer
+    from sqlite3 import _RowFactoryOptions  # typeshed's own alias
 
 __all__: list[str] = []
 
 
-def _std_stream(stream) -> str | None:
+def _std_stream(stream: object) -> str | None:
     """ "stdout"/"stderr" when `stream` is this process's own one (sys.__stdout__ /
     sys.__stderr__), or the current sys.stdout/stderr when that is not a file opened by
     path: a file from open() that sys.stdout is redirected to (contextlib.redirect_stdout)
@@ -77,7 +82,7 @@ def _std_stream(stream) -> str | None:
 
 
 # ------------------------------------------------------------------------ logging handlers
-def _stream_spec(handler) -> tuple:
+def _stream_spec(handler: logging.StreamHandler[Any]) -> tuple[Any, ...]:
     """How a handler's stream comes back: ("none",), ("std", "stdout"|"stderr"),
     ("append", path, position, text) for a file handler's own file, ("delayed", path,
     size) for one not opened yet, ("object", stream)."""
@@ -113,7 +118,7 @@ def _stream_spec(handler) -> tuple:
     return ("object", stream)
 
 
-def _sealed_credentials(attrs: dict) -> dict:
+def _sealed_credentials(attrs: dict[str, Any]) -> dict[str, Any]:
     """SMTPHandler's password and HTTPHandler's credentials=(user, password) sealed (or
     saved as a reference to the environment variable holding them), never in clear."""
     if isinstance(attrs.get("password"), str):
@@ -124,7 +129,7 @@ def _sealed_credentials(attrs: dict) -> dict:
     return attrs
 
 
-def _reduce_handler(handler):
+def _reduce_handler(handler: logging.Handler) -> Reduced:
     if not isinstance(handler, logging.StreamHandler):
         # Any other handler: its attributes as they are (a MemoryHandler's buffer is not
         # flushed: that would change what its target gets), with a new lock; passwords
@@ -143,17 +148,18 @@ def _reduce_handler(handler):
     )
 
 
-def _new_handler(cls):
+def _new_handler(cls: type[logging.Handler]) -> logging.Handler:
     """A bare handler with a new lock; registered for logging.shutdown() only at the end
     of _set_handler_state (a half-built one would make shutdown raise at exit)."""
     handler = cls.__new__(cls)
-    handler._name, handler.level, handler.formatter, handler._closed = None, 0, None, False
+    # _name and _closed: what Handler.__init__ sets (private: not in typeshed)
+    handler._name, handler.level, handler.formatter, handler._closed = None, 0, None, False  # type: ignore[attr-defined]
     handler.filters = []
     handler.createLock()
     return handler
 
 
-def _reopen_log(path: str, text: dict):
+def _reopen_log(path: str, text: _TextArgs) -> TextIO:
     """A log file reopened for appending: created again if it was rotated away, never cut
     back (other writers' lines stay; a line logged again after a restore may repeat)."""
     try:
@@ -166,7 +172,9 @@ def _reopen_log(path: str, text: dict):
         ) from None
 
 
-def _set_handler_state(handler, state) -> None:
+def _set_handler_state(
+    handler: logging.Handler, state: tuple[dict[str, Any], tuple[Any, ...]]
+) -> None:
     attrs, spec = state
     name = attrs.pop("_name", None)
     if spec[0] == "append":
@@ -182,22 +190,18 @@ def _set_handler_state(handler, state) -> None:
     else:
         stream = spec[1] if spec[0] == "object" else None
     handler.__dict__.update(attrs)
-    if spec[0] != "keep":
-        handler.stream = stream
+    if spec[0] != "keep":  # a StreamHandler ("keep": any other handler)
+        handler.stream = stream  # type: ignore[attr-defined]
     if name is not None:
         handler.set_name(name)  # logging._handlers[name]: this handler now
     if stream is not None and hasattr(handler, "_statstream"):
         handler._statstream()  # WatchedFileHandler: the reopened file's inode
-    logging._addHandlerRef(handler)  # flushed and closed by logging.shutdown()
+    logging._addHandlerRef(handler)  # type: ignore[attr-defined]  # flushed and closed by logging.shutdown()
 
 
 # A refusal looks for the part that cannot be saved among what the adapter saves.
-_reduce_handler.parts = lambda h: (
-    [
-        (f".{k}", v)
-        for k, v in h.__dict__.items()  # type: ignore
-        if k not in ("lock", "stream")
-    ]
+_reduce_handler.parts = lambda h: (  # type: ignore[attr-defined]  # read by the pickler
+    [(f".{k}", v) for k, v in h.__dict__.items() if k not in ("lock", "stream")]
     + (
         [(".stream", h.stream)]
         if isinstance(h, logging.StreamHandler) and _stream_spec(h)[0] == "object"
@@ -211,7 +215,7 @@ register_adapter(logging.StreamHandler, _reduce_handler, subclasses=True)
 
 
 # ------------------------------------------------------------------------ loggers
-def _reduce_logger(logger):
+def _reduce_logger(logger: logging.Logger) -> Reduced:
     name = None if isinstance(logger, logging.RootLogger) else logger.name
     if logging.getLogger(name) is not logger:
         raise pickle.PicklingError(
@@ -234,7 +238,9 @@ def _reduce_logger(logger):
     )
 
 
-def _set_logger_state(logger, state) -> None:
+def _set_logger_state(
+    logger: logging.Logger, state: tuple[int, bool, bool, list[Any], list[logging.Handler]]
+) -> None:
     level, propagate, disabled, filters, handlers = state
     replaced = [h for h in logger.handlers if not any(h is k for k in handlers)]
     logger.setLevel(level)
@@ -246,20 +252,20 @@ def _set_logger_state(logger, state) -> None:
             handler.close()
 
 
-def _used_elsewhere(handler) -> bool:
+def _used_elsewhere(handler: logging.Handler) -> bool:
     loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
     return any(handler in getattr(lg, "handlers", ()) for lg in loggers)
 
 
-_reduce_logger.parts = lambda lg: [
-    (".handlers", lg.handlers),  # type: ignore[attr-defined]
+_reduce_logger.parts = lambda lg: [  # type: ignore[attr-defined]  # read by the pickler
+    (".handlers", lg.handlers),
     (".filters", lg.filters),
 ]
 register_adapter(logging.Logger, _reduce_logger, subclasses=True)
 
 
 # ------------------------------------------------------------------------ sqlite3 cursors
-def _pending_statement(cursor) -> bool:
+def _pending_statement(cursor: sqlite3.Cursor) -> bool:
     """True while the cursor has a statement with rows left to fetch. CPython 3.11-3.13
     keep that statement (a sqlite3.Statement) on the cursor and drop it once the last
     row has been fetched; gc.get_referents shows it (no public attribute does). 3.11
@@ -272,7 +278,7 @@ def _pending_statement(cursor) -> bool:
     )
 
 
-def _reduce_cursor(cursor):
+def _reduce_cursor(cursor: sqlite3.Cursor) -> Reduced:
     if _pending_statement(cursor):
         raise pickle.PicklingError(
             "a sqlite3 cursor is in the middle of a result set (rows not fetched yet); fetch "
@@ -304,7 +310,14 @@ def _reduce_cursor(cursor):
     )
 
 
-def _new_cursor(cls, conn, row_factory, arraysize, closed, names=None):
+def _new_cursor(
+    cls: type[sqlite3.Cursor],
+    conn: sqlite3.Connection,
+    row_factory: _RowFactoryOptions,
+    arraysize: int,
+    closed: bool,
+    names: list[str] | None = None,
+) -> sqlite3.Cursor:
     cursor = cls.__new__(cls)
     usable = not closed
     try:
@@ -343,7 +356,7 @@ _DIALECT_FIELDS = (
 )
 
 
-def _reduce_csv_writer(writer):
+def _reduce_csv_writer(writer: Writer) -> Reduced:
     # The C writer keeps its file's bound `write` method but does not expose it: the
     # garbage collector's view of the writer does (CPython 3.11-3.13).
     target = next(
@@ -366,15 +379,15 @@ def _reduce_csv_writer(writer):
     return (_new_csv_writer, (target, dialect))
 
 
-def _new_csv_writer_on_std(name: str, dialect):
+def _new_csv_writer_on_std(name: str, dialect: dict[str, Any]) -> Writer:
     return csv.writer(getattr(sys, name), **dialect)
 
 
-def _new_csv_writer(target, dialect):
+def _new_csv_writer(target: Any, dialect: dict[str, Any]) -> Writer:
     return csv.writer(target, **dialect)
 
 
-def _refuse_csv_reader(reader):
+def _refuse_csv_reader(reader: object) -> NoReturn:
     raise pickle.PicklingError(
         "a csv.reader cannot be saved (its position in the input and line_num cannot be "
         "restored); read the rows (rows = list(reader)) before snapshot(), or create the "
@@ -389,7 +402,7 @@ register_kind("_csv.reader", "a csv.reader", None)
 
 
 # ------------------------------------------------------------------------ executors, futures
-def _busy(pool) -> bool:
+def _busy(pool: concurrent.futures.ThreadPoolExecutor) -> bool:
     """Work queued or running in the pool. A worker counts itself idle (releases the
     idle semaphore) just after it set its future's result, so a pool whose last result
     was just read can look busy for an instant: give it up to 0.2 s to settle."""
@@ -405,7 +418,7 @@ def _busy(pool) -> bool:
         time.sleep(0.002)
 
 
-def _reduce_thread_pool(pool):
+def _reduce_thread_pool(pool: concurrent.futures.ThreadPoolExecutor) -> Reduced:
     if _busy(pool):
         raise pickle.PicklingError(
             "the ThreadPoolExecutor has work queued or running at the snapshot; wait for its "
@@ -421,23 +434,29 @@ def _reduce_thread_pool(pool):
     return (_new_thread_pool, (type(pool), config, pool._shutdown, pool._broken))
 
 
-def _new_thread_pool(cls, config, shutdown, broken):
+def _new_thread_pool(
+    cls: type[concurrent.futures.ThreadPoolExecutor],
+    config: dict[str, Any],
+    shutdown: bool,
+    broken: bool | str,
+) -> concurrent.futures.ThreadPoolExecutor:
     """A new executor (threads start on the first submit, as in any new process)."""
     pool = cls(**config)
-    pool._broken = broken
+    pool._broken = broken  # type: ignore[assignment]  # False or a message (typeshed: bool)
     if shutdown:
         pool.shutdown()
     return pool
 
 
-def _reduce_future(future):
+def _reduce_future(future: concurrent.futures.Future[Any]) -> Reduced:
     if not future.done():
         raise pickle.PicklingError(
             "a concurrent.futures Future is still pending or running at the snapshot; wait "
             "for it (result = future.result()) before snapshot() and keep the result: its "
             "work cannot continue in another process"
         )
-    return future.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
+    # object.__reduce_ex__: a tuple at protocol 2 and above (typeshed: str | tuple)
+    return cast(Reduced, future.__reduce_ex__(pickle.DEFAULT_PROTOCOL))
 
 
 register_adapter(concurrent.futures.ThreadPoolExecutor, _reduce_thread_pool)

@@ -197,9 +197,11 @@ def _canonical_object(value: object, out: list[str], path: str, seen: set[int]) 
             reduced = adapter(value)
         except pickle.PicklingError as exc:
             raise _pickler.UnpicklableError(path, value, exc) from None
-        _canonical(list(reduced[1:3]), out, path, seen)
+        if reduced is not NotImplemented:  # NotImplemented: pickled as usual (below)
+            _canonical(list(reduced[1:3]), out, path, seen)
+            seen.discard(id(value))
+            return
         seen.discard(id(value))
-        return
     attrs = getattr(value, "__dict__", None)
     if (
         isinstance(attrs, dict)
