@@ -77,6 +77,8 @@ class Credential:
     as the plain str (an adapter wraps it again at the next snapshot)."""
 
     __slots__ = ("value", "env")
+    value: str
+    env: tuple[str, ...]
 
     def __init__(self, value: str, env: tuple[str, ...] = ()) -> None:
         self.value, self.env = value, tuple(env)
@@ -131,4 +133,6 @@ def _unseal(blob: bytes) -> str:
         raise ResourceReopenError(
             "a sealed credential cannot be opened: no store keys are bound (snapstate bug)"
         )
-    return sealer.open(blob, *_PLACE)
+    value = sealer.open(blob, *_PLACE)
+    assert isinstance(value, str)  # credential() seals only a str
+    return value

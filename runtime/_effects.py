@@ -91,6 +91,8 @@ class Secret(Generic[T]):
 
     @classmethod
     def from_env(cls, variable: str) -> Secret[str]:
+        """A secret read from the environment variable `variable` (an unset one is an
+        error naming it)."""
         try:
             value = os.environ[variable]
         except KeyError:
@@ -100,6 +102,7 @@ class Secret(Generic[T]):
         return secret
 
     def reveal(self) -> T:
+        """The value; raises SecretUnavailable after a restore (secrets are never saved)."""
         if self._value is _GONE:
             raise SecretUnavailable(
                 f"secret {self.name!r} was not saved in the snapshot (secrets never are); "

@@ -40,11 +40,10 @@ def _reduce_coroutine(
     frame = obj.cr_frame if isinstance(obj, types.CoroutineType) else obj.ag_frame
     if frame is None:
         return (_finished_coroutine, ())
-    created = (
+    if (
         isinstance(obj, types.CoroutineType)
         and inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
-    )
-    if created:  # never awaited yet: rebuilt like a generator not started yet
+    ):  # never awaited yet: rebuilt like a generator not started yet
         return (rebuild_generator, (capture_generator(obj),))
     if isinstance(obj, types.AsyncGeneratorType):
         raise pickle.PicklingError(

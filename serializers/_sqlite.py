@@ -876,8 +876,8 @@ class SqliteStore(Store):
 
     _SEALED_EFFECT_COLUMNS = ("args_repr", "result", "external_id", "note")
 
-    def _effect(self, row: tuple[object, ...]) -> EffectRow:
-        columns = dict(zip(self._EFFECT_FIELDS, row, strict=True))
+    def _effect(self, row: tuple[Any, ...]) -> EffectRow:
+        columns: dict[str, Any] = dict(zip(self._EFFECT_FIELDS, row, strict=True))
         job_id, ordinal = columns["job_id"], columns["ordinal"]
         for column in self._SEALED_EFFECT_COLUMNS:
             columns[column] = self.sealer.open(columns[column], "effects", column, job_id, ordinal)
@@ -894,7 +894,7 @@ class SqliteStore(Store):
             ) from None
 
     def _effect_values(self, row: EffectRow) -> tuple[object, ...]:
-        columns = row.columns()
+        columns: dict[str, Any] = row.columns()
         for column in self._SEALED_EFFECT_COLUMNS:
             columns[column] = self.sealer.seal(
                 columns[column], "effects", column, row.job_id, row.ordinal
