@@ -42,6 +42,7 @@ import tempfile
 import threading
 import weakref
 
+from .._abi import pinned
 from ._registry import ResourceReopenError
 
 __all__ = [
@@ -239,6 +240,7 @@ def _open_path(f, name: str, mode: str) -> str:
     )
 
 
+@pinned("reopen_file")
 def _reopen_file(path, mode, position, binary, text, raw):
     plus = "+" in mode
     writable = plus or any(c in mode for c in "awx")
@@ -279,6 +281,7 @@ def _gone(path: str, mode: str) -> str:
     )
 
 
+@pinned("closed_file")
 def _closed_file(kind, name, mode):
     """A closed file object of the same type, name and mode."""
     f = open(os.devnull, mode.replace("x", "w"), buffering=0 if kind is io.FileIO else -1)
@@ -313,6 +316,7 @@ def _reduce_sqlite(conn):
     return (_reopen_sqlite, (path, conn.isolation_level, conn.row_factory))
 
 
+@pinned("reopen_sqlite")
 def _reopen_sqlite(path, isolation_level, row_factory):
     if not os.path.exists(path):
         raise ResourceReopenError(
@@ -327,6 +331,7 @@ def _reopen_sqlite(path, isolation_level, row_factory):
     return conn
 
 
+@pinned("closed_sqlite")
 def _closed_sqlite():
     conn = sqlite3.connect(":memory:")
     conn.close()
@@ -341,6 +346,7 @@ def _reduce_tempdir(td):
     return (_reopen_tempdir, (td.name,))
 
 
+@pinned("reopen_tempdir")
 def _reopen_tempdir(name):
     name = scratch_path(name)
     os.makedirs(name, exist_ok=True)
@@ -376,6 +382,7 @@ def _named_temp_wrapper(f, name: str, delete: bool, delete_on_close: bool):
     return tempfile._TemporaryFileWrapper(f, name, delete)
 
 
+@pinned("reopen_named_temp")
 def _reopen_named_temp(file_args, delete, delete_on_close):
     path, mode = file_args[0], file_args[1]
     if not os.path.exists(path):
@@ -390,6 +397,7 @@ def _reopen_named_temp(file_args, delete, delete_on_close):
     return _named_temp_wrapper(f, getattr(f, "name", path), delete, delete_on_close)
 
 
+@pinned("closed_named_temp")
 def _closed_named_temp(name, mode):
     """A closed NamedTemporaryFile: its file is closed and already cleaned up."""
     f = _closed_file(io.BufferedRandom if "b" in mode else io.TextIOWrapper, name, mode)

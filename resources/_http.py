@@ -54,6 +54,7 @@ import types
 import urllib.parse
 from functools import partial
 
+from .._abi import pinned
 from ._adapters import register_adapter, register_optional
 from ._secrets import credential
 
@@ -195,10 +196,12 @@ def _query_pieces(query: str) -> list:
     return pieces
 
 
+@pinned("http_join")
 def _join(pieces) -> str:
     return "".join(pieces)
 
 
+@pinned("http_join_bytes")
 def _join_bytes(pieces) -> bytes:
     return "".join(pieces).encode("latin-1")
 
@@ -243,10 +246,12 @@ class _SealedBytes:
         return (_latin1, (credential(self.value.decode("latin-1")),))
 
 
+@pinned("http_latin1")
 def _latin1(text: str) -> bytes:
     return text.encode("latin-1")
 
 
+@pinned("http_utf8")
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8")
 
@@ -290,6 +295,7 @@ def _lower(name) -> str:
     return (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
 
 
+@pinned("http_rebuild_state")
 def _rebuild_state(cls: type, state: dict):
     obj = object.__new__(cls)
     obj.__dict__.update(state)
@@ -310,6 +316,7 @@ def _reduce_whole_sealed(obj):
     return (_unseal_object, (sealed(pickle.dumps(obj, protocol=5)),))
 
 
+@pinned("http_unseal_object")
 def _unseal_object(data: bytes):
     return pickle.loads(data)
 
@@ -534,6 +541,7 @@ def _reduce_transport(lib, what: str, part: str, transport):
     return _Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
 
 
+@pinned("http_rebuild_transport")
 def _rebuild_transport(libname: str, is_async: bool, config: dict):
     lib = importlib.import_module(libname)
     config = dict(config)
@@ -653,10 +661,12 @@ def _set_extras(obj, extras: dict) -> None:
             obj.__dict__[name] = value
 
 
+@pinned("http_new_shell")
 def _new_shell(cls: type):
     return object.__new__(cls)
 
 
+@pinned("http_configure_client")
 def _configure_client(libname: str, basename: str, client, state: dict) -> None:
     lib = importlib.import_module(libname)
     base = getattr(lib, basename)
@@ -728,6 +738,7 @@ def _rebuilt_request(lib, saved):
     return lib.Request(method, url, headers=list(headers), content=content)
 
 
+@pinned("http_rebuilt_response")
 def _rebuilt_response(
     libname,
     status,
@@ -822,12 +833,14 @@ def _reduce_session(base: type, session):
     )
 
 
+@pinned("requests_rebuild_headers")
 def _rebuild_headers(items):
     from requests.structures import CaseInsensitiveDict
 
     return CaseInsensitiveDict(list(items))
 
 
+@pinned("requests_configure_session")
 def _configure_session(session, state: dict) -> None:
     import requests
 
@@ -846,6 +859,7 @@ def _reduce_requests_response(response):
     return (_rebuilt_requests_response, (state,))
 
 
+@pinned("requests_rebuilt_response")
 def _rebuilt_requests_response(state):
     import requests
 
@@ -871,6 +885,7 @@ def _reduce_requests_digest(auth):
     return (_rebuilt_requests_digest, (sealed(auth.username), sealed(auth.password)))
 
 
+@pinned("requests_rebuilt_digest")
 def _rebuilt_requests_digest(username, password):
     import requests
 
@@ -907,6 +922,7 @@ def _reduce_http_adapter(adapter):
     )
 
 
+@pinned("requests_configure_adapter")
 def _configure_http_adapter(adapter, state: dict) -> None:
     import requests
 

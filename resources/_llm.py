@@ -46,6 +46,7 @@ import os
 import pickle
 import sys
 
+from .._abi import pinned
 from ._adapters import reducer_for, register_adapter, register_optional
 from ._http import _MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param, seal_url
 from ._secrets import credential
@@ -406,6 +407,7 @@ def _load_openai() -> None:
     _load_responses(openai)
 
 
+@pinned("openai_rebuild_client")
 def _rebuild_openai(cls, base, kwargs, attrs, extras, closed):
     client = object.__new__(cls)
     # The SDK's own constructor on the saved class (a subclass's __init__ may take other
@@ -570,6 +572,7 @@ def _default_limits(client):
     return getattr(_constants, "DEFAULT_CONNECTION_LIMITS", None)
 
 
+@pinned("anthropic_rebuild_client")
 def _rebuild_anthropic(cls, base, kwargs, attrs, extras, closed):
     client = object.__new__(cls)
     # An explicit (empty) credential: the constructor then reads no environment variable
@@ -631,6 +634,7 @@ def _reduce_stream(stream):
     return (_rebuild_stream, (type(stream), state, hasattr(iterator, "ag_frame")))
 
 
+@pinned("llm_rebuild_stream")
 def _rebuild_stream(cls, state, asynchronous):
     stream = object.__new__(cls)
     stream.__dict__.update(state)
@@ -674,6 +678,7 @@ def _reduce_raw_response(raw):
     return (_rebuild_raw_response, (type(raw), state))
 
 
+@pinned("llm_rebuild_raw_response")
 def _rebuild_raw_response(cls, state):
     raw = object.__new__(cls)
     raw.__dict__.update(state)

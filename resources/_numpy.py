@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import pickle
 
+from .._abi import pinned
 from ._adapters import register_adapter, register_optional
 
 __all__ = ["rebuild_view"]
@@ -149,6 +150,7 @@ def _reduce_subclass(array):
     return (rv[0], rv[1], (state, dict(array.__dict__)), None, None, _set_subclass_state)
 
 
+@pinned("numpy_set_subclass_state")
 def _set_subclass_state(array, state) -> None:
     numpy_state, attrs = state
     if numpy_state is not None:
@@ -156,6 +158,7 @@ def _set_subclass_state(array, state) -> None:
     array.__dict__.update(attrs)
 
 
+@pinned("numpy_rebuild_view")
 def rebuild_view(root, dtype, shape, strides, offset, writeable, cls=None):
     """The view of `root` that was saved: same dtype, shape, strides and byte offset;
     read-only when it was; re-typed as `cls` (np.matrix, np.recarray) when given."""

@@ -18,6 +18,7 @@ import os
 import threading
 import weakref
 
+from .._abi import pinned
 from ..runtime._errors import ResourceReopenError
 
 __all__ = ["resource", "Handle", "ResourceReopenError", "close_all_for_snapshot"]
@@ -33,6 +34,7 @@ def _describe(factory) -> str:
     return f"{module}.{name}" if module and module != "builtins" else name
 
 
+@pinned("Handle")
 class Handle:
     """A proxy to a live resource; see resource()."""
 

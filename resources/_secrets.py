@@ -25,6 +25,7 @@ import contextlib
 import os
 import pickle
 
+from .._abi import pinned
 from ..runtime._errors import ResourceReopenError
 
 __all__ = ["bind", "credential", "Credential"]
@@ -95,6 +96,7 @@ def credential(value, env: tuple[str, ...] = ()):
     return Credential(value, env)
 
 
+@pinned("credential_from_env")
 def _from_env(name: str) -> str:
     try:
         return os.environ[name]
@@ -106,6 +108,7 @@ def _from_env(name: str) -> str:
         ) from None
 
 
+@pinned("credential_unseal")
 def _unseal(blob: bytes) -> str:
     sealer = _sealer()
     if sealer is None:

@@ -53,6 +53,7 @@ import sqlite3
 import sys
 import time
 
+from .._abi import pinned
 from ..runtime._errors import ResourceReopenError
 from ..serializers._describe import register_kind
 from ._adapters import register_adapter, scratch_path
@@ -143,6 +144,7 @@ def _reduce_handler(handler):
     )
 
 
+@pinned("new_log_handler")
 def _new_handler(cls):
     """A bare handler with a new lock; registered for logging.shutdown() only at the end
     of _set_handler_state (a half-built one would make shutdown raise at exit)."""
@@ -166,6 +168,7 @@ def _reopen_log(path: str, text: dict):
         ) from None
 
 
+@pinned("set_log_handler_state")
 def _set_handler_state(handler, state) -> None:
     attrs, spec = state
     name = attrs.pop("_name", None)
@@ -234,6 +237,7 @@ def _reduce_logger(logger):
     )
 
 
+@pinned("set_logger_state")
 def _set_logger_state(logger, state) -> None:
     level, propagate, disabled, filters, handlers = state
     replaced = [h for h in logger.handlers if not any(h is k for k in handlers)]
@@ -304,6 +308,7 @@ def _reduce_cursor(cursor):
     )
 
 
+@pinned("new_cursor")
 def _new_cursor(cls, conn, row_factory, arraysize, closed, names=None):
     cursor = cls.__new__(cls)
     usable = not closed
@@ -366,10 +371,12 @@ def _reduce_csv_writer(writer):
     return (_new_csv_writer, (target, dialect))
 
 
+@pinned("new_csv_writer_on_std")
 def _new_csv_writer_on_std(name: str, dialect):
     return csv.writer(getattr(sys, name), **dialect)
 
 
+@pinned("new_csv_writer")
 def _new_csv_writer(target, dialect):
     return csv.writer(target, **dialect)
 
@@ -421,6 +428,7 @@ def _reduce_thread_pool(pool):
     return (_new_thread_pool, (type(pool), config, pool._shutdown, pool._broken))
 
 
+@pinned("new_thread_pool")
 def _new_thread_pool(cls, config, shutdown, broken):
     """A new executor (threads start on the first submit, as in any new process)."""
     pool = cls(**config)

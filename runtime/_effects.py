@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import greenlet
 
+from .._abi import pinned
 from ..serializers._store import EffectRow
 from ._errors import (
     DivergenceError,
@@ -113,6 +114,7 @@ class Secret:
 _GONE = object()
 
 
+@pinned("redacted_secret")
 def _redacted(name: str) -> Secret:
     secret = Secret(None, name=name)
     secret._value = _GONE

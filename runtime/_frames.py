@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .._abi import pinned
 from ._codeid import CodeRef
 
 __all__ = ["FrameRecord", "CALL", "GENERATOR", "GENERATOR_CREATED", "VALUE", "INSTANCE"]
@@ -19,6 +20,7 @@ VALUE = "value"  # the callee's return value (call, property, __getitem__)
 INSTANCE = "instance"  # the new object: Class() -> __init__ returns None
 
 
+@pinned("FrameRecord")
 @dataclass
 class FrameRecord:
     code: CodeRef

@@ -19,7 +19,7 @@ from rich.table import Table
 from ..serializers import _inert
 from ._layout import NULL
 
-__all__ = ["describe", "render", "table"]
+__all__ = ["describe", "render", "table", "written_by"]
 
 
 def _locals(names: list | None, slots) -> dict[str, str]:
@@ -54,6 +54,9 @@ def describe(header: dict, payload) -> dict:
     }
     versions = header.get("versions")
     report["python"] = versions.get("python_full") if isinstance(versions, dict) else None
+    report["snapstate"] = versions.get("snapstate") if isinstance(versions, dict) else None
+    report["format"], report["schema"] = header.get("format"), header.get("schema")
+    report["written_by"] = written_by(header)
     metas = [f if isinstance(f, dict) else {} for f in header.get("frames") or []]
     frames = [
         {
@@ -83,6 +86,17 @@ def describe(header: dict, payload) -> dict:
     return report
 
 
+def written_by(header: dict) -> str:
+    """Which snapstate wrote a snapshot, in which file format and for which catalog
+    schema ("?" for what the header does not record)."""
+    versions = header.get("versions")
+    release = versions.get("snapstate") if isinstance(versions, dict) else None
+    return (
+        f"written by snapstate {release or '?'} (snapshot format {header.get('format') or '?'}, "
+        f"catalog schema {header.get('schema') or '?'})"
+    )
+
+
 def table(headers: list[str], rows: list[list[str]]) -> None:
     grid = Table(*headers, box=None, pad_edge=False, show_edge=False)
     for row in rows:
@@ -98,6 +112,7 @@ def render(report: dict) -> None:
         f"{report['python']}, key {report['key_id']}",
         markup=False,
     )
+    console.print(report["written_by"], markup=False)
     if report.get("locals_unavailable"):
         console.print(f"locals unavailable: {report['locals_unavailable']}", markup=False)
     for task in report["tasks"]:

@@ -13,6 +13,8 @@ import importlib
 import sys
 import types
 
+from .._abi import pinned
+
 __all__ = [
     "LAYOUT",
     "NULL",
@@ -75,7 +77,7 @@ class _Null:
         return "NULL"
 
 
-NULL = _Null()
+NULL = pinned("NULL")(_Null())  # saved as snapstate._abi.NULL
 
 
 def nlocalsplus(code: types.CodeType) -> int:

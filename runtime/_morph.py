@@ -20,6 +20,7 @@ import types
 import weakref
 from dataclasses import dataclass
 
+from .._abi import pinned
 from . import _bytecode as bc
 from ._codeid import find_code
 from ._frames import CALL, GENERATOR, GENERATOR_CREATED, INSTANCE, FrameRecord
@@ -268,6 +269,7 @@ def build_resume_chain(records: list[FrameRecord], value_fn) -> types.FunctionTy
     return fn
 
 
+@pinned("rebuild_generator")
 def rebuild_generator(rec: FrameRecord):
     """A generator object in the state the record describes. A suspended one is
     advanced once, re-executing its original YIELD_VALUE, so it is paused at the very

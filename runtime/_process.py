@@ -31,6 +31,7 @@ import os
 import random
 import sys
 
+from .._abi import pinned
 from ..resources._secrets import credential
 from ._errors import ResourceReopenError, SnapshotError
 
@@ -63,6 +64,7 @@ class ProcessState:
         return (_loaded, (self.random, self.numpy_random, env_set, self.env_removed, self.cwd))
 
 
+@pinned("process_state")
 def _loaded(random_state, numpy_random, env_set, env_removed, cwd) -> ProcessState:
     if isinstance(env_set, tuple):  # (names, sealed values); older snapshots: a dict
         env_set = dict(zip(env_set[0], json.loads(env_set[1])))

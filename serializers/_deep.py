@@ -38,6 +38,7 @@ import sys
 import threading
 import types
 
+from .._abi import pinned
 from ._pickler import FreezePickler
 
 __all__ = ["dump_deep", "bounded", "too_deep", "message", "TOO_DEEP"]
@@ -89,15 +90,18 @@ def _is_plain(t: type) -> bool:
         return False
 
 
+@pinned("deep_first")
 def _first(value, _flushed):
     """Loads as `value`, once everything queued before it has been applied."""
     return value
 
 
+@pinned("deep_call_flushed")
 def _call_flushed(func, args, _flushed):
     return func(*args)
 
 
+@pinned("deep_applied")
 def _applied(obj):
     return obj
 

@@ -18,6 +18,7 @@ import gc
 import pickle
 import reprlib
 
+from .._abi import NAMES
 from ..runtime._layout import NULL
 
 __all__ = ["loads", "Inert", "InertType", "render", "attributes", "cell_contents", "is_code_object"]
@@ -231,6 +232,10 @@ class InertUnpickler(pickle.Unpickler):
         key = (str(module), str(name))
         hit = self._classes.get(key)
         if hit is None:
+            cache_key = key
+            if key[0] == "snapstate._abi" and key[1] in NAMES:  # shown by what it is now
+                module, _, attr = NAMES[key[1]].partition(":")
+                key = (module, attr)
             if key == ("snapstate.runtime._layout", "NULL"):
                 hit = NULL
             elif key[0] == "builtins" and key[1] in _SAFE_BUILTINS:
@@ -239,7 +244,7 @@ class InertUnpickler(pickle.Unpickler):
                 hit = _DEEP_DUMP[key[1]]
             else:
                 hit = _placeholder(*key)
-            self._classes[key] = hit
+            self._classes[cache_key] = hit
         return hit
 
     def persistent_load(self, pid):

@@ -27,9 +27,11 @@ import types
 import cloudpickle
 import dill
 
+from .._abi import UnpinnedGlobal, check_global, pinned
 from ..resources._adapters import UNTRACKED, reducer_for
 from ..runtime._capture import capture_generator
 from ..runtime._codeid import CodeRef, code_ref, find_code
+from ..runtime._errors import IncompatibleSnapshot
 from ..runtime._morph import is_morph, rebuild_generator
 from . import _refs
 from ._describe import explain
@@ -43,27 +45,32 @@ HANDLE_TYPES: tuple[type, ...] = (*UNTRACKED, io.IOBase)
 _DILL_TYPES: set[type] = set()
 
 
+@pinned("make_cell")
 def _make_cell():
     return types.CellType()
 
 
+@pinned("fill_cell")
 def _fill_cell(cell, state):
     present, value = state
     if present:
         cell.cell_contents = value
 
 
+@pinned("rebuild_function")
 def _rebuild_function(ref: CodeRef, name: str, qualname: str, closure):
     fn = types.FunctionType(find_code(ref), sys.modules[ref.module].__dict__, name, None, closure)
     fn.__qualname__ = qualname
     return fn
 
 
+@pinned("set_function_state")
 def _set_function_state(fn, state):
     fn.__defaults__, fn.__kwdefaults__, attrs, fn.__doc__, fn.__module__ = state
     fn.__dict__.update(attrs)
 
 
+@pinned("exhausted_generator")
 def _exhausted_generator():
     gen = (x for x in ())
     for _ in gen:
@@ -71,6 +78,7 @@ def _exhausted_generator():
     return gen
 
 
+@pinned("finished_coroutine")
 def _finished_coroutine():
     async def finished():
         return None
@@ -80,6 +88,7 @@ def _finished_coroutine():
     return coro
 
 
+@pinned("set_exception_state")
 def _set_exception_state(exc, state):
     attrs, cause, context, suppress, traceback = state
     exc.__dict__.update(attrs)
@@ -88,8 +97,26 @@ def _set_exception_state(exc, state):
         exc.__traceback__ = rebuild_traceback(traceback)
 
 
+@pinned("from_dill")
 def _from_dill(data: bytes):
     return dill.loads(data)
+
+
+class _Unpinned(pickle.PicklingError):
+    """snapstate's internal code saved by a path that is not pinned (snapstate/_abi.py)."""
+
+
+def _check_pinned(obj):
+    """Refuse to save a snapstate function or class by reference under any name but a
+    public (snapstate.*) or pinned (snapstate._abi.*) one: a file must not depend on
+    where snapstate's internals live. Digest-only pickles are never loaded: not checked."""
+    module = getattr(obj, "__module__", None)
+    if _DIGESTING or type(module) is not str or not module.startswith("snapstate"):
+        return
+    try:
+        check_global(module, getattr(obj, "__qualname__", None) or obj.__name__, saving=True)
+    except UnpinnedGlobal as exc:
+        raise _Unpinned(str(exc)) from None
 
 
 def _is_importable(fn) -> bool:
@@ -160,7 +187,10 @@ class FreezePickler(cloudpickle.Pickler):
                 _set_exception_state,
             )
         if issubclass(t, type):
-            return super().reducer_override(obj)
+            reduced = super().reducer_override(obj)
+            if reduced is NotImplemented:  # saved by reference
+                _check_pinned(obj)
+            return reduced
         return NotImplemented
 
     def _reduce_function(self, fn):
@@ -174,7 +204,10 @@ class FreezePickler(cloudpickle.Pickler):
             or sys.modules[module].__dict__ is not fn.__globals__
             or _is_importable(fn)
         ):
-            return super().reducer_override(fn)
+            reduced = super().reducer_override(fn)
+            if reduced is NotImplemented:  # saved by reference
+                _check_pinned(fn)
+            return reduced
         ref = code_ref(fn.__code__, module)
         try:
             find_code(ref)
@@ -276,6 +309,7 @@ def _dumps(obj, roots) -> bytes:
                 raise UnpicklableError(path, culprit, _deep.message(), chain) from None
             if (
                 culprit is None
+                or isinstance(error, _Unpinned)  # never worth the dill fallback either
                 or isinstance(culprit, HANDLE_TYPES)
                 or type(culprit) in _DILL_TYPES
                 or reducer_for(type(culprit)) is not None
@@ -289,8 +323,48 @@ def _dumps(obj, roots) -> bytes:
     raise UnpicklableError("value", obj, "too many object types needed the dill fallback")
 
 
+class _Reader:
+    """A file-like reader over a buffer, so a large payload is never copied."""
+
+    def __init__(self, data):
+        self.view, self.pos = memoryview(data).cast("B"), 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
+        data = self.view[self.pos : end].tobytes()
+        self.pos = end
+        return data
+
+    def readinto(self, buffer) -> int:
+        target = memoryview(buffer).cast("B")
+        n = min(len(target), len(self.view) - self.pos)
+        target[:n] = self.view[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+    def readline(self) -> bytes:
+        view, start = self.view, self.pos
+        end = start
+        while end < len(view) and view[end] != 10:  # only protocol 0-style opcodes
+            end += 1
+        return self.read(min(end + 1, len(view)) - start)
+
+
+class _Unpickler(pickle.Unpickler):
+    """pickle's Unpickler, refusing a snapstate global that is not pinned: a file names
+    only snapstate's public API and snapstate._abi (see _check_pinned)."""
+
+    def find_class(self, module, name):
+        if module.startswith("snapstate"):
+            try:
+                check_global(module, name, saving=False)
+            except UnpinnedGlobal as exc:
+                raise IncompatibleSnapshot(str(exc)) from None
+        return super().find_class(module, name)
+
+
 def loads(data: bytes):
-    return pickle.loads(data)
+    return _Unpickler(_Reader(data)).load()
 
 
 class UnpicklableError(Exception):

@@ -37,6 +37,7 @@ import zstandard
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from .._version import __version__
 from ..runtime._errors import (
     CorruptSnapshot,
     HeaderMismatch,
@@ -62,6 +63,10 @@ __all__ = [
 ]
 
 MAGIC = b"SNAPSTATE\0"
+# The file format (the u16 after the magic; "format" in a job snapshot's header too).
+# Bumped when a reader of the previous format could not read the new files correctly; a
+# release that bumps it still reads every format since 2, the first release's
+# (CHANGELOG.md, "Versions and compatibility"; tests/golden/ holds each release's files).
 FORMAT_VERSION = 2
 CHUNK_SIZE = 1 << 20
 _FIXED = struct.Struct("<HI")  # format version, header length
@@ -218,6 +223,12 @@ def _read_header(reader: _Reader) -> tuple[dict, bytes]:
             raise TruncatedSnapshot(f"{path} is truncated (it ends inside its magic number)")
         raise CorruptSnapshot(f"{path} is not a snapstate snapshot (bad magic)")
     version, length = _FIXED.unpack(reader.exactly(_FIXED.size, "format version"))
+    if version > FORMAT_VERSION:  # CHANGELOG.md, "Versions and compatibility"
+        raise CorruptSnapshot(
+            f"{path} uses snapshot format {version}, newer than this snapstate "
+            f"({__version__}) reads (format {FORMAT_VERSION}). Resume it with the snapstate "
+            "release that wrote it, or a later one."
+        )
     if version != FORMAT_VERSION:
         raise CorruptSnapshot(
             f"{path} uses snapshot format {version}; this snapstate reads format "

@@ -10,6 +10,7 @@ snapstate.serializers (the pickler and the snapshot file format) and
 snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
+from snapstate._version import __version__ as __version__
 from snapstate.resources._adapters import register_adapter as register_adapter
 from snapstate.resources._registry import resource as resource
 from snapstate.resources._secrets import credential as credential
@@ -97,8 +98,6 @@ __all__ = [
     "StoreDamaged",
     "JobFinished",
 ]
-
-__version__ = "0.1.0"
 
 
 def _fixup_module_metadata() -> None:
