@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from types import NotImplementedType
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypedDict, TypeVar, cast
 
+from .._abi import pinned
 from ..serializers import _dispatch
 from ._registry import ResourceReopenError
 
@@ -269,6 +270,7 @@ def _open_path(f: IO[Any], name: str, mode: str) -> str:
     )
 
 
+@pinned("reopen_file")
 def _reopen_file(
     path: str, mode: str, position: int, binary: bool, text: _TextArgs, raw: bool
 ) -> IO[Any]:
@@ -311,6 +313,7 @@ def _gone(path: str, mode: str) -> str:
     )
 
 
+@pinned("closed_file")
 def _closed_file(kind: type, name: object, mode: str) -> IO[Any]:
     """A closed file object of the same type, name and mode."""
     # Any: its class (and so its attributes) depends on mode and buffering.
@@ -347,6 +350,7 @@ def _reduce_sqlite(conn: sqlite3.Connection) -> Reduced:
     return (_reopen_sqlite, (path, conn.isolation_level, conn.row_factory))
 
 
+@pinned("reopen_sqlite")
 def _reopen_sqlite(
     path: str, isolation_level: _IsolationLevel, row_factory: _RowFactoryOptions
 ) -> sqlite3.Connection:
@@ -363,6 +367,7 @@ def _reopen_sqlite(
     return conn
 
 
+@pinned("closed_sqlite")
 def _closed_sqlite() -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:")
     conn.close()
@@ -379,6 +384,7 @@ def _reduce_tempdir(
     return (_reopen_tempdir, (td.name,))
 
 
+@pinned("reopen_tempdir")
 def _reopen_tempdir(name: str) -> tempfile.TemporaryDirectory[str]:
     name = scratch_path(name)
     os.makedirs(name, exist_ok=True)
@@ -418,6 +424,7 @@ def _named_temp_wrapper(
         return tempfile._TemporaryFileWrapper(f, name, delete)
 
 
+@pinned("reopen_named_temp")
 def _reopen_named_temp(
     file_args: tuple[str, str, int, bool, _TextArgs, bool], delete: bool, delete_on_close: bool
 ) -> tempfile._TemporaryFileWrapper[Any]:
@@ -434,6 +441,7 @@ def _reopen_named_temp(
     return _named_temp_wrapper(f, getattr(f, "name", path), delete, delete_on_close)
 
 
+@pinned("closed_named_temp")
 def _closed_named_temp(name: str, mode: str) -> tempfile._TemporaryFileWrapper[Any]:
     """A closed NamedTemporaryFile: its file is closed and already cleaned up."""
     f = _closed_file(io.BufferedRandom if "b" in mode else io.TextIOWrapper, name, mode)

@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._abi import pinned
 from ._adapters import Reduced, register_adapter, register_optional
 from ._secrets import Credential, credential
 
@@ -205,10 +206,12 @@ def _query_pieces(query: str) -> list[object]:
     return pieces
 
 
+@pinned("http_join")
 def _join(pieces: Iterable[str]) -> str:
     return "".join(pieces)
 
 
+@pinned("http_join_bytes")
 def _join_bytes(pieces: Iterable[str]) -> bytes:
     return "".join(pieces).encode("latin-1")
 
@@ -253,10 +256,12 @@ class _SealedBytes:
         return (_latin1, (credential(self.value.decode("latin-1")),))
 
 
+@pinned("http_latin1")
 def _latin1(text: str) -> bytes:
     return text.encode("latin-1")
 
 
+@pinned("http_utf8")
 def _utf8(text: str) -> bytes:
     return text.encode("utf-8")
 
@@ -302,6 +307,7 @@ def _lower(name: str | bytes) -> str:
     return (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
 
 
+@pinned("http_rebuild_state")
 def _rebuild_state(cls: type[T], state: dict[str, Any]) -> T:
     obj = object.__new__(cls)
     obj.__dict__.update(state)
@@ -322,6 +328,7 @@ def _reduce_whole_sealed(obj: object) -> Reduced:
     return (_unseal_object, (sealed(pickle.dumps(obj, protocol=5)),))
 
 
+@pinned("http_unseal_object")
 def _unseal_object(data: bytes) -> object:
     return pickle.loads(data)
 
@@ -550,6 +557,7 @@ def _reduce_transport(lib: types.ModuleType, what: str, part: str, transport: An
     return _Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
 
 
+@pinned("http_rebuild_transport")
 def _rebuild_transport(libname: str, is_async: bool, config: dict[str, Any]) -> object:
     lib = importlib.import_module(libname)
     config = dict(config)
@@ -669,10 +677,12 @@ def _set_extras(obj: object, extras: dict[str, object]) -> None:
             obj.__dict__[name] = value
 
 
+@pinned("http_new_shell")
 def _new_shell(cls: type[T]) -> T:
     return object.__new__(cls)
 
 
+@pinned("http_configure_client")
 def _configure_client(libname: str, basename: str, client: Any, state: dict[str, Any]) -> None:
     lib = importlib.import_module(libname)
     base = getattr(lib, basename)
@@ -748,6 +758,7 @@ def _rebuilt_request(lib: types.ModuleType, saved: _SavedRequest | None) -> obje
     return lib.Request(method, url, headers=list(headers), content=content)
 
 
+@pinned("http_rebuilt_response")
 def _rebuilt_response(
     libname: str,
     status: int,
@@ -842,6 +853,7 @@ def _reduce_session(base: type[requests.Session], session: requests.Session) -> 
     )
 
 
+@pinned("requests_rebuild_headers")
 def _rebuild_headers(
     items: Iterable[tuple[str, object]],
 ) -> requests.structures.CaseInsensitiveDict[object]:
@@ -850,6 +862,7 @@ def _rebuild_headers(
     return CaseInsensitiveDict(list(items))
 
 
+@pinned("requests_configure_session")
 def _configure_session(session: requests.Session, state: dict[str, Any]) -> None:
     import requests
 
@@ -868,6 +881,7 @@ def _reduce_requests_response(response: requests.Response) -> Reduced:
     return (_rebuilt_requests_response, (state,))
 
 
+@pinned("requests_rebuilt_response")
 def _rebuilt_requests_response(state: dict[str, Any]) -> requests.Response:
     import requests
 
@@ -893,6 +907,7 @@ def _reduce_requests_digest(auth: requests.auth.HTTPDigestAuth) -> Reduced:
     return (_rebuilt_requests_digest, (sealed(auth.username), sealed(auth.password)))
 
 
+@pinned("requests_rebuilt_digest")
 def _rebuilt_requests_digest(username: str, password: str) -> requests.auth.HTTPDigestAuth:
     import requests
 
@@ -929,6 +944,7 @@ def _reduce_http_adapter(adapter: requests.adapters.HTTPAdapter) -> Reduced:
     )
 
 
+@pinned("requests_configure_adapter")
 def _configure_http_adapter(adapter: requests.adapters.HTTPAdapter, state: dict[str, Any]) -> None:
     import requests
 

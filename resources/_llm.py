@@ -49,6 +49,7 @@ import types
 from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from .._abi import pinned
 from ._adapters import Reduced, reducer_for, register_adapter, register_optional
 from ._http import _MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param, seal_url
 from ._secrets import Credential, credential
@@ -421,6 +422,7 @@ def _load_openai() -> None:
     _load_responses(openai)
 
 
+@pinned("openai_rebuild_client")
 def _rebuild_openai(
     cls: type[Any],
     base: type[Any],
@@ -595,6 +597,7 @@ def _default_limits(client: object) -> object:
     return getattr(_constants, "DEFAULT_CONNECTION_LIMITS", None)
 
 
+@pinned("anthropic_rebuild_client")
 def _rebuild_anthropic(
     cls: type[Any],
     base: type[Any],
@@ -663,6 +666,7 @@ def _reduce_stream(stream: Any) -> Reduced:
     return (_rebuild_stream, (type(stream), state, hasattr(iterator, "ag_frame")))
 
 
+@pinned("llm_rebuild_stream")
 def _rebuild_stream(cls: type[Any], state: dict[str, Any], asynchronous: bool) -> object:
     stream = object.__new__(cls)
     stream.__dict__.update(state)
@@ -706,6 +710,7 @@ def _reduce_raw_response(raw: Any) -> Reduced:
     return (_rebuild_raw_response, (type(raw), state))
 
 
+@pinned("llm_rebuild_raw_response")
 def _rebuild_raw_response(cls: type[Any], state: dict[str, Any]) -> object:
     raw = object.__new__(cls)
     raw.__dict__.update(state)

@@ -31,6 +31,7 @@ from ._adapters import Reduced, register_adapter, register_optional
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
+from .._abi import pinned
 
 __all__ = ["rebuild_view"]
 
@@ -160,6 +161,7 @@ def _reduce_subclass(array: NDArray[Any]) -> Reduced:
     return (rv[0], rv[1], (state, dict(array.__dict__)), None, None, _set_subclass_state)
 
 
+@pinned("numpy_set_subclass_state")
 def _set_subclass_state(array: NDArray[Any], state: tuple[Any, dict[str, Any]]) -> None:
     numpy_state, attrs = state
     if numpy_state is not None:
@@ -167,6 +169,7 @@ def _set_subclass_state(array: NDArray[Any], state: tuple[Any, dict[str, Any]]) 
     array.__dict__.update(attrs)
 
 
+@pinned("numpy_rebuild_view")
 def rebuild_view(
     root: NDArray[Any] | bytes | bytearray,
     dtype: np.dtype[Any],

@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
+from .._abi import pinned
 from .._errors import ResourceReopenError
 
 __all__ = ["resource", "Handle", "ResourceReopenError", "close_all_for_snapshot"]
@@ -37,6 +38,7 @@ def _describe(factory: object) -> str:
     return f"{module}.{name}" if module and module != "builtins" else name
 
 
+@pinned("Handle")
 class Handle:
     """A proxy to a live resource; see resource()."""
 

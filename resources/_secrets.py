@@ -32,6 +32,7 @@ from .._errors import ResourceReopenError
 if TYPE_CHECKING:
     from ..serializers._keys import KeyRing
     from ..serializers._sealing import Sealer
+from .._abi import pinned
 
 __all__ = ["bind", "credential", "Credential"]
 
@@ -116,6 +117,7 @@ def credential(value: object, env: tuple[str, ...] = ()) -> Credential | None:
     return Credential(value, env)
 
 
+@pinned("credential_from_env")
 def _from_env(name: str) -> str:
     try:
         return os.environ[name]
@@ -127,6 +129,7 @@ def _from_env(name: str) -> str:
         ) from None
 
 
+@pinned("credential_unseal")
 def _unseal(blob: bytes) -> str:
     sealer = _sealer()
     if sealer is None:

@@ -54,6 +54,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO, cast
 
+from .._abi import pinned
 from .._errors import ResourceReopenError
 from ..serializers._describe import register_kind
 from ._adapters import Reduced, _TextArgs, register_adapter, scratch_path
@@ -148,6 +149,7 @@ def _reduce_handler(handler: logging.Handler) -> Reduced:
     )
 
 
+@pinned("new_log_handler")
 def _new_handler(cls: type[logging.Handler]) -> logging.Handler:
     """A bare handler with a new lock; registered for logging.shutdown() only at the end
     of _set_handler_state (a half-built one would make shutdown raise at exit)."""
@@ -172,6 +174,7 @@ def _reopen_log(path: str, text: _TextArgs) -> TextIO:
         ) from None
 
 
+@pinned("set_log_handler_state")
 def _set_handler_state(
     handler: logging.Handler, state: tuple[dict[str, Any], tuple[Any, ...]]
 ) -> None:
@@ -238,6 +241,7 @@ def _reduce_logger(logger: logging.Logger) -> Reduced:
     )
 
 
+@pinned("set_logger_state")
 def _set_logger_state(
     logger: logging.Logger, state: tuple[int, bool, bool, list[Any], list[logging.Handler]]
 ) -> None:
@@ -310,6 +314,7 @@ def _reduce_cursor(cursor: sqlite3.Cursor) -> Reduced:
     )
 
 
+@pinned("new_cursor")
 def _new_cursor(
     cls: type[sqlite3.Cursor],
     conn: sqlite3.Connection,
@@ -379,10 +384,12 @@ def _reduce_csv_writer(writer: Writer) -> Reduced:
     return (_new_csv_writer, (target, dialect))
 
 
+@pinned("new_csv_writer_on_std")
 def _new_csv_writer_on_std(name: str, dialect: dict[str, Any]) -> Writer:
     return csv.writer(getattr(sys, name), **dialect)
 
 
+@pinned("new_csv_writer")
 def _new_csv_writer(target: Any, dialect: dict[str, Any]) -> Writer:
     return csv.writer(target, **dialect)
 
@@ -434,6 +441,7 @@ def _reduce_thread_pool(pool: concurrent.futures.ThreadPoolExecutor) -> Reduced:
     return (_new_thread_pool, (type(pool), config, pool._shutdown, pool._broken))
 
 
+@pinned("new_thread_pool")
 def _new_thread_pool(
     cls: type[concurrent.futures.ThreadPoolExecutor],
     config: dict[str, Any],

@@ -539,6 +539,7 @@ def verify(store: str | None, path: str) -> None:
         f"{header['key_id']}, {'+'.join(header['codecs'])}, taken {_when(header['created_at'])}"
         f" under Python {header['versions']['python_full']}"
     )
+    click.echo(_inspect.written_by(header))
 
 
 @cli.command(epilog=_EXIT_HELP)

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, Literal, ParamSpec, TypeV
 
 import greenlet
 
+from .._abi import pinned
 from .._errors import (
     DivergenceError,
     EffectOutsideJob,
@@ -122,6 +123,7 @@ class Secret(Generic[T]):
 _GONE: Final = object()
 
 
+@pinned("redacted_secret")
 def _redacted(name: str) -> Secret[object]:
     secret = Secret[object](None, name=name)
     secret._value = _GONE

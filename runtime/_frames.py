@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._abi import pinned
 from ..serializers._codeid import CodeRef
 
 __all__ = ["FrameRecord", "CALL", "GENERATOR", "GENERATOR_CREATED", "VALUE", "INSTANCE"]
@@ -20,6 +21,7 @@ VALUE = "value"  # the callee's return value (call, property, __getitem__)
 INSTANCE = "instance"  # the new object: Class() -> __init__ returns None
 
 
+@pinned("FrameRecord")
 @dataclass
 class FrameRecord:
     code: CodeRef

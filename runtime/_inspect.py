@@ -20,7 +20,7 @@ from rich.table import Table
 from ..serializers import _inert
 from ..serializers._inert import NULL
 
-__all__ = ["describe", "render", "table"]
+__all__ = ["describe", "render", "table", "written_by"]
 
 
 def _locals(names: object, slots: object) -> dict[str, str]:
@@ -55,6 +55,9 @@ def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, An
     }
     versions = header.get("versions")
     report["python"] = versions.get("python_full") if isinstance(versions, dict) else None
+    report["snapstate"] = versions.get("snapstate") if isinstance(versions, dict) else None
+    report["format"], report["schema"] = header.get("format"), header.get("schema")
+    report["written_by"] = written_by(header)
     metas = [f if isinstance(f, dict) else {} for f in header.get("frames") or []]
     frames = [
         {
@@ -84,6 +87,17 @@ def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, An
     return report
 
 
+def written_by(header: dict[str, Any]) -> str:
+    """Which snapstate wrote a snapshot, in which file format and for which catalog
+    schema ("?" for what the header does not record)."""
+    versions = header.get("versions")
+    release = versions.get("snapstate") if isinstance(versions, dict) else None
+    return (
+        f"written by snapstate {release or '?'} (snapshot format {header.get('format') or '?'}, "
+        f"catalog schema {header.get('schema') or '?'})"
+    )
+
+
 def table(headers: list[str], rows: list[list[str]]) -> None:
     grid = Table(*headers, box=None, pad_edge=False, show_edge=False)
     for row in rows:
@@ -99,6 +113,7 @@ def render(report: dict[str, Any]) -> None:
         f"{report['python']}, key {report['key_id']}",
         markup=False,
     )
+    console.print(report["written_by"], markup=False)
     if report.get("locals_unavailable"):
         console.print(f"locals unavailable: {report['locals_unavailable']}", markup=False)
     for task in report["tasks"]:

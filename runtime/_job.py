@@ -40,6 +40,7 @@ from .._errors import (
     StoreDamaged,
     StoreFailure,
 )
+from .._version import __version__
 from ..resources import _secrets
 from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
@@ -132,6 +133,7 @@ def runtime_versions() -> dict[str, str]:
         "python_full": sys.version.split()[0],
         "greenlet": greenlet.__version__,
         "cloudpickle": cloudpickle.__version__,
+        "snapstate": __version__,  # the writer (CHANGELOG.md: versions and compatibility)
     }
 
 

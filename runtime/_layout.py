@@ -14,6 +14,8 @@ import sys
 import types
 from collections.abc import Generator
 
+from .._abi import pinned
+
 __all__ = [
     "LAYOUT",
     "NULL",
@@ -76,7 +78,7 @@ class _Null:
         return "NULL"
 
 
-NULL = _Null()
+NULL = pinned("NULL")(_Null())  # saved as snapstate._abi.NULL
 
 
 def nlocalsplus(code: types.CodeType) -> int:

@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._abi import pinned
 from ..serializers import _bytecode as bc
 from ..serializers._codeid import find_code
 from ._frames import CALL, GENERATOR, GENERATOR_CREATED, INSTANCE, FrameRecord
@@ -285,6 +286,7 @@ def build_resume_chain(
     return fn
 
 
+@pinned("rebuild_generator")
 def rebuild_generator(rec: FrameRecord) -> object:
     """A generator object in the state the record describes. A suspended one is
     advanced once, re-executing its original YIELD_VALUE, so it is paused at the very

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._abi import pinned
 from .._errors import ResourceReopenError, SnapshotError
 from ..resources._secrets import credential
 
@@ -73,6 +74,7 @@ class ProcessState:
         return (_loaded, (self.random, self.numpy_random, env_set, self.env_removed, self.cwd))
 
 
+@pinned("process_state")
 def _loaded(
     random_state: tuple[Any, ...],
     numpy_random: object,

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 
 import xxhash
 
+from .._abi import pinned
 from .._errors import IncompatibleSnapshot
 
 __all__ = ["CodeRef", "code_ref", "find_code", "module_digest"]
 
 
+@pinned("CodeRef")
 @dataclass(frozen=True)
 class CodeRef:
     module: str

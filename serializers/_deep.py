@@ -40,6 +40,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from .._abi import pinned
 from ._pickler import FreezePickler
 
 if TYPE_CHECKING:
@@ -96,15 +97,18 @@ def _is_plain(t: type) -> bool:
         return False
 
 
+@pinned("deep_first")
 def _first(value: object, _flushed: object) -> object:
     """Loads as `value`, once everything queued before it has been applied."""
     return value
 
 
+@pinned("deep_call_flushed")
 def _call_flushed(func: Callable[..., object], args: tuple[Any, ...], _flushed: object) -> object:
     return func(*args)
 
 
+@pinned("deep_applied")
 def _applied(obj: object) -> object:
     return obj
 

@@ -297,7 +297,16 @@ class Home:
                 f"overwritten. Check the store (`snaprun repair --store {self.directory}`)."
             )
         # The header binds the file to this store, job, sequence number and epoch.
-        header = dict(header, store_id=self.store_id, job_id=job_id, seq=seq, epoch=epoch)
+        # format and schema: the file format and catalog schema it was written in (CHANGELOG.md).
+        header = dict(
+            header,
+            store_id=self.store_id,
+            job_id=job_id,
+            seq=seq,
+            epoch=epoch,
+            format=_snapfile.FORMAT_VERSION,
+            schema=SCHEMA_VERSION,
+        )
         if self.encrypt:
             header = _sealing.seal_header(header, self.keys)
         try:

@@ -20,6 +20,8 @@ import reprlib
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
+from .._abi import NAMES
+
 __all__ = [
     "loads",
     "Inert",
@@ -262,6 +264,10 @@ class InertUnpickler(pickle.Unpickler):
         key = (str(module), str(name))
         hit = self._classes.get(key)
         if hit is None:
+            cache_key = key
+            if key[0] == "snapstate._abi" and key[1] in NAMES:  # shown by what it is now
+                module, _, attr = NAMES[key[1]].partition(":")
+                key = (module, attr)
             if key == ("snapstate.runtime._layout", "NULL"):
                 hit = NULL
             elif key[0] == "builtins" and key[1] in _SAFE_BUILTINS:
@@ -270,7 +276,7 @@ class InertUnpickler(pickle.Unpickler):
                 hit = _DEEP_DUMP[key[1]]
             else:
                 hit = _placeholder(*key)
-            self._classes[key] = hit
+            self._classes[cache_key] = hit
         return hit
 
     def persistent_load(self, pid: object) -> object:

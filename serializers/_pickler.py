@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 import dill
 
+from .._abi import UnpinnedGlobal, check_global, pinned
+from .._errors import IncompatibleSnapshot
 from . import _dispatch, _refs
 from ._codeid import CodeRef, code_ref, find_code
 from ._describe import explain
@@ -53,16 +55,19 @@ __all__ = ["dumps", "loads", "find_unpicklable"]
 _DILL_TYPES: set[type] = set()
 
 
+@pinned("make_cell")
 def _make_cell() -> types.CellType:
     return types.CellType()
 
 
+@pinned("fill_cell")
 def _fill_cell(cell: types.CellType, state: tuple[bool, object]) -> None:
     present, value = state
     if present:
         cell.cell_contents = value
 
 
+@pinned("rebuild_function")
 def _rebuild_function(
     ref: CodeRef, name: str, qualname: str, closure: tuple[types.CellType, ...] | None
 ) -> types.FunctionType:
@@ -77,11 +82,13 @@ _FunctionState = tuple[
 ]
 
 
+@pinned("set_function_state")
 def _set_function_state(fn: types.FunctionType, state: _FunctionState) -> None:
     fn.__defaults__, fn.__kwdefaults__, attrs, fn.__doc__, fn.__module__ = state
     fn.__dict__.update(attrs)
 
 
+@pinned("exhausted_generator")
 def _exhausted_generator() -> Generator[object, None, None]:
     empty: tuple[object, ...] = ()
     gen = (x for x in empty)
@@ -90,6 +97,7 @@ def _exhausted_generator() -> Generator[object, None, None]:
     return gen
 
 
+@pinned("finished_coroutine")
 def _finished_coroutine() -> Coroutine[Any, Any, None]:
     async def finished() -> None:
         return None
@@ -105,6 +113,7 @@ _ExceptionState = tuple[
 ]
 
 
+@pinned("set_exception_state")
 def _set_exception_state(exc: BaseException, state: _ExceptionState) -> None:
     attrs, cause, context, suppress, traceback = state
     exc.__dict__.update(attrs)
@@ -113,8 +122,27 @@ def _set_exception_state(exc: BaseException, state: _ExceptionState) -> None:
         exc.__traceback__ = rebuild_traceback(traceback)
 
 
+@pinned("from_dill")
 def _from_dill(data: bytes) -> object:
     return dill.loads(data)
+
+
+class _Unpinned(pickle.PicklingError):
+    """snapstate's internal code saved by a path that is not pinned (snapstate/_abi.py)."""
+
+
+def _check_pinned(obj: object) -> None:
+    """Refuse to save a snapstate function or class by reference under any name but a
+    public (snapstate.*) or pinned (snapstate._abi.*) one: a file must not depend on
+    where snapstate's internals live. Digest-only pickles are never loaded: not checked."""
+    module = getattr(obj, "__module__", None)
+    if _DIGESTING or type(module) is not str or not module.startswith("snapstate"):
+        return
+    try:
+        name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", "?")
+        check_global(module, str(name), saving=True)
+    except UnpinnedGlobal as exc:
+        raise _Unpinned(str(exc)) from None
 
 
 def _is_importable(fn: types.FunctionType) -> bool:
@@ -172,7 +200,10 @@ class FreezePickler(_CloudPickler):
                 _set_exception_state,
             )
         if issubclass(t, type):
-            return super().reducer_override(obj)
+            reduced = super().reducer_override(obj)
+            if reduced is NotImplemented:  # saved by reference
+                _check_pinned(obj)
+            return reduced
         return NotImplemented  # type: ignore[no-any-return]  # mypy types it Any (mypy#363)
 
     def _reduce_function(self, fn: types.FunctionType) -> Reduced:
@@ -186,7 +217,10 @@ class FreezePickler(_CloudPickler):
             or sys.modules[module].__dict__ is not fn.__globals__
             or _is_importable(fn)
         ):
-            return super().reducer_override(fn)
+            reduced = super().reducer_override(fn)
+            if reduced is NotImplemented:  # saved by reference
+                _check_pinned(fn)
+            return reduced
         ref = code_ref(fn.__code__, module)
         try:
             find_code(ref)
@@ -284,6 +318,7 @@ def _dumps(obj: object, roots: _Roots | None) -> bytes:
                 raise UnpicklableError(path, culprit, _deep.message(), chain) from None
             if (
                 culprit is None
+                or isinstance(error, _Unpinned)  # never worth the dill fallback either
                 or isinstance(culprit, _dispatch.HANDLE_TYPES)
                 or type(culprit) in _DILL_TYPES
                 or _dispatch.adapter_for(type(culprit)) is not None
@@ -297,8 +332,48 @@ def _dumps(obj: object, roots: _Roots | None) -> bytes:
     raise UnpicklableError("value", obj, "too many object types needed the dill fallback")
 
 
+class _Reader:
+    """A file-like reader over a buffer, so a large payload is never copied."""
+
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
+        self.view, self.pos = memoryview(data).cast("B"), 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
+        data = self.view[self.pos : end].tobytes()
+        self.pos = end
+        return data
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:
+        target = memoryview(buffer).cast("B")
+        n = min(len(target), len(self.view) - self.pos)
+        target[:n] = self.view[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+    def readline(self) -> bytes:
+        view, start = self.view, self.pos
+        end = start
+        while end < len(view) and view[end] != 10:  # only protocol 0-style opcodes
+            end += 1
+        return self.read(min(end + 1, len(view)) - start)
+
+
+class _Unpickler(pickle.Unpickler):
+    """pickle's Unpickler, refusing a snapstate global that is not pinned: a file names
+    only snapstate's public API and snapstate._abi (see _check_pinned)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith("snapstate"):
+            try:
+                check_global(module, name, saving=False)
+            except UnpinnedGlobal as exc:
+                raise IncompatibleSnapshot(str(exc)) from None
+        return super().find_class(module, name)
+
+
 def loads(data: bytes | bytearray) -> Any:  # the unpickled state
-    return pickle.loads(data)
+    return _Unpickler(_Reader(data)).load()
 
 
 class UnpicklableError(Exception):

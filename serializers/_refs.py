@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._reduced import Reduced
 
+from .._abi import pinned
+
 __all__ = ["INDEX", "bind", "prepare", "reduce", "module_attribute", "module_string"]
 
 # id(obj) -> (module name, attribute name): attributes of non-agent modules.
@@ -195,7 +197,10 @@ def _preamble(entries: tuple[tuple[str, str, str], ...]) -> bytes:
     popped; no STOP: the state pickle continues the stream (PROTO may repeat)."""
     out = _PREAMBLES.get(entries)
     if out is None:
-        parts = [pickle.PROTO + b"\x05", pickle.GLOBAL + f"{__name__}\nmodule_string\n".encode()]
+        parts = [
+            pickle.PROTO + b"\x05",
+            pickle.GLOBAL + f"{module_string.__module__}\n{module_string.__qualname__}\n".encode(),
+        ]
         for entry in entries:
             parts.append(pickle.DUP)
             for text in entry:
@@ -207,6 +212,7 @@ def _preamble(entries: tuple[tuple[str, str, str], ...]) -> bytes:
     return out
 
 
+@pinned("module_string")
 def module_string(module: str, attr: str, value: str) -> str:
     """`module.attr` of this process when it is still a str (a sentinel keeps its
     identity), else the saved value (the library dropped it: an equal copy, as
@@ -257,6 +263,7 @@ def _pickles_by_name(obj: object) -> bool:
         return False
 
 
+@pinned("module_attribute")
 def module_attribute(module: str, attr: str, kind: str | None = None) -> object:
     """The object `module.attr` of this process (a snapshot's reference to it). With
     `kind` (the saved object's type), an object of another type is refused: it cannot
@@ -286,6 +293,7 @@ def module_attribute(module: str, attr: str, kind: str | None = None) -> object:
 _MISSING = object()
 
 
+@pinned("module_object")
 def module_object(
     module: str,
     attr: str,
@@ -320,6 +328,7 @@ def module_object(
     return obj
 
 
+@pinned("module_object_setstate")
 def module_object_setstate(obj: object, named_state: tuple[str, Any]) -> None:
     """Put a saved state onto a library object as pickle's BUILD would, but exactly:
     its __dict__ is replaced (an attribute the job deleted stays deleted). A state the

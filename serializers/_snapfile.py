@@ -47,6 +47,7 @@ from .._errors import (
     TamperedSnapshot,
     TruncatedSnapshot,
 )
+from .._version import __version__
 from . import _fs
 from ._keys import Key, KeyRing
 
@@ -64,6 +65,10 @@ __all__ = [
 ]
 
 MAGIC = b"SNAPSTATE\0"
+# The file format (the u16 after the magic; "format" in a job snapshot's header too).
+# Bumped when a reader of the previous format could not read the new files correctly; a
+# release that bumps it still reads every format since 2, the first release's
+# (CHANGELOG.md, "Versions and compatibility"; tests/golden/ holds each release's files).
 FORMAT_VERSION = 2
 CHUNK_SIZE = 1 << 20
 _FIXED = struct.Struct("<HI")  # format version, header length
@@ -224,6 +229,12 @@ def _read_header(reader: _Reader) -> tuple[dict[str, Any], bytes]:
             raise TruncatedSnapshot(f"{path} is truncated (it ends inside its magic number)")
         raise CorruptSnapshot(f"{path} is not a snapstate snapshot (bad magic)")
     version, length = _FIXED.unpack(reader.exactly(_FIXED.size, "format version"))
+    if version > FORMAT_VERSION:  # CHANGELOG.md, "Versions and compatibility"
+        raise CorruptSnapshot(
+            f"{path} uses snapshot format {version}, newer than this snapstate "
+            f"({__version__}) reads (format {FORMAT_VERSION}). Resume it with the snapstate "
+            "release that wrote it, or a later one."
+        )
     if version != FORMAT_VERSION:
         raise CorruptSnapshot(
             f"{path} uses snapshot format {version}; this snapstate reads format "

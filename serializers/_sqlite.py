@@ -44,6 +44,8 @@ from ._store import (
 
 __all__ = ["SqliteStore"]
 
+# The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
+# table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
 SCHEMA_VERSION = 2
 # Version 1 (the previous release) lacks the snapshots' digest and origin columns; it is
 # upgraded in place by the first writable open.

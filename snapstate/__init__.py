@@ -38,6 +38,7 @@ from snapstate._errors import StoreFailure as StoreFailure
 from snapstate._errors import TamperedSnapshot as TamperedSnapshot
 from snapstate._errors import TruncatedSnapshot as TruncatedSnapshot
 from snapstate._errors import UnknownKey as UnknownKey
+from snapstate._version import __version__ as __version__
 from snapstate.resources._adapters import register_adapter as register_adapter
 from snapstate.resources._registry import resource as resource
 from snapstate.resources._secrets import credential as credential
@@ -97,8 +98,6 @@ __all__ = [
     "StoreDamaged",
     "JobFinished",
 ]
-
-__version__ = "0.1.0"
 
 
 def _fixup_module_metadata() -> None:
