@@ -40,6 +40,7 @@ def _json(run):
     return json.loads(run.stdout)
 
 
+@pytest.mark.smoke
 def test_ls_shows_a_killed_job_as_interrupted(killed_job):
     """Crash window: SIGKILL after snapshot 3; `ls` shows the job interrupted at 3."""
     store, cwd, _ = killed_job

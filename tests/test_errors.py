@@ -79,6 +79,7 @@ def test_public_errors_are_the_whole_tree():
     assert set(PUBLIC_ERRORS) == {c for c in ALL_ERRORS if c.__name__ not in internal}
 
 
+@pytest.mark.smoke
 def test_hierarchy():
     """IncompatibleSnapshot < RestoreError < SnapstateError < Exception; SnapshotError and
     CorruptSnapshot derive directly from SnapstateError, and from nothing else."""
