@@ -4,6 +4,7 @@ resume --at, and the exit codes and streams of the CLI contract."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from conftest import AGENTS, snaprun, snapshot_files
@@ -11,14 +12,26 @@ from conftest import AGENTS, snaprun, snapshot_files
 LOOPS = AGENTS / "loops.py"
 
 
-@pytest.fixture
-def killed_job(tmp_path):
-    """A loops.py job SIGKILLed right after its snapshot 3 (of 6)."""
-    store = tmp_path / "store"
+@pytest.fixture(scope="module")
+def _killed_store(tmp_path_factory):
+    """One loops.py job SIGKILLed right after its snapshot 3 (of 6), for the module:
+    never changed, tests work on copies."""
+    root = tmp_path_factory.mktemp("killed")
+    store = root / "store"
     run = snaprun(
-        "run", "--store", store, "--job", "job", LOOPS, cwd=tmp_path, fault="after-snapshot:3"
+        "run", "--store", store, "--job", "job", LOOPS, cwd=root, fault="after-snapshot:3"
     )
     assert run.returncode == -9
+    return store, run
+
+
+@pytest.fixture
+def killed_job(_killed_store, tmp_path):
+    """A loops.py job SIGKILLed right after its snapshot 3 (of 6): a copy of the module's
+    killed store (catalog, WAL, snapshot files, the dead runner's lease) in tmp_path."""
+    pristine, run = _killed_store
+    store = tmp_path / "store"
+    shutil.copytree(pristine, store)
     return store, tmp_path, run
 
 
@@ -27,6 +40,7 @@ def _json(run):
     return json.loads(run.stdout)
 
 
+@pytest.mark.smoke
 def test_ls_shows_a_killed_job_as_interrupted(killed_job):
     """Crash window: SIGKILL after snapshot 3; `ls` shows the job interrupted at 3."""
     store, cwd, _ = killed_job

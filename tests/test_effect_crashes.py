@@ -42,6 +42,8 @@ from __future__ import annotations
 import ast
 import json
 import random
+import threading
+import traceback
 import zlib
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -49,9 +51,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun
+from click.testing import CliRunner
+from conftest import AGENTS, Run, snaprun
 from providers import Provider
 
+from snapstate.runtime._cli import cli
 from snapstate.serializers._sqlite import SqliteStore
 
 FX_ORDERS = AGENTS / "fx_orders.py"
@@ -257,23 +261,46 @@ def returned(run) -> list:
     return ast.literal_eval(run.result)
 
 
+_CLI_LOCK = threading.Lock()  # CliRunner swaps sys.stdout/stderr: one call at a time
+
+
+def snaprun_in_process(*args) -> Run:
+    """`snaprun ARGS...` through click's runner over the real command group, in this
+    process (its exit code, stdout and stderr as a Run). The sweep's kill points use it
+    for the commands after a park (effects, reconcile); the killed runs and resumes
+    stay real processes, and test_kill_chain, test_resend_after_reconcile_... run the
+    same commands as real `snaprun` processes."""
+    with _CLI_LOCK:
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+    code = result.exit_code
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        code = 1  # what an escaping exception exits with; its traceback goes to stderr
+        stderr = result.stderr + "".join(traceback.format_exception(result.exception))
+        return Run(code, result.stdout, stderr)
+    return Run(code, result.stdout, result.stderr)
+
+
 def reconcile_by_asking(
-    provider: RecordingProvider, store, job, ordinal: int, action: str, cwd
+    provider: RecordingProvider, store, job, ordinal: int, action: str, cwd, in_process=False
 ) -> bool:
     """What an operator does with a parked job: check with the provider whether the
-    action happened, and say so. Returns whether it was committed."""
+    action happened, and say so (with `snaprun reconcile`; in_process: through click's
+    runner). Returns whether it was committed."""
     assert provider.deliveries[action] <= 1
     if provider.deliveries[action]:
         args = ["--committed", "--result", json.dumps(provider.issued[action][0])]
     else:
         args = ["--not-committed"]
-    run = snaprun("reconcile", "--store", store, job, ordinal, *args, cwd=cwd)
+    command = ("reconcile", "--store", store, job, ordinal, *args)
+    run = snaprun_in_process(*command) if in_process else snaprun(*command, cwd=cwd)
     assert run.returncode == 0, run.stderr
     return bool(provider.deliveries[action])
 
 
-def cli_effects(store, job, cwd) -> list[dict]:
-    run = snaprun("effects", "--store", store, "--json", job, cwd=cwd)
+def cli_effects(store, job, cwd, in_process=False) -> list[dict]:
+    """`snaprun effects --json JOB` (in_process: through click's runner)."""
+    command = ("effects", "--store", store, "--json", job)
+    run = snaprun_in_process(*command) if in_process else snaprun(*command, cwd=cwd)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
@@ -355,7 +382,9 @@ def run_kill_point(kill: Kill, root: Path) -> None:
                 assert run.stdout == kill.lines(range(r0, k), ids)
                 served_expected += len(range(r0, k))
                 (row,) = [
-                    r for r in cli_effects(store, job, root) if r["effect"] == shape.effect(k)
+                    r
+                    for r in cli_effects(store, job, root, in_process=True)
+                    if r["effect"] == shape.effect(k)
                 ]
                 assert row["state"] == "ambiguous" and row["args"] == f"'action-{k}', {100 + k}"
                 _, metrics, jobrow = read_ledger(store, job)
@@ -363,7 +392,7 @@ def run_kill_point(kill: Kill, root: Path) -> None:
                 assert provider.requests == Counter(sent_before)  # nothing re-sent
                 outputs.append(run.stdout)
                 committed = reconcile_by_asking(
-                    provider, store, job, shape.effect(k), f"action-{k}", root
+                    provider, store, job, shape.effect(k), f"action-{k}", root, in_process=True
                 )
                 assert committed == (kill.window == AFTER_SEND)
                 run = snaprun("resume", "--store", store, job, cwd=root, env=env)
@@ -463,6 +492,7 @@ def test_kill_sweep_long(mode, window, batch, tmp_path):
     sweep(seeded_kills(mode, window, POINTS_PER_CELL, f"slow-{batch}"), tmp_path)
 
 
+@pytest.mark.smoke
 def test_sweep_covers_every_window_and_target():
     """No crash window (this checks the sweep itself): at least 500 default kill points,
     covering every mode x window, every target of shop.py with ORDERS=4, various

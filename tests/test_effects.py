@@ -162,6 +162,7 @@ def catalog_view(store: Path, job: str):
 
 
 # ------------------------------------------------------------------------ identity keys
+@pytest.mark.smoke
 def test_key_is_stable_across_a_kill_and_resume(tmp_path):
     """Crash window: after send of effect 4 (order 1, keyed provider): the resume sends
     the order again with the very key the provider saw first (and `snaprun effects`

@@ -4,6 +4,7 @@ message, its args and any extra attributes."""
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import pickletools
 import subprocess
@@ -11,6 +12,8 @@ import sys
 
 import cloudpickle
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import snapstate
 import snapstate.runtime._cli  # noqa: F401  (imports every engine module defining errors)
@@ -40,10 +43,34 @@ def _all_subclasses(cls):
 
 ALL_ERRORS = list(dict.fromkeys([SnapstateError, *_all_subclasses(SnapstateError)]))
 
+# The picklers errors are stored with: (name, dump(error, protocol) -> bytes).
 DUMPERS = [
-    pytest.param(lambda e, p: pickle.dumps(e, protocol=p), id="pickle"),
-    pytest.param(lambda e, p: cloudpickle.dumps(e, protocol=p), id="cloudpickle"),
+    ("pickle", lambda e, p: pickle.dumps(e, protocol=p)),
+    ("cloudpickle", lambda e, p: cloudpickle.dumps(e, protocol=p)),
 ]
+PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
+ARG_SHAPES = {
+    "no-args": (),
+    "one-arg": ("one",),
+    "two-args": ("two", 2),
+    "three-args": ("three", None, {"k": [1]}),
+}
+
+# What an error's args and extra attributes hold in the property tests: the plain data
+# snapstate puts there (paths, messages, numbers, None, nested lists/tuples/dicts).
+_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_attr_names = st.from_regex(r"[a-z][a-z0-9_]{0,11}", fullmatch=True).filter(
+    lambda n: not any(hasattr(cls, n) for cls in ALL_ERRORS)  # not args, add_note, ...
+)
 
 
 def test_public_errors_are_the_whole_tree():
@@ -52,6 +79,7 @@ def test_public_errors_are_the_whole_tree():
     assert set(PUBLIC_ERRORS) == {c for c in ALL_ERRORS if c.__name__ not in internal}
 
 
+@pytest.mark.smoke
 def test_hierarchy():
     """IncompatibleSnapshot < RestoreError < SnapstateError < Exception; SnapshotError and
     CorruptSnapshot derive directly from SnapstateError, and from nothing else."""
@@ -99,74 +127,98 @@ def test_hierarchy():
         assert top.__mro__[1] is SnapstateError
 
 
-@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
-def test_every_error_is_an_exception(cls):
+def test_every_error_is_an_exception():
     """Every snapstate error (public or internal) is caught by `except Exception` and by
     `except SnapstateError`."""
-    assert issubclass(cls, Exception)
-    with pytest.raises(Exception) as info:
-        raise cls("boom")
-    assert isinstance(info.value, SnapstateError)
+    for cls in ALL_ERRORS:
+        assert issubclass(cls, Exception), cls
+        with pytest.raises(Exception) as info:
+            raise cls("boom")
+        assert isinstance(info.value, SnapstateError), cls
 
 
-def _roundtrip_checks(original, restored):
-    assert type(restored) is type(original)
-    assert str(restored) == str(original)
-    assert restored.args == original.args
-    assert restored.__dict__ == original.__dict__
+def _roundtrip_checks(original, restored, case=""):
+    assert type(restored) is type(original), case
+    assert str(restored) == str(original), case
+    assert restored.args == original.args, case
+    assert restored.__dict__ == original.__dict__, case
 
 
-@pytest.mark.parametrize("dump", DUMPERS)
-@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
-@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
-def test_roundtrip_message(cls, protocol, dump):
-    """An error pickled at any protocol comes back with its type, message and args."""
-    exc = cls("/store/jobs/j/000003.snap is damaged: its checksum does not match")
-    _roundtrip_checks(exc, pickle.loads(dump(exc, protocol)))
+def test_roundtrip_message():
+    """An error pickled at any protocol comes back with its type, message and args: every
+    error x every protocol x pickle and cloudpickle."""
+    for cls, protocol, (name, dump) in itertools.product(ALL_ERRORS, PROTOCOLS, DUMPERS):
+        exc = cls("/store/jobs/j/000003.snap is damaged: its checksum does not match")
+        case = f"{cls.__name__}, protocol {protocol}, {name}"
+        _roundtrip_checks(exc, pickle.loads(dump(exc, protocol)), case)
 
 
-@pytest.mark.parametrize("dump", DUMPERS)
-@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
-def test_roundtrip_extra_attributes(cls, dump):
-    """Extra attributes set on an error (in its __dict__), including notes, survive."""
-    exc = cls("frame main() at agent.py:12: cannot freeze")
-    exc.path = "/store/jobs/j/000001.snap"
-    exc.frames = [("main", 12), ("step", 30)]
-    exc.details = {"python": ("3.11", "3.12")}
-    exc.add_note("resume with the original interpreter")
-    restored = pickle.loads(dump(exc, pickle.HIGHEST_PROTOCOL))
-    _roundtrip_checks(exc, restored)
-    assert restored.path == "/store/jobs/j/000001.snap"
-    assert restored.frames == [("main", 12), ("step", 30)]
-    assert restored.__notes__ == ["resume with the original interpreter"]
+def test_roundtrip_extra_attributes():
+    """Extra attributes set on an error (in its __dict__), including notes, survive: every
+    error x pickle and cloudpickle."""
+    for cls, (name, dump) in itertools.product(ALL_ERRORS, DUMPERS):
+        case = f"{cls.__name__}, {name}"
+        exc = cls("frame main() at agent.py:12: cannot freeze")
+        exc.path = "/store/jobs/j/000001.snap"
+        exc.frames = [("main", 12), ("step", 30)]
+        exc.details = {"python": ("3.11", "3.12")}
+        exc.add_note("resume with the original interpreter")
+        restored = pickle.loads(dump(exc, pickle.HIGHEST_PROTOCOL))
+        _roundtrip_checks(exc, restored, case)
+        assert restored.path == "/store/jobs/j/000001.snap", case
+        assert restored.frames == [("main", 12), ("step", 30)], case
+        assert restored.__notes__ == ["resume with the original interpreter"], case
 
 
-@pytest.mark.parametrize("dump", DUMPERS)
-@pytest.mark.parametrize(
-    "args",
-    [(), ("one",), ("two", 2), ("three", None, {"k": [1]})],
-    ids=["no-args", "one-arg", "two-args", "three-args"],
+def test_roundtrip_any_args():
+    """Errors built with zero, one or several arguments keep all of them: every error x
+    each of the four argument shapes x pickle and cloudpickle."""
+    for cls, (shape, args), (name, dump) in itertools.product(
+        ALL_ERRORS, ARG_SHAPES.items(), DUMPERS
+    ):
+        exc = cls(*args)
+        case = f"{cls.__name__}, {shape}, {name}"
+        _roundtrip_checks(exc, pickle.loads(dump(exc, pickle.HIGHEST_PROTOCOL)), case)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    cls=st.sampled_from(ALL_ERRORS),
+    protocol=st.sampled_from(PROTOCOLS),
+    dumper=st.sampled_from(DUMPERS),
+    args=st.lists(_values, max_size=4).map(tuple),
+    attributes=st.dictionaries(_attr_names, _values, max_size=4),
+    notes=st.lists(st.text(max_size=20), max_size=2),
 )
-@pytest.mark.parametrize("cls", ALL_ERRORS, ids=lambda c: c.__name__)
-def test_roundtrip_any_args(cls, args, dump):
-    """Errors built with zero, one or several arguments keep all of them."""
+def test_roundtrip_property(cls, protocol, dumper, args, attributes, notes):
+    """Property: any error, built with any plain-data arguments, carrying any extra
+    attributes and notes, pickled at any protocol by pickle or cloudpickle, comes back
+    with its type, message, args, attributes and notes."""
+    name, dump = dumper
     exc = cls(*args)
-    _roundtrip_checks(exc, pickle.loads(dump(exc, pickle.HIGHEST_PROTOCOL)))
+    for attr, value in attributes.items():
+        setattr(exc, attr, value)
+    for note in notes:
+        exc.add_note(note)
+    restored = pickle.loads(dump(exc, protocol))
+    _roundtrip_checks(exc, restored, f"{cls.__name__}, protocol {protocol}, {name}")
+    assert getattr(restored, "__notes__", []) == notes
 
 
-@pytest.mark.parametrize("cls", PUBLIC_ERRORS, ids=lambda c: c.__name__)
-def test_pickled_by_public_path(cls):
+def test_pickled_by_public_path():
     """A public error pickles by reference to `snapstate.<Name>`, not to the engine
-    module it is defined in, so stored errors survive engine refactors."""
-    data = pickle.dumps(cls("msg"), protocol=pickle.HIGHEST_PROTOCOL)
-    assert b"snapstate.runtime" not in data
-    strings, globals_ = [], []
-    for op, arg, _ in pickletools.genops(data):
-        if op.name in ("SHORT_BINUNICODE", "BINUNICODE"):
-            strings.append(arg)
-        elif op.name == "STACK_GLOBAL":
-            globals_.append(tuple(strings[-2:]))
-    assert globals_ == [("snapstate", cls.__name__)]
+    module it is defined in, so stored errors survive engine refactors: every public
+    error."""
+    for cls in PUBLIC_ERRORS:
+        data = pickle.dumps(cls("msg"), protocol=pickle.HIGHEST_PROTOCOL)
+        assert b"snapstate.runtime" not in data, cls
+        strings, globals_ = [], []
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE"):
+                strings.append(arg)
+            elif op.name == "STACK_GLOBAL":
+                globals_.append(tuple(strings[-2:]))
+        assert globals_ == [("snapstate", cls.__name__)], cls
 
 
 def test_roundtrip_in_a_fresh_process():

@@ -99,6 +99,7 @@ def _agent_stderr(run) -> str:
     )
 
 
+@pytest.mark.smoke
 def test_tracebacks_survive_a_restore(tmp_path):
     """Crash window: SIGKILL after each snapshot of an agent holding an exception and
     re-raising one from an except body; printed and uncaught tracebacks are identical."""

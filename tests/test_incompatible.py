@@ -264,34 +264,61 @@ class CompatJob:
         self.helper.write_text(self.helper_source)
 
 
-@pytest.fixture
-def compat(tmp_path) -> CompatJob:
-    """Copies of compat_agent.py and compat_helper.py run to completion by snaprun,
-    then marked interrupted as a kill after the last snapshot leaves it (a done job
-    never resumes)."""
-    src = tmp_path / "agent"
+@pytest.fixture(scope="module")
+def _compat_run(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """Copies of compat_agent.py and compat_helper.py run to completion by snaprun once
+    for the module: (agent folder, pristine store, snapshot 2's path relative to it).
+    The store is never changed (tests work on copies); the sources are put back before
+    and after each test."""
+    root = tmp_path_factory.mktemp("compat")
+    src = root / "agent"
     src.mkdir()
     for name in ("compat_agent.py", "compat_helper.py"):
         shutil.copy(AGENTS / name, src / name)
     run = snaprun(
         "run",
         "--store",
-        tmp_path / "store",
+        root / "store",
         "--job",
         "job",
         src / "compat_agent.py",
-        cwd=tmp_path,
+        cwd=root,
         env=NO_PYC,
     )
     assert run.returncode == 0, run.stderr
     assert run.result == RESULT
-    files = snapshot_files(tmp_path / "store", "job")
+    files = snapshot_files(root / "store", "job")
     assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap", "000003-e1.snap"]
+    return src, root / "store", files[1].relative_to(root / "store")
+
+
+@pytest.fixture
+def compat(_compat_run, tmp_path) -> CompatJob:
+    """Copies of compat_agent.py and compat_helper.py run to completion by snaprun,
+    then marked interrupted as a kill after the last snapshot leaves it (a done job
+    never resumes): a copy of the module's finished store in tmp_path, with the
+    agent's original sources in place (restored again after the test)."""
+    src, pristine, snap = _compat_run
+    shutil.copytree(pristine, tmp_path / "store")
     catalog = SqliteStore(str(tmp_path / "store"))
     catalog.set_status("job", "interrupted")
     catalog.close()
     agent, helper = src / "compat_agent.py", src / "compat_helper.py"
-    return CompatJob(tmp_path, agent, helper, agent.read_text(), helper.read_text(), files[1])
+    sources = {
+        name: (AGENTS / name).read_text() for name in ("compat_agent.py", "compat_helper.py")
+    }
+    for name, text in sources.items():
+        (src / name).write_text(text)
+    job = CompatJob(
+        tmp_path,
+        agent,
+        helper,
+        sources["compat_agent.py"],
+        sources["compat_helper.py"],
+        tmp_path / "store" / snap,
+    )
+    yield job
+    job.restore_sources()
 
 
 def _edit(path: Path, old: str, new: str) -> None:

@@ -284,6 +284,7 @@ def test_cli_runner_whose_lease_was_taken_over_exits_5(tmp_path):
 
 
 # ------------------------------------------------------------------ resume and --force
+@pytest.mark.smoke
 def test_resume_of_a_sigkilled_job_needs_no_force(tmp_path):
     """Crash window: SIGKILL right after snapshot 1. The job shows as interrupted
     although its lease has not expired (its pid is gone), and `snaprun resume JOB`

@@ -125,6 +125,7 @@ def test_grace_running_out_stops_as_without_grace(tmp_path):
     assert time.monotonic() - started >= 0.3
 
 
+@pytest.mark.smoke
 def test_script_without_main_creates_no_job(tmp_path):
     """`snaprun run` of a script without main(): exit 2 naming main(), and no job row
     (nothing to resume: before, a phantom interrupted job re-ran the module's code on

@@ -47,6 +47,7 @@ def test_recursive_closure():
     assert countdown(3) == [3, 2, 1]
 
 
+@pytest.mark.smoke
 def test_suspended_generator_resumes_at_same_yield():
     """A suspended generator continues with the same values, send() and throw()."""
     gen = subjects.ticker(5)

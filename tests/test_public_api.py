@@ -60,6 +60,7 @@ PUBLIC = [
 ]
 
 
+@pytest.mark.smoke
 def test_all_is_pinned():
     """snapstate.__all__ is exactly the documented list, in order, each name once."""
     assert list(snapstate.__all__) == PUBLIC
@@ -153,6 +154,7 @@ def test_snapshot_outside_a_job_repeatedly():
     assert not any(i.resumed for i in infos)
 
 
+@pytest.mark.smoke
 def test_agent_runs_under_plain_python(tmp_path):
     """An agent run by plain `python agent.py` (no snaprun) runs to the end, every
     snapshot() returning seq=None, resumed=False and its label, writing no snapshot."""

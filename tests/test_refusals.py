@@ -32,6 +32,7 @@ def _line_of(text: str) -> int:
     raise AssertionError(text)
 
 
+@pytest.mark.smoke
 def test_agent_catches_every_refusal_and_finishes(refusals):
     """The job survives every refusal and completes; only good snapshots were written."""
     run, messages, workdir = refusals

@@ -376,6 +376,7 @@ def test_payload_is_the_one_that_was_verified(trap, tmp_path):
 
 
 # ------------------------------------------------------------------ distinct errors
+@pytest.mark.smoke
 def test_swapped_headers_are_a_header_mismatch(tmp_path):
     """Snapshot A's magic+header with snapshot B's body and trailer (two real snapshots
     of one job, same key) is refused with HeaderMismatch naming the file, both ways

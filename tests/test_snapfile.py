@@ -147,6 +147,7 @@ def _rebuilt(data: bytes, *, version: int | None = None, magic: bytes | None = N
 
 
 # ------------------------------------------------------------------ round trip
+@pytest.mark.smoke
 @pytest.mark.parametrize("encrypt", [False, True], ids=["plaintext", "encrypted"])
 def test_write_read_roundtrip(tmp_path, encrypt):
     """write() then read_payload() gives back the header (plus the key id, chunk size

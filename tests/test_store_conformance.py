@@ -455,6 +455,7 @@ def test_release(store, clock, live_pid):
 
 
 # ------------------------------------------------------------------ snapshots
+@pytest.mark.smoke
 def test_commit_snapshot_in_sequence(store, clock, live_pid):
     """commit_snapshot records seq = latest + 1 with every field, moves the job's
     `updated` to the snapshot's time and logs it; snapshots() lists by sequence."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sqlite3
 import struct
 import time
@@ -51,11 +52,21 @@ def _tree(root: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def killed(tmp_path):
-    """loops.py SIGKILLed right after its snapshot 3: WAL left behind, job interrupted."""
-    run = snaprun("run", "--job", "w", LOOPS, cwd=tmp_path, fault="after-snapshot:3")
+@pytest.fixture(scope="module")
+def _killed_store(tmp_path_factory):
+    """One loops.py job SIGKILLed right after its snapshot 3, for the module: its store
+    (./.snapstate) is never opened again; tests work on copies."""
+    root = tmp_path_factory.mktemp("killed")
+    run = snaprun("run", "--job", "w", LOOPS, cwd=root, fault="after-snapshot:3")
     assert run.returncode == -9, run.stderr
+    return root / ".snapstate"
+
+
+@pytest.fixture
+def killed(_killed_store, tmp_path):
+    """loops.py SIGKILLed right after its snapshot 3: WAL left behind, job interrupted
+    (a byte-for-byte copy of the module's killed store, as tmp_path/.snapstate)."""
+    shutil.copytree(_killed_store, tmp_path / ".snapstate")
     return tmp_path
 
 

@@ -280,6 +280,7 @@ def test_fault_matrix(op, kind, baseline, tmp_path, capsys):
         assert acks == list(range(max(k - 1, 1), STEPS + 1)), (n, acks)
 
 
+@pytest.mark.smoke
 def test_corrupt_latest_snapshot_is_refused_without_unpickling(tmp_path, capsys):
     """Crash window: a snapshot damaged after it was committed (here: replaced by the
     torn bytes of a failed write). Resuming raises CorruptSnapshot and nothing was
