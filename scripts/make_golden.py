@@ -123,10 +123,20 @@ def exclusive(root: str):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def private_store(root: str) -> None:
+    """A store's folder and key files as snapstate makes them (0700, 0600): git keeps
+    neither mode, and snaprun refuses a key file others can read."""
+    store = os.path.join(root, "store")
+    os.chmod(store, 0o700)
+    for name in ("keys.json", "store.json"):
+        os.chmod(os.path.join(store, name), 0o600)
+
+
 def replay(golden: str, root: str) -> tuple[list[dict], dict[str, str]]:
     """Copy a golden folder to `root` and run its checks there: (commands with exit code
     and outputs, the files the agents wrote)."""
     shutil.copytree(golden, root, ignore=shutil.ignore_patterns("expected.json"))
+    private_store(root)
     recorded = []
     for args in checks(root):
         result = run(args, root)
@@ -174,7 +184,7 @@ def main() -> int:
             shutil.copytree(
                 os.path.join(root, part),
                 os.path.join(out, part),
-                ignore=shutil.ignore_patterns("__pycache__", "*-shm", "*-wal"),
+                ignore=shutil.ignore_patterns("__pycache__", "*-shm", "*-wal", "*.lock"),
             )
     with exclusive(root):  # replayed from the golden folder, as the test does
         recorded, files = replay(out, root)

@@ -52,6 +52,7 @@ def _at_recorded_root(folder: Path, root: str):
         try:
             shutil.rmtree(root, ignore_errors=True)
             shutil.copytree(folder, root, ignore=shutil.ignore_patterns("expected.json"))
+            _private_store(root)
             yield root
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -157,7 +158,17 @@ def _snapstate_globals(data: bytes) -> set[tuple[str, str]]:
 def _copy(folder: Path, tmp_path: Path) -> Path:
     target = tmp_path / "golden"
     shutil.copytree(folder, target)
+    _private_store(str(target))
     return target
+
+
+def _private_store(root: str) -> None:
+    """The store's folder and key files with the modes snapstate gives them (0700,
+    0600): a git checkout keeps neither, and snaprun refuses key files others can read."""
+    store = os.path.join(root, "store")
+    os.chmod(store, 0o700)
+    for name in ("keys.json", "store.json"):
+        os.chmod(os.path.join(store, name), 0o600)
 
 
 def test_newer_format_is_refused(tmp_path):
