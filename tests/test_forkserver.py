@@ -1,0 +1,127 @@
+"""The fork server (tests/forkserver.py) gives snaprun() a process that is what an
+exec'd `snaprun` is: same argv, environment, stdio, modules, signals, process group,
+descriptors, __main__; its own pid, random state and (from one run to the next) hash
+seed; SIGKILLed at a fault point and killed at a timeout like an exec'd one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import textwrap
+
+import forkserver
+import pytest
+from conftest import AGENTS, snaprun
+
+PROBE = AGENTS / "fs_probe.py"
+
+
+def _probe(tmp_path, job: str, **kw) -> dict:
+    run = snaprun("run", "--job", job, PROBE, cwd=tmp_path, **kw)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def _agent(tmp_path, body: str):
+    path = tmp_path / "agent.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_a_forked_snaprun_is_what_an_exec_gives(tmp_path):
+    """Everything the probe agent sees of its process is the same, forked or exec'd
+    (the lease thread's name holds the job id); only the parent differs."""
+    exec_ = _probe(tmp_path, "same", fresh=True)
+    shutil.rmtree(tmp_path / ".snapstate")  # the same command line again
+    forked = _probe(tmp_path, "same")
+    for probe in (exec_, forked):
+        probe["report"]["main"]["__loader__"] = re.sub(
+            " at 0x[0-9a-f]+", "", probe["report"]["main"]["__loader__"]
+        )
+    assert forked["report"] == exec_["report"]
+    assert forked["report"]["pgrp"] == os.getpgrp()  # a Ctrl-C to pytest's group reaches it
+    assert exec_["drawn"]["ppid"] == os.getpid()
+    assert forked["drawn"]["pid"] not in (os.getpid(), exec_["drawn"]["pid"])
+
+
+def test_forked_runs_draw_their_own_random_values(tmp_path):
+    """random, snapstate.random() and uuid4 differ in every run; the hash seed differs
+    from one run to the next (unless PYTHONHASHSEED pins it for all)."""
+    drawn = [_probe(tmp_path, f"r{i}")["drawn"] for i in range(3)]
+    for key in ("random", "snapstate_random", "uuid4", "pid"):
+        assert len({d[key] for d in drawn}) == 3, (key, drawn)
+    if "PYTHONHASHSEED" not in os.environ:
+        assert drawn[0]["hash"] != drawn[1]["hash"] != drawn[2]["hash"], drawn
+
+
+def test_a_fault_point_sigkills_the_forked_process(tmp_path):
+    """The process that SIGKILLs itself is the run's own (returncode -9, reaped when
+    snaprun() returns); what it printed before is all there (write-through stdio)."""
+    agent = _agent(
+        tmp_path,
+        """\
+        import os
+        from snapstate import snapshot
+
+        def main():
+            open("pid", "w").write(str(os.getpid()))
+            print("before the kill")
+            snapshot("one")
+            print("never")
+        """,
+    )
+    run = snaprun("run", "--job", "k", agent, cwd=tmp_path, fault="after-snapshot:1")
+    assert run.returncode == -9, run.stderr
+    assert run.stdout == "before the kill\n"
+    pid = int((tmp_path / "pid").read_text())
+    assert pid != os.getpid() and not os.path.exists(f"/proc/{pid}")
+    resumed = snaprun("resume", "k", cwd=tmp_path)
+    assert resumed.returncode == 0 and resumed.stdout == "never\n", resumed.stderr
+
+
+def test_a_timeout_kills_the_forked_process(tmp_path):
+    agent = _agent(
+        tmp_path,
+        """\
+        import os, time
+
+        def main():
+            open("pid", "w").write(str(os.getpid()))
+            print("waiting", flush=True)
+            time.sleep(600)
+        """,
+    )
+    with pytest.raises(subprocess.TimeoutExpired) as caught:
+        snaprun("run", "--job", "t", agent, cwd=tmp_path, timeout=5)
+    pid = int((tmp_path / "pid").read_text())
+    assert not os.path.exists(f"/proc/{pid}")
+    if forkserver.enabled():
+        assert caught.value.output == b"waiting\n"
+
+
+def test_startup_variables_and_the_switch_exec(tmp_path, monkeypatch):
+    """A run that sets a variable an interpreter reads at start is exec'd, and so is
+    every run with SNAPSTATE_TEST_FORK=0."""
+    before = forkserver.stats.copy()
+    _probe(tmp_path, "h", env={"PYTHONHASHSEED": "3"})
+    assert forkserver.stats["exec: sets PYTHONHASHSEED"] == before["exec: sets PYTHONHASHSEED"] + 1
+    monkeypatch.setenv("SNAPSTATE_TEST_FORK", "0")
+    _probe(tmp_path, "off")
+    assert (
+        forkserver.stats["exec: SNAPSTATE_TEST_FORK=0"]
+        == before["exec: SNAPSTATE_TEST_FORK=0"] + 1
+    )
+
+
+def test_an_uncaught_error_ends_the_forked_process_as_an_exec(tmp_path):
+    """snaprun's own exit codes and messages come through unchanged: a usage error."""
+    forked = snaprun("resume", "no-such-job", cwd=tmp_path)
+    exec_ = snaprun("resume", "no-such-job", cwd=tmp_path, fresh=True)
+    assert (forked.returncode, forked.stdout, forked.stderr) == (
+        exec_.returncode,
+        exec_.stdout,
+        exec_.stderr,
+    )
