@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,19 +134,23 @@ def snaprun(
         forkserver.stats["exec: python="] += 1
     elif fresh or _FRESH[0]:
         forkserver.stats["exec: fresh"] += 1
-    else:
-        forked = forkserver.run([str(a) for a in args], cwd=cwd, env=full_env, timeout=timeout)
+    argv = [str(a) for a in args]
+    preload = forkserver.preload_for(argv, cwd, full_env)
+    if python is None and not fresh and not _FRESH[0]:
+        forked = forkserver.run(argv, cwd=cwd, env=full_env, timeout=timeout, preload=preload)
         if forked is not None:
+            forkserver.note_run(argv, cwd, full_env, preload, forked[2])
             return Run(*forked)
     exe = [SNAPRUN] if python is None else [python, "-m", "snapstate.runtime._cli"]
     proc = subprocess.run(
-        exe + [str(a) for a in args],
+        exe + argv,
         cwd=cwd,
         env=full_env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+    forkserver.note_run(argv, cwd, full_env, preload, proc.stderr)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -21,13 +21,27 @@ the server saw read during its imports (it reports them). `stats` counts both ki
 The servers of a flavour (the libraries it preloads) take requests in turn, two of
 them: consecutive runs (a run and its resume) never share a hash seed, as two exec'd
 processes would not.
+
+Flavours: `snaprun run SCRIPT` whose script imports heavy libraries at its top level
+(numpy, openai, anthropic, httpx, httpx2, requests, urllib3: `PRELOADABLE`) is forked
+from a server that imported exactly those modules, in the script's order, before the
+script does: the agent's own import of them finds them loaded, as it would right
+after importing them itself. `resume`/`replay` of that job (by store and job id) use
+the same flavour; everything else (ls, inspect, another agent) the plain server, so no
+process sees a library its agent never imported (snapstate never imports them itself,
+and registers their adapters only once they are in sys.modules). The server checks
+that these imports write no environment variable, configure no root logger and leave
+no Python thread; numpy's legacy global RandomState (not reseeded at a fork, unlike
+`random`) is reseeded in each child.
 """
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -39,7 +53,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-__all__ = ["enabled", "run", "spawn", "shutdown", "stats", "summary"]
+__all__ = ["enabled", "run", "shutdown", "stats", "summary"]
 
 SERVER = str(Path(__file__).with_name("forkserver_main.py"))
 SNAPRUN = str(Path(sys.executable).with_name("snaprun"))
@@ -282,7 +296,7 @@ def run(
     finally:
         os.close(out_w)
         os.close(err_w)
-    stats["forked"] += 1
+    stats[f"forked {'+'.join(preload)}" if preload else "forked"] += 1
     deadline = None if timeout is None else time.monotonic() + timeout
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     with selectors.DefaultSelector() as selector, child:
@@ -322,10 +336,107 @@ def run(
     )
 
 
+# ------------------------------------------------------------------------ flavours
+PRELOADABLE = frozenset({"numpy", "openai", "anthropic", "httpx", "httpx2", "requests", "urllib3"})
+_OPTIONS_WITH_VALUE = frozenset({"--store", "--job", "--grace", "--at", "--as"})
+_SCRIPT_IMPORTS: dict[tuple[str, int], tuple[str, ...]] = {}
+_JOB_FLAVOURS: dict[tuple[str, str], tuple[str, ...]] = {}  # (store, job) -> preload
+_STARTED = re.compile(r"^snaprun: job (\S+) started$", re.MULTILINE)
+
+
+def _script_imports(path: str) -> tuple[str, ...]:
+    """The PRELOADABLE modules a script imports at its top level, in its order."""
+    try:
+        key = (path, os.stat(path).st_mtime_ns)
+        if key not in _SCRIPT_IMPORTS:
+            tree = ast.parse(Path(path).read_bytes())
+            found: list[str] = []
+            for node in tree.body:
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                found += [n for n in names if n.split(".")[0] in PRELOADABLE and n not in found]
+            _SCRIPT_IMPORTS[key] = tuple(found)
+        return _SCRIPT_IMPORTS[key]
+    except (OSError, SyntaxError, ValueError):
+        return ()
+
+
+def _parse(args: list[str]) -> tuple[str | None, dict[str, str], list[str]]:
+    """(command, options with values, positional arguments) of a snaprun command line."""
+    if not args or args[0].startswith("-"):
+        return None, {}, []
+    options: dict[str, str] = {}
+    positional: list[str] = []
+    rest = iter(args[1:])
+    for arg in rest:
+        if positional:
+            positional.append(arg)  # run's SCRIPT ARGS...: the agent's own
+        elif arg in _OPTIONS_WITH_VALUE:
+            options[arg] = next(rest, "")
+        elif arg.split("=", 1)[0] in _OPTIONS_WITH_VALUE:
+            name, value = arg.split("=", 1)
+            options[name] = value
+        elif arg.startswith("-"):
+            options[arg] = ""
+        else:
+            positional.append(arg)
+    return args[0], options, positional
+
+
+def _store(options: dict[str, str], cwd, env: dict[str, str]) -> str:
+    store = options.get("--store") or env.get("SNAPSTATE_HOME") or ".snapstate"
+    return os.path.realpath(os.path.join(cwd, store))
+
+
+def preload_for(args: list[str], cwd, env: dict[str, str]) -> tuple[str, ...]:
+    """The flavour of a snaprun command line: the libraries its agent imports at its top
+    level (run SCRIPT; resume/replay of a job run that way), else ()."""
+    command, options, positional = _parse(args)
+    if not positional:
+        return ()
+    if command == "run":
+        script = positional[0]
+        if script.endswith(".py") or os.sep in script:
+            return _script_imports(os.path.join(cwd, script))
+        return ()
+    if command in ("resume", "replay"):
+        target = positional[0]
+        if os.path.isfile(os.path.join(cwd, target)):
+            return ()
+        return _JOB_FLAVOURS.get((_store(options, cwd, env), target.split("@")[0]), ())
+    return ()
+
+
+def note_run(args: list[str], cwd, env: dict[str, str], preload, stderr: str) -> None:
+    """After `run`: remember the job's flavour for its resumes."""
+    if preload and args and args[0] == "run":
+        _, options, _ = _parse(args)
+        job = options.get("--job")
+        if job is None:
+            started = _STARTED.search(stderr or "")
+            job = started.group(1) if started else None
+        if job is not None:
+            _JOB_FLAVOURS[(_store(options, cwd, env), job)] = tuple(preload)
+
+
 def summary() -> str:
-    forked = stats["forked"]
+    forked = sum(n for k, n in stats.items() if k.startswith("forked"))
     execd = sum(n for k, n in stats.items() if k.startswith("exec"))
-    reasons = ", ".join(
-        f"{k[6:]}: {n}" for k, n in sorted(stats.items(), key=lambda kv: -kv[1]) if k != "forked"
+    flavours = ", ".join(
+        f"{k[7:]}: {n}" for k, n in sorted(stats.items()) if k.startswith("forked ")
     )
-    return f"snaprun starts: {forked} forked, {execd} exec'd" + (f" ({reasons})" if reasons else "")
+    reasons = ", ".join(
+        f"{k[6:]}: {n}"
+        for k, n in sorted(stats.items(), key=lambda kv: -kv[1])
+        if k.startswith("exec")
+    )
+    return (
+        f"snaprun starts: {forked} forked"
+        + (f" (with {flavours})" if flavours else "")
+        + f", {execd} exec'd"
+        + (f" ({reasons})" if reasons else "")
+    )

@@ -69,6 +69,7 @@ if hasattr(os, "environb"):
 # What the console script imports (bin/snaprun: `import re; import sys; from
 # snapstate.runtime._cli import main`), then the flavour's libraries.
 import re  # noqa: E402, F401
+
 from snapstate.runtime._cli import main  # noqa: E402, F401
 
 for _name in PRELOAD:
@@ -121,7 +122,7 @@ def serve(control: socket.socket):
         ).encode()
     )
     while True:
-        for fd, events in poller.poll():
+        for fd, _events in poller.poll():
             if fd == control.fileno():
                 try:
                     data, fds, flags, _ = socket.recv_fds(control, 1 << 20, 4)
@@ -211,7 +212,7 @@ def _stdio(fd: int, name: str, like: io.TextIOWrapper) -> io.TextIOWrapper:
     PYTHONUNBUFFERED=1 (Python/pylifecycle.c create_stdio): unbuffered binary layer
     for output, write_through; encoding and errors as the server's (same locale)."""
     reading = fd == 0
-    buf = io.open(fd, "rb" if reading else "wb", buffering=-1 if reading else 0, closefd=False)
+    buf = open(fd, "rb" if reading else "wb", buffering=-1 if reading else 0, closefd=False)
     raw = buf.raw if reading else buf
     raw.name = name
     stream = io.TextIOWrapper(

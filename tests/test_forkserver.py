@@ -17,12 +17,23 @@ import pytest
 from conftest import AGENTS, snaprun
 
 PROBE = AGENTS / "fs_probe.py"
+NUMPY_PROBE = AGENTS / "fs_probe_numpy.py"
 
 
-def _probe(tmp_path, job: str, **kw) -> dict:
-    run = snaprun("run", "--job", job, PROBE, cwd=tmp_path, **kw)
+def _probe(tmp_path, job: str, probe=PROBE, **kw) -> dict:
+    run = snaprun("run", "--job", job, probe, cwd=tmp_path, **kw)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
+
+
+def _same_command_twice(tmp_path, probe=PROBE) -> tuple[dict, dict]:
+    """The probe's reports of one command line exec'd, then forked."""
+    exec_ = _probe(tmp_path, "same", probe, fresh=True)
+    shutil.rmtree(tmp_path / ".snapstate")
+    forked = _probe(tmp_path, "same", probe)
+    for report in (exec_["report"], forked["report"]):
+        report["main"]["__loader__"] = re.sub(" at 0x[0-9a-f]+", "", report["main"]["__loader__"])
+    return exec_, forked
 
 
 def _agent(tmp_path, body: str):
@@ -34,17 +45,26 @@ def _agent(tmp_path, body: str):
 def test_a_forked_snaprun_is_what_an_exec_gives(tmp_path):
     """Everything the probe agent sees of its process is the same, forked or exec'd
     (the lease thread's name holds the job id); only the parent differs."""
-    exec_ = _probe(tmp_path, "same", fresh=True)
-    shutil.rmtree(tmp_path / ".snapstate")  # the same command line again
-    forked = _probe(tmp_path, "same")
-    for probe in (exec_, forked):
-        probe["report"]["main"]["__loader__"] = re.sub(
-            " at 0x[0-9a-f]+", "", probe["report"]["main"]["__loader__"]
-        )
+    exec_, forked = _same_command_twice(tmp_path)
     assert forked["report"] == exec_["report"]
     assert forked["report"]["pgrp"] == os.getpgrp()  # a Ctrl-C to pytest's group reaches it
     assert exec_["drawn"]["ppid"] == os.getpid()
     assert forked["drawn"]["pid"] not in (os.getpid(), exec_["drawn"]["pid"])
+
+
+def test_a_library_flavour_child_is_what_an_exec_gives(tmp_path):
+    """An agent importing numpy.random at its top is forked from a server that
+    imported it already: the process is the same as an exec'd one (the same modules,
+    loggers, threads...), and numpy's legacy global RandomState is its own."""
+    assert forkserver.preload_for(["run", str(NUMPY_PROBE)], tmp_path, {}) == ("numpy.random",)
+    before = forkserver.stats["forked numpy.random"]
+    exec_, forked = _same_command_twice(tmp_path, NUMPY_PROBE)
+    assert forked["report"] == exec_["report"]
+    # three children: two of them of the same server (the servers take turns)
+    drawn = [forked["drawn"]] + [_probe(tmp_path, f"n{i}", NUMPY_PROBE)["drawn"] for i in (1, 2)]
+    assert len({d["numpy_random"] for d in [exec_["drawn"], *drawn]}) == 4, drawn
+    if forkserver.enabled():
+        assert forkserver.stats["forked numpy.random"] == before + 3
 
 
 def test_forked_runs_draw_their_own_random_values(tmp_path):
@@ -111,8 +131,7 @@ def test_startup_variables_and_the_switch_exec(tmp_path, monkeypatch):
     monkeypatch.setenv("SNAPSTATE_TEST_FORK", "0")
     _probe(tmp_path, "off")
     assert (
-        forkserver.stats["exec: SNAPSTATE_TEST_FORK=0"]
-        == before["exec: SNAPSTATE_TEST_FORK=0"] + 1
+        forkserver.stats["exec: SNAPSTATE_TEST_FORK=0"] == before["exec: SNAPSTATE_TEST_FORK=0"] + 1
     )
 
 

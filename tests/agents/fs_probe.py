@@ -67,7 +67,7 @@ def main():
         "cwd": os.getcwd(),
         "environ": dict(os.environ),
         "environ_type": type(os.environ).__name__,
-        "modules": sorted(n for n in sys.modules if n != "fs_probe"),
+        "modules": sorted(n for n in sys.modules if not n.startswith("fs_probe")),
         "main": {
             k: repr(v) for k, v in vars(main_module).items() if k not in ("__builtins__", "main")
         },
@@ -76,7 +76,9 @@ def main():
         "stdout": _stream(sys.stdout),
         "stderr": _stream(sys.stderr),
         "fds": _fds(),
-        "signals": {s.name: _handler(s) for s in signal.valid_signals() if isinstance(s, signal.Signals)},
+        "signals": {
+            s.name: _handler(s) for s in signal.valid_signals() if isinstance(s, signal.Signals)
+        },
         "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
         "pgrp": os.getpgrp(),
         "sid": os.getsid(0),
@@ -100,5 +102,8 @@ def main():
         "uuid4": str(uuid.uuid4()),
         "hash": hash("snapstate"),
     }
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:  # the legacy global RandomState
+        drawn["numpy_random"] = float(numpy_random.random())
     print(json.dumps({"report": report, "drawn": drawn}))
     return 0
