@@ -138,11 +138,9 @@ def serve(control: socket.socket):
                 pid = os.fork()
                 if pid == 0:
                     control.close()
-                    for other, pidfd in conns.values():
+                    for other, _ in conns.values():
                         other.close()
-                        if pidfd is not None:
-                            os.close(pidfd)
-                    for pidfd in children:
+                    for pidfd in children:  # every pidfd of conns' too
                         os.close(pidfd)
                     conn.close()
                     return request, stdio
@@ -278,7 +276,13 @@ def _become_snaprun(request: dict, stdio: list[int]) -> types.ModuleType:
 _request = serve(_listening())
 if _request is None:
     sys.exit(0)
-_main = _become_snaprun(*_request)
+try:
+    _main = _become_snaprun(*_request)
+except BaseException:  # a harness failure: said on the run's own stderr
+    import traceback
+
+    os.write(2, f"fork server: {traceback.format_exc()}".encode(errors="replace"))
+    os._exit(70)
 with open(SNAPRUN, "rb") as _f:
     _code = compile(_f.read(), SNAPRUN, "exec")
 del _request, _f

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 
 import forkserver
 import pytest
@@ -75,6 +76,20 @@ def test_forked_runs_draw_their_own_random_values(tmp_path):
         assert len({d[key] for d in drawn}) == 3, (key, drawn)
     if "PYTHONHASHSEED" not in os.environ:
         assert drawn[0]["hash"] != drawn[1]["hash"] != drawn[2]["hash"], drawn
+
+
+def test_concurrent_runs_each_get_their_own_process(tmp_path):
+    """snaprun() from several threads at once (as the kill sweeps run): each run has
+    its own stdio and exit status."""
+    agent = _agent(tmp_path, "import sys\n\ndef main():\n    print(sys.argv[1])\n    return 1\n")
+
+    def one(i: int):
+        return snaprun("run", "--job", f"j{i}", agent, str(i), cwd=tmp_path)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(one, range(8)))
+    for i, run in enumerate(runs):
+        assert (run.returncode, run.stdout, run.result) == (0, f"{i}\n", "1"), run
 
 
 def test_a_fault_point_sigkills_the_forked_process(tmp_path):
