@@ -115,8 +115,7 @@ class _Server:
                 stdin=theirs,
                 stdout=self.log,
                 stderr=self.log,
-                env=self.env,
-                process_group=0,  # Ctrl-C at a terminal is not for it; same session
+                env=self.env,  # in pytest's process group (see forkserver_main.py)
             )
         ready = self.control.recv(1 << 20)
         if not ready:

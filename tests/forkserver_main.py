@@ -95,6 +95,14 @@ import signal  # noqa: E402
 import socket  # noqa: E402
 import types  # noqa: E402
 
+# The server shares pytest's process group, as its children do (they join the caller's
+# group): a child's exit then never orphans that group (which would send SIGHUP to a
+# stopped run's group, pytest included, where an exec'd run's exit would not). So a
+# Ctrl-C at the terminal reaches the server too: it ignores SIGINT, and each child
+# gets back the disposition the server started with (as an exec'd snaprun would have).
+_SIGINT_AT_START = signal.getsignal(signal.SIGINT)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 
 def _listening() -> socket.socket:
     control = socket.socket(fileno=os.dup(0))
@@ -228,6 +236,7 @@ def _stdio(fd: int, name: str, like: io.TextIOWrapper) -> io.TextIOWrapper:
 def _become_snaprun(request: dict, stdio: list[int]) -> types.ModuleType:
     """Make this forked child what an exec'd `snaprun ARGV` is after its imports; the
     new __main__ (the console script's module) to run."""
+    signal.signal(signal.SIGINT, _SIGINT_AT_START)
     if request.get("session"):
         os.setsid()
     elif request.get("pgid") is not None:

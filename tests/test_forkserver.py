@@ -49,6 +49,11 @@ def test_a_forked_snaprun_is_what_an_exec_gives(tmp_path):
     exec_, forked = _same_command_twice(tmp_path)
     assert forked["report"] == exec_["report"]
     assert forked["report"]["pgrp"] == os.getpgrp()  # a Ctrl-C to pytest's group reaches it
+    # The servers too: a child's exit never orphans pytest's group (an orphaned group
+    # with a stopped member, e.g. a runner paused at a :stop fault, gets SIGHUP).
+    for flavour in forkserver._FLAVOURS.values():
+        for server in filter(None, flavour.servers):
+            assert os.getpgid(server.proc.pid) == os.getpgrp()
     assert exec_["drawn"]["ppid"] == os.getpid()
     assert forked["drawn"]["pid"] not in (os.getpid(), exec_["drawn"]["pid"])
 
