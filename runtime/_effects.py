@@ -658,6 +658,8 @@ def now() -> _datetime.datetime:
 # snapshot saves: a value served from the ledger after a restore (not drawn again)
 # leaves the agent's own random sequence as the uninterrupted run had it.
 _VALUES = _random.Random()
+# A forked process draws its own values, as `random`'s global generator does.
+os.register_at_fork(after_in_child=_VALUES.seed)
 
 
 def random() -> float:

@@ -2,7 +2,11 @@
 moment. `SNAPSTATE_FAULT=after-snapshot:3` makes the process SIGKILL itself right
 after snapshot 3 is durably written; `after-snapshot:*` after every one;
 `effect-before-send:2:stop` makes it SIGSTOP itself there instead (a paused runner: the
-test continues it with SIGCONT). Unset, a fault point costs one dictionary lookup."""
+test continues it with SIGCONT). Unset, a fault point costs two dictionary lookups.
+
+The variable is read when a fault point is reached, not when this module is imported: a
+process forked from one that had imported snapstate (tests/forkserver.py starts
+snaprun that way) has an environment of its own."""
 
 from __future__ import annotations
 
@@ -21,11 +25,19 @@ def _parse(spec: str | None) -> dict[str, str]:
     return points
 
 
-_POINTS = _parse(os.environ.get("SNAPSTATE_FAULT"))
+_PARSED: tuple[str | None, dict[str, str]] = (None, {})  # the last spec read, parsed
+
+
+def _points() -> dict[str, str]:
+    global _PARSED
+    spec = os.environ.get("SNAPSTATE_FAULT")
+    if spec != _PARSED[0]:
+        _PARSED = (spec, _parse(spec))
+    return _PARSED[1]
 
 
 def fault_point(name: str, seq: int | None = None) -> None:
-    spec = _POINTS.get(name)
+    spec = _points().get(name)
     if spec is None:
         return
     when, _, action = spec.partition(":")

@@ -1,17 +1,60 @@
-"""Shared test helpers: run snaprun in a real subprocess, with fault points."""
+"""Shared test helpers: run snaprun in a real subprocess, with fault points.
+
+snaprun() starts each `snaprun` as a child forked from a fork server that has already
+imported snapstate (tests/forkserver.py, tests/forkserver_main.py): a real process
+with its own pid, SIGKILLed by itself at a fault point, made into what an exec'd
+`snaprun` would be (argv, cwd, environment, stdio, process group, random state,
+__main__, sys.modules), which saves the ~0.5 s an interpreter start and the imports
+cost. `SNAPSTATE_TEST_FORK=0 pytest` exec's every run, as before. The session's
+summary line counts the runs forked and exec'd.
+
+These still exec a fresh interpreter:
+  - snaprun(..., fresh=True), and every snaprun() of a test marked
+    @pytest.mark.fresh or listed in EXEC_TESTS below: at least one crash test per
+    fault-point family keeps the exec path covered
+      after-snapshot        test_fidelity.py::test_module_function_entry_point
+      before-commit         test_effects.py::test_a_bare_write_that_failed_in_transit_...
+      effect-before-prepare test_effects.py::test_values_not_yet_durable_are_drawn_...
+      effect-after-prepare, -after-send, -after-confirm
+                            test_effects.py::test_now_random_uuid4_are_the_same_after_...
+      effect-before-send    test_fencing.py (its own subprocess.Popen, :stop)
+    and the start-up refusal of a bad SNAPSTATE_LEASE_TTL
+    (test_fencing.py::test_lease_ttl_is_validated);
+  - snaprun(..., python=...): another interpreter (test_incompatible.py);
+  - a run whose environment changes a variable read while an interpreter starts or
+    while the server imported (PYTHONHASHSEED, PYTHONDONTWRITEBYTECODE, TMPDIR, locale,
+    TZ...: see tests/forkserver.py), e.g. the hash-seed tests of
+    test_effect_arguments.py;
+  - tests that start processes with subprocess themselves (Ctrl-C and SIGTERM of
+    test_lifecycle.py, the lease races of test_leases.py and test_fencing.py,
+    test_writer_crash.py's writer, `python -c` checks).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import forkserver
 import pytest
 
 AGENTS = Path(__file__).parent / "agents"
-SNAPRUN = str(Path(sys.executable).with_name("snaprun"))
+SNAPRUN = forkserver.SNAPRUN
+
+# Tests whose snaprun() runs all exec (see the docstring): file::name, every
+# parametrization of it.
+EXEC_TESTS = frozenset(
+    {
+        "test_fidelity.py::test_module_function_entry_point",
+        "test_effects.py::test_a_bare_write_that_failed_in_transit_is_not_sent_again",
+        "test_effects.py::test_values_not_yet_durable_are_drawn_again_consistently",
+        "test_effects.py::test_now_random_uuid4_are_the_same_after_a_restore",
+        "test_fencing.py::test_lease_ttl_is_validated",
+    }
+)
+_FRESH = [False]  # the running test is marked fresh or listed in EXEC_TESTS
 
 
 def pytest_addoption(parser):
@@ -20,13 +63,40 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fresh: every snaprun() of the test execs a fresh interpreter (no fork server)"
+    )
+
+
+def _test_id(item) -> str:
+    return f"{Path(str(item.path)).name}::{item.originalname}"
+
+
 def pytest_collection_modifyitems(config, items):
+    collected = {Path(str(item.path)).name for item in items}
+    ids = {_test_id(item) for item in items}
+    missing = [t for t in EXEC_TESTS if t.split("::")[0] in collected and t not in ids]
+    if missing:
+        raise pytest.UsageError(f"conftest.EXEC_TESTS names tests that do not exist: {missing}")
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="long sweep: run with --run-slow")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_runtest_setup(item):
+    _FRESH[0] = item.get_closest_marker("fresh") is not None or _test_id(item) in EXEC_TESTS
+
+
+def pytest_sessionfinish(session):
+    forkserver.shutdown()
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(forkserver.summary())
 
 
 @dataclass
@@ -51,22 +121,36 @@ def snaprun(
     env: dict | None = None,
     python: str | None = None,
     timeout: float = 120,
+    fresh: bool = False,
 ) -> Run:
-    """Run `snaprun ARGS...` in a fresh process (SIGKILLed by itself at `fault`)."""
+    """Run `snaprun ARGS...` in a new process (SIGKILLed by itself at `fault`): forked
+    from the fork server, or exec'd with `python`, `fresh=True` or in a fresh test."""
     full_env = dict(os.environ, PYTHONUNBUFFERED="1")
     full_env.pop("SNAPSTATE_FAULT", None)
     if fault:
         full_env["SNAPSTATE_FAULT"] = fault
     full_env.update(env or {})
+    if python is not None:
+        forkserver.stats["exec: python="] += 1
+    elif fresh or _FRESH[0]:
+        forkserver.stats["exec: fresh"] += 1
+    argv = [str(a) for a in args]
+    preload = forkserver.preload_for(argv, cwd, full_env)
+    if python is None and not fresh and not _FRESH[0]:
+        forked = forkserver.run(argv, cwd=cwd, env=full_env, timeout=timeout, preload=preload)
+        if forked is not None:
+            forkserver.note_run(argv, cwd, full_env, preload, forked[2])
+            return Run(*forked)
     exe = [SNAPRUN] if python is None else [python, "-m", "snapstate.runtime._cli"]
     proc = subprocess.run(
-        exe + [str(a) for a in args],
+        exe + argv,
         cwd=cwd,
         env=full_env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+    forkserver.note_run(argv, cwd, full_env, preload, proc.stderr)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
