@@ -33,7 +33,9 @@ These still exec a fresh interpreter:
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +97,10 @@ def pytest_sessionfinish(session):
     forkserver.shutdown()
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
+    if config.getoption("numprocesses", None):  # pytest-xdist's workers started them
+        terminalreporter.write_line("snaprun starts: counted by each worker (-n 0 shows them)")
+        return
     terminalreporter.write_line(forkserver.summary())
 
 
@@ -170,6 +175,15 @@ def clean_refusal(run: Run, *needles: str) -> str:
 def snapshot_files(store: Path, job: str) -> list[Path]:
     """The job's snapshot files in the store, by sequence number."""
     return sorted((Path(store) / "snapshots" / job).glob("*.snap"))
+
+
+@pytest.fixture
+def short_tmp_path():
+    """A temporary folder with a short path, for tests that compare renderings which cut
+    long strings (pytest-xdist's worker folders make tmp_path longer)."""
+    path = Path(tempfile.mkdtemp(prefix="snap-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

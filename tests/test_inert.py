@@ -160,12 +160,13 @@ def test_rendering_is_bounded_and_survives_cycles():
     assert "bits>" in shown and len(shown) <= 400
 
 
-def test_resources_show_by_kind_and_path_and_are_never_reopened(tmp_path):
+def test_resources_show_by_kind_and_path_and_are_never_reopened(short_tmp_path):
     """A frozen state holding an append-mode file that grew after the snapshot, a
     sqlite3 connection, a temp directory, a closed file and a resource() handle: the
     inert decoding shows each by kind and path and touches none of them (the file
     keeps its size, the temp directory stays deleted). Positive control: the real
     unpickler truncates the file and recreates the directory."""
+    tmp_path = short_tmp_path  # the renderings below are cut at 80 characters
     log = open(tmp_path / "log.txt", "a")
     log.write("x" * 120)
     db = sqlite3.connect(tmp_path / "x.db")

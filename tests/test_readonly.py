@@ -163,13 +163,14 @@ def test_replay_uses_scratch_copies_and_writes_nothing(jobs, tmp_path):
     assert set(os.listdir(tmp_path)) == before_tmp, "the scratch directory was left behind"
 
 
-def test_hostile_payload_signed_with_the_store_key_runs_nothing(jobs, tmp_path):
+def test_hostile_payload_signed_with_the_store_key_runs_nothing(jobs, tmp_path, short_tmp_path):
     """A snapshot whose body would run a shell command and the agent's module when
     unpickled, signed with the store's own key (as an attacker who can write the store
     and read its key could): `inspect` decodes it into placeholders, runs nothing
     (no sentinel, no import) and shows what it would have called. Positive control:
     pickle.loads of the same body creates the sentinels."""
-    sentinel, imported = tmp_path / "shell-ran", tmp_path / "module-ran"
+    # a short folder: inspect's rendering of the command is cut at 80 characters
+    sentinel, imported = short_tmp_path / "shell-ran", short_tmp_path / "module-ran"
 
     class Shell:
         def __reduce__(self):
