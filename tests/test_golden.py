@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import pickletools
+import runpy
 import shutil
 import sqlite3
 import struct
@@ -37,6 +38,11 @@ RELEASES = sorted(
 )
 FOLDERS = [p / MINOR for p in RELEASES]
 NO_SNAPSTATE_ENV = {k: v for k, v in os.environ.items() if not k.startswith("SNAPSTATE_")}
+# The store's folder and key files get snapstate's modes back after a copy (git keeps
+# neither 0700 nor 0600), as scripts/make_golden.py does.
+_private_store = runpy.run_path(str(Path(__file__).parents[1] / "scripts" / "make_golden.py"))[
+    "private_store"
+]
 
 
 def _expected(folder: Path) -> dict:
@@ -161,15 +167,6 @@ def _copy(folder: Path, tmp_path: Path) -> Path:
     shutil.copytree(folder, target)
     _private_store(str(target))
     return target
-
-
-def _private_store(root: str) -> None:
-    """The store's folder and key files with the modes snapstate gives them (0700,
-    0600): a git checkout keeps neither, and snaprun refuses key files others can read."""
-    store = os.path.join(root, "store")
-    os.chmod(store, 0o700)
-    for name in ("keys.json", "store.json"):
-        os.chmod(os.path.join(store, name), 0o600)
 
 
 def test_newer_format_is_refused(tmp_path):
