@@ -23,6 +23,7 @@ import click
 from .._errors import (
     DivergenceError,
     JobParked,
+    JobWaiting,
     LeaseHeld,
     SnapshotNotFound,
     SnapshotWriteError,
@@ -50,7 +51,8 @@ Exit codes:
      store failed: disk full, read-only; the job stays resumable)
   2  usage error or invalid input (unknown job, invalid job id, damaged or foreign
      store, tampered, truncated or foreign snapshot, a done job resumed)
-  3  waiting (approval, timer)
+  3  waiting (an approval, a timer, a rate limit): the job hibernated; `snaprun
+     worker` (or `snaprun resume JOB`) continues it
   4  parked (an ambiguous effect needs `snaprun reconcile`)
   5  conflict (another live runner holds the job, or won the race to resume it)
   130  stopped by Ctrl-C (resumable)
@@ -62,6 +64,7 @@ EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (StoreFailure, EXIT_FAILED),  # the store failed, not the input: job resumable
     (SnapshotWriteError, EXIT_FAILED),
     (JobParked, EXIT_PARKED),
+    (JobWaiting, EXIT_WAITING),
     (LeaseHeld, EXIT_CONFLICT),
     (StaleWriter, EXIT_CONFLICT),
     (SnapstateError, EXIT_USAGE),  # invalid input, damaged or foreign store or file
@@ -229,6 +232,10 @@ def _run_job(job: Job, action: Callable[[], object], grace: float | None = None)
         sys.stdout.flush()
         _say(str(exc))
         sys.exit(EXIT_PARKED)
+    except JobWaiting as exc:
+        sys.stdout.flush()
+        _say(str(exc))
+        sys.exit(EXIT_WAITING)
     except SnapstateError as exc:
         if job._agent is None:  # never started: the snapshot or the job is invalid
             _fail(exc)

@@ -61,6 +61,7 @@ from .._errors import (
 )
 from ..serializers._store import EffectKind, EffectRow, EffectState, Store
 from . import _context
+from ._clock import clock
 from ._faults import fault_point
 from ._lease import dispatch_margin, send_guard
 
@@ -651,7 +652,7 @@ def _value(kind: str, produce: Callable[[], T]) -> T:
 
 def now() -> _datetime.datetime:
     """The current UTC time, recorded: a re-execution after a restore gets the same."""
-    return _value("now", lambda: _datetime.datetime.now(_datetime.UTC))
+    return _value("now", lambda: _datetime.datetime.fromtimestamp(clock().time(), _datetime.UTC))
 
 
 # snapstate.random() draws from its own generator, never the global `random` state a

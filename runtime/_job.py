@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import cloudpickle
 import greenlet
@@ -32,6 +32,7 @@ from .._errors import (
     JobFinished,
     JobNotFound,
     JobParked,
+    JobWaiting,
     RestoreError,
     SnapshotError,
     SnapshotWriteError,
@@ -48,8 +49,10 @@ from ..serializers import _pickler, _refs
 from ..serializers._codeid import CodeRef, find_code, module_digest
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
-from . import _agent, _context, _defstate, _process, _rootlog
+from ..serializers._store import WaitRow
+from . import _agent, _context, _defstate, _process, _rootlog, _waits
 from ._capture import capture_stack
+from ._clock import clock
 from ._effects import Ledger
 from ._faults import fault_point
 from ._frames import FrameRecord
@@ -63,7 +66,7 @@ if TYPE_CHECKING:
 
     from ..serializers._store import EffectRow
 
-__all__ = ["SnapshotInfo", "snapshot", "Job", "runtime_versions"]
+__all__ = ["SnapshotInfo", "snapshot", "wait_point", "wait_api", "Job", "runtime_versions"]
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,15 @@ class SnapshotInfo:
 @dataclass(frozen=True)
 class _FreezeRequest:
     label: str | None
+    handled: BaseException | None
+    wait: _waits.Wait | None = None  # a snapshot taken to hibernate at this wait
+
+
+@dataclass(frozen=True)
+class _WaitRequest:
+    """The agent waits (runtime/_waits.py): the hub polls, sleeps or hibernates."""
+
+    wait: _waits.Wait
     handled: BaseException | None
 
 
@@ -119,6 +131,40 @@ def snapshot(label: str | None = None) -> SnapshotInfo:
     assert job._hub is not None  # set with _agent while the job runs
     info: SnapshotInfo = job._hub.switch(_FreezeRequest(label, sys.exception()))
     return info
+
+
+def wait_point(wait: _waits.Wait) -> Any:  # what the wait's poller made ready
+    """The agent's side of a wait: switch to the hub, which returns the value the wait
+    ends with (or throws its error here) once its poller says the task may go on. A
+    snapshot taken to hibernate is taken with the agent paused right here."""
+    job = _context.active_job()
+    if job is None:
+        raise RuntimeError("wait_point() outside a job: the caller handles plain Python")
+    if greenlet.getcurrent() is not job._agent:
+        raise SnapshotError(
+            f"a wait at {wait.site} was called from a greenlet or thread the job did not "
+            "start; call it from the agent's own code"
+        )
+    assert job._hub is not None  # set with _agent while the job runs
+    return job._hub.switch(_WaitRequest(wait, sys.exception()))
+
+
+# The functions the agent's task is paused in when the hub freezes it.
+_SWITCH_CODES = frozenset({snapshot.__code__, wait_point.__code__})
+# snapstate's public wait functions (sleep(), request_approval(), ...) between the agent's
+# frame and wait_point(): they return exactly what wait_point() returns, so they are not
+# captured; after a restore the agent's call receives the wait's outcome directly, and a
+# newer snapstate can resume a job that hibernated in an older one's wait function.
+_API_CODES: set[CodeType] = set()
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+
+
+def wait_api(fn: _Fn) -> _Fn:
+    """Mark a public wait function (or a helper between it and wait_point()): it must
+    return wait_point()'s value unchanged."""
+    _API_CODES.add(fn.__code__)
+    return fn
 
 
 def _bootstrap(
@@ -208,6 +254,9 @@ class Job:
         # Called on the hub right after each snapshot is committed (SIGTERM --grace).
         self.after_commit: Callable[[int], None] | None = None
         self.finishing = False  # the run is over: recording its outcome
+        # A restore at a wait: the wait, then (once polled ready) how it ends.
+        self._restored_wait: _waits.Wait | None = None
+        self._ready: _waits.Ready | None = None
 
     @classmethod
     def create(
@@ -374,6 +423,9 @@ class Job:
         except JobParked as exc:
             outcome, error = "parked", str(exc)
             raise
+        except JobWaiting:
+            outcome = "waiting"  # recorded with its wait row by catalog.hibernate()
+            raise
         except StoreFailure as exc:
             # The store failed, not the agent: the job stays interrupted (resumable).
             outcome, error = "interrupted", str(exc)
@@ -398,6 +450,12 @@ class Job:
             return
         lease.stop()
         if outcome is None or lease.lost is not None:
+            return
+        if outcome == "waiting":
+            try:
+                lease.release()
+            except (StaleWriter, StoreFailure):
+                pass  # the wait is recorded; the lease dies with this process
             return
         try:
             if outcome == "done":
@@ -426,9 +484,21 @@ class Job:
         agent = self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
         _context.set_active_job(self)
         try:
+            if self._restored_wait is not None:  # polled before any of its code runs
+                wait, self._restored_wait = self._restored_wait, None
+                outcome = self._settle(wait)
+                if isinstance(outcome, _waits.NotYet):
+                    if self.ledger.replay:
+                        self.replay_stop = f"the job waits at {wait.site} ({outcome.reason})"
+                        return None
+                    self._hibernate(wait, outcome, self.seq)  # at its latest snapshot
+                self._ready = outcome
             message = agent.switch(fn, args, kwargs)
-            while isinstance(message, _FreezeRequest):
-                message = self._take_snapshot(message)
+            while isinstance(message, (_FreezeRequest, _WaitRequest)):
+                if isinstance(message, _WaitRequest):
+                    message = self._wait(message)
+                else:
+                    message = self._take_snapshot(message)
             if isinstance(message, _Stop):
                 _PARKED_AGENTS.append(agent)  # stays paused, never unwound
                 if message.error is not None:
@@ -452,13 +522,20 @@ class Job:
         if self.ledger.replay:  # a replay writes nothing
             self.seq = seq
             return agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
+        self._commit(seq, request.label, header, payload)
+        if self.after_commit is not None:
+            self.after_commit(seq)  # may end the process (SIGTERM --grace)
+        return agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
+
+    def _commit(self, seq: int, label: str | None, header: dict[str, Any], payload: bytes) -> None:
+        """Write snapshot `seq` durably and commit it (compare-and-swap on the lease
+        epoch). A failure is fatal for this run: the agent stays paused."""
+        agent = self._agent
         try:
             if self.lease is not None and self.lease.lost is not None:
                 raise self.lease.lost
             assert self.epoch is not None  # run() and resume() take the lease first
-            row = self.home.write_snapshot(
-                self.job_id, seq, self.epoch, request.label, header, payload
-            )
+            row = self.home.write_snapshot(self.job_id, seq, self.epoch, label, header, payload)
             fault_point("before-commit", seq)
             self.ledger.flush()
             self.home.commit_snapshot(row)
@@ -470,16 +547,94 @@ class Job:
             raise
         self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
-        if self.after_commit is not None:
-            self.after_commit(seq)  # may end the process (SIGTERM --grace)
-        return agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
+
+    # ------------------------------------------------------------------ waiting
+    def _settle(self, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
+        """Poll until the wait is ready, sleeping in the process through a due time
+        within hibernate_after(); returns Ready, or the NotYet to hibernate on."""
+        limit = _waits.hibernate_after()
+        while True:
+            outcome = _waits.poll(self, wait)
+            if isinstance(outcome, _waits.Ready) or outcome.due is None:
+                return outcome
+            left = outcome.due - clock().time()
+            if left > limit or self.ledger.replay and left > 0:
+                return outcome
+            clock().sleep(max(0.0, left))
+
+    def _wait(self, request: _WaitRequest) -> object:
+        """The agent waits: deliver what the wait ends with once it is ready, or take a
+        snapshot right here and hibernate (JobWaiting). Returns the agent's next
+        message."""
+        agent = self._agent
+        assert agent is not None  # the agent asked for this wait
+        outcome = self._settle(request.wait)
+        if isinstance(outcome, _waits.Ready):
+            if outcome.error is not None:
+                return agent.throw(outcome.error)
+            return agent.switch(outcome.value)
+        if self.ledger.replay:  # a replay writes nothing: it ends where the run waited
+            _PARKED_AGENTS.append(agent)
+            return _Stop(None, f"the job waits at {request.wait.site} ({outcome.reason})")
+        seq = self.seq + 1
+        close_all_for_snapshot()
+        label = f"waiting: {outcome.reason}"
+        try:
+            header, payload = self._freeze(
+                _FreezeRequest(label, request.handled, request.wait), seq
+            )
+        except SnapshotError as exc:
+            return agent.throw(exc)  # raised at the wait: the job carries on
+        self._commit(seq, label, header, payload)
+        _PARKED_AGENTS.append(agent)  # its state is in the file; this run ends here
+        self._hibernate(request.wait, outcome, seq)
+        raise AssertionError("not reached: _hibernate raises")
+
+    def _hibernate(self, wait: _waits.Wait, outcome: _waits.NotYet, seq: int) -> None:
+        """Record why the job waits (status waiting) and end this run: JobWaiting."""
+        assert self.epoch is not None  # run() and resume() take the lease first
+        self.ledger.flush()
+        self.home.catalog.hibernate(
+            WaitRow(
+                job_id=self.job_id,
+                kind=wait.kind,
+                reason=outcome.reason,
+                due=outcome.due,
+                since=clock().time(),
+                seq=seq,
+                approval_id=outcome.approval_id,
+            ),
+            epoch=self.epoch,
+        )
+        due = (
+            f"; due {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(outcome.due))}"
+            if outcome.due is not None
+            else ""
+        )
+        raise JobWaiting(
+            f"job {self.job_id} waits: {outcome.reason}{due}. It was saved at snapshot {seq} "
+            f"and no process is kept: `snaprun worker` resumes it when it is due (or "
+            f"`snaprun resume {self.job_id}`)",
+            due=outcome.due,
+            kind=wait.kind,
+        )
+
+    def _deliver(self) -> object:
+        """The restored wait's outcome, as the value of the agent's wait call."""
+        ready, self._ready = self._ready, None
+        assert ready is not None, "a restored wait is delivered once it is ready"
+        if ready.error is not None:
+            raise ready.error
+        return ready.value
 
     # ------------------------------------------------------------------ freezing
     def _freeze(self, request: _FreezeRequest, seq: int) -> tuple[dict[str, Any], bytes]:
         assert self._agent is not None  # the agent asked for this snapshot
         top = self._agent.gr_frame
-        if top is None or top.f_code is not snapshot.__code__:
-            raise SnapshotError("the job is not paused in snapshot()")
+        if top is None or top.f_code not in _SWITCH_CODES:
+            raise SnapshotError("the job is not paused in snapshot() or at a wait")
+        while top.f_back is not None and top.f_back.f_code in _API_CODES:
+            top = top.f_back  # the agent's call receives the wait's outcome
         label = f"snapshot {seq}" + (f" ({request.label})" if request.label else "")
         try:
             frames = capture_stack(top, _bootstrap.__code__, request.handled)
@@ -494,8 +649,9 @@ class Job:
             "handled": request.handled,
             "label": request.label,
             "effects": self.ledger.ordinal,
-            "logging": _rootlog.capture(self),
-        }  # basicConfig(...) in main()
+            "logging": _rootlog.capture(self),  # basicConfig(...) in main()
+            "wait": request.wait.as_dict() if request.wait is not None else None,
+        }
         try:
             _secrets.bind(self.home.keys)  # credentials in SDK clients are sealed
             _refs.bind(modules)  # other modules' objects are saved by reference
@@ -527,6 +683,8 @@ class Job:
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
         }
+        if request.wait is not None:
+            header["wait"] = {"kind": request.wait.kind, "site": request.wait.site}
         return header, payload
 
     @staticmethod
@@ -604,6 +762,10 @@ class Job:
         frames: list[FrameRecord] = state["frames"]
         self.seq = header["seq"]
         self._resumed = header
+        wait = state.get("wait")
+        if wait is not None:  # taken to hibernate: the hub polls the wait first
+            self._restored_wait = _waits.Wait.from_dict(wait)
+            return build_resume_chain(frames, self._deliver)
         return build_resume_chain(frames, self._resume_info)
 
     def _check_code(self, header: dict[str, Any], where: str) -> None:

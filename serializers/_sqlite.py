@@ -31,6 +31,7 @@ from .._errors import (
 from . import _fs
 from ._sealing import PLAIN, Sealer
 from ._store import (
+    ApprovalRow,
     EffectKind,
     EffectRow,
     EffectState,
@@ -40,24 +41,38 @@ from ._store import (
     Owner,
     SnapshotRow,
     Store,
+    WaitRow,
 )
 
 __all__ = ["SqliteStore"]
 
 # The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
 # table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
-SCHEMA_VERSION = 2
-# Version 1 (the previous release) lacks the snapshots' digest and origin columns; it is
-# upgraded in place by the first writable open.
+SCHEMA_VERSION = 3
+_WAIT_TABLES = """
+CREATE TABLE IF NOT EXISTS waits (
+    job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, reason TEXT NOT NULL, due REAL,
+    since REAL NOT NULL, seq INTEGER NOT NULL, approval_id TEXT);
+CREATE TABLE IF NOT EXISTS approvals (
+    job_id TEXT NOT NULL, approval_id TEXT NOT NULL, name TEXT NOT NULL, scope TEXT NOT NULL,
+    digest TEXT NOT NULL, requested REAL NOT NULL, expires REAL, approvers TEXT,
+    state TEXT NOT NULL, decided_by TEXT, decided_at REAL, note TEXT, site TEXT NOT NULL,
+    PRIMARY KEY (job_id, approval_id))
+"""
+# Upgrades, applied in order by the first writable open: version 1 lacks the snapshots'
+# digest and origin columns; version 2 the waits and approvals tables.
 _UPGRADES = {
     1: (
         "ALTER TABLE snapshots ADD COLUMN digest TEXT",
         "ALTER TABLE snapshots ADD COLUMN origin TEXT",
-    )
+    ),
+    2: tuple(s for s in _WAIT_TABLES.split(";") if s.strip()),
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
+_JOB_TABLES = ("snapshots", "leases", "events", "effects", "metrics", "waits", "approvals")
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, entry TEXT NOT NULL, argv TEXT NOT NULL, status TEXT NOT NULL,
     created REAL NOT NULL, updated REAL NOT NULL, resume_count INTEGER NOT NULL DEFAULT 0,
@@ -83,6 +98,8 @@ CREATE INDEX IF NOT EXISTS effects_by_key ON effects (job_id, key);
 CREATE TABLE IF NOT EXISTS metrics (
     job_id TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (job_id, name));
 """
+    + _WAIT_TABLES
+)
 
 
 # SQLite messages of a failing store (the disk, the file system, permissions): the
@@ -170,6 +187,7 @@ class SqliteStore(Store):
         self.clock = clock
         self._local = threading.local()
         self._snapshot_extra = "digest, origin"
+        self._no_waits = False  # an older catalog opened read-only has no waits tables
         self._create = create
         self._writable = writable
         self._checked = create  # switch to WAL only once the file is known ours
@@ -203,12 +221,15 @@ class SqliteStore(Store):
                             db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 elif version != SCHEMA_VERSION and writable:
-                    for statement in _UPGRADES[version]:
-                        db.execute(statement)
+                    for step in range(version, SCHEMA_VERSION):
+                        for statement in _UPGRADES[step]:
+                            db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                     self.schema_version = SCHEMA_VERSION
                 elif version != SCHEMA_VERSION:
-                    self._snapshot_extra = "NULL, NULL"  # read-only over version 1
+                    if version < 2:
+                        self._snapshot_extra = "NULL, NULL"  # read-only over version 1
+                    self._no_waits = True  # read-only over version 1 or 2: nothing waits
             if not create:
                 self._checked = True  # WAL is persistent: usually already set
                 if writable:
@@ -397,8 +418,214 @@ class SqliteStore(Store):
 
     def delete_job(self, job_id: str) -> None:
         with self._tx() as db:
-            for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
+            for table in (*_JOB_TABLES, "jobs"):
                 db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+
+    # ---------------------------------------------------------------- waits
+    _WAIT_COLUMNS = "job_id, kind, reason, due, since, seq, approval_id"
+
+    def _wait(self, r: _Row) -> WaitRow:
+        return WaitRow(
+            r[0], r[1], self.sealer.open(r[2], "waits", "reason", r[0]), r[3], r[4], r[5], r[6]
+        )
+
+    def hibernate(self, wait: WaitRow, *, epoch: int) -> None:
+        with self._tx() as db:
+            self._check_epoch(db, wait.job_id, epoch)
+            db.execute(
+                f"INSERT OR REPLACE INTO waits ({self._WAIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    wait.job_id,
+                    wait.kind,
+                    self.sealer.seal(wait.reason, "waits", "reason", wait.job_id),
+                    wait.due,
+                    wait.since,
+                    wait.seq,
+                    wait.approval_id,
+                ),
+            )
+            db.execute(
+                "UPDATE jobs SET status = 'waiting', error = NULL, updated = ? WHERE job_id = ?",
+                (self.clock(), wait.job_id),
+            )
+            self._event(db, wait.job_id, "waiting", wait.reason)
+
+    def get_wait(self, job_id: str) -> WaitRow | None:
+        if self._no_waits:
+            return None
+        row = (
+            self._db()
+            .execute(f"SELECT {self._WAIT_COLUMNS} FROM waits WHERE job_id = ?", (job_id,))
+            .fetchone()
+        )
+        return self._wait(row) if row else None
+
+    def waits(self) -> list[WaitRow]:
+        if self._no_waits:
+            return []
+        rows = self._db().execute(f"SELECT {self._WAIT_COLUMNS} FROM waits ORDER BY since")
+        return [self._wait(r) for r in rows.fetchall()]
+
+    def runnable_jobs(self, now: float) -> list[str]:
+        if self._no_waits:
+            return []
+        db = self._db()
+        waiting = db.execute(
+            "SELECT w.job_id FROM waits w JOIN jobs j ON j.job_id = w.job_id "
+            "WHERE j.status = 'waiting' AND ((w.due IS NOT NULL AND w.due <= ?) OR "
+            "(w.approval_id IS NOT NULL AND EXISTS (SELECT 1 FROM approvals a WHERE "
+            "a.job_id = w.job_id AND a.approval_id = w.approval_id AND a.state != 'pending')))"
+            " ORDER BY COALESCE(w.due, w.since)",
+            (now,),
+        ).fetchall()
+        running = db.execute(
+            "SELECT job_id FROM jobs WHERE status = 'running' ORDER BY updated"
+        ).fetchall()
+        out = [r[0] for r in waiting]
+        for (job_id,) in running:
+            lease = self.get_lease(job_id)
+            if lease is None or not lease.is_live(now):
+                out.append(job_id)
+        return out
+
+    # ---------------------------------------------------------------- approvals
+    _APPROVAL_COLUMNS = (
+        "job_id, approval_id, name, scope, digest, requested, expires, approvers, state, "
+        "decided_by, decided_at, note, site"
+    )
+    _SEALED_APPROVAL = ("name", "scope", "digest", "approvers", "decided_by", "note", "site")
+
+    def _approval(self, r: _Row) -> ApprovalRow:
+        def opened(i: int, column: str) -> Any:
+            return self.sealer.open(r[i], "approvals", column, r[0], r[1])
+
+        approvers = opened(7, "approvers")
+        return ApprovalRow(
+            job_id=r[0],
+            approval_id=r[1],
+            name=opened(2, "name"),
+            scope=opened(3, "scope"),
+            digest=opened(4, "digest"),
+            requested=r[5],
+            expires=r[6],
+            approvers=None if approvers is None else json.loads(approvers),
+            state=r[8],
+            decided_by=opened(9, "decided_by"),
+            decided_at=r[10],
+            note=opened(11, "note"),
+            site=opened(12, "site"),
+        )
+
+    def _approval_values(self, a: ApprovalRow) -> tuple[object, ...]:
+        def sealed(value: str | None, column: str) -> object:
+            return self.sealer.seal(value, "approvals", column, a.job_id, a.approval_id)
+
+        return (
+            a.job_id,
+            a.approval_id,
+            sealed(a.name, "name"),
+            sealed(a.scope, "scope"),
+            sealed(a.digest, "digest"),
+            a.requested,
+            a.expires,
+            sealed(None if a.approvers is None else json.dumps(a.approvers), "approvers"),
+            a.state,
+            sealed(a.decided_by, "decided_by"),
+            a.decided_at,
+            sealed(a.note, "note"),
+            sealed(a.site, "site"),
+        )
+
+    def add_approval(self, row: ApprovalRow, *, epoch: int | None) -> ApprovalRow:
+        with self._tx() as db:
+            if epoch is not None:
+                self._check_epoch(db, row.job_id, epoch)
+            found = db.execute(
+                f"SELECT {self._APPROVAL_COLUMNS} FROM approvals WHERE job_id = ? AND "
+                "approval_id = ?",
+                (row.job_id, row.approval_id),
+            ).fetchone()
+            if found is not None:
+                return self._approval(found)
+            db.execute(
+                f"INSERT INTO approvals ({self._APPROVAL_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                self._approval_values(row),
+            )
+            self._event(db, row.job_id, "approval", f"{row.approval_id} requested: {row.name}")
+            return row
+
+    def get_approval(self, job_id: str, approval_id: str) -> ApprovalRow | None:
+        if self._no_waits:
+            return None
+        found = (
+            self._db()
+            .execute(
+                f"SELECT {self._APPROVAL_COLUMNS} FROM approvals WHERE job_id = ? AND "
+                "approval_id = ?",
+                (job_id, approval_id),
+            )
+            .fetchone()
+        )
+        return self._approval(found) if found else None
+
+    def approvals(self, job_id: str | None = None) -> list[ApprovalRow]:
+        if self._no_waits:
+            return []
+        where, args = ("WHERE job_id = ?", (job_id,)) if job_id is not None else ("", ())
+        rows = self._db().execute(
+            f"SELECT {self._APPROVAL_COLUMNS} FROM approvals {where} ORDER BY requested, rowid",
+            args,
+        )
+        return [self._approval(r) for r in rows.fetchall()]
+
+    def decide_approval(
+        self,
+        job_id: str,
+        approval_id: str,
+        *,
+        granted: bool,
+        by: str,
+        note: str | None,
+        at: float,
+    ) -> ApprovalRow:
+        with self._tx() as db:
+            found = db.execute(
+                f"SELECT {self._APPROVAL_COLUMNS} FROM approvals WHERE job_id = ? AND "
+                "approval_id = ?",
+                (job_id, approval_id),
+            ).fetchone()
+            if found is None:
+                raise StoreError(
+                    f"job {job_id} has no approval {approval_id!r}; `snaprun approvals` lists "
+                    "the pending ones"
+                )
+            row = self._approval(found)
+            if row.state != "pending":
+                raise StoreError(
+                    f"approval {approval_id} of job {job_id} was already {row.state} by "
+                    f"{row.decided_by} at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(row.decided_at or 0))}"
+                    "; a decision is final (nothing changed)"
+                )
+            decided = dataclasses.replace(
+                row,
+                state="granted" if granted else "rejected",
+                decided_by=by,
+                decided_at=at,
+                note=note,
+            )
+            db.execute(
+                "UPDATE approvals SET state = ?, decided_by = ?, decided_at = ?, note = ? "
+                "WHERE job_id = ? AND approval_id = ? AND state = 'pending'",
+                (
+                    decided.state,
+                    *self._approval_values(decided)[9:12],
+                    job_id,
+                    approval_id,
+                ),
+            )
+            self._event(db, job_id, "approval", f"{approval_id} {decided.state} by {by}")
+            return decided
 
     # ---------------------------------------------------------------- leases
     _LEASE_COLUMNS = "job_id, host, pid, started, epoch, expires, heartbeat"
@@ -456,6 +683,7 @@ class SqliteStore(Store):
                         )
                     )
             epoch: int = job[0] + 1
+            db.execute("DELETE FROM waits WHERE job_id = ?", (job_id,))  # polled again
             db.execute(
                 "UPDATE jobs SET epoch = ?, status = 'running', error = NULL, updated = ?,"
                 " resume_count = resume_count + ? WHERE job_id = ?",
@@ -853,7 +1081,7 @@ class SqliteStore(Store):
                 )
             ]
             if finished and job[0] in ("done", "failed"):
-                for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
+                for table in (*_JOB_TABLES, "jobs"):
                     db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
                 return True, rows
             keep = {r.seq for r in rows[-keep_last:]} if keep_last else {r.seq for r in rows}
@@ -1028,7 +1256,27 @@ class SqliteStore(Store):
                         "SELECT id, job_id, at, kind, detail FROM events"
                     ).fetchall()
                 ]
+                waits = [
+                    self._wait(r)
+                    for r in db.execute(f"SELECT {self._WAIT_COLUMNS} FROM waits").fetchall()
+                ]
+                approvals = [
+                    self._approval(r)
+                    for r in db.execute(
+                        f"SELECT {self._APPROVAL_COLUMNS} FROM approvals"
+                    ).fetchall()
+                ]
                 self.sealer = sealer
+                for w in waits:
+                    db.execute(
+                        "UPDATE waits SET reason = ? WHERE job_id = ?",
+                        (sealer.seal(w.reason, "waits", "reason", w.job_id), w.job_id),
+                    )
+                db.executemany(
+                    f"INSERT OR REPLACE INTO approvals ({self._APPROVAL_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [self._approval_values(a) for a in approvals],
+                )
                 for job in jobs:
                     db.execute(
                         "UPDATE jobs SET argv = ?, error = ? WHERE job_id = ?",

@@ -32,6 +32,9 @@ __all__ = [
     "LeaseRow",
     "EventRow",
     "EffectRow",
+    "WaitRow",
+    "ApprovalRow",
+    "APPROVAL_STATES",
     "EffectState",
     "EffectKind",
     "Owner",
@@ -175,6 +178,41 @@ class EffectRow:
 
 
 @dataclass(frozen=True)
+class WaitRow:
+    """Why a hibernated job waits (one row per waiting job; runtime/_waits.py)."""
+
+    job_id: str
+    kind: str  # "timer", "rate-limit", "approval"
+    reason: str  # shown by `snaprun ls`, e.g. "approval purchase-1 (by alice)"
+    due: float | None  # when it may go on (None: only when an approval is decided)
+    since: float  # when it began waiting
+    seq: int  # the snapshot it waits at
+    approval_id: str | None = None  # the approval whose decision ends the wait
+
+
+APPROVAL_STATES = ("pending", "granted", "rejected")
+
+
+@dataclass(frozen=True)
+class ApprovalRow:
+    """One approval a job requested, stored exactly as requested and decided."""
+
+    job_id: str
+    approval_id: str
+    name: str
+    scope: str  # canonical JSON of the scope, exactly as requested
+    digest: str  # sha256 of `scope`
+    requested: float
+    expires: float | None
+    approvers: list[str] | None  # who may decide (None: anyone)
+    state: str  # one of APPROVAL_STATES
+    decided_by: str | None = None
+    decided_at: float | None = None
+    note: str | None = None
+    site: str = ""  # the agent's call site
+
+
+@dataclass(frozen=True)
 class EventRow:
     job_id: str
     at: float
@@ -234,6 +272,53 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def delete_job(self, job_id: str) -> None:
         """Remove a job and all its rows."""
+
+    # ---------------------------------------------------------------- waits
+    @abc.abstractmethod
+    def hibernate(self, wait: WaitRow, *, epoch: int) -> None:
+        """The job waits: status waiting and its wait row, in one transaction, only while
+        `epoch` holds the lease (StaleWriter otherwise). The lease is not released."""
+
+    @abc.abstractmethod
+    def get_wait(self, job_id: str) -> WaitRow | None:
+        """Why the job waits, if it does."""
+
+    @abc.abstractmethod
+    def waits(self) -> list[WaitRow]:
+        """Every waiting job's wait row."""
+
+    @abc.abstractmethod
+    def runnable_jobs(self, now: float) -> list[str]:
+        """Jobs a worker may take now: waiting ones that are due or whose approval was
+        decided, and running ones whose runner is gone (interrupted), oldest first."""
+
+    # ---------------------------------------------------------------- approvals
+    @abc.abstractmethod
+    def add_approval(self, row: ApprovalRow, *, epoch: int | None) -> ApprovalRow:
+        """Record a pending approval (fenced by `epoch`); an existing row of that id is
+        kept and returned unchanged (a re-executed request finds its own)."""
+
+    @abc.abstractmethod
+    def get_approval(self, job_id: str, approval_id: str) -> ApprovalRow | None:
+        """One approval, or None."""
+
+    @abc.abstractmethod
+    def approvals(self, job_id: str | None = None) -> list[ApprovalRow]:
+        """Approvals of one job (or all), oldest first."""
+
+    @abc.abstractmethod
+    def decide_approval(
+        self,
+        job_id: str,
+        approval_id: str,
+        *,
+        granted: bool,
+        by: str,
+        note: str | None,
+        at: float,
+    ) -> ApprovalRow:
+        """pending -> granted or rejected, compare-and-swap; StoreError naming the
+        decision already made (or the unknown id) otherwise, nothing changed."""
 
     # ---------------------------------------------------------------- leases
     @abc.abstractmethod

@@ -20,6 +20,7 @@ from snapstate._errors import JobExists as JobExists
 from snapstate._errors import JobFinished as JobFinished
 from snapstate._errors import JobNotFound as JobNotFound
 from snapstate._errors import JobParked as JobParked
+from snapstate._errors import JobWaiting as JobWaiting
 from snapstate._errors import LeaseHeld as LeaseHeld
 from snapstate._errors import PlaintextRefused as PlaintextRefused
 from snapstate._errors import ResourceReopenError as ResourceReopenError
@@ -52,6 +53,8 @@ from snapstate.runtime._effects import random as random
 from snapstate.runtime._effects import uuid4 as uuid4
 from snapstate.runtime._job import SnapshotInfo as SnapshotInfo
 from snapstate.runtime._job import snapshot as snapshot
+from snapstate.runtime._timers import sleep as sleep
+from snapstate.runtime._timers import sleep_until as sleep_until
 
 __all__ = [
     # the agent's API
@@ -65,6 +68,8 @@ __all__ = [
     "random",
     "uuid4",
     "effect_time_left",
+    "sleep",
+    "sleep_until",
     "resource",
     "register_adapter",
     "credential",
@@ -91,6 +96,7 @@ __all__ = [
     "DivergenceError",
     "SecretUnavailable",
     "JobParked",
+    "JobWaiting",
     "ResourceReopenError",
     "EffectOutsideJob",
     "StoreFailure",

@@ -20,6 +20,9 @@ Every error names the place (job, frame, file:line, file path) and the next step
     │                               is intact
     ├── JobParked                   an effect's outcome is unknown: the job stopped until
     │                               `snaprun reconcile` says what happened (exit code 4)
+    ├── JobWaiting                  the job hibernated at a wait (a timer, an approval, a
+    │                               rate limit): not a failure; it is resumed when the
+    │                               wait is over (exit code 3)
     ├── RestoreError                a snapshot could not be turned back into a running job
     │   └── IncompatibleSnapshot    the snapshot was taken under another Python or
     │                               library version, or the agent's code has changed
@@ -225,6 +228,18 @@ class JobParked(SnapstateError):
     """An effect was dispatched but its outcome is unknown and cannot be found out
     automatically (no idempotency key, no lookup). The job stopped, its state intact,
     until `snaprun reconcile JOB EFFECT --committed|--not-committed`."""
+
+
+class JobWaiting(SnapstateError):
+    """The job hibernated: it waits for a time (a long sleep, a rate limit's reset) or an
+    outside event (an approval decided). Its state is in the snapshot taken at the wait;
+    `snaprun worker` resumes it when it is due (or `snaprun resume JOB` at once, which
+    hibernates it again if it is not)."""
+
+    def __init__(self, message: str, *, due: float | None = None, kind: str = "") -> None:
+        super().__init__(message)
+        self.due = due
+        self.kind = kind
 
 
 class ResourceReopenError(SnapstateError):
