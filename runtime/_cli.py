@@ -38,9 +38,11 @@ from ..serializers._sqlite import store_failure
 from ..serializers._store import SnapshotRow
 from . import _admin, _inspect, _repair
 from ._agent import EntryPoint, EntryPointError
+from ._clock import clock
 from ._job import Job
 from ._lease import lease_ttl
 from ._signals import SigtermHandler
+from ._waits import hibernate_after
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 
@@ -153,6 +155,17 @@ def _home(
         sys.exit(EXIT_USAGE)
     except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
         _damaged(exc)  # the last resort: store files the code did not expect
+
+
+def _check_settings() -> None:
+    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER or SNAPSTATE_CLOCK_OFFSET
+    before any job runs (exit 2, naming the variable)."""
+    try:
+        lease_ttl()
+        hibernate_after()
+        clock().time()
+    except SnapstateError as exc:
+        _fail(exc)
 
 
 def _finite_grace(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -340,10 +353,7 @@ def run(
     except EntryPointError as exc:
         raise click.UsageError(str(exc)) from None
     _check_new_id(job_id, "--job")
-    try:
-        lease_ttl()  # a bad SNAPSTATE_LEASE_TTL: refused before the job exists
-    except SnapstateError as exc:
-        _fail(exc)
+    _check_settings()  # refused before the job exists
     home = _home(store, create=True)
     try:
         job = Job.create(home, entry, list(args), job_id)
@@ -397,6 +407,7 @@ def resume(
     (exported, or copied) is imported as its job (or --as NEW_ID) first."""
     _check_ids(target, file_ok=True)
     _check_new_id(as_id, "--as")
+    _check_settings()
     home = _home(
         store, target, create=os.path.isfile(target), job=None if os.path.isfile(target) else target
     )

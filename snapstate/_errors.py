@@ -236,8 +236,8 @@ class JobWaiting(SnapstateError):
     `snaprun worker` resumes it when it is due (or `snaprun resume JOB` at once, which
     hibernates it again if it is not)."""
 
-    def __init__(self, message: str, *, due: float | None = None, kind: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, *args: object, due: float | None = None, kind: str = "") -> None:
+        super().__init__(*args)
         self.due = due
         self.kind = kind
 
