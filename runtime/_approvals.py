@@ -329,7 +329,9 @@ def _poll(job: Job, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
             )
         )
     t = clock().time()
-    if row.state == "granted" and not (row.expires is not None and (row.decided_at or t) >= row.expires):
+    if row.state == "granted" and not (
+        row.expires is not None and (row.decided_at or t) >= row.expires
+    ):
         return _waits.Ready(approval_of(row))
     if row.state == "rejected":
         why = f": {row.note}" if row.note else ""
