@@ -475,3 +475,37 @@ def test_scope_must_be_json():
     with pytest.raises(TypeError, match="must be a dict"):
         request_approval("purchase", ["max_usd", 1])
     assert isinstance(snapstate.Approval, type)
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mtime, but SQLite's shared-memory index (-shm), which
+    every reader of a WAL database updates."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith("-shm")
+    }
+
+
+def test_approvals_is_read_only_and_bad_input_is_refused_cleanly(tmp_path, env):
+    """`approvals` (table, --json, --all) changes no byte or mtime of the store; a
+    hostile job id is refused before the store is opened; a damaged (empty) catalog
+    makes `approvals` and `approve` exit 2 naming `snaprun repair`, changing nothing."""
+    _waiting_job(tmp_path, env)
+    store = tmp_path / ".snapstate"
+    before = _tree(store)
+    for flags in ((), ("--json",), ("--json", "--all"), ("--all",)):
+        assert _cli("approvals", *flags, cwd=tmp_path, env=env).returncode == 0
+    assert _tree(store) == before
+    clean_refusal(_cli("approve", "../x", "a1", cwd=tmp_path, env=env), "job id '../x'")
+    clean_refusal(_cli("reject", "/etc", "a1", cwd=tmp_path, env=env), "job id '/etc'")
+    assert _tree(store) == before
+    for name in ("catalog.db-wal", "catalog.db-shm"):
+        (store / name).unlink(missing_ok=True)
+    (store / "catalog.db").write_bytes(b"")
+    damaged = _tree(store)
+    clean_refusal(_cli("approvals", cwd=tmp_path, env=env), "catalog.db", "snaprun repair")
+    clean_refusal(
+        _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env), "snaprun repair"
+    )
+    assert _tree(store) == damaged
