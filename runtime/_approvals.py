@@ -473,6 +473,18 @@ def pending(home: Home) -> list[ApprovalRow]:
 
 
 # ------------------------------------------------------------------------ effects
+def _recorded(job: Job, effect: str, key: str | None) -> bool:
+    """The ledger already holds this call's row (the row the ledger will find for it:
+    by its explicit key, else by the next ordinal along the job's path)."""
+    ledger = job.ledger
+    ordinal = ledger.ordinal + 1
+    if key is not None:
+        row = ledger.catalog.effect_by_key(job.job_id, ledger.identity_key(ordinal, key))
+    else:
+        row = ledger.catalog.effect(job.job_id, ordinal)
+    return row is not None and row.name == effect
+
+
 def _arguments(
     fn: Callable[..., object], args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -503,10 +515,15 @@ def check_scope(
     job: Job | None,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
+    key: str | None = None,
 ) -> None:
     """Before an effect that requires an approval is recorded or sent: the job's latest
     granted approval named `requires` (its catalog row, the digest checked) is unexpired
-    and within(scope, **arguments) is true; ApprovalScopeError otherwise."""
+    and within(scope, **arguments) is true; ApprovalScopeError otherwise.
+
+    Expiry is not held against a call the ledger already recorded (code re-executed
+    after a crash): it was checked before its row was written, and the ledger decides
+    what happens to it (its recorded result served, or the same action completed)."""
     if job is None:
         raise ApprovalScopeError(
             f"effect {effect} requires approval {requires!r}, and outside a job (plain "
@@ -532,7 +549,7 @@ def check_scope(
             "catalog was altered): nothing was sent. Request a new approval."
         )
     t = clock().time()
-    if is_expired(row, t):
+    if is_expired(row, t) and not _recorded(job, effect, key):
         assert row.expires is not None
         raise ApprovalScopeError(
             f"effect {effect}: {label} expired at {_describe_time(row.expires)}: nothing was "

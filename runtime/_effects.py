@@ -689,7 +689,7 @@ def _call(
     if spec.requires is not None:  # before anything is recorded or sent
         from ._approvals import check_scope
 
-        check_scope(spec.name, spec.fn, spec.requires, spec.within, job, args, kwargs)
+        check_scope(spec.name, spec.fn, spec.requires, spec.within, job, args, kwargs, explicit_key)
     if job is None:  # plain Python: no ledger
         return _invoke(spec, args, kwargs, f"adhoc-{_uuid.uuid4().hex}")
     try:

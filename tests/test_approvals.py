@@ -509,3 +509,20 @@ def test_approvals_is_read_only_and_bad_input_is_refused_cleanly(tmp_path, env):
         _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env), "snaprun repair"
     )
     assert _tree(store) == damaged
+
+
+def test_an_order_placed_before_expiry_is_served_after_it(tmp_path, env, provider):
+    """Crash window: SIGKILL right after the granted order's result is recorded
+    (effect-after-confirm of the order, effect 2), before any later snapshot. Resumed
+    two hours later (the approval has expired since), the re-executed call finds its
+    confirmed row: the recorded order is returned, not refused (the agent must not
+    believe an order that exists was refused), and nothing is sent again."""
+    _waiting_job(tmp_path, env)
+    assert _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env).returncode == 0
+    killed = _cli("resume", "j", cwd=tmp_path, env=env, fault="effect-after-confirm:2")
+    assert killed.returncode == -9, killed.stderr
+    assert provider.deliveries["buy-acme"] == 1
+    done = _cli("resume", "j", cwd=tmp_path, env={**env, "SNAPSTATE_CLOCK_OFFSET": "7200"})
+    assert done.returncode == 0, done.stderr
+    assert "ordered po-1" in done.stdout and "refused" not in done.stdout
+    assert provider.deliveries["buy-acme"] == 1
