@@ -28,7 +28,7 @@ from snapstate.runtime._clock import FakeClock, set_clock
 from snapstate.runtime._lease import Lease
 from snapstate.serializers._home import Home
 
-AGENT = '''\
+AGENT = """\
 import os, sys
 import snapstate
 from snapstate import effect, snapshot
@@ -53,7 +53,7 @@ def main():
     second = send("after")
     snapshot("done")
     return [first, second]
-'''
+"""
 
 
 @pytest.fixture
@@ -204,9 +204,7 @@ def test_errors_are_the_exceptions_the_cli_maps(agent):
     sys.modules.pop("api_held", None)
 
 
-def test_start_takes_module_functions_and_refuses_what_a_resume_cannot_find(
-    tmp_path, monkeypatch
-):
+def test_start_takes_module_functions_and_refuses_what_a_resume_cannot_find(tmp_path, monkeypatch):
     """A module-level function (or "module:function") of an importable module runs,
     recorded as module:function found from its own directory; a lambda, a nested
     function, a function of __main__ and non-str arguments are refused before any
