@@ -128,7 +128,7 @@ def test_meta_and_pins_are_sealed_in_an_encrypted_store(tmp_path, meta_agent):
     for path in store.rglob("*"):
         if path.is_file():
             data = path.read_bytes()
-            for secret in (b"meta-Q7Z", b"model-Q7Z", "meta-Q7Z".encode().hex().encode()):
+            for secret in (b"meta-Q7Z", b"model-Q7Z", b"meta-Q7Z".hex().encode()):
                 assert secret not in data, f"{secret!r} in clear in {path}"
     (row,) = _json(snaprun("ls", "--store", store, "--json", cwd=tmp_path))
     assert row["pins"] == {"model": "model-Q7Z", "prompt_version": "3", "plan_version": 7}
