@@ -57,6 +57,7 @@ from ..serializers._store import JobRow, WaitRow
 from . import _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
 from ._job import Job
+from ._lease import lease_ttl
 
 if TYPE_CHECKING:
     from ..serializers._store import ApprovalRow
@@ -457,6 +458,7 @@ class Store:
         argv = _argv(args)
         if job_id is not None:
             validate_job_id(job_id, what="the job id job_id=")
+        lease_ttl()  # a bad SNAPSTATE_LEASE_TTL: refused before the job exists, as the CLI
         with _in_process(), self._home(create=True) as home:
             job = create_job(home, entry, argv, job_id)
             return drive(job, job.run)

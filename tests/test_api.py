@@ -151,10 +151,14 @@ def test_a_long_sleep_waits_then_resumes_through_the_clock_seam(agent, fake_cloc
     assert [(e.state, e.attempts) for e in sends] == [("confirmed", 1), ("confirmed", 1)]
 
 
-def test_errors_are_the_exceptions_the_cli_maps(agent):
+def test_errors_are_the_exceptions_the_cli_maps(agent, monkeypatch):
     """Invalid input raises what `snaprun` reports with exit 2, a conflict LeaseHeld
     (exit 5); an agent that raises is an outcome (failed, exit 1), not an exception."""
     store, script, _ = agent
+    monkeypatch.setenv("SNAPSTATE_LEASE_TTL", "forever")
+    with pytest.raises(snapstate.SnapstateError, match="SNAPSTATE_LEASE_TTL='forever'"):
+        store.start(script, job_id="ttl")
+    monkeypatch.delenv("SNAPSTATE_LEASE_TTL")
     with pytest.raises(snapstate.InvalidJobId):
         store.start(script, job_id="../escape")
     with pytest.raises(EntryPointError, match="no agent script"):
