@@ -472,7 +472,7 @@ def list_jobs(store: str | None, as_json: bool) -> None:
                 _ago(now - r["updated"]),
                 str(r["resumes"]),
                 r["entry"],
-                _wait_text(r["wait"]),
+                _wait_text(r["wait"], r["label"]),
             ]
             + ([_pins_text(r["pins"])] if show_pins else [])
             for r in rows
@@ -480,12 +480,14 @@ def list_jobs(store: str | None, as_json: bool) -> None:
     )
 
 
-def _wait_text(wait: dict[str, Any] | None) -> str:
-    """`kind: reason, due WHEN` of a waiting job; "-" for the others."""
+def _wait_text(wait: dict[str, Any] | None, label: str | None) -> str:
+    """`kind, due WHEN: reason` of a waiting job (the reason only when the latest
+    snapshot's label, "waiting: reason", does not already say it); "-" for the others."""
     if wait is None:
         return "-"
-    due = f", due {_when(wait['due'])}" if wait["due"] is not None else ", until decided"
-    return f"{wait['kind']}: {wait['reason']}{due}"
+    due = f"due {_when(wait['due'])}" if wait["due"] is not None else "until decided"
+    reason = "" if label == f"waiting: {wait['reason']}" else f": {wait['reason']}"
+    return f"{wait['kind']}, {due}{reason}"
 
 
 def _pins_text(pins: dict[str, Any]) -> str:

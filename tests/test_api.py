@@ -126,7 +126,9 @@ def test_a_long_sleep_waits_then_resumes_through_the_clock_seam(agent, fake_cloc
     each effect sent exactly once."""
     store, script, sent = agent
     t0 = fake_clock.now
+    before = _host()
     outcome = store.start(script, "--sleep", job_id="sleepy")
+    assert _host() == before  # a hibernated run leaves the host as it was too
     assert (outcome.status, outcome.exit_code, outcome.result) == ("waiting", 3, None)
     assert isinstance(outcome.error, snapstate.JobWaiting)
     assert outcome.wait is not None and outcome.wait.kind == "timer"
@@ -143,6 +145,7 @@ def test_a_long_sleep_waits_then_resumes_through_the_clock_seam(agent, fake_cloc
 
     fake_clock.advance(3700)
     done = store.resume("sleepy")
+    assert _host() == before  # and so does a restored one
     assert (done.status, done.result) == ("done", ["sent hello --sleep", "sent after"])
     assert sent.read_text() == "hello --sleep\nafter\n"
     job = store.job("sleepy")
@@ -266,6 +269,31 @@ def test_a_job_cannot_start_a_job_from_its_own_code(agent):
     assert [j.job_id for j in store.jobs()] == ["outer"]
     assert store.start(script, job_id="after").status == "done"
     sys.modules.pop("api_inner", None)
+
+
+def test_runs_from_several_threads_are_serialized(agent):
+    """Jobs started from four threads at once (the active job is process-global) run
+    one after the other, each to done, each in its own thread's greenlet hub."""
+    store, script, sent = agent
+    store.start(script, "warm-up", job_id="first")  # creates the store
+    outcomes: dict[str, object] = {}
+
+    def run(i: int) -> None:
+        outcomes[f"t{i}"] = store.start(script, f"from-{i}", job_id=f"t{i}")
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert sorted(outcomes) == ["t0", "t1", "t2", "t3"]
+    for i in range(4):
+        outcome = outcomes[f"t{i}"]
+        assert outcome.status == "done", outcome  # type: ignore[attr-defined]
+        assert outcome.result == [f"sent hello from-{i}", "sent after"]  # type: ignore[attr-defined]
+    assert sorted(sent.read_text().splitlines()) == sorted(
+        ["hello warm-up", "after"] + [f"hello from-{i}" for i in range(4)] + ["after"] * 4
+    )
 
 
 # ------------------------------------------------------------------------ HTTP app

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import signal
+import time
 
 import pytest
 from conftest import snaprun
@@ -200,3 +201,29 @@ def test_outside_a_job_meta_is_checked_and_pins_are_the_process_own(monkeypatch)
     with pytest.raises(TypeError, match="pin\\(when=...\\)"):
         snapstate.pin(when=object())  # type: ignore[arg-type]
     assert snapstate.pins() == {"model": "m2", "plan": 3}  # a refused pin changes nothing
+
+
+def test_ls_shows_why_a_job_waits_and_when_it_is_due(tmp_path):
+    """`snaprun ls` (table and --json) shows a hibernated job's wait: kind, reason and
+    due time; once it is resumed and done, no wait."""
+    script = tmp_path / "ls_sleeper.py"
+    script.write_text("import snapstate\ndef main():\n    snapstate.sleep(7200)\n    return 1\n")
+    store = tmp_path / "store"
+    started = time.time()
+    run = snaprun("run", "--store", store, "--job", "w", script, cwd=tmp_path)
+    assert run.returncode == 3, run.stderr
+    (row,) = _json(snaprun("ls", "--store", store, "--json", cwd=tmp_path))
+    wait = row["wait"]
+    assert (row["status"], wait["kind"], wait["approval"]) == ("waiting", "timer", None)
+    assert started + 7190 < wait["due"] < time.time() + 7210
+    assert "sleep until" in wait["reason"] and f"{script}:3" in wait["reason"]
+    table = snaprun("ls", "--store", store, cwd=tmp_path).stdout
+    due = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wait["due"]))
+    assert "WAIT" in table.splitlines()[0]
+    assert f"timer, due {due}" in table.splitlines()[1]  # the reason is the label's
+    later = snaprun(
+        "resume", "--store", store, "w", cwd=tmp_path, env={"SNAPSTATE_CLOCK_OFFSET": "7300"}
+    )
+    assert later.returncode == 0, later.stderr
+    (row,) = _json(snaprun("ls", "--store", store, "--json", cwd=tmp_path))
+    assert (row["status"], row["wait"]) == ("done", None)
