@@ -93,7 +93,8 @@ def test_meta_and_pins_in_headers_ls_inspect_and_after_a_restore(tmp_path, meta_
     assert (row["status"], row["latest"], row["label"]) == ("interrupted", 1, "drafted")
     assert (row["meta"], row["pins"], row["wait"]) == (meta, pins, None)
     table = snaprun("ls", "--store", store, cwd=tmp_path)
-    assert "model=model-X1 prompt_version=3" in table.stdout
+    assert "PINS" in table.stdout.splitlines()[0]
+    assert "model=model-X1" in table.stdout and "prompt_version=3" in table.stdout
     report = _json(snaprun("inspect", "--store", store, "--json", "m@1", cwd=tmp_path))
     assert (report["meta"], report["pins"]) == (meta, pins)
     text = snaprun("inspect", "--store", store, "m", cwd=tmp_path).stdout
@@ -203,9 +204,10 @@ def test_outside_a_job_meta_is_checked_and_pins_are_the_process_own(monkeypatch)
     assert snapstate.pins() == {"model": "m2", "plan": 3}  # a refused pin changes nothing
 
 
-def test_ls_shows_why_a_job_waits_and_when_it_is_due(tmp_path):
+def test_ls_shows_why_a_job_waits_and_when_it_is_due(short_tmp_path):
     """`snaprun ls` (table and --json) shows a hibernated job's wait: kind, reason and
     due time; once it is resumed and done, no wait."""
+    tmp_path = short_tmp_path  # the table's columns stay unwrapped
     script = tmp_path / "ls_sleeper.py"
     script.write_text("import snapstate\ndef main():\n    snapstate.sleep(7200)\n    return 1\n")
     store = tmp_path / "store"
