@@ -56,8 +56,10 @@ from ..serializers._ids import validate_job_id
 from ..serializers._store import JobRow, WaitRow
 from . import _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
+from ._clock import clock
 from ._job import Job
 from ._lease import lease_ttl
+from ._waits import hibernate_after
 
 if TYPE_CHECKING:
     from ..serializers._store import ApprovalRow
@@ -405,6 +407,14 @@ def _entry_of(target: object) -> EntryPoint:
     return EntryPoint(module_name, name, None, search_path)
 
 
+def _check_settings() -> None:
+    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER or SNAPSTATE_CLOCK_OFFSET
+    before any job runs (a SnapstateError naming the variable), as the CLI does."""
+    lease_ttl()
+    hibernate_after()
+    clock().time()
+
+
 def _argv(args: tuple[object, ...]) -> list[str]:
     for i, arg in enumerate(args):
         if not isinstance(arg, str):
@@ -458,7 +468,7 @@ class Store:
         argv = _argv(args)
         if job_id is not None:
             validate_job_id(job_id, what="the job id job_id=")
-        lease_ttl()  # a bad SNAPSTATE_LEASE_TTL: refused before the job exists, as the CLI
+        _check_settings()  # refused before the job exists
         with _in_process(), self._home(create=True) as home:
             job = create_job(home, entry, argv, job_id)
             return drive(job, job.run)
@@ -468,6 +478,7 @@ class Store:
         ones), in this process, as `snaprun resume`. A waiting job whose wait is not over
         hibernates again (status "waiting")."""
         validate_job_id(job_id)
+        _check_settings()
         with _in_process(), self._home() as home:
             job = open_job(home, job_id)
             return drive(job, lambda: job.resume(at, force=force))

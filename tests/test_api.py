@@ -162,6 +162,10 @@ def test_errors_are_the_exceptions_the_cli_maps(agent, monkeypatch):
     with pytest.raises(snapstate.SnapstateError, match="SNAPSTATE_LEASE_TTL='forever'"):
         store.start(script, job_id="ttl")
     monkeypatch.delenv("SNAPSTATE_LEASE_TTL")
+    monkeypatch.setenv("SNAPSTATE_CLOCK_OFFSET", "later")
+    with pytest.raises(snapstate.SnapstateError, match="SNAPSTATE_CLOCK_OFFSET='later'"):
+        store.start(script, job_id="clock")
+    monkeypatch.delenv("SNAPSTATE_CLOCK_OFFSET")
     with pytest.raises(snapstate.InvalidJobId):
         store.start(script, job_id="../escape")
     with pytest.raises(EntryPointError, match="no agent script"):
