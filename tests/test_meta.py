@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import signal
 import time
 
 import pytest
 from conftest import snaprun
+from hypothesis import given
+from hypothesis import strategies as st
 
 import snapstate
 from snapstate.runtime._job import SnapshotInfo
@@ -229,3 +232,41 @@ def test_ls_shows_why_a_job_waits_and_when_it_is_due(short_tmp_path):
     assert later.returncode == 0, later.stderr
     (row,) = _json(snaprun("ls", "--store", store, "--json", cwd=tmp_path))
     assert (row["status"], row["wait"]) == ("done", None)
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(max_size=6), _JSON, max_size=5))
+def test_any_json_meta_is_recorded_as_given(meta):
+    """Every dict of JSON values is accepted and recorded equal to what was given (and
+    survives the header's JSON encoding unchanged), as a copy."""
+    from snapstate.runtime._pins import check_meta
+
+    recorded = check_meta(meta)
+    assert recorded == meta and recorded is not meta
+    assert json.loads(json.dumps(recorded)) == meta
+
+
+@given(
+    st.dictionaries(st.text(max_size=6), _JSON, max_size=3),
+    st.sampled_from([{1, 2}, b"bytes", object(), 1j, float("inf"), float("nan"), range(2)]),
+    st.text(max_size=6),
+)
+def test_meta_holding_a_non_json_value_is_refused(meta, bad, key):
+    """A value JSON cannot hold anywhere in meta is refused with a TypeError that names
+    where it is; nothing is recorded."""
+    from snapstate.runtime._pins import check_meta
+
+    with pytest.raises(TypeError, match=re.escape(f"meta[{key!r}]")):
+        check_meta({**meta, key: [bad]})
