@@ -404,3 +404,38 @@ def test_store_path_defaults_like_the_cli(tmp_path, monkeypatch):
     monkeypatch.setenv("SNAPSTATE_HOME", str(tmp_path / "elsewhere"))
     assert snapstate.Store().path == str(tmp_path / "elsewhere")
     assert snapstate.Store(Path("rel")).path == str(tmp_path / "rel")
+
+
+def test_sys_exit_is_a_failure_and_ctrl_c_is_the_hosts(agent):
+    """The agent's sys.exit() never ends the host: it is the job's failure (exit code
+    1). A KeyboardInterrupt in the agent propagates to the caller (it is the host's
+    Ctrl-C), the job is left interrupted and resumes from its snapshot; the host's
+    state is put back either way."""
+    store, script, _ = agent
+    quits = script.parent / "api_quits.py"
+    quits.write_text("import sys\ndef main():\n    sys.exit(3)\n")
+    outcome = store.start(quits, job_id="quits")
+    assert (outcome.status, outcome.exit_code) == ("failed", 1)
+    assert isinstance(outcome.error, SystemExit) and outcome.error.code == 3
+    assert store.job("quits").status == "failed"
+
+    flag = script.parent / "interrupt-once"
+    flag.write_text("")
+    ctrl_c = script.parent / "api_ctrl_c.py"
+    ctrl_c.write_text(
+        "import os\nfrom snapstate import snapshot\n"
+        f"FLAG = {str(flag)!r}\n"
+        "def main():\n    snapshot('before')\n"
+        "    if os.path.exists(FLAG):\n        os.remove(FLAG)\n        raise KeyboardInterrupt\n"
+        "    return 'finished'\n"
+    )
+    before = _host()
+    with pytest.raises(KeyboardInterrupt):
+        store.start(ctrl_c, job_id="ctrl-c")
+    assert _host() == before
+    job = store.job("ctrl-c")
+    assert (job.status, [s.seq for s in job.snapshots]) == ("interrupted", [1])
+    resumed = store.resume("ctrl-c")
+    assert (resumed.status, resumed.result, resumed.seq) == ("done", "finished", 1)
+    for name in ("api_quits", "api_ctrl_c"):
+        sys.modules.pop(name, None)
