@@ -255,6 +255,7 @@ class Job:
         self.after_commit: Callable[[int], None] | None = None
         self.finishing = False  # the run is over: recording its outcome
         self.napping = False  # sleeping in _settle: a SIGTERM --grace may end the sleep
+        self.no_naps = False  # a SIGTERM --grace came: hibernate at waits, never sleep
         # A restore at a wait: the wait, then (once polled ready) how it ends.
         self._restored_wait: _waits.Wait | None = None
         self._ready: _waits.Ready | None = None
@@ -562,10 +563,13 @@ class Job:
             if left > limit or self.ledger.replay and left > 0:
                 return outcome
             # A SIGTERM with --grace ends this sleep (SleepInterrupted, raised by
-            # runtime/_signals.py only while `napping`): the job hibernates at the wait
-            # right away instead of sleeping on through the grace.
+            # runtime/_signals.py only while `napping`; one that came earlier set
+            # `no_naps`): the job hibernates at the wait right away instead of sleeping
+            # on through the grace.
             try:
                 self.napping = True
+                if self.no_naps:
+                    raise SleepInterrupted
                 clock().sleep(max(0.0, left))
                 self.napping = False
             except SleepInterrupted:

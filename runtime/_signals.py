@@ -86,6 +86,7 @@ class SigtermHandler:
             self._timer = threading.Timer(self.grace, self._grace_ran_out)
             self._timer.daemon = True
             self._timer.start()
+            self.job.no_naps = True  # a wait reached from now on hibernates at once
             if getattr(self.job, "napping", False):
                 # Sleeping in the process through a short wait: hibernate at that wait
                 # now (a snapshot there, exit 3) instead of sleeping through the grace.
