@@ -91,8 +91,7 @@ class SigtermHandler:
                 # Sleeping in the process through a short wait: hibernate at that wait
                 # now (a snapshot there, exit 3) instead of sleeping through the grace.
                 _write(
-                    f"snaprun: SIGTERM: job {self.job.job_id} hibernates at the wait it "
-                    "sleeps in\n"
+                    f"snaprun: SIGTERM: job {self.job.job_id} hibernates at the wait it sleeps in\n"
                 )
                 self.job.napping = False
                 raise SleepInterrupted

@@ -119,7 +119,7 @@ class Worker:
     # ------------------------------------------------------------------ running
     def run(self) -> int:
         """Work until stopped (or, with once, until one pass is over); the exit code."""
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM.value, signal.SIGINT.value):
             self._previous[signum] = signal.signal(signum, self._on_signal)
         try:
             self.say(
@@ -249,7 +249,10 @@ class Worker:
             if self.catalog.metrics(job_id).get(CRASHES):
                 self.catalog.set_metric(job_id, CRASHES, 0)  # it ran to an outcome
             return
-        name = signal.Signals(-code).name if -code in signal.Signals else f"signal {-code}"
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
         detail = (
             f"its runner (pid {child.proc.pid}, started by worker {self.owner}) was killed by "
             f"{name}" + (" at the end of the worker's grace" if child.killed else "")
@@ -308,7 +311,9 @@ class Worker:
                 for child in self.children.values():
                     if not child.killed:
                         child.killed = True
-                        self.say(f"job {child.job_id}: still running: SIGKILL (pid {child.proc.pid})")
+                        self.say(
+                            f"job {child.job_id}: still running: SIGKILL (pid {child.proc.pid})"
+                        )
                         _kill(child, signal.SIGKILL)
             time.sleep(TICK)
             self._reap()
@@ -318,7 +323,7 @@ class Worker:
 
 def backoff(crashes: int) -> float:
     """Seconds before a job whose runner died `crashes` times in a row is retried."""
-    return min(BACKOFF_MAX, BACKOFF_BASE * 2 ** max(0, crashes - 1))
+    return float(min(BACKOFF_MAX, BACKOFF_BASE * 2.0 ** max(0, crashes - 1)))
 
 
 def _kill(child: _Child, signum: int) -> None:

@@ -527,8 +527,7 @@ class SqliteStore(Store):
             db.execute(
                 "DELETE FROM claims WHERE host = ? AND pid = ? AND started = ?"
                 + (" AND job_id = ?" if job_id is not None else ""),
-                (owner.host, owner.pid, owner.started)
-                + ((job_id,) if job_id is not None else ()),
+                (owner.host, owner.pid, owner.started) + ((job_id,) if job_id is not None else ()),
             )
 
     def give_up_job(self, job_id: str, error: str) -> bool:

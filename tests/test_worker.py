@@ -53,6 +53,22 @@ def catalog(tmp: Path) -> SqliteStore:
     return SqliteStore(str(tmp / ".snapstate"), create=False)
 
 
+def job_row(tmp: Path, job: str):
+    store = catalog(tmp)
+    try:
+        return store.get_job(job)
+    finally:
+        store.close()
+
+
+def snapshot_count(tmp: Path, job: str) -> int:
+    store = catalog(tmp)
+    try:
+        return len(store.snapshots(job))
+    finally:
+        store.close()
+
+
 def create_job(tmp: Path, kind: str, job: str) -> None:
     """A job created but never run: what `snaprun run` leaves when it is killed before
     it takes the lease (status running, no lease). A worker starts it from main()."""
@@ -85,7 +101,9 @@ def worker_once(tmp: Path, env: dict[str, str], *args: str) -> subprocess.Comple
     )
 
 
-def start_worker(tmp: Path, env: dict[str, str], *args: str, log: str = "worker") -> subprocess.Popen:
+def start_worker(
+    tmp: Path, env: dict[str, str], *args: str, log: str = "worker"
+) -> subprocess.Popen:
     """A worker in the background; its stdout and stderr go to tmp/LOG.out and .err."""
     with open(tmp / f"{log}.out", "ab") as out, open(tmp / f"{log}.err", "ab") as err:
         return subprocess.Popen(
@@ -143,7 +161,7 @@ def test_a_hibernated_timer_is_finished_by_a_worker_once_it_is_due(tmp_path, pro
     early = worker_once(tmp_path, env)
     assert early.returncode == 0, early.stderr
     assert "0 runnable job(s)" in early.stderr and "Traceback" not in early.stderr
-    assert catalog(tmp_path).get_job("t1").status == "waiting"
+    assert job_row(tmp_path, "t1").status == "waiting"
 
     later = worker_once(tmp_path, {**env, "SNAPSTATE_CLOCK_OFFSET": LATER})
     assert later.returncode == 0, later.stderr
@@ -179,7 +197,7 @@ def test_parked_and_failed_jobs_are_left_alone(tmp_path, provider):
     wenv = worker_env(tmp_path, provider, PROVIDER_MODE="plain")
     first = worker_once(tmp_path, wenv)
     assert "job p1: parked" in first.stderr, first.stderr
-    assert catalog(tmp_path).get_job("p1").status == "parked"
+    assert job_row(tmp_path, "p1").status == "parked"
     store = catalog(tmp_path)
     store.create_job("f1", EntryPoint.parse(str(AGENT)).as_dict(), ["plain", "f1"])
     store.set_status("f1", "failed", error="ValueError: as an agent's raise leaves it")
@@ -238,7 +256,7 @@ def test_sigterm_during_an_in_process_sleep_hibernates_the_job_at_once(tmp_path,
     try:
         # Snapshot "a" committed: from then on a SIGTERM makes the job hibernate at its
         # sleep, whether it is already in it or about to be (Job.no_naps).
-        wait_until("snapshot a", lambda: len(catalog(tmp_path).snapshots("n1")) == 1)
+        wait_until("snapshot a", lambda: snapshot_count(tmp_path, "n1") == 1)
         time.sleep(0.3)  # past the hub's after-commit check of snapshot a
         started = time.monotonic()
         worker.send_signal(signal.SIGTERM)
@@ -259,9 +277,7 @@ def test_sigterm_during_an_in_process_sleep_hibernates_the_job_at_once(tmp_path,
     assert_finished_once(tmp_path, provider, "n1")
 
 
-def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(
-    tmp_path, provider
-):
+def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(tmp_path, provider):
     """Crash window: every child SIGKILLs itself before the job's first effect (the
     fault is in the worker's environment, so each child inherits it). The worker
     retries after a back-off (1 s), then, at --max-crashes 2, marks the job failed
@@ -272,7 +288,7 @@ def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(
     env = worker_env(tmp_path, provider, SNAPSTATE_FAULT="effect-before-prepare:1")
     worker = start_worker(tmp_path, env, "--poll", "0.1", "--max-crashes", "2")
     try:
-        wait_until("the job given up", lambda: catalog(tmp_path).get_job("c1").status == "failed")
+        wait_until("the job given up", lambda: job_row(tmp_path, "c1").status == "failed")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 143
     finally:
@@ -282,7 +298,7 @@ def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(
     assert "killed by SIGKILL before its first snapshot (crash 1 in a row" in log, log
     assert "retrying in 1s" in log and "marked failed" in log, log
     assert log.count("job c1: resuming in pid") == 2, log
-    row = catalog(tmp_path).get_job("c1")
+    row = job_row(tmp_path, "c1")
     assert "the worker gave up: its runner died 2 times in a row" in (row.error or "")
     assert provider.deliveries["c1-a"] == 0
 
@@ -390,19 +406,20 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
             if len(done_kills) >= kills:
                 continue
             n = rng.randrange(len(workers))
-            victims = _children(workers[n].pid)
-            if rng.random() < 0.3 or not victims:
+            if rng.random() < 0.3:
                 workers[n].kill()
                 workers[n].wait()
                 workers[n] = start_worker(tmp, env, *args, log=f"w{n}")
                 done_kills.append(f"worker {n}")
-            else:
+                continue
+            victims = _children(workers[n].pid)
+            if victims:
                 victim = rng.choice(victims)
                 try:
                     os.kill(victim, signal.SIGKILL)
                     done_kills.append(f"child {victim} of worker {n}")
                 except ProcessLookupError:
-                    pass
+                    pass  # it ended meanwhile
         took = time.monotonic() - started
     finally:
         for w in workers:
