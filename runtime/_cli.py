@@ -605,7 +605,7 @@ def fork(store: str | None, as_id: str | None, ref: str) -> None:
     default=_worker.DEFAULT_MAX_CRASHES,
     show_default=True,
     help="Mark a job failed once its runner died this many times in a row without a new "
-    "snapshot (retries back off: 1s, 2s, 4s... at most 60s).",
+    "snapshot (retried at once, then after 1s, 2s, 4s... at most 60s).",
 )
 def worker(
     store: str | None,

@@ -17,9 +17,11 @@ start two children for one job.
 A child's exit code is its job's outcome: 0 done, 1 failed (the agent raised: never
 retried by the worker), 2 refused, 3 waiting again, 4 parked (never resumed by the
 worker: it needs `snaprun reconcile`), 5 conflict, 130/143 stopped. A child killed by
-a signal (a crash) leaves its job interrupted: the worker records that at once and
-retries it after a back-off that doubles with each crash in a row without a new
-snapshot (1 s, 2 s, 4 s... at most 60 s); after `max_crashes` of them (default 5) it
+a signal (a crash) leaves its job interrupted: the worker records that at once. A run
+that ends leaving its job interrupted, however (killed, or stopped by a failing store
+or a snapshot it could not restore), is a crash: the worker retries the job after a
+back-off that grows with each crash in a row without a new snapshot (at once after
+the first, then 1 s, 2 s, 4 s... at most 60 s); after `max_crashes` of them (default 5) it
 stops retrying and marks the job failed with the reason (`snaprun resume JOB` tries it
 again by hand). The count is kept in the job's metrics (worker_crashes), so every
 worker sees it.
@@ -242,29 +244,36 @@ class Worker:
                 pass
 
     def _record(self, child: _Child, code: int, took: float) -> None:
-        job_id = child.job_id
+        job_id, pid = child.job_id, child.proc.pid
         if code >= 0:
             outcome = OUTCOMES.get(code, f"exit code {code}")
-            self.say(f"job {job_id}: {outcome} (pid {child.proc.pid}, {took:.1f}s)")
+            self.say(f"job {job_id}: {outcome} (pid {pid}, {took:.1f}s)")
+            detail = f"its runner (pid {pid}) ended with exit code {code}"
+        else:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            detail = f"its runner (pid {pid}) was killed by {name}" + (
+                " at the end of the worker's grace" if child.killed else ""
+            )
+            self._mark_interrupted(child, detail)
+        if code == 5:
+            return  # another runner's run: not this one's outcome
+        if child.killed or self.signal is not None:  # this worker stopped it
+            if code < 0:
+                self.say(f"job {job_id}: {detail}; left interrupted (resumable)")
+            return
+        job = self.catalog.get_job(job_id)
+        if self.catalog.effective_status(job, time.time()) != "interrupted":
             if self.catalog.metrics(job_id).get(CRASHES):
                 self.catalog.set_metric(job_id, CRASHES, 0)  # it ran to an outcome
             return
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        detail = (
-            f"its runner (pid {child.proc.pid}, started by worker {self.owner}) was killed by "
-            f"{name}" + (" at the end of the worker's grace" if child.killed else "")
-        )
-        self._mark_interrupted(child, detail)
-        if child.killed:  # this worker's shutdown, not the job's doing
-            self.say(f"job {job_id}: {detail}; left interrupted (resumable)")
-            return
+        # The run ended leaving the job interrupted (killed, or stopped by a failing
+        # store or a snapshot it could not restore): retried, with a back-off.
         seq = self._latest_seq(job_id)
         metrics = self.catalog.metrics(job_id)
-        before = int(metrics.get(CRASHES, 0)) if metrics.get(CRASH_SEQ) == seq else 0
-        crashes = before + 1
+        crashes = (int(metrics.get(CRASHES, 0)) if metrics.get(CRASH_SEQ) == seq else 0) + 1
         self.catalog.set_metric(job_id, CRASHES, crashes)
         self.catalog.set_metric(job_id, CRASH_SEQ, seq)
         self.catalog.set_metric(job_id, CRASH_AT, clock().time())
@@ -278,8 +287,9 @@ class Worker:
                 self.say(f"job {job_id}: {error}; marked failed")
             return
         self.say(
-            f"job {job_id}: {detail} {where} (crash {crashes} in a row; the worker gives up "
-            f"at {self.max_crashes}); retrying in {backoff(crashes):g}s"
+            f"job {job_id}: {detail} {where}, leaving it interrupted (crash {crashes} in a "
+            f"row; the worker gives up at {self.max_crashes}); retrying "
+            + (f"in {backoff(crashes):g}s" if backoff(crashes) else "now")
         )
 
     def _mark_interrupted(self, child: _Child, detail: str) -> None:
@@ -323,7 +333,9 @@ class Worker:
 
 def backoff(crashes: int) -> float:
     """Seconds before a job whose runner died `crashes` times in a row is retried."""
-    return float(min(BACKOFF_MAX, BACKOFF_BASE * 2.0 ** max(0, crashes - 1)))
+    if crashes <= 1:
+        return 0.0  # a first crash (a kill, a deploy): at once
+    return float(min(BACKOFF_MAX, BACKOFF_BASE * 2.0 ** (crashes - 2)))
 
 
 def _kill(child: _Child, signum: int) -> None:

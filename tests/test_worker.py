@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 import signal
 import subprocess
 import time
@@ -26,6 +27,7 @@ from conftest import AGENTS, SNAPRUN, snaprun
 from providers import Provider
 
 from snapstate.runtime._agent import EntryPoint
+from snapstate.runtime._worker import backoff
 from snapstate.serializers._sqlite import SqliteStore
 
 AGENT = AGENTS / "wk_agent.py"
@@ -280,13 +282,14 @@ def test_sigterm_during_an_in_process_sleep_hibernates_the_job_at_once(tmp_path,
 def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(tmp_path, provider):
     """Crash window: every child SIGKILLs itself before the job's first effect (the
     fault is in the worker's environment, so each child inherits it). The worker
-    retries after a back-off (1 s), then, at --max-crashes 2, marks the job failed
+    retries at once (a first crash), then after 1 s, then, at --max-crashes 3, marks
+    the job failed
     with the reason instead of looping; nothing was sent."""
     run = run_job(tmp_path, provider, "timer", "warm")  # creates the store
     assert run.returncode == 3
     create_job(tmp_path, "plain", "c1")
     env = worker_env(tmp_path, provider, SNAPSTATE_FAULT="effect-before-prepare:1")
-    worker = start_worker(tmp_path, env, "--poll", "0.1", "--max-crashes", "2")
+    worker = start_worker(tmp_path, env, "--poll", "0.1", "--max-crashes", "3")
     try:
         wait_until("the job given up", lambda: job_row(tmp_path, "c1").status == "failed")
         worker.send_signal(signal.SIGTERM)
@@ -295,12 +298,19 @@ def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(t
         worker.kill()
         worker.wait()
     log = (tmp_path / "worker.err").read_text()
-    assert "killed by SIGKILL before its first snapshot (crash 1 in a row" in log, log
-    assert "retrying in 1s" in log and "marked failed" in log, log
-    assert log.count("job c1: resuming in pid") == 2, log
+    assert "killed by SIGKILL before its first snapshot, leaving it interrupted (crash 1" in log, (
+        log
+    )
+    assert "retrying now" in log and "crash 2 in a row" in log and "retrying in 1s" in log, log
+    assert "marked failed" in log, log
+    assert log.count("job c1: resuming in pid") == 3, log
     row = job_row(tmp_path, "c1")
-    assert "the worker gave up: its runner died 2 times in a row" in (row.error or "")
+    assert "the worker gave up: its runner died 3 times in a row" in (row.error or "")
     assert provider.deliveries["c1-a"] == 0
+
+
+def test_back_off_grows_and_is_capped():
+    assert [backoff(n) for n in range(1, 10)] == [0, 1, 2, 4, 8, 16, 32, 60, 60]
 
 
 def test_worker_refuses_bad_input_cleanly(tmp_path):
@@ -352,6 +362,11 @@ CHAOS_KINDS: dict[str, Kind] = {
 }
 
 
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _children(pid: int) -> list[int]:
     """The pids whose parent is `pid` (Linux /proc)."""
     out = []
@@ -386,6 +401,7 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
     args = ("--concurrency", "3", "--poll", "0.1", "--grace", "5", "--max-crashes", "1000")
     workers = [start_worker(tmp, env, *args, log=f"w{n}") for n in range(2)]
     started = time.monotonic()
+    cpu = _cpu()
     done_kills: list[str] = []
 
     def pending() -> list[str]:
@@ -425,7 +441,10 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
         for w in workers:
             w.send_signal(signal.SIGTERM)
         codes = [w.wait(timeout=60) for w in workers]
-    print(f"{jobs} jobs, kills: {done_kills}; all done after {took:.1f}s")
+    print(
+        f"{jobs} jobs, kills: {done_kills}; all done after {took:.1f}s, using "
+        f"{_cpu() - cpu:.1f} CPU seconds (workers and the children they reaped)"
+    )
     assert codes == [143, 143], codes
     for job in names:
         assert_finished_once(tmp, provider, job, lease_row=True)
