@@ -28,7 +28,9 @@ from providers import Provider
 
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._worker import backoff
+from snapstate.serializers._fs import process_start
 from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._store import Owner
 
 AGENT = AGENTS / "wk_agent.py"
 LATER = "7200"  # SNAPSTATE_CLOCK_OFFSET of a worker two hours later: 1 h timers are due
@@ -307,6 +309,40 @@ def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(t
     row = job_row(tmp_path, "c1")
     assert "the worker gave up: its runner died 3 times in a row" in (row.error or "")
     assert provider.deliveries["c1-a"] == 0
+
+
+def test_claims_keep_two_workers_apart_and_die_with_their_worker(tmp_path):
+    """The catalog's advisory claims (SqliteStore.claim_job): another live worker's
+    claim blocks, one's own is renewed, a dead worker's or an expired one is taken
+    over, a released one is free; give_up_job never touches a job a live runner holds."""
+    store = SqliteStore(str(tmp_path / "store"))
+    store.create_job("j", {"module": "m", "function": "main", "path": None}, [])
+    me = Owner.me()
+    parent = Owner(me.host, os.getppid(), process_start(os.getppid()))  # alive
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = Owner(me.host, gone.pid, 1)
+    assert store.claim_job("j", parent, 30)
+    assert not store.claim_job("j", me, 30)  # a live worker's claim
+    assert store.claim_job("j", parent, 30)  # its own: renewed
+    store.release_claims(parent)
+    assert store.claim_job("j", dead, 30)
+    assert store.claim_job("j", me, 30)  # a dead worker's claim is no claim
+    store.release_claims(me, "j")
+    assert store.claim_job("j", parent, 30)  # released: free
+    assert store.claim_job("j", parent, -1)  # renewed as already expired
+    assert store.claim_job("j", me, 30)  # an expired claim is no claim
+    assert store.stopped_jobs() == []
+    store.set_status("j", "interrupted")
+    assert store.stopped_jobs() == ["j"]
+    epoch = store.acquire_lease("j", me, 30, resuming=True)
+    assert not store.give_up_job("j", "no")  # a live runner holds it
+    store.release_lease("j", epoch)
+    assert store.give_up_job("j", "the worker gave up")
+    row = store.get_job("j")
+    assert (row.status, row.error) == ("failed", "the worker gave up")
+    assert not store.give_up_job("j", "again")  # failed: not abandoned any more
+    store.close()
 
 
 def test_back_off_grows_and_is_capped():
