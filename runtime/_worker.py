@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -161,11 +162,15 @@ class Worker:
                     self.say("pass over")
                     return 0
             elif time.monotonic() >= next_scan and len(self.children) < self.concurrency:
-                for job_id in self.candidates():
-                    if len(self.children) >= self.concurrency:
-                        break
-                    self._start(job_id)
                 next_scan = time.monotonic() + self.poll
+                try:
+                    for job_id in self.candidates():
+                        if len(self.children) >= self.concurrency:
+                            break
+                        self._start(job_id)
+                except (SnapstateError, sqlite3.Error, OSError) as exc:
+                    # A busy or failing store: the running children go on; next poll.
+                    self.say(f"cannot read the store ({type(exc).__name__}: {exc}); retrying")
             time.sleep(TICK if self.children or self.once else min(TICK * 4, self.poll))
 
     # ------------------------------------------------------------------ choosing
@@ -207,11 +212,11 @@ class Worker:
             job = self.catalog.get_job(job_id)
             wait = self.catalog.get_wait(job_id) if job.status == "waiting" else None
             seq = self._latest_seq(job_id)
-        except SnapstateError as exc:
+            if job.status in ("done", "failed", "parked"):  # it ended since the scan
+                self.catalog.release_claims(self.owner, job_id)
+                return
+        except (SnapstateError, sqlite3.Error, OSError) as exc:
             self.say(f"job {job_id}: not started: {exc}")
-            return
-        if job.status in ("done", "failed", "parked"):  # it ended since the scan
-            self.catalog.release_claims(self.owner, job_id)
             return
         why = f"waited: {wait.reason}" if wait is not None else "interrupted (its runner is gone)"
         try:
@@ -222,8 +227,7 @@ class Worker:
             )
         except OSError as exc:
             self.say(f"job {job_id}: cannot start a child process: {exc}")
-            self.catalog.release_claims(self.owner, job_id)
-            return
+            return  # its claim is released when the worker stops, or expires
         self.children[job_id] = _Child(job_id, proc, time.monotonic(), seq)
         self.say(f"job {job_id}: resuming in pid {proc.pid} ({why}, snapshot {seq})")
 
@@ -236,12 +240,12 @@ class Worker:
             took = time.monotonic() - child.started
             try:
                 self._record(child, code, took)
-            except SnapstateError as exc:
+            except (SnapstateError, sqlite3.Error, OSError) as exc:
                 self.say(f"job {job_id}: could not record its outcome: {exc}")
             try:
                 self.catalog.release_claims(self.owner, job_id)
-            except SnapstateError:
-                pass
+            except (SnapstateError, sqlite3.Error):
+                pass  # it dies with this process, or expires
 
     def _record(self, child: _Child, code: int, took: float) -> None:
         job_id, pid = child.job_id, child.proc.pid
