@@ -122,6 +122,10 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 60) -> Non
         time.sleep(0.02)
 
 
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 def marks(tmp: Path, job: str) -> list[str]:
     path = tmp / "wk" / f"{job}.mark"
     return path.read_text().splitlines() if path.exists() else []
@@ -212,13 +216,15 @@ def test_parked_and_failed_jobs_are_left_alone(tmp_path, provider):
     assert provider.deliveries["p1-a"] == 1  # not sent again
 
 
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_sigterm_lets_the_running_job_reach_its_next_snapshot_then_a_second_worker_finishes_it(
-    tmp_path, provider
+    tmp_path, provider, signum, code
 ):
-    """SIGTERM to a worker whose child runs a job between two snapshots: the worker
-    forwards it; the child runs on to snapshot 2 and stops right after it is committed
-    (exit 143, interrupted, lease released); the worker exits 143 holding nothing. A
-    second worker resumes the job from snapshot 2: b is not ordered again."""
+    """SIGTERM (or Ctrl-C) to a worker whose child runs a job between two snapshots:
+    the worker forwards SIGTERM; the child runs on to snapshot 2 and stops right after
+    it is committed (exit 143, interrupted, lease released); the worker exits 143 (130)
+    holding nothing. A second worker resumes the job from snapshot 2: b is not ordered
+    again."""
     run = run_job(tmp_path, provider, "timer", "warm")  # creates the store
     assert run.returncode == 3
     create_job(tmp_path, "gate", "g1")
@@ -226,10 +232,12 @@ def test_sigterm_lets_the_running_job_reach_its_next_snapshot_then_a_second_work
     worker = start_worker(tmp_path, env, "--poll", "0.1", "--grace", "30")
     try:
         wait_until("the job at its gate", (tmp_path / "wk" / "g1.ready").exists)
-        worker.send_signal(signal.SIGTERM)
-        time.sleep(0.2)  # the child is told before its gate opens
+        worker.send_signal(signum)
+        wait_until(
+            "the child told", lambda: "stops at its next snapshot" in read(tmp_path / "worker.err")
+        )
         (tmp_path / "wk" / "g1.open").touch()
-        assert worker.wait(timeout=60) == 143
+        assert worker.wait(timeout=60) == code
     finally:
         worker.kill()
         worker.wait()
