@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -193,6 +193,35 @@ def test_a_job_killed_mid_run_is_finished_by_the_worker_without_a_second_deliver
     assert done.returncode == 0, done.stderr
     assert "interrupted (its runner is gone)" in done.stderr and "job k1: done" in done.stderr
     assert_finished_once(tmp_path, provider, "k1")
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject", "expire"])
+def test_an_approval_decided_while_no_process_exists_is_picked_up_by_the_worker(
+    tmp_path, provider, decision
+):
+    """A job hibernated on request_approval() (exit 3) is not runnable while the
+    approval is pending; once it is approved or rejected with `snaprun approve/reject`
+    (no process of the job exists), or once its expiry passed (the clock seam), a
+    worker pass resumes it and the agent learns the outcome at its call."""
+    env = {"WK_EXPIRES": "3600"}
+    first = run_job(tmp_path, provider, "approval", "ap", env=env)
+    assert first.returncode == 3, first.stderr
+    wenv = worker_env(tmp_path, provider, WK_EXPIRES="3600")
+    pending = worker_once(tmp_path, wenv)
+    assert "0 runnable job(s)" in pending.stderr, pending.stderr
+    store = catalog(tmp_path)
+    (approval,) = store.approvals("ap")
+    store.close()
+    if decision == "expire":
+        wenv["SNAPSTATE_CLOCK_OFFSET"] = LATER
+    else:
+        decided = snaprun(decision, "ap", approval.approval_id, cwd=tmp_path)
+        assert decided.returncode == 0, decided.stderr
+    done = worker_once(tmp_path, wenv)
+    assert done.returncode == 0 and "job ap: done" in done.stderr, done.stderr
+    word = {"approve": "granted", "reject": "rejected", "expire": "expired"}[decision]
+    assert done.stdout == f"{word} ap\nb ap\n", done.stdout
+    assert_finished_once(tmp_path, provider, "ap")
 
 
 def test_parked_and_failed_jobs_are_left_alone(tmp_path, provider):
@@ -386,6 +415,8 @@ class Kind:
 class ChaosContext:
     tmp: Path
     provider: Provider
+    rng: random.Random
+    approved: set[str] = field(default_factory=set)
 
 
 def _setup_plain(ctx: ChaosContext, job: str) -> None:
@@ -397,12 +428,34 @@ def _setup_timer(ctx: ChaosContext, job: str) -> None:
     assert run.returncode == 3, run.stderr
 
 
-# The kinds of the chaos test's jobs, in turn. Approval jobs (issue 11's approval
-# helper) are added here at merge: a setup that runs the job to its request_approval()
-# and a tick that approves it with `snaprun approve` once it waits.
+def _setup_approval(ctx: ChaosContext, job: str) -> None:
+    run = run_job(ctx.tmp, ctx.provider, "approval", job)  # hibernates, pending
+    assert run.returncode == 3, run.stderr
+
+
+def _approve(ctx: ChaosContext, job: str) -> None:
+    """Approve the job's pending approval with `snaprun approve` (no process of the
+    job needed), once: on a random round of the chaos loop."""
+    if job in ctx.approved or ctx.rng.random() < 0.7:
+        return
+    store = catalog(ctx.tmp)
+    try:
+        pending = [a for a in store.approvals(job) if a.state == "pending"]
+    finally:
+        store.close()
+    for approval in pending:
+        decided = snaprun("approve", job, approval.approval_id, "--by", "chaos", cwd=ctx.tmp)
+        assert decided.returncode == 0, decided.stderr
+        ctx.approved.add(job)
+
+
+# The kinds of the chaos test's jobs, in turn: plain ones (started by the workers from
+# main()), timers (hibernated before the workers start, due for them) and approvals
+# (hibernated before, approved with `snaprun approve` during the chaos).
 CHAOS_KINDS: dict[str, Kind] = {
     "plain": Kind(_setup_plain),
     "timer": Kind(_setup_timer),
+    "approval": Kind(_setup_approval, _approve),
 }
 
 
@@ -434,7 +487,7 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
     moments (seeded). Then every job must be done exactly once."""
     print(f"chaos seed {seed} (rerun with SNAPSTATE_CHAOS_SEED={seed})")
     rng = random.Random(seed)
-    ctx = ChaosContext(tmp, provider)
+    ctx = ChaosContext(tmp, provider, rng)
     kinds = list(CHAOS_KINDS)
     run = run_job(tmp, provider, "plain", "warmup")  # creates the store
     assert run.returncode == 0, run.stderr
@@ -501,8 +554,9 @@ def test_two_workers_with_random_kills_finish_every_job_exactly_once(tmp_path, p
     run on and finish holding their own leases; it is restarted) or of a worker's child
     (its job is left interrupted and resumed by either worker). Two workers on one
     store, 50 jobs (plain ones started by the workers, timers hibernated before and due
-    for the workers): every job done once, every order delivered once, every marker
-    written once, no lease left held."""
+    for the workers, approvals hibernated before and approved during the chaos): every
+    job done once, every order delivered once, every marker written once, no lease left
+    held."""
     seed = int(os.environ.get("SNAPSTATE_CHAOS_SEED") or random.randrange(2**32))
     chaos(tmp_path, provider, jobs=50, kills=12, seed=seed)
 

@@ -9,6 +9,8 @@ by KIND:
            hibernate_after) unless a SIGTERM --grace makes the job hibernate there
     gate   writes $WK_DIR/JOB.ready, then waits (agent code, not a snapstate wait) for
            $WK_DIR/JOB.open to exist
+    approval  request_approval("go", {"job": JOB}, expires_in=$WK_EXPIRES or never);
+           prints "granted JOB", "rejected JOB" or "expired JOB" and goes on
 then places order JOB-b, snapshots, and writes its marker: the line "done" appended to
 $WK_DIR/JOB.mark by an effect whose lookup finds it, so the marker is written at most
 once even across crashes (a run killed after the write reconciles instead of
@@ -20,7 +22,7 @@ import time
 
 from shop import order_keyed, order_plain
 
-from snapstate import effect, sleep, snapshot
+from snapstate import ApprovalExpired, ApprovalRejected, effect, request_approval, sleep, snapshot
 
 
 def _path(suffix):
@@ -52,6 +54,15 @@ def main():
         sleep(3600)
     elif kind == "nap":
         sleep(float(os.environ.get("WK_NAP", "30")))
+    elif kind == "approval":
+        expires = os.environ.get("WK_EXPIRES")
+        try:
+            request_approval("go", {"job": job}, expires_in=float(expires) if expires else None)
+            print("granted", job, flush=True)
+        except ApprovalRejected:
+            print("rejected", job, flush=True)
+        except ApprovalExpired:
+            print("expired", job, flush=True)
     elif kind == "gate":
         with open(_path(".ready"), "w"):
             pass
