@@ -158,6 +158,7 @@ def no_live_lease(tmp: Path, jobs: list[str]) -> list[str]:
 
 
 # ------------------------------------------------------------------------ tests
+@pytest.mark.smoke
 def test_a_hibernated_timer_is_finished_by_a_worker_once_it_is_due(tmp_path, provider):
     """A 1 h sleep hibernates (exit 3, no process kept); a worker pass before it is due
     leaves it waiting, one whose clock is 2 h later (the clock seam) finishes it."""
