@@ -251,6 +251,8 @@ class Worker:
         job_id, pid = child.job_id, child.proc.pid
         if code >= 0:
             outcome = OUTCOMES.get(code, f"exit code {code}")
+            if code == 1 and self.catalog.get_job(job_id).status != "failed":
+                outcome = "exit 1 with the job left interrupted (see the child's message above)"
             self.say(f"job {job_id}: {outcome} (pid {pid}, {took:.1f}s)")
             detail = f"its runner (pid {pid}) ended with exit code {code}"
         else:

@@ -349,6 +349,42 @@ def test_a_job_whose_runner_keeps_dying_is_retried_with_back_off_then_given_up(t
     assert provider.deliveries["c1-a"] == 0
 
 
+def test_a_job_whose_snapshot_cannot_be_restored_is_not_retried_in_a_loop(tmp_path, provider):
+    """A run that ends leaving its job interrupted without a signal (here: its agent's
+    code changed under the saved stack, so the restore is refused, exit 2) counts as a
+    crash: at --max-crashes 1 the worker marks the job failed with the reason at once,
+    instead of starting a child on every poll."""
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    for name in ("wk_agent.py", "shop.py"):
+        (agents / name).write_text((AGENTS / name).read_text())
+    env = agent_env(tmp_path, provider)
+    killed = snaprun(
+        "run",
+        "--job",
+        "r1",
+        agents / "wk_agent.py",
+        "plain",
+        "r1",
+        cwd=tmp_path,
+        env=env,
+        fault="after-snapshot:1",
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    source = (agents / "wk_agent.py").read_text()
+    (agents / "wk_agent.py").write_text(
+        source.replace('    b = order(f"{job}-b", 2)', '    b = order(f"{job}-b", 3)')
+    )
+    wenv = worker_env(tmp_path, provider)
+    run = worker_once(tmp_path, wenv, "--max-crashes", "1")
+    assert "job r1: refused" in run.stderr and "marked failed" in run.stderr, run.stderr
+    row = job_row(tmp_path, "r1")
+    assert row.status == "failed" and "ended with exit code 2" in (row.error or ""), row
+    again = worker_once(tmp_path, wenv)
+    assert "0 runnable job(s)" in again.stderr, again.stderr
+    assert provider.deliveries["r1-b"] == 0
+
+
 def test_claims_keep_two_workers_apart_and_die_with_their_worker(tmp_path):
     """The catalog's advisory claims (SqliteStore.claim_job): another live worker's
     claim blocks, one's own is renewed, a dead worker's or an expired one is taken
