@@ -37,7 +37,7 @@ from ..serializers._home import Home, default_home
 from ..serializers._ids import validate_job_id
 from ..serializers._sqlite import store_failure
 from ..serializers._store import ApprovalRow, SnapshotRow
-from . import _admin, _api, _approvals, _inspect, _repair
+from . import _admin, _api, _approvals, _inspect, _repair, _worker
 from ._agent import EntryPoint, EntryPointError
 from ._clock import clock
 from ._job import Job
@@ -608,6 +608,71 @@ def fork(store: str | None, as_id: str | None, ref: str) -> None:
         _fail(exc)
     click.echo(new_id)
     _say(f"forked {job_id}@{seq} as {new_id}; continue it with: snaprun resume {new_id}")
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="How many jobs run at once (each in its own child process).",
+)
+@click.option(
+    "--poll",
+    type=click.FloatRange(0.05, 3600),
+    default=_worker.DEFAULT_POLL,
+    show_default=True,
+    metavar="SECONDS",
+    help="How often the store is checked for jobs that can run.",
+)
+@click.option("--once", is_flag=True, help="One pass: run the jobs runnable now, then exit.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(0, 7 * 86400),
+    default=_worker.DEFAULT_GRACE,
+    show_default=True,
+    metavar="SECONDS",
+    callback=_finite_grace,
+    help="On SIGTERM or Ctrl-C, how long running jobs get to reach their next snapshot "
+    "before they are killed (they stay resumable).",
+)
+@click.option(
+    "--max-crashes",
+    type=click.IntRange(1, 10**6),
+    default=_worker.DEFAULT_MAX_CRASHES,
+    show_default=True,
+    help="Mark a job failed once its runner died this many times in a row without a new "
+    "snapshot (retried at once, then after 1s, 2s, 4s... at most 60s).",
+)
+def worker(
+    store: str | None,
+    concurrency: int,
+    poll: float,
+    once: bool,
+    grace: float,
+    max_crashes: int,
+) -> None:
+    """Run jobs that can continue: waiting ones whose timer or rate limit is due or
+    whose approval was decided or expired, and interrupted ones (their runner died or
+    was stopped). Each runs in a child process (`snaprun resume JOB`); parked and failed
+    jobs are left alone. SIGTERM stops it: running jobs stop at their next snapshot
+    (within --grace) and stay resumable; exit 143. Its log goes to stderr."""
+    home = _home(store)
+    try:
+        code = _worker.Worker(
+            home,
+            concurrency=concurrency,
+            poll=poll,
+            grace=grace,
+            once=once,
+            max_crashes=max_crashes,
+            say=_say,
+        ).run()
+    except SnapstateError as exc:
+        _fail(exc)
+    sys.exit(code)
 
 
 @cli.command(epilog=_EXIT_HELP)

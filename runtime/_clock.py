@@ -17,7 +17,15 @@ import time as _time
 
 from .._errors import SnapstateError
 
-__all__ = ["Clock", "SystemClock", "FakeClock", "clock", "set_clock", "OFFSET_VARIABLE"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "FakeClock",
+    "clock",
+    "set_clock",
+    "OFFSET_VARIABLE",
+    "SleepInterrupted",
+]
 
 OFFSET_VARIABLE = "SNAPSTATE_CLOCK_OFFSET"
 
@@ -36,6 +44,12 @@ def _offset() -> float:
             "finite number (it shifts snapstate's clock, for tests)"
         )
     return value
+
+
+class SleepInterrupted(BaseException):
+    """Raised by the SIGTERM --grace handler (runtime/_signals.py) into the job's hub
+    while it sleeps in the process through a short wait (Job._settle): the job then
+    hibernates at that wait at once instead of sleeping on (runtime/_worker.py)."""
 
 
 class Clock:

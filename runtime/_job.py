@@ -52,7 +52,7 @@ from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import WaitRow
 from . import _agent, _context, _defstate, _pins, _process, _rootlog, _waits
 from ._capture import capture_stack
-from ._clock import clock
+from ._clock import SleepInterrupted, clock
 from ._effects import Ledger
 from ._faults import fault_point
 from ._frames import FrameRecord
@@ -269,6 +269,8 @@ class Job:
         # Called on the hub right after each snapshot is committed (SIGTERM --grace).
         self.after_commit: Callable[[int], None] | None = None
         self.finishing = False  # the run is over: recording its outcome
+        self.napping = False  # sleeping in _settle: a SIGTERM --grace may end the sleep
+        self.no_naps = False  # a SIGTERM --grace came: hibernate at waits, never sleep
         # A restore at a wait: the wait, then (once polled ready) how it ends.
         self._restored_wait: _waits.Wait | None = None
         self._ready: _waits.Ready | None = None
@@ -580,7 +582,19 @@ class Job:
             left = outcome.due - clock().time()
             if left > limit or self.ledger.replay and left > 0:
                 return outcome
-            clock().sleep(max(0.0, left))
+            # A SIGTERM with --grace ends this sleep (SleepInterrupted, raised by
+            # runtime/_signals.py only while `napping`; one that came earlier set
+            # `no_naps`): the job hibernates at the wait right away instead of sleeping
+            # on through the grace.
+            try:
+                self.napping = True
+                if self.no_naps:
+                    raise SleepInterrupted
+                clock().sleep(max(0.0, left))
+                self.napping = False
+            except SleepInterrupted:
+                self.napping = False
+                return outcome
 
     def _wait(self, request: _WaitRequest) -> object:
         """The agent waits: deliver what the wait ends with once it is ready, or take a

@@ -9,7 +9,10 @@ finally blocks, which run again after the resume.
 
 With `--grace SECONDS` the job runs on to its next snapshot() and stops right after
 that snapshot is committed (a deploy loses no work); if the grace runs out first, or
-a second SIGTERM comes, it stops as without grace.
+a second SIGTERM comes, it stops as without grace. A job sleeping in the process
+through a short wait (sleep() under SNAPSTATE_HIBERNATE_AFTER) when SIGTERM comes
+hibernates at that wait at once (a snapshot there, status waiting, exit 3) instead of
+sleeping on: its worker (or `snaprun resume`) continues it when it is due.
 
 Ctrl-C (SIGINT) stops the job at once the same way, with exit code 130: a
 KeyboardInterrupt raised into the agent would run (and could swallow) its except and
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import StaleWriter
 from ..serializers._sqlite import SqliteStore
+from ._clock import SleepInterrupted
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -82,6 +86,15 @@ class SigtermHandler:
             self._timer = threading.Timer(self.grace, self._grace_ran_out)
             self._timer.daemon = True
             self._timer.start()
+            self.job.no_naps = True  # a wait reached from now on hibernates at once
+            if getattr(self.job, "napping", False):
+                # Sleeping in the process through a short wait: hibernate at that wait
+                # now (a snapshot there, exit 3) instead of sleeping through the grace.
+                _write(
+                    f"snaprun: SIGTERM: job {self.job.job_id} hibernates at the wait it sleeps in\n"
+                )
+                self.job.napping = False
+                raise SleepInterrupted
             _write(
                 f"snaprun: SIGTERM: job {self.job.job_id} stops at its next snapshot "
                 f"(grace {self.grace:g}s)\n"

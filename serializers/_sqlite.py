@@ -488,6 +488,65 @@ class SqliteStore(Store):
                 out.append(job_id)
         return out
 
+    # The worker's claims (runtime/_worker.py): a short note that a worker is starting a
+    # child for a job, so that two workers do not both start one. Correctness comes from
+    # the job's lease, which the child takes; a claim only saves a wasted child. The
+    # table is created on first use (no schema change: older snapstates ignore it).
+    _CLAIMS = (
+        "CREATE TABLE IF NOT EXISTS claims (job_id TEXT PRIMARY KEY, host TEXT NOT NULL, "
+        "pid INTEGER NOT NULL, started INTEGER NOT NULL, expires REAL NOT NULL)"
+    )
+
+    def stopped_jobs(self) -> list[str]:
+        rows = self._db().execute(
+            "SELECT job_id FROM jobs WHERE status = 'interrupted' ORDER BY updated"
+        )
+        return [r[0] for r in rows.fetchall()]
+
+    def claim_job(self, job_id: str, owner: Owner, ttl: float) -> bool:
+        now = self.clock()
+        with self._tx() as db:
+            db.execute(self._CLAIMS)
+            row = db.execute(
+                "SELECT host, pid, started, expires FROM claims WHERE job_id = ?", (job_id,)
+            ).fetchone()
+            if row is not None:
+                holder = Owner(row[0], row[1], row[2])
+                if holder != owner and LeaseRow(job_id, holder, 0, row[3], now).is_live(now):
+                    return False
+            db.execute(
+                "INSERT OR REPLACE INTO claims (job_id, host, pid, started, expires) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (job_id, owner.host, owner.pid, owner.started, now + ttl),
+            )
+        return True
+
+    def release_claims(self, owner: Owner, job_id: str | None = None) -> None:
+        with self._tx() as db:
+            db.execute(self._CLAIMS)
+            db.execute(
+                "DELETE FROM claims WHERE host = ? AND pid = ? AND started = ?"
+                + (" AND job_id = ?" if job_id is not None else ""),
+                (owner.host, owner.pid, owner.started) + ((job_id,) if job_id is not None else ()),
+            )
+
+    def give_up_job(self, job_id: str, error: str) -> bool:
+        now = self.clock()
+        with self._tx() as db:
+            job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if job is None or job[0] not in ("running", "interrupted"):
+                return False
+            lease = self._live_lease(db, job_id)
+            if lease is not None:
+                return False  # a runner holds it (again): not abandoned
+            db.execute(
+                "UPDATE jobs SET status = 'failed', error = ?, updated = ? WHERE job_id = ?",
+                (self.sealer.seal(error, "jobs", "error", job_id), now, job_id),
+            )
+            db.execute("DELETE FROM leases WHERE job_id = ?", (job_id,))
+            self._event(db, job_id, "failed", error)
+        return True
+
     # ---------------------------------------------------------------- approvals
     _APPROVAL_COLUMNS = (
         "job_id, approval_id, name, scope, digest, requested, expires, approvers, state, "

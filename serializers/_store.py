@@ -292,6 +292,27 @@ class Store(abc.ABC):
         """Jobs a worker may take now: waiting ones that are due or whose approval was
         decided, and running ones whose runner is gone (interrupted), oldest first."""
 
+    @abc.abstractmethod
+    def stopped_jobs(self) -> list[str]:
+        """Jobs whose status is interrupted (stopped by a signal, or their store failed
+        while they ran), oldest first: resumable, as runnable_jobs' dead runners are."""
+
+    @abc.abstractmethod
+    def claim_job(self, job_id: str, owner: Owner, ttl: float) -> bool:
+        """A worker's claim on starting a runner for the job, for `ttl` seconds: False
+        while another owner's claim is live (unexpired, its process alive). Advisory:
+        the job's lease, which the runner takes, is what keeps runners exclusive."""
+
+    @abc.abstractmethod
+    def release_claims(self, owner: Owner, job_id: str | None = None) -> None:
+        """Drop the owner's claim on the job (or all its claims)."""
+
+    @abc.abstractmethod
+    def give_up_job(self, job_id: str, error: str) -> bool:
+        """Mark a job whose runners keep dying failed with `error` (resumable by hand),
+        in one transaction, only while it is running with no live lease or interrupted;
+        True when it was marked."""
+
     # ---------------------------------------------------------------- approvals
     @abc.abstractmethod
     def add_approval(self, row: ApprovalRow, *, epoch: int | None) -> ApprovalRow:

@@ -1,0 +1,351 @@
+"""`snaprun worker`: wakes the jobs that can run again, each in a child process.
+
+A pass asks the catalog for the jobs a worker may take: waiting ones whose timer or
+rate limit is due, whose approval was decided or has expired (runnable_jobs), running
+ones whose runner is gone, and interrupted ones (stopped by a signal: stopped_jobs).
+Each is run by a child process, `snaprun resume --grace G JOB` in a fresh interpreter
+(`python -m snapstate.runtime._cli`), so agent code and process state never mix: not
+the worker's, not another job's. At most `concurrency` children run at once.
+
+Exclusivity comes from the job's lease, which the child takes with a new fencing epoch
+(runtime/_lease.py): two workers, or a worker and a manual `snaprun resume`, never run
+a job at once; the loser exits 5 (LeaseHeld) and the worker logs "someone else has it",
+not a failure. Before starting a child the worker also claims the job in the catalog
+(claim_job: advisory, dies with the worker's process), so two workers rarely even
+start two children for one job.
+
+A child's exit code is its job's outcome: 0 done, 1 failed (the agent raised: never
+retried by the worker), 2 refused, 3 waiting again, 4 parked (never resumed by the
+worker: it needs `snaprun reconcile`), 5 conflict, 130/143 stopped. A child killed by
+a signal (a crash) leaves its job interrupted: the worker records that at once. A run
+that ends leaving its job interrupted, however (killed, or stopped by a failing store
+or a snapshot it could not restore), is a crash: the worker retries the job after a
+back-off that grows with each crash in a row without a new snapshot (at once after
+the first, then 1 s, 2 s, 4 s... at most 60 s); after `max_crashes` of them (default 5) it
+stops retrying and marks the job failed with the reason (`snaprun resume JOB` tries it
+again by hand). The count is kept in the job's metrics (worker_crashes), so every
+worker sees it.
+
+SIGTERM (or Ctrl-C) to the worker: it claims nothing more and forwards SIGTERM to its
+children, each of which runs on to its next snapshot and stops right after it is
+committed (`--grace`), or hibernates at once if it was sleeping through a short wait
+(runtime/_signals.py); children still alive after the grace are SIGKILLed (resumable:
+their job shows interrupted, the next worker resumes it). A second signal kills them
+at once. The worker releases its claims and exits 143 (130 after Ctrl-C). A worker
+that is SIGKILLed leaves its children running: each holds its own lease and finishes
+its run; its claims die with its process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from .._errors import SnapstateError, StaleWriter
+from ..serializers._home import Home
+from ..serializers._store import Owner
+from ._clock import clock
+
+__all__ = ["Worker", "DEFAULT_GRACE", "DEFAULT_POLL", "DEFAULT_MAX_CRASHES"]
+
+DEFAULT_GRACE = 30.0
+DEFAULT_POLL = 2.0
+DEFAULT_MAX_CRASHES = 5
+BACKOFF_BASE, BACKOFF_MAX = 1.0, 60.0
+CLAIM_TTL = 30.0  # a claim covers the start of a child, until it holds the job's lease
+KILL_MARGIN = 2.0  # after the grace: the child's own stop at its grace's end, then SIGKILL
+TICK = 0.05  # how often children are checked
+
+# Job metrics (the catalog's metrics table) the worker keeps for its back-off.
+CRASHES, CRASH_SEQ, CRASH_AT = "worker_crashes", "worker_crash_seq", "worker_crash_at"
+
+OUTCOMES = {
+    0: "done",
+    1: "failed (the agent raised; not retried)",
+    2: "refused (see the child's message above)",
+    3: "waiting again",
+    4: "parked: an ambiguous effect needs `snaprun reconcile`; the worker leaves it",
+    5: "someone else has it (another runner holds its lease)",
+    130: "stopped (Ctrl-C); resumable",
+    143: "stopped (SIGTERM); resumable",
+}
+
+
+def child_command(store: str, job_id: str, grace: float) -> list[str]:
+    """`snaprun resume --store STORE --grace G JOB` in a fresh interpreter."""
+    grace_args = ["--grace", f"{grace:g}"] if grace > 0 else []  # 0: stop at once
+    return [
+        *(sys.executable, "-m", "snapstate.runtime._cli", "resume", "--store", store),
+        *grace_args,
+        job_id,
+    ]
+
+
+@dataclass
+class _Child:
+    job_id: str
+    proc: subprocess.Popen[bytes]
+    started: float  # time.monotonic()
+    seq: int  # the job's latest snapshot when the child started
+    killed: bool = False  # by this worker, at the end of its grace
+
+
+class Worker:
+    def __init__(
+        self,
+        home: Home,
+        *,
+        concurrency: int = 1,
+        poll: float = DEFAULT_POLL,
+        grace: float = DEFAULT_GRACE,
+        once: bool = False,
+        max_crashes: int = DEFAULT_MAX_CRASHES,
+        say: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.home, self.catalog = home, home.catalog
+        self.concurrency, self.poll, self.grace = concurrency, poll, grace
+        self.once, self.max_crashes, self.say = once, max_crashes, say
+        self.owner = Owner.me()
+        self.children: dict[str, _Child] = {}
+        self.signal: int | None = None  # the first SIGTERM/SIGINT received
+        self.hurry = False  # a second one: kill the children now
+        self._previous: dict[int, Any] = {}
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> int:
+        """Work until stopped (or, with once, until one pass is over); the exit code."""
+        for signum in (signal.SIGTERM.value, signal.SIGINT.value):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        try:
+            self.say(
+                f"worker {self.owner} on {self.home.directory}: up to {self.concurrency} "
+                f"job(s) at once, polling every {self.poll:g}s, grace {self.grace:g}s"
+                + (" (one pass)" if self.once else "")
+            )
+            return self._work()
+        finally:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+            try:
+                self.catalog.release_claims(self.owner)
+            except SnapstateError:
+                pass  # claims die with this process anyway
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signal is None:
+            self.signal = signum
+        else:
+            self.hurry = True
+
+    def _work(self) -> int:
+        queue: list[str] | None = None  # --once: the pass's jobs
+        next_scan = 0.0
+        while True:
+            self._reap()
+            if self.signal is not None:
+                return self._shutdown()
+            if self.once:
+                if queue is None:
+                    queue = self.candidates()
+                    self.say(f"{len(queue)} runnable job(s)")
+                while queue and len(self.children) < self.concurrency:
+                    self._start(queue.pop(0))
+                if not queue and not self.children:
+                    self.say("pass over")
+                    return 0
+            elif time.monotonic() >= next_scan and len(self.children) < self.concurrency:
+                next_scan = time.monotonic() + self.poll
+                try:
+                    for job_id in self.candidates():
+                        if len(self.children) >= self.concurrency:
+                            break
+                        self._start(job_id)
+                except (SnapstateError, sqlite3.Error, OSError) as exc:
+                    # A busy or failing store: the running children go on; next poll.
+                    self.say(f"cannot read the store ({type(exc).__name__}: {exc}); retrying")
+            time.sleep(TICK if self.children or self.once else min(TICK * 4, self.poll))
+
+    # ------------------------------------------------------------------ choosing
+    def candidates(self) -> list[str]:
+        """The jobs this worker may start now: runnable, not its own already, not
+        backing off after crashes, and not held by a live runner."""
+        now = clock().time()
+        real_now = time.time()  # leases are kept in real time, not the clock seam's
+        seen: set[str] = set(self.children)
+        out: list[str] = []
+        for job_id in [*self.catalog.runnable_jobs(now), *self.catalog.stopped_jobs()]:
+            if job_id in seen:
+                continue
+            seen.add(job_id)
+            lease = self.catalog.get_lease(job_id)
+            if lease is not None and lease.is_live(real_now):
+                continue  # its runner is alive (runnable_jobs saw it with the seam's time)
+            if self._backing_off(job_id, now):
+                continue
+            out.append(job_id)
+        return out
+
+    def _backing_off(self, job_id: str, now: float) -> bool:
+        metrics = self.catalog.metrics(job_id)
+        crashes = int(metrics.get(CRASHES, 0))
+        if not crashes or metrics.get(CRASH_SEQ) != self._latest_seq(job_id):
+            return False  # no crash since its latest snapshot
+        return now < metrics.get(CRASH_AT, 0.0) + backoff(crashes)
+
+    def _latest_seq(self, job_id: str) -> int:
+        rows = self.catalog.snapshots(job_id)
+        return rows[-1].seq if rows else 0
+
+    # ------------------------------------------------------------------ children
+    def _start(self, job_id: str) -> None:
+        try:
+            if not self.catalog.claim_job(job_id, self.owner, CLAIM_TTL):
+                return  # another worker is starting it
+            job = self.catalog.get_job(job_id)
+            wait = self.catalog.get_wait(job_id) if job.status == "waiting" else None
+            seq = self._latest_seq(job_id)
+            if job.status in ("done", "failed", "parked"):  # it ended since the scan
+                self.catalog.release_claims(self.owner, job_id)
+                return
+        except (SnapstateError, sqlite3.Error, OSError) as exc:
+            self.say(f"job {job_id}: not started: {exc}")
+            return
+        why = f"waited: {wait.reason}" if wait is not None else "interrupted (its runner is gone)"
+        try:
+            proc = subprocess.Popen(
+                child_command(self.home.directory, job_id, self.grace),
+                stdin=subprocess.DEVNULL,
+                process_group=0,  # the worker forwards Ctrl-C and SIGTERM itself
+            )
+        except OSError as exc:
+            self.say(f"job {job_id}: cannot start a child process: {exc}")
+            return  # its claim is released when the worker stops, or expires
+        self.children[job_id] = _Child(job_id, proc, time.monotonic(), seq)
+        self.say(f"job {job_id}: resuming in pid {proc.pid} ({why}, snapshot {seq})")
+
+    def _reap(self) -> None:
+        for job_id, child in list(self.children.items()):
+            code = child.proc.poll()
+            if code is None:
+                continue
+            del self.children[job_id]
+            took = time.monotonic() - child.started
+            try:
+                self._record(child, code, took)
+            except (SnapstateError, sqlite3.Error, OSError) as exc:
+                self.say(f"job {job_id}: could not record its outcome: {exc}")
+            try:
+                self.catalog.release_claims(self.owner, job_id)
+            except (SnapstateError, sqlite3.Error):
+                pass  # it dies with this process, or expires
+
+    def _record(self, child: _Child, code: int, took: float) -> None:
+        job_id, pid = child.job_id, child.proc.pid
+        if code >= 0:
+            outcome = OUTCOMES.get(code, f"exit code {code}")
+            if code == 1 and self.catalog.get_job(job_id).status != "failed":
+                outcome = "exit 1 with the job left interrupted (see the child's message above)"
+            self.say(f"job {job_id}: {outcome} (pid {pid}, {took:.1f}s)")
+            detail = f"its runner (pid {pid}) ended with exit code {code}"
+        else:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            detail = f"its runner (pid {pid}) was killed by {name}" + (
+                " at the end of the worker's grace" if child.killed else ""
+            )
+            self._mark_interrupted(child, detail)
+        if code == 5:
+            return  # another runner's run: not this one's outcome
+        if child.killed or self.signal is not None:  # this worker stopped it
+            if code < 0:
+                self.say(f"job {job_id}: {detail}; left interrupted (resumable)")
+            return
+        job = self.catalog.get_job(job_id)
+        if self.catalog.effective_status(job, time.time()) != "interrupted":
+            if self.catalog.metrics(job_id).get(CRASHES):
+                self.catalog.set_metric(job_id, CRASHES, 0)  # it ran to an outcome
+            return
+        # The run ended leaving the job interrupted (killed, or stopped by a failing
+        # store or a snapshot it could not restore): retried, with a back-off.
+        seq = self._latest_seq(job_id)
+        metrics = self.catalog.metrics(job_id)
+        crashes = (int(metrics.get(CRASHES, 0)) if metrics.get(CRASH_SEQ) == seq else 0) + 1
+        self.catalog.set_metric(job_id, CRASHES, crashes)
+        self.catalog.set_metric(job_id, CRASH_SEQ, seq)
+        self.catalog.set_metric(job_id, CRASH_AT, clock().time())
+        where = f"after snapshot {seq}" if seq else "before its first snapshot"
+        if crashes >= self.max_crashes:
+            error = (
+                f"the worker gave up: its runner died {crashes} times in a row {where} "
+                f"(last: {detail}); fix the cause, then `snaprun resume {job_id}`"
+            )
+            if self.catalog.give_up_job(job_id, error):
+                self.say(f"job {job_id}: {error}; marked failed")
+            return
+        self.say(
+            f"job {job_id}: {detail} {where}, leaving it interrupted (crash {crashes} in a "
+            f"row; the worker gives up at {self.max_crashes}); retrying "
+            + (f"in {backoff(crashes):g}s" if backoff(crashes) else "now")
+        )
+
+    def _mark_interrupted(self, child: _Child, detail: str) -> None:
+        """The dead child's lease, if it still holds the job: status interrupted with
+        the reason, lease released (`ls` shows it at once, not after the lease ttl)."""
+        lease = self.catalog.get_lease(child.job_id)
+        if lease is None or lease.owner.pid != child.proc.pid:
+            return
+        try:
+            self.catalog.set_status(child.job_id, "interrupted", epoch=lease.epoch, error=detail)
+            self.catalog.release_lease(child.job_id, lease.epoch)
+        except StaleWriter:
+            pass  # taken over meanwhile: the job is another runner's
+
+    # ------------------------------------------------------------------ stopping
+    def _shutdown(self) -> int:
+        name = "Ctrl-C" if self.signal == signal.SIGINT else "SIGTERM"
+        code = 130 if self.signal == signal.SIGINT else 143
+        if self.children:
+            self.say(
+                f"{name}: starting no more jobs; {len(self.children)} running job(s) stop at "
+                f"their next snapshot (grace {self.grace:g}s)"
+            )
+        for child in self.children.values():
+            _kill(child, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace + KILL_MARGIN
+        while self.children:
+            if self.hurry or time.monotonic() >= deadline:
+                for child in self.children.values():
+                    if not child.killed:
+                        child.killed = True
+                        self.say(
+                            f"job {child.job_id}: still running: SIGKILL (pid {child.proc.pid})"
+                        )
+                        _kill(child, signal.SIGKILL)
+            time.sleep(TICK)
+            self._reap()
+        self.say(f"{name}: worker stopped")
+        return code
+
+
+def backoff(crashes: int) -> float:
+    """Seconds before a job whose runner died `crashes` times in a row is retried."""
+    if crashes <= 1:
+        return 0.0  # a first crash (a kill, a deploy): at once
+    return float(min(BACKOFF_MAX, BACKOFF_BASE * 2.0 ** (crashes - 2)))
+
+
+def _kill(child: _Child, signum: int) -> None:
+    try:
+        os.kill(child.proc.pid, signum)
+    except ProcessLookupError:
+        pass  # it ended meanwhile: reaped next
