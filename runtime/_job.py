@@ -810,7 +810,9 @@ class Job:
             from ._tasks import Scheduler
 
             scheduler = self._scheduler = Scheduler(self)
-            scheduler.restore(tasks, build_resume_chain, header["created_at"], header["seq"])
+            scheduler.restore(
+                tasks, build_resume_chain, header["created_at"], header["seq"], frames
+            )
             if not frames:  # main had returned: it is not run again
                 return _main_done
             return build_resume_chain(frames, scheduler.main_deliverer())

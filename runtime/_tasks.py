@@ -373,6 +373,7 @@ class Scheduler:
         build: Callable[[list[FrameRecord], Callable[[], object]], Callable[[], object]],
         created_at: float,
         seq: int,
+        main_frames: list[FrameRecord],
     ) -> None:
         """Rebuild the scheduler a snapshot saved: each task's resume chain (built by
         `build`, delivering that task's pending value), statuses, results, waits."""
@@ -392,8 +393,13 @@ class Scheduler:
                 state.wait = _waits.Wait.from_dict(data["wait"])
             if data.get("join") is not None:
                 state.join = (tuple(data["join"]), bool(data.get("single")))
+            state.frames = list(data["frames"] or []) if state.id != MAIN else list(main_frames)
             if state.id != MAIN and state.status not in ("done", "failed"):
-                state.start = (build(data["frames"], self._deliverer(state)), (), {})
+                # No frame of the agent's: the task's function is a wait itself, e.g.
+                # spawn(snapstate.sleep, 5): the delivered value is its result.
+                deliver = self._deliverer(state)
+                chain = build(data["frames"], deliver) if data["frames"] else deliver
+                state.start = (chain, (), {})
             self.tasks[state.id] = state
 
     def _deliverer(self, state: _TaskState) -> Callable[[], object]:
@@ -485,30 +491,46 @@ class Scheduler:
             if any(s.status == "wait" for s in self.tasks.values()):
                 self._poll_waits()
                 continue
-            live = [s for s in self.tasks.values() if s.status not in ("done", "failed")]
-            if live:  # only joins left: they wait for each other
-                for state in live:
+            stuck = self._cycle()
+            if stuck:  # only joins left: they wait for each other
+                for state in stuck:
                     names = ", ".join(state.join[0]) if state.join else "?"
-                    state.deliver = (
-                        "throw",
-                        RuntimeError(
-                            f"task {state.id} waits for task(s) {names}, which wait for it "
-                            "in turn (a cycle of gather()/result()): it can never go on"
-                        ),
+                    error = RuntimeError(
+                        f"task {state.id} waits for task(s) {names}, which wait for it in "
+                        "turn (a cycle of gather()/result()): it can never go on"
                     )
-                    state.status = "runnable"
-                    state.join = None
-                    self.runnable.append(state)
+                    self._resume(state, "throw", error)
                 continue
             return self._finished()
+
+    def _cycle(self) -> list[_TaskState]:
+        """The joining tasks that wait (through others) for themselves."""
+        edges = {
+            s.id: [i for i in s.join[0] if self.tasks[i].status not in ("done", "failed")]
+            for s in self.tasks.values()
+            if s.status == "join" and s.join is not None
+        }
+
+        def reaches(start: str) -> bool:
+            seen, todo = set(), list(edges.get(start, []))
+            while todo:
+                node = todo.pop()
+                if node == start:
+                    return True
+                if node not in seen:
+                    seen.add(node)
+                    todo.extend(edges.get(node, []))
+            return False
+
+        return [self.tasks[i] for i in edges if reaches(i)]
 
     def _finished(self) -> Any:
         for state in self.tasks.values():
             if state.id != MAIN and state.status == "failed" and not state.collected:
                 err = state.error
                 self.job.say(
-                    f"snapstate: task {state.id} of job {self.job.job_id} raised "
-                    f"{type(err).__name__}: {err} and nobody collected it (gather() or "
+                    f"task {state.id} of job {self.job.job_id} raised "
+                    f"{type(err).__name__}: {err} (nobody collected it with gather() or "
                     "result())"
                 )
         main = self.tasks[MAIN]
@@ -520,6 +542,7 @@ class Scheduler:
     def _switch(self, state: _TaskState) -> object:
         assert state.glet is not None
         self.dirty = True
+        state.frames = []  # it runs: its records no longer describe it
         state.status = "running"
         try:
             if state.start is not None:
@@ -715,7 +738,10 @@ class Scheduler:
                         f"task {state.id} is {state.status}, not paused at a switch point"
                     )
                 assert state.glet is not None
-                frames = capture_task(state.id, state.glet, state.handled)
+                if state.start is not None:  # restored, not run since: as it was saved
+                    frames = state.frames
+                else:
+                    frames = capture_task(state.id, state.glet, state.handled)
             if state.id == MAIN:
                 main_frames = frames
             saved.append(
