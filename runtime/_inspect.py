@@ -75,9 +75,7 @@ def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, An
         for task, task_metas, task_frames in others:
             records = saved.get(str(task.get("id")), {}).get("frames") or []
             for out, meta, record in zip(task_frames, task_metas, records):
-                out["locals"] = _locals(
-                    meta.get("locals"), _inert.attributes(record).get("slots")
-                )
+                out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
         report["globals"] = {
             str(module): {
                 str(k): _inert.render(v) for k, v in values.items() if not _inert.is_code_object(v)
@@ -96,9 +94,9 @@ def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, An
 
 
 def _metas(frames: object) -> list[dict[str, Any]]:
-    return [f if isinstance(f, dict) else {} for f in frames or []] if isinstance(
-        frames, list
-    ) else []
+    return (
+        [f if isinstance(f, dict) else {} for f in frames or []] if isinstance(frames, list) else []
+    )
 
 
 def _frames(metas: list[dict[str, Any]]) -> list[dict[str, Any]]:

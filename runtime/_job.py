@@ -506,6 +506,7 @@ class Job:
                         self.replay_stop = f"the job waits at {wait.site} ({outcome.reason})"
                         return None
                     self._hibernate(wait, outcome, self.seq)  # at its latest snapshot
+                    raise AssertionError("not reached: _hibernate raises")
                 self._ready = outcome
             # The hub runs the main task (and the tasks it spawns) until the job ends:
             # snapshots and waits of a job without tasks are handled exactly as before.
@@ -548,7 +549,8 @@ class Job:
         except (SnapshotWriteError, StaleWriter, StoreFailure) as exc:
             # Fatal for this run: the agent stays paused and is never resumed here.
             self._hub_error = exc
-            _PARKED_AGENTS.append(agent)
+            if agent is not None:
+                _PARKED_AGENTS.append(agent)
             raise
         self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
@@ -714,7 +716,9 @@ class Job:
                     "id": t["id"],
                     "parent": t["parent"],
                     "status": t["status"],
-                    "frames": header["frames"] if t["id"] == "main" else _frame_headers(t["frames"]),
+                    "frames": header["frames"]
+                    if t["id"] == "main"
+                    else _frame_headers(t["frames"]),
                 }
                 for t in tasks
             ]

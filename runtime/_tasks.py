@@ -220,7 +220,9 @@ def gather(*tasks: Task) -> list[Any]:
     tasks go on running, their results stay available through result()."""
     for task in tasks:
         if not isinstance(task, Task):
-            raise TypeError(f"gather() takes Task objects (from spawn()), not {type(task).__name__}")
+            raise TypeError(
+                f"gather() takes Task objects (from spawn()), not {type(task).__name__}"
+            )
     if _context.active_job() is None:
         return [_plain_outcome(task) for task in tasks]
     return _join_point(tuple(task.id for task in tasks), False)  # type: ignore[no-any-return]
@@ -407,6 +409,7 @@ class Scheduler:
             kind, value = state.deliver or ("value", None)
             state.deliver = None
             if kind == "throw":
+                assert isinstance(value, BaseException)
                 raise value
             return value
 
@@ -416,7 +419,9 @@ class Scheduler:
         return self._deliverer(self.tasks[MAIN])
 
     # ---------------------------------------------------------------- running
-    def run(self, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, Any]) -> Any:
+    def run(
+        self, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, Any]
+    ) -> Any:
         job = self.job
         hub = job._hub
         assert job._agent is not None and hub is not None  # set by Job._loop
@@ -429,14 +434,17 @@ class Scheduler:
         try:
             return self._drive()
         except _Stopped as stopped:
-            self._park()
-            if stopped.stop.error is not None:
-                raise stopped.stop.error from None
-            job.replay_stop = stopped.stop.reason
-            return None
+            stop = stopped.stop
         except BaseException:
             self._park()
             raise
+        # Stopped here (parked, fenced, the store failed, a replay's end): every task
+        # stays paused, none of their code runs after it.
+        self._park()
+        if stop.error is not None:
+            raise stop.error
+        job.replay_stop = stop.reason
+        return None
 
     def _resume_restored(
         self, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, Any]
@@ -551,6 +559,7 @@ class Scheduler:
             kind, value = state.deliver or ("value", None)
             state.deliver = None
             if kind == "throw":
+                assert isinstance(value, BaseException)
                 return state.glet.throw(value)
             return state.glet.switch(value)
         except BaseException as exc:
@@ -673,9 +682,7 @@ class Scheduler:
         state, outcome = min(timed, key=lambda p: p[1].due or 0.0) if timed else pending[0]
         assert state.wait is not None
         if job.ledger.replay:
-            raise _Stopped(
-                _Stop(None, f"the job waits at {state.wait.site} ({outcome.reason})")
-            )
+            raise _Stopped(_Stop(None, f"the job waits at {state.wait.site} ({outcome.reason})"))
         seq = job.seq
         if self.dirty:
             label = f"waiting: {outcome.reason}"
@@ -724,7 +731,8 @@ class Scheduler:
             self._resume(state, "value", SnapshotInfo(False, 0.0, seq, state.label))
 
     def capture(
-        self, capture_task: Callable[[str, greenlet.greenlet, BaseException | None], list[FrameRecord]]
+        self,
+        capture_task: Callable[[str, greenlet.greenlet, BaseException | None], list[FrameRecord]],
     ) -> tuple[list[FrameRecord], list[dict[str, Any]]]:
         """main's frames and every task's saved state (frames of the others)."""
         main_frames: list[FrameRecord] = []
@@ -770,11 +778,11 @@ class Scheduler:
         calls in flight finish on their threads (their rows stay as recorded)."""
         for state in self.tasks.values():
             if state.glet is not None and not state.glet.dead:
-                _PARKED_AGENTS.append(state.glet)
+                if not any(g is state.glet for g in _PARKED_AGENTS):
+                    _PARKED_AGENTS.append(state.glet)
         self.runnable.clear()
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
-

@@ -53,10 +53,10 @@ from snapstate.runtime._effects import random as random
 from snapstate.runtime._effects import uuid4 as uuid4
 from snapstate.runtime._job import SnapshotInfo as SnapshotInfo
 from snapstate.runtime._job import snapshot as snapshot
-from snapstate.runtime._timers import sleep as sleep
 from snapstate.runtime._tasks import Task as Task
 from snapstate.runtime._tasks import gather as gather
 from snapstate.runtime._tasks import spawn as spawn
+from snapstate.runtime._timers import sleep as sleep
 from snapstate.runtime._timers import sleep_until as sleep_until
 
 __all__ = [

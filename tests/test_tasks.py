@@ -169,7 +169,10 @@ def test_a_cycle_of_joins_is_an_error_in_the_tasks_of_the_cycle(tmp_path, monkey
     RuntimeError at its gather()/result(), the others (main) see it through them."""
     home, job = _job(tmp_path, monkeypatch, "cycle")
     job.say = lambda message: None
-    assert job.run() == "cycle: task 1 waits for task(s) 2, which wait for it in turn (a cycle of gather()/result())"
+    assert (
+        job.run()
+        == "cycle: task 1 waits for task(s) 2, which wait for it in turn (a cycle of gather()/result())"
+    )
     home.close()
 
 
@@ -196,7 +199,9 @@ def test_threads_and_raw_greenlets_of_a_task_are_refused(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------ subprocesses
 def _uninterrupted(tmp_path, provider, name="full", **env):
     store = tmp_path / name
-    run = snaprun("run", "--store", store, "--job", "j", ORDERS, cwd=tmp_path, env=_env(provider, **env))
+    run = snaprun(
+        "run", "--store", store, "--job", "j", ORDERS, cwd=tmp_path, env=_env(provider, **env)
+    )
     assert run.returncode == 0, run.stderr
     return store, run
 
@@ -279,12 +284,20 @@ def test_sigkill_mid_flight_then_resume_matches_an_uninterrupted_run(
         _, full = _uninterrupted(tmp_path, clean, "clean")
     store = tmp_path / "s"
     killed = snaprun(
-        "run", "--store", store, "--job", "j", ORDERS, cwd=tmp_path, fault=fault,
+        "run",
+        "--store",
+        store,
+        "--job",
+        "j",
+        ORDERS,
+        cwd=tmp_path,
+        fault=fault,
         env=_env(provider),
     )
     assert killed.returncode == -9, (killed.returncode, killed.stderr)
     confirmed = {
-        IDENTITIES[k] for k, v in _by_identity(store, "j").items()
+        IDENTITIES[k]
+        for k, v in _by_identity(store, "j").items()
         if v[0] == "order" and v[2] == "confirmed"
     }
     resumed = snaprun("resume", "--store", store, "j", cwd=tmp_path, env=_env(provider))
@@ -310,7 +323,7 @@ def test_a_task_sleeps_while_the_others_work(tmp_path, provider):
     assert dict(provider.deliveries) == dict.fromkeys(ACTIONS, 1)
 
 
-WAITS = '''
+WAITS = """
 import snapstate
 from snapstate import effect, gather, spawn
 
@@ -328,7 +341,7 @@ def main():
     results = gather(*tasks)
     print("woke", results, flush=True)
     return results
-'''
+"""
 
 
 def test_all_tasks_waiting_long_hibernate_and_resume_later(tmp_path):

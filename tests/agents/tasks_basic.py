@@ -9,7 +9,6 @@ import snapstate
 from snapstate import SnapstateError, effect, gather, snapshot, spawn
 
 
-
 @effect(kind="read")
 def double(x):
     return 2 * x

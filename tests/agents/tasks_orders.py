@@ -15,7 +15,9 @@ import snapstate
 from snapstate import effect, gather, snapshot, spawn
 
 URL = os.environ.get("PROVIDER_URL", "")
-DELAYS = json.loads(os.environ.get("TASK_DELAYS", '{"a": [0.3, 0.1], "b": [0.1, 0.3], "c": [0.2, 0.2]}'))
+DELAYS = json.loads(
+    os.environ.get("TASK_DELAYS", '{"a": [0.3, 0.1], "b": [0.1, 0.3], "c": [0.2, 0.2]}')
+)
 
 
 @effect(idempotency="key", timeout_param="timeout")
