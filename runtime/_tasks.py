@@ -474,9 +474,7 @@ class Scheduler:
         for state in states:  # a join already satisfied (not expected at a snapshot)
             if state.status == "join":
                 self._check_join(state)
-        restored = self._restored or []
-        order = {str(d["id"]): d.get("freeze_order", 0) for d in restored}
-        for state in sorted(queue, key=lambda s: order.get(s.id, 0)):
+        for state in queue:  # in task order, as after a snapshot taken live
             state.status = "runnable"
             self.runnable.append(state)
 
@@ -713,7 +711,11 @@ class Scheduler:
         return seq
 
     def _freeze_all(self) -> None:
-        freezers, self.freezers = self.freezers, []
+        # One snapshot for every task that asked: labelled by the first task in task
+        # order (not by who asked first, which depends on when calls completed), the
+        # tasks resumed in task order, as a restore resumes them.
+        freezers = sorted(self.freezers, key=lambda s: s.index)
+        self.freezers = []
         first = freezers[0]
         try:
             if self.inflight:
@@ -737,7 +739,6 @@ class Scheduler:
         """main's frames and every task's saved state (frames of the others)."""
         main_frames: list[FrameRecord] = []
         saved: list[dict[str, Any]] = []
-        order = {s.id: i for i, s in enumerate(self.freezers)}
         for state in sorted(self.tasks.values(), key=lambda s: s.index):
             frames: list[FrameRecord] = []
             if state.status not in ("done", "failed"):
@@ -768,7 +769,6 @@ class Scheduler:
                     "result": state.result,
                     "error": state.error,
                     "collected": state.collected,
-                    "freeze_order": order.get(state.id, 0),
                 }
             )
         return main_frames, saved

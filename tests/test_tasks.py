@@ -187,6 +187,37 @@ def test_a_task_paused_in_c_code_refuses_the_snapshot_naming_it(tmp_path, monkey
     home.close()
 
 
+def test_tasks_run_on_after_main_returned_and_restore_so(tmp_path, monkeypatch):
+    """main returns while its task sleeps: the job runs the task to its end (it
+    snapshots with main finished); restoring that snapshot runs only the task, and the
+    job's result is still main's."""
+    home, job = _job(tmp_path, monkeypatch, "orphan")
+    assert job.run() == "main returned"
+    header, _ = home.read_row(home.catalog.snapshot("j", 1))
+    assert header["frames"] == [] and [t["status"] for t in header["tasks"]] == [
+        "done",
+        "snapshot",
+    ]
+    home.catalog.set_status("j", "interrupted")
+    module = __import__("tasks_basic")
+    module.SEEN.clear()
+    assert Job.open(home, "j").resume(at=1) == "main returned"
+    assert module.SEEN == [True]  # the task resumed at its snapshot(), in its own list
+    home.close()
+
+
+def test_a_snapshot_waits_for_busy_tasks_only_so_long(tmp_path, monkeypatch):
+    """A task that keeps starting effects while main's snapshot waits for the calls in
+    flight: after 100 of them the snapshot is refused (SnapshotError at main's call,
+    nothing written) and the job goes on."""
+    home, job = _job(tmp_path, monkeypatch, "busy")
+    message, last = job.run()
+    assert "kept starting effects" in message and "tasks 1" in message, message
+    assert last == 298
+    assert home.catalog.snapshots("j") == []
+    home.close()
+
+
 def test_threads_and_raw_greenlets_of_a_task_are_refused(tmp_path, monkeypatch):
     """An effect from a thread a task started, a snapshot() from a raw greenlet: both
     refused (EffectOutsideJob, SnapshotError), nothing sent or written."""
@@ -222,7 +253,8 @@ def test_effects_of_three_tasks_overlap_in_time(tmp_path, provider):
         "task 3 ['c-0:1', 'c-1:11']",
         "all done 7",
     ]
-    # snapshot() in main and in every task: merged into one snapshot per round
+    # snapshot() in main and in every task: merged into one snapshot per round, labelled
+    # by the first task in task order that asked
     assert [s["label"] for s in _snapshots(store)] == ["spawned", "a-1", "gathered"]
 
 

@@ -109,7 +109,28 @@ def main():
         return [message, gather(stuck, blocker)]
     if MODE == "refuse-outside":
         return gather(spawn(in_a_thread), spawn(in_a_greenlet))
+    if MODE == "orphan":  # main returns first; its task snapshots after that
+        spawn(late, SEEN)
+        return "main returned"
+    if MODE == "busy":  # a task keeps starting effects while main's snapshot waits
+        busy = spawn(lambda: [double(i) for i in range(150)][-1])
+        try:
+            snapshot("while a task is busy")
+            message = "taken"
+        except SnapstateError as exc:
+            message = str(exc)
+        return [message, busy.result()]
     raise SystemExit(f"unknown TASK_MODE {MODE}")
+
+
+SEEN = []
+
+
+def late(seen):
+    snapstate.sleep(0.1)
+    info = snapshot("after main returned")
+    seen.append(info.resumed)
+    return double(21)
 
 
 if __name__ == "__main__":
