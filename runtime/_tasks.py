@@ -42,7 +42,12 @@ Effects run concurrently only in a job that has spawned a task (a job without ta
 calls them inline, as before): the dispatch is recorded in the task's greenlet, the
 call runs on a bounded thread pool (SNAPSTATE_EFFECT_THREADS, default 8), the outcome is
 recorded back in the task's greenlet. An effect function therefore runs on a pool
-thread: it must not call snapstate (effects, snapshot(), now()) itself.
+thread: it must not call snapstate (effects, snapshot(), now()) itself. A Retry's backoff
+still sleeps in the task's greenlet, holding the hub (the other calls in flight go on).
+
+`snaprun fork` copies the main task's rows up to the fork point; the rows of spawned
+tasks (ordinals from TASK_ORDINAL_BASE) are not copied: the fork's tasks, restored past
+them, never look them up again, and their new actions get the fork's own keys.
 
 When main returns, the job runs its other tasks to their end before it is done; an
 error of a task nobody collected is reported on stderr. When main raises, the run
