@@ -187,6 +187,24 @@ def test_a_task_paused_in_c_code_refuses_the_snapshot_naming_it(tmp_path, monkey
     home.close()
 
 
+def test_tasks_paused_in_result_gather_and_sleep_restore(tmp_path, monkeypatch):
+    """A snapshot with tasks paused in result(), in gather() as the task's own function
+    (no frame of the agent's) and in sleep(): each restores at its point."""
+    home, job = _job(tmp_path, monkeypatch, "joins")
+    expected = [["slept", ["slept"], None]]
+    assert job.run() == [False, *expected]
+    header, _ = home.read_row(home.catalog.snapshot("j", 1))
+    assert [(t["id"], t["status"], len(t["frames"])) for t in header["tasks"][1:]] == [
+        ("1", "wait", 1),
+        ("2", "join", 1),
+        ("3", "join", 0),
+        ("4", "wait", 0),
+    ]
+    home.catalog.set_status("j", "interrupted")
+    assert Job.open(home, "j").resume(at=1) == [True, *expected]
+    home.close()
+
+
 def test_tasks_run_on_after_main_returned_and_restore_so(tmp_path, monkeypatch):
     """main returns while its task sleeps: the job runs the task to its end (it
     snapshots with main finished); restoring that snapshot runs only the task, and the

@@ -120,7 +120,19 @@ def main():
         except SnapstateError as exc:
             message = str(exc)
         return [message, busy.result()]
+    if MODE == "joins":  # tasks paused in result(), in gather() and in sleep() itself
+        s = spawn(sleeper)
+        w = spawn(waits_for, s)
+        g = spawn(gather, s)  # a task whose function is a switch point itself
+        z = spawn(snapstate.sleep, 0.2)
+        info = snapshot("mid")
+        return [info.resumed, gather(w, g, z)]
     raise SystemExit(f"unknown TASK_MODE {MODE}")
+
+
+def sleeper():
+    snapstate.sleep(0.3)
+    return "slept"
 
 
 SEEN = []
