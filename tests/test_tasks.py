@@ -205,6 +205,20 @@ def test_tasks_paused_in_result_gather_and_sleep_restore(tmp_path, monkeypatch):
     home.close()
 
 
+def test_effect_time_left_answers_on_the_pool_threads(tmp_path, monkeypatch):
+    """In a job with tasks, effect calls (of main too) run on the pool's threads, where
+    effect_time_left() gives the time left before the lease deadline of that call;
+    outside an effect it is None."""
+    home, job = _job(tmp_path, monkeypatch, "time-left")
+    in_task, in_main, outside = job.run()
+    assert job.lease is not None
+    for thread, left in (in_task, in_main):
+        assert thread.startswith("snapstate-effect")
+        assert 0 < left <= job.lease.ttl
+    assert outside is None
+    home.close()
+
+
 def test_tasks_run_on_after_main_returned_and_restore_so(tmp_path, monkeypatch):
     """main returns while its task sleeps: the job runs the task to its end (it
     snapshots with main finished); restoring that snapshot runs only the task, and the

@@ -127,7 +127,15 @@ def main():
         z = spawn(snapstate.sleep, 0.2)
         info = snapshot("mid")
         return [info.resumed, gather(w, g, z)]
+    if MODE == "time-left":  # effect_time_left() inside calls run on the pool
+        task = spawn(time_left)
+        return [task.result(), time_left(), snapstate.effect_time_left()]
     raise SystemExit(f"unknown TASK_MODE {MODE}")
+
+
+@effect(kind="read")
+def time_left():
+    return [threading.current_thread().name, snapstate.effect_time_left()]
 
 
 def sleeper():
