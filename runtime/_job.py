@@ -514,6 +514,7 @@ class Job:
         finally:
             _context.set_active_job(outer)
             scheduler.close()
+            self._scheduler = None  # a later run (a replay) starts or restores its own
 
     def _take_snapshot(self, request: _FreezeRequest) -> object:
         """Freeze, write and commit; returns what the agent sends the hub next."""
