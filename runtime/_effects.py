@@ -825,6 +825,7 @@ class Ledger:
         else:  # a spawned task's n-th action: looked up by its key
             task.effects += 1
             key = self.task_key(f"{task.id}#{task.effects}")
+            call_site = f"{call_site} (task {task.id}#{task.effects})"  # `snaprun effects`
             row = self.catalog.effect_by_key(self.job.job_id, key)
             if row is None:
                 row = next((r for r in self.pending if r.key == key), None)
@@ -896,6 +897,7 @@ class Ledger:
             point = f"{task.id}#{task.effects}"
             key = self.identity_key(0, explicit) if explicit is not None else self.task_key(point)
             self._labels[key] = point
+            call_site = f"{call_site} (task {point})"  # shown by `snaprun effects`
             ordinal = 0  # allocated when the row is first recorded
         self._bind_agent_modules()
         digest = args_digest(spec.name, args, kwargs)

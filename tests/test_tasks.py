@@ -288,6 +288,10 @@ def test_effects_of_three_tasks_overlap_in_time(tmp_path, provider):
     # snapshot() in main and in every task: merged into one snapshot per round, labelled
     # by the first task in task order that asked
     assert [s["label"] for s in _snapshots(store)] == ["spawned", "a-1", "gathered"]
+    # `snaprun effects` names each row's task and count in its call site
+    shown = {e["args"].split(",")[0].strip("'"): e["call_site"] for e in _effects(store, "j")}
+    for identity, action in IDENTITIES.items():
+        assert shown[action].endswith(f"tasks_orders.py:47 (task {identity})"), shown
 
 
 def _snapshots(store: Path) -> list[dict]:
