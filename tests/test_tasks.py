@@ -483,3 +483,71 @@ def test_effect_threads_is_validated(tmp_path, monkeypatch):
     with pytest.raises(snapstate.SnapstateError, match="SNAPSTATE_EFFECT_THREADS='lots'"):
         job.run()
     home.close()
+
+
+PLAIN = """
+import json, os, urllib.request
+from snapstate import effect, gather, spawn
+
+@effect
+def place(action):
+    request = urllib.request.Request(
+        os.environ["PROVIDER_URL"] + "/plain",
+        data=json.dumps({"action": action, "amount": 1, "delay": 0.2}).encode(),
+        method="POST", headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+def task(action):
+    return place(action)["action"]
+
+def main():
+    return gather(*[spawn(task, a) for a in ("p", "q", "r")])
+"""
+
+
+def test_an_ambiguous_effect_of_a_task_parks_the_job_until_reconciled(tmp_path, provider):
+    """A provider with neither keys nor lookup; SIGKILL after task 2's call was sent: on
+    resume the job parks (exit 4) at the first effect whose outcome is unknown, named by
+    its catalog ordinal; reconciled as the provider says (committed with its result, or
+    not committed), it finishes with each action delivered exactly once."""
+    agent = tmp_path / "plain_tasks.py"
+    agent.write_text(PLAIN)
+    store = tmp_path / "s"
+    env = _env(provider)
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "p",
+        agent,
+        cwd=tmp_path,
+        fault="effect-after-send:2#1",
+        env=env,
+    )
+    assert killed.returncode == -9
+    parks = 0
+    for _ in range(5):
+        run = snaprun("resume", "--store", store, "p", cwd=tmp_path, env=env)
+        if run.returncode == 0:
+            break
+        assert run.returncode == 4, run.stderr
+        assert "Traceback" not in run.stderr
+        parks += 1
+        (row,) = [e for e in _effects(store, "p") if e["state"] == "ambiguous"]
+        assert row["effect"] >= TASK_ORDINAL_BASE and "(task " in row["call_site"]
+        action = row["args"].strip("'")
+        if provider.deliveries[action]:
+            decision = ["--committed", "--result", json.dumps({"action": action})]
+        else:
+            decision = ["--not-committed"]
+        settled = snaprun(
+            "reconcile", "--store", store, "p", str(row["effect"]), *decision, cwd=tmp_path
+        )
+        assert settled.returncode == 0, settled.stderr
+    assert run.returncode == 0, run.stderr
+    assert parks >= 1  # task 2's call at least was in flight when the process died
+    assert run.result == "['p', 'q', 'r']"
+    assert dict(provider.deliveries) == {"p": 1, "q": 1, "r": 1}
