@@ -335,6 +335,8 @@ class _Spec(Generic[R]):
     retry: Retry | None
     timeout_param: str | None = None
     fencing_token: bool = False
+    requires: str | None = None  # the name of the approval it needs (runtime/_approvals.py)
+    within: Callable[..., object] | None = None  # within(scope, **arguments) -> bool
 
     @property
     def recovery(self) -> Recovery:
@@ -353,6 +355,8 @@ def _spec(
     retry: Retry | None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> _Spec[R]:
     if idempotency not in (None, "key"):
         raise ValueError('idempotency must be None or "key"')
@@ -364,9 +368,24 @@ def _spec(
         raise ValueError('timeout_param must be the name of a keyword parameter, e.g. "timeout"')
     if not isinstance(fencing_token, bool):
         raise ValueError("fencing_token must be True or False")
+    if requires is not None and not (isinstance(requires, str) and requires.strip()):
+        raise ValueError('requires must name an approval, e.g. requires="purchase"')
+    if within is not None and (requires is None or not callable(within)):
+        raise ValueError(
+            'within= is a predicate within(scope, **arguments) and goes with requires="name"'
+        )
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
     return _Spec(
-        fn, name, idempotency, lookup, EffectKind(kind), retry, timeout_param, fencing_token
+        fn,
+        name,
+        idempotency,
+        lookup,
+        EffectKind(kind),
+        retry,
+        timeout_param,
+        fencing_token,
+        requires=requires,
+        within=within,
     )
 
 
@@ -386,6 +405,8 @@ def effect(
     retry: Retry | None = None,
     timeout_param: None = None,
     fencing_token: Literal[False] = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 @overload
 def effect(
@@ -397,6 +418,8 @@ def effect(
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
 def effect(
     fn: Callable[P, R] | None = None,
@@ -407,6 +430,8 @@ def effect(
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Declare an outbound call: recorded in the ledger, dispatched at most once.
 
@@ -419,11 +444,24 @@ def effect(
     within. fencing_token=True: the function (and its lookup) receives
     fencing_token=<int>, the runner's lease epoch (None in plain Python), which grows
     with every takeover: a provider that keeps the highest token seen per key can
-    refuse a stale runner's late request.
+    refuse a stale runner's late request. requires="purchase": sent only while the job
+    holds a granted, unexpired approval of that name (request_approval()), and, with
+    within=fn, only when fn(scope, **arguments) is true for the scope recorded when it
+    was granted; otherwise ApprovalScopeError, and nothing is recorded or sent.
     """
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
-        spec = _spec(function, idempotency, lookup, kind, retry, timeout_param, fencing_token)
+        spec = _spec(
+            function,
+            idempotency,
+            lookup,
+            kind,
+            retry,
+            timeout_param,
+            fencing_token,
+            requires,
+            within,
+        )
 
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -541,6 +579,22 @@ def call_effect(  # type: ignore[overload-cannot-match]
     fencing_token: bool,
     **kwargs: Any,
 ) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    requires: str,
+    within: Callable[..., object] | None = None,
+    **kwargs: Any,
+) -> R: ...
 def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key`, ...)
     fn: Callable[..., R],
     /,
@@ -552,14 +606,17 @@ def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
     **kwargs: Any,
 ) -> R:
     """Run fn(*args, **kwargs) as an effect, for functions you do not own. `key` names
     the logical action explicitly (its idempotency key derives from it); e.g.
     call_effect(requests.post, url, json=body, timeout_param="timeout")."""
-    return _call(
-        _spec(fn, idempotency, lookup, kind, retry, timeout_param, fencing_token), args, kwargs, key
+    spec = _spec(
+        fn, idempotency, lookup, kind, retry, timeout_param, fencing_token, requires, within
     )
+    return _call(spec, args, kwargs, key)
 
 
 # Catalog ordinals of the rows of spawned tasks (runtime/_tasks.py) start here: a main
@@ -650,6 +707,10 @@ def _call(
     explicit_key: str | None,
 ) -> R:
     job = _current_job()
+    if spec.requires is not None:  # before anything is recorded or sent
+        from ._approvals import check_scope
+
+        check_scope(spec.name, spec.fn, spec.requires, spec.within, job, args, kwargs, explicit_key)
     if job is None:  # plain Python: no ledger
         return _invoke(spec, args, kwargs, f"adhoc-{_uuid.uuid4().hex}")
     try:
@@ -763,6 +824,7 @@ class Ledger:
         # last catalog ordinal allocated to their rows.
         self._labels: dict[str, str] = {}
         self._task_next: int | None = None
+        self._last: dict[str, int] = {}  # task id -> catalog ordinal of its latest row
 
     @property
     def catalog(self) -> Store:
@@ -808,6 +870,31 @@ class Ledger:
         self._task_next += 1
         return self._task_next
 
+    def last_ordinal(self) -> int:
+        """The catalog ordinal of the calling task's latest value or effect row (in main,
+        the job's counter): stable when the code is re-executed (runtime/_approvals.py
+        names an approval by it)."""
+        task = self._spawned()
+        return self.ordinal if task is None else self._last.get(task.id, 0)
+
+    def next_row(self, explicit: str | None) -> EffectRow | None:
+        """The row the calling task's next effect call will find (by its explicit key,
+        else by its identity), if the ledger holds it."""
+        task = self._spawned()
+        if task is None:
+            ordinal = self.ordinal + 1
+            if explicit is not None:
+                return self.catalog.effect_by_key(
+                    self.job.job_id, self.identity_key(ordinal, explicit)
+                )
+            return self.catalog.effect(self.job.job_id, ordinal)
+        key = (
+            self.identity_key(0, explicit)
+            if explicit is not None
+            else self.task_key(f"{task.id}#{task.effects + 1}")
+        )
+        return self.catalog.effect_by_key(self.job.job_id, key)
+
     def _point(self, row: EffectRow) -> int | str:
         """How fault points name an effect: its ordinal, or "<task>#<n>" in a task."""
         return self._labels.get(row.key, row.ordinal)
@@ -830,6 +917,8 @@ class Ledger:
             if row is None:
                 row = next((r for r in self.pending if r.key == key), None)
             ordinal = row.ordinal if row is not None else 0
+        if task is not None:
+            self._last[task.id] = ordinal  # 0 until allocated below
         if row is not None:
             self._check(row, f"snapstate.{kind}", "", "", call_site)
             assert row.result is not None, "a value row always holds its sealed value"
@@ -842,7 +931,7 @@ class Ledger:
         value = produce()
         t = time.time()
         if task is not None:
-            ordinal = self._task_ordinal()
+            ordinal = self._last[task.id] = self._task_ordinal()
         self.pending.append(
             EffectRow(
                 job_id=self.job.job_id,
@@ -905,6 +994,8 @@ class Ledger:
         # An explicit key names one logical action wherever it is called from.
         if task is not None:
             row = self.catalog.effect_by_key(self.job.job_id, key)
+            if row is not None:
+                self._last[task.id] = row.ordinal
         else:
             row = (
                 self.catalog.effect_by_key(self.job.job_id, key) if explicit is not None else None
@@ -917,7 +1008,7 @@ class Ledger:
                 f"the recorded history ends before effect {point} ({spec.name} at {call_site})"
             )
         if task is not None:
-            ordinal = self._task_ordinal()
+            ordinal = self._last[task.id] = self._task_ordinal()
         t = time.time()
         row = EffectRow(
             job_id=self.job.job_id,

@@ -28,6 +28,8 @@ PUBLIC = [
     "effect_time_left",
     "sleep",
     "sleep_until",
+    "request_approval",
+    "Approval",
     "spawn",
     "gather",
     "Task",
@@ -63,6 +65,10 @@ PUBLIC = [
     "InvalidJobId",
     "StoreDamaged",
     "JobFinished",
+    "ApprovalError",
+    "ApprovalRejected",
+    "ApprovalExpired",
+    "ApprovalScopeError",
 ]
 
 
