@@ -551,3 +551,43 @@ def test_an_ambiguous_effect_of_a_task_parks_the_job_until_reconciled(tmp_path, 
     assert parks >= 1  # task 2's call at least was in flight when the process died
     assert run.result == "['p', 'q', 'r']"
     assert dict(provider.deliveries) == {"p": 1, "q": 1, "r": 1}
+
+
+APPROVALS = """
+from snapstate import effect, gather, request_approval, spawn
+
+@effect(kind="read", requires="buy", within=lambda scope, amount, **_: amount <= scope["max"])
+def buy(amount):
+    return f"bought {amount}"
+
+def task(name, limit):
+    grant = request_approval("buy", {"max": limit, "who": name})
+    return [grant.scope["who"], buy(limit)]
+
+def main():
+    return gather(spawn(task, "x", 5), spawn(task, "y", 7))
+"""
+
+
+def test_approvals_requested_by_two_tasks_are_two_approvals(tmp_path):
+    """Two tasks each request an approval: two distinct pending approvals (ids from each
+    task's own recorded request time), the job hibernates; each grant lets its task's
+    effect (requires=, within=) through; the job finishes with both results."""
+    agent = tmp_path / "approvals_tasks.py"
+    agent.write_text(APPROVALS)
+    store = tmp_path / "s"
+    first = snaprun("run", "--store", store, "--job", "ap", agent, cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    listed = snaprun("approvals", "--store", store, "--json", cwd=tmp_path)
+    pending = json.loads(listed.stdout)
+    assert len(pending) == 2, pending
+    ids = [a.get("id") or a.get("approval_id") for a in pending]
+    assert len(set(ids)) == 2, pending
+    for approval_id in ids:
+        decided = snaprun(
+            "approve", "--store", store, "ap", approval_id, "--by", "me", cwd=tmp_path
+        )
+        assert decided.returncode == 0, decided.stderr
+    done = snaprun("resume", "--store", store, "ap", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.result == "[['x', 'bought 5'], ['y', 'bought 7']]"
