@@ -52,9 +52,10 @@ them, never look them up again, and their new actions get the fork's own keys.
 When main returns, the job runs its other tasks to their end before it is done; an
 error of a task nobody collected is reported on stderr. When main raises, the run
 ends with its error at once (other tasks stay where they are; calls in flight finish,
-their rows stay dispatched, as after a crash). gather() raises the first error in
-argument order among the tasks (as asyncio.gather does by default: the other tasks go
-on running); it returns the results in argument order.
+their rows stay dispatched, as after a crash). gather() returns the results in argument
+order; it waits for every task to end, then raises the error of the first failed task
+in argument order: deterministic, where asyncio.gather (by default) raises the first
+error to occur; as there, no task is cancelled.
 """
 
 from __future__ import annotations
@@ -220,9 +221,10 @@ def spawn(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Task:
 
 @wait_api
 def gather(*tasks: Task) -> list[Any]:
-    """Wait for every task; returns their results in argument order. The first error
-    in argument order among them is raised (asyncio.gather's default): the other
-    tasks go on running, their results stay available through result()."""
+    """Wait for every task; returns their results in argument order. If any failed,
+    raises the error of the first failed task in argument order once all have ended
+    (asyncio.gather raises the first to occur; this order does not depend on timing).
+    No task is cancelled; each result stays available through result()."""
     for task in tasks:
         if not isinstance(task, Task):
             raise TypeError(
