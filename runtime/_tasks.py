@@ -8,7 +8,9 @@ Task.result() (a join), and an effect's call (its request runs on a thread pool 
 the task is switched out). spawn() does not switch: the new task is appended to the
 FIFO and first runs when its spawner reaches a switch point. Tasks made runnable
 together (effects completed in one collection, waits ready in one poll) are resumed in
-task order (main first, then by id as created).
+task order (main first, then by id as created). While calls are in flight the hub polls
+the tasks' waits too (a timer due meanwhile wakes its task), except while a snapshot is
+pending: then waiting tasks stay at their waits and are frozen there.
 
 Identities (deterministic whatever order effects complete in):
   - the main task is "main"; the n-th task a task spawns is "<n>" when main spawned it,
@@ -498,8 +500,8 @@ class Scheduler:
                     continue
                 self._freeze_all()
                 continue
-            if self.inflight:
-                self._collect()
+            if self.inflight:  # a task whose wait ends meanwhile goes on meanwhile
+                self._collect(self._poll_ready())
                 continue
             if any(s.status == "wait" for s in self.tasks.values()):
                 self._poll_waits()
@@ -651,15 +653,35 @@ class Scheduler:
             if other.status == "join" and other.join and state.id in other.join[0]:
                 self._check_join(other)
 
-    def _collect(self) -> None:
+    def _collect(self, timeout: float | None = None) -> None:
         done, _ = concurrent.futures.wait(
-            list(self.inflight), return_when=concurrent.futures.FIRST_COMPLETED
+            list(self.inflight), timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED
         )
         for future in sorted(done, key=lambda f: self.inflight[f].index):
             state = self.inflight.pop(future)
             self._resume(state, "value", future)
 
     # ---------------------------------------------------------------- waits
+    def _poll_ready(self) -> float | None:
+        """While calls are in flight: resume the waiting tasks whose wait is ready; how
+        long to wait for a call before polling again (None: no timed wait, up to 1 s)."""
+        left: float | None = None
+        for state in sorted(self.tasks.values(), key=lambda s: s.index):
+            if state.status != "wait" or state.wait is None:
+                continue
+            outcome = _waits.poll(self.job, state.wait)
+            if isinstance(outcome, _waits.Ready):
+                if outcome.error is not None:
+                    self._resume(state, "throw", outcome.error)
+                else:
+                    self._resume(state, "value", outcome.value)
+            elif outcome.due is not None:
+                due = max(0.0, outcome.due - clock().time())
+                left = due if left is None else min(left, due)
+        if self.runnable:
+            return 0.0
+        return None if left is None else min(left, 1.0)
+
     def _poll_waits(self) -> None:
         job = self.job
         limit = _waits.hibernate_after()

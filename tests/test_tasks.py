@@ -382,13 +382,49 @@ def test_sigkill_mid_flight_then_resume_matches_an_uninterrupted_run(
 
 
 def test_a_task_sleeps_while_the_others_work(tmp_path, provider):
-    """Task b sleeps 0.4 s (a timer slept through in the process) while a and c place
-    their orders; b's orders start after it wakes; the output is unchanged."""
+    """Task b sleeps 0.4 s (a timer slept through in the process) before its orders,
+    while a and c place theirs; the output and deliveries are unchanged."""
     delays = {"a": [0.1, 0.1], "b": [0.1, 0.1], "c": [0.1, 0.1]}
     _, run = _uninterrupted(tmp_path, provider, TASK_DELAYS=json.dumps(delays), TASK_SLEEP="0.4")
     assert "task 2 ['b-0:1', 'b-1:11']" in run.stdout
-    assert provider.spans["b-0"][0][0] >= provider.spans["a-0"][0][1]
     assert dict(provider.deliveries) == dict.fromkeys(ACTIONS, 1)
+
+
+SLEEPER = """
+import json, os, urllib.request
+from snapstate import effect, gather, sleep, spawn
+
+@effect(kind="read")
+def call(action, delay):
+    request = urllib.request.Request(
+        os.environ["PROVIDER_URL"] + "/plain",
+        data=json.dumps({"action": action, "amount": 1, "delay": delay}).encode(),
+        method="POST", headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["action"]
+
+def sleeper():
+    sleep(0.4)
+    return call("woke", 0.1)
+
+def main():
+    return gather(spawn(call, "slow", 1.5), spawn(sleeper))
+"""
+
+
+def test_a_sleeping_task_wakes_while_a_call_is_in_flight(tmp_path, provider):
+    """A task's 0.4 s sleep ends while another task's 1.5 s call is in flight: the hub
+    polls the wait while it waits for the call, so the woken task's own call starts
+    before the long one ends."""
+    agent = tmp_path / "sleeper.py"
+    agent.write_text(SLEEPER)
+    run = snaprun("run", "--store", tmp_path / "s", agent, cwd=tmp_path, env=_env(provider))
+    assert run.returncode == 0, run.stderr
+    assert run.result == "['slow', 'woke']"
+    (slow_start, slow_end), (woke_start, _) = provider.spans["slow"][0], provider.spans["woke"][0]
+    # (the sleep began a little before the slow request reached the provider)
+    assert slow_start + 0.2 <= woke_start < slow_end
 
 
 WAITS = """
