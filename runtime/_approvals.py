@@ -230,7 +230,7 @@ def request_approval(
             "snapstate never approves by itself."
         )
     requested = now().timestamp()  # recorded: re-executed code finds the same request
-    approval_id = f"a{job.ledger.ordinal}"  # the ordinal of that recorded value
+    approval_id = f"a{job.ledger.last_ordinal()}"  # the ordinal of that recorded value
     expires = None if expires_after is None else requested + expires_after
     row = ApprovalRow(
         job_id=job.job_id,
@@ -260,7 +260,7 @@ def request_approval(
             "or widen an approval requested earlier. Restore the original code to resume this "
             "job, or start a new job."
         )
-    fault_point("approval-after-request", job.ledger.ordinal)
+    fault_point("approval-after-request", job.ledger.last_ordinal())
     wait = _waits.Wait(
         "approval",
         {
@@ -476,12 +476,7 @@ def pending(home: Home) -> list[ApprovalRow]:
 def _recorded(job: Job, effect: str, key: str | None) -> bool:
     """The ledger already holds this call's row (the row the ledger will find for it:
     by its explicit key, else by the next ordinal along the job's path)."""
-    ledger = job.ledger
-    ordinal = ledger.ordinal + 1
-    if key is not None:
-        row = ledger.catalog.effect_by_key(job.job_id, ledger.identity_key(ordinal, key))
-    else:
-        row = ledger.catalog.effect(job.job_id, ordinal)
+    row = job.ledger.next_row(key)  # in a spawned task too (runtime/_tasks.py)
     return row is not None and row.name == effect
 
 

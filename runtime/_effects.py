@@ -68,6 +68,7 @@ from ._lease import dispatch_margin, send_guard
 if TYPE_CHECKING:
     from ..serializers._keys import KeyRing
     from ._job import Job
+    from ._tasks import _TaskState
 
 __all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4", "effect_time_left"]
 
@@ -618,11 +619,31 @@ def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key
     return _call(spec, args, kwargs, key)
 
 
+# Catalog ordinals of the rows of spawned tasks (runtime/_tasks.py) start here: a main
+# task never counts this far, so the two never collide.
+TASK_ORDINAL_BASE: Final = 1 << 40
+
+# On an effect pool thread (a job with several tasks): the deadline of the request sent.
+_POOL_SENDING = threading.local()
+
+
+def on_pool(ends: float, call: Callable[[], T]) -> T:
+    """Run an effect's call on a pool thread, effect_time_left() answering for it."""
+    _POOL_SENDING.ends = ends
+    try:
+        return call()
+    finally:
+        _POOL_SENDING.ends = None
+
+
 def effect_time_left() -> float | None:
     """Seconds the request of the effect being sent may still take: it must end before
     the lease deadline recorded when the effect was dispatched (after it, another
     runner may take the job over and send it again). Pass it as the request's timeout.
     None outside an effect sent by a job (plain Python, or between effects)."""
+    ends: float | None = getattr(_POOL_SENDING, "ends", None)
+    if ends is not None:
+        return max(0.0, ends - time.time())
     job = _context.active_job()
     if job is None or job.ledger.sending is None:
         return None
@@ -636,7 +657,7 @@ def _current_job() -> Job | None:
     job = _context.active_job()
     if job is None:
         return None
-    if greenlet.getcurrent() is not job._agent:
+    if not job._is_task(greenlet.getcurrent()):
         raise EffectOutsideJob(
             f"an effect was called from {threading.current_thread().name!r} (not the job's "
             f"task) while job {job.job_id} runs: it cannot be recorded in the ledger, so it "
@@ -799,6 +820,11 @@ class Ledger:
         self._incarnation: str | None = None
         self.deadline: float | None = None  # the lease deadline of the last dispatch
         self.sending: float | None = None  # while an effect is sent: its request's deadline
+        # Spawned tasks (runtime/_tasks.py): key -> "<task>#<n>" (fault points), and the
+        # last catalog ordinal allocated to their rows.
+        self._labels: dict[str, str] = {}
+        self._task_next: int | None = None
+        self._last: dict[str, int] = {}  # task id -> catalog ordinal of its latest row
 
     @property
     def catalog(self) -> Store:
@@ -807,9 +833,16 @@ class Ledger:
     def identity_key(self, ordinal: int, explicit: str | None) -> str:
         """Derived from the job (its id and creation time: an id reused after a prune is
         another job) and the action's identity (its ordinal, or the explicit key)."""
+        action = f"key:{explicit}" if explicit is not None else f"ordinal:{ordinal}"
+        return self._key(action)
+
+    def task_key(self, identity: str) -> str:
+        """The key of a spawned task's n-th action, identity "<task id>#<n>"."""
+        return self._key(f"task:{identity}")
+
+    def _key(self, action: str) -> str:
         if self._incarnation is None:
             self._incarnation = repr(self.catalog.get_job(self.job.job_id).created)
-        action = f"key:{explicit}" if explicit is not None else f"ordinal:{ordinal}"
         ident = f"{self.job.job_id}\x00{self._incarnation}\x00{action}"
         return "ss-" + hashlib.sha256(ident.encode()).hexdigest()[:40]
 
@@ -819,13 +852,73 @@ class Ledger:
             rows, self.pending = self.pending, []
             self.catalog.record_effects(rows, epoch=self.job.epoch)
 
+    # -------------------------------------------------------------- tasks
+    def _spawned(self) -> _TaskState | None:
+        """The spawned task calling (None for the main task: ordinals as before)."""
+        scheduler = self.job._scheduler
+        return scheduler.spawned_task() if scheduler is not None and scheduler.active else None
+
+    def _task_ordinal(self) -> int:
+        """A catalog ordinal for a new row of a spawned task: max+1 above the base (this
+        runner holds the lease, so no other process allocates meanwhile)."""
+        if self._task_next is None:
+            rows = self.catalog.effects(self.job.job_id)
+            self._task_next = max(
+                [r.ordinal for r in [*rows, *self.pending] if r.ordinal >= TASK_ORDINAL_BASE],
+                default=TASK_ORDINAL_BASE - 1,
+            )
+        self._task_next += 1
+        return self._task_next
+
+    def last_ordinal(self) -> int:
+        """The catalog ordinal of the calling task's latest value or effect row (in main,
+        the job's counter): stable when the code is re-executed (runtime/_approvals.py
+        names an approval by it)."""
+        task = self._spawned()
+        return self.ordinal if task is None else self._last.get(task.id, 0)
+
+    def next_row(self, explicit: str | None) -> EffectRow | None:
+        """The row the calling task's next effect call will find (by its explicit key,
+        else by its identity), if the ledger holds it."""
+        task = self._spawned()
+        if task is None:
+            ordinal = self.ordinal + 1
+            if explicit is not None:
+                return self.catalog.effect_by_key(
+                    self.job.job_id, self.identity_key(ordinal, explicit)
+                )
+            return self.catalog.effect(self.job.job_id, ordinal)
+        key = (
+            self.identity_key(0, explicit)
+            if explicit is not None
+            else self.task_key(f"{task.id}#{task.effects + 1}")
+        )
+        return self.catalog.effect_by_key(self.job.job_id, key)
+
+    def _point(self, row: EffectRow) -> int | str:
+        """How fault points name an effect: its ordinal, or "<task>#<n>" in a task."""
+        return self._labels.get(row.key, row.ordinal)
+
     # -------------------------------------------------------------- values
     def value(self, kind: str, produce: Callable[[], T], call_site: str) -> T:
-        self.ordinal += 1
-        ordinal = self.ordinal
-        row = self.catalog.effect(self.job.job_id, ordinal)
-        if row is None:
-            row = next((r for r in self.pending if r.ordinal == ordinal), None)
+        task = self._spawned()
+        key = ""
+        if task is None:
+            self.ordinal += 1
+            ordinal = self.ordinal
+            row = self.catalog.effect(self.job.job_id, ordinal)
+            if row is None:
+                row = next((r for r in self.pending if r.ordinal == ordinal), None)
+        else:  # a spawned task's n-th action: looked up by its key
+            task.effects += 1
+            key = self.task_key(f"{task.id}#{task.effects}")
+            call_site = f"{call_site} (task {task.id}#{task.effects})"  # `snaprun effects`
+            row = self.catalog.effect_by_key(self.job.job_id, key)
+            if row is None:
+                row = next((r for r in self.pending if r.key == key), None)
+            ordinal = row.ordinal if row is not None else 0
+        if task is not None:
+            self._last[task.id] = ordinal  # 0 until allocated below
         if row is not None:
             self._check(row, f"snapstate.{kind}", "", "", call_site)
             assert row.result is not None, "a value row always holds its sealed value"
@@ -837,11 +930,13 @@ class Ledger:
             )
         value = produce()
         t = time.time()
+        if task is not None:
+            ordinal = self._last[task.id] = self._task_ordinal()
         self.pending.append(
             EffectRow(
                 job_id=self.job.job_id,
                 ordinal=ordinal,
-                key="",
+                key=key,
                 name=f"snapstate.{kind}",
                 call_site=call_site,
                 args_digest=args_digest(f"snapstate.{kind}", (), {}),
@@ -880,23 +975,40 @@ class Ledger:
         explicit: str | None,
         call_site: str,
     ) -> R:
-        self.ordinal += 1
-        ordinal = self.ordinal
-        key = self.identity_key(ordinal, explicit)
+        task = self._spawned()
+        point: int | str
+        if task is None:
+            self.ordinal += 1
+            ordinal = point = self.ordinal
+            key = self.identity_key(ordinal, explicit)
+        else:  # a spawned task's n-th action: its own counter, looked up by key
+            task.effects += 1
+            point = f"{task.id}#{task.effects}"
+            key = self.identity_key(0, explicit) if explicit is not None else self.task_key(point)
+            self._labels[key] = point
+            call_site = f"{call_site} (task {point})"  # shown by `snaprun effects`
+            ordinal = 0  # allocated when the row is first recorded
         self._bind_agent_modules()
         digest = args_digest(spec.name, args, kwargs)
         shown = args_repr(args, kwargs)
         # An explicit key names one logical action wherever it is called from.
-        row = (
-            self.catalog.effect_by_key(self.job.job_id, key) if explicit is not None else None
-        ) or self.catalog.effect(self.job.job_id, ordinal)
+        if task is not None:
+            row = self.catalog.effect_by_key(self.job.job_id, key)
+            if row is not None:
+                self._last[task.id] = row.ordinal
+        else:
+            row = (
+                self.catalog.effect_by_key(self.job.job_id, key) if explicit is not None else None
+            ) or self.catalog.effect(self.job.job_id, ordinal)
         if row is not None:
             self._check(row, spec.name, digest, shown, call_site)
             return self._recover(spec, row, args, kwargs, call_site)
         if self.replay:
             self.job.end_replay(
-                f"the recorded history ends before effect {ordinal} ({spec.name} at {call_site})"
+                f"the recorded history ends before effect {point} ({spec.name} at {call_site})"
             )
+        if task is not None:
+            ordinal = self._last[task.id] = self._task_ordinal()
         t = time.time()
         row = EffectRow(
             job_id=self.job.job_id,
@@ -912,14 +1024,14 @@ class Ledger:
             created=t,
             updated=t,
         )
-        fault_point("effect-before-prepare", ordinal)
+        fault_point("effect-before-prepare", point)
         try:
             self.flush()
         except StaleWriter as exc:
             self.job.fenced(exc)
         self._fence(row, replace=False)
         self.job.progressed()
-        fault_point("effect-after-prepare", ordinal)
+        fault_point("effect-after-prepare", point)
         return self._dispatch(spec, row, args, kwargs)
 
     def _bind_agent_modules(self) -> None:
@@ -960,7 +1072,7 @@ class Ledger:
         by the dispatch transaction (minus send_guard) has not passed, e.g. because the
         process was paused since; otherwise nothing is sent and the run stops. The
         request gets what is left as its timeout (timeout_param, effect_time_left())."""
-        fault_point("effect-before-send", row.ordinal)
+        fault_point("effect-before-send", self._point(row))
         assert self.deadline is not None and self.job.lease is not None, "sent unfenced"
         ends = self.deadline - send_guard(self.job.lease.ttl)
         left = ends - time.time()
@@ -972,6 +1084,12 @@ class Ledger:
                     "runner was paused between recording and sending it), so another runner may "
                     "have taken the job over. This runner stops; nothing was sent."
                 )
+            )
+        scheduler = self.job._scheduler
+        if scheduler is not None and scheduler.active:  # several tasks: on the pool
+            key, token = row.key, self.job.epoch
+            return scheduler.run_effect(
+                ends, lambda: _invoke(spec, args, kwargs, key, timeout=left, token=token)
             )
         self.sending = ends
         try:
@@ -1012,12 +1130,12 @@ class Ledger:
                     continue
                 self._record(row, EffectState.FAILED, exc, attempt, f"{type(exc).__name__}: {exc}")
                 raise
-            fault_point("effect-after-send", row.ordinal)
+            fault_point("effect-after-send", self._point(row))
             return self._confirm(row, result, attempt, row.note)
 
     def _confirm(self, row: EffectRow, result: R, attempts: int, note: str) -> R:
         self._record(row, EffectState.CONFIRMED, result, attempts, note)
-        fault_point("effect-after-confirm", row.ordinal)
+        fault_point("effect-after-confirm", self._point(row))
         return result
 
     def _record(

@@ -36,7 +36,9 @@ def _points() -> dict[str, str]:
     return _PARSED[1]
 
 
-def fault_point(name: str, seq: int | None = None) -> None:
+def fault_point(name: str, seq: int | str | None = None) -> None:
+    """seq: a snapshot's number, an effect's ordinal, or a spawned task's effect as
+    "<task id>#<n>" (runtime/_tasks.py)."""
     spec = _points().get(name)
     if spec is None:
         return

@@ -61,8 +61,49 @@ def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, An
     report["snapstate"] = versions.get("snapstate") if isinstance(versions, dict) else None
     report["format"], report["schema"] = header.get("format"), header.get("schema")
     report["written_by"] = written_by(header)
-    metas = [f if isinstance(f, dict) else {} for f in header.get("frames") or []]
-    frames = [
+    metas = _metas(header.get("frames"))
+    frames = _frames(metas)
+    # A snapshot of several tasks lists them all (main's frames are header["frames"]).
+    listed = [t for t in header.get("tasks") or [] if isinstance(t, dict)]
+    others = [
+        (t, _metas(t.get("frames")), _frames(_metas(t.get("frames"))))
+        for t in listed
+        if t.get("id") != "main"
+    ]
+    try:
+        state: Any = _inert.loads(payload)  # an untrusted body: any shape (caught below)
+        for out, meta, record in zip(frames, metas, state["frames"]):
+            out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
+        saved = {str(t["id"]): t for t in state.get("tasks") or [] if isinstance(t, dict)}
+        for task, task_metas, task_frames in others:
+            records = saved.get(str(task.get("id")), {}).get("frames") or []
+            for out, meta, record in zip(task_frames, task_metas, records):
+                out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
+        report["globals"] = {
+            str(module): {
+                str(k): _inert.render(v) for k, v in values.items() if not _inert.is_code_object(v)
+            }
+            for module, values in state["globals"].items()
+        }
+    except Exception as exc:  # a damaged body: the frames from the header still show
+        report["locals_unavailable"] = f"{type(exc).__name__}: {exc}"
+    main_status = next((t.get("status") for t in listed if t.get("id") == "main"), None)
+    report["tasks"] = [{"task": "main", "status": main_status, "frames": frames[::-1]}]
+    report["tasks"] += [  # outermost frame first
+        {"task": str(t.get("id")), "status": t.get("status"), "frames": f[::-1]}
+        for t, _, f in others
+    ]
+    return report
+
+
+def _metas(frames: object) -> list[dict[str, Any]]:
+    return (
+        [f if isinstance(f, dict) else {} for f in frames or []] if isinstance(frames, list) else []
+    )
+
+
+def _frames(metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
         {
             "function": f.get("qualname"),
             "file": f.get("filename"),
@@ -74,20 +115,6 @@ def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, An
         }
         for f in metas
     ]
-    try:
-        state: Any = _inert.loads(payload)  # an untrusted body: any shape (caught below)
-        for out, meta, record in zip(frames, metas, state["frames"]):
-            out["locals"] = _locals(meta.get("locals"), _inert.attributes(record).get("slots"))
-        report["globals"] = {
-            str(module): {
-                str(k): _inert.render(v) for k, v in values.items() if not _inert.is_code_object(v)
-            }
-            for module, values in state["globals"].items()
-        }
-    except Exception as exc:  # a damaged body: the frames from the header still show
-        report["locals_unavailable"] = f"{type(exc).__name__}: {exc}"
-    report["tasks"] = [{"task": "main", "frames": frames[::-1]}]  # outermost first
-    return report
 
 
 def written_by(header: dict[str, Any]) -> str:
@@ -130,7 +157,8 @@ def render(report: dict[str, Any]) -> None:
     if report.get("locals_unavailable"):
         console.print(f"locals unavailable: {report['locals_unavailable']}", markup=False)
     for task in report["tasks"]:
-        console.print(f"task {task['task']}", markup=False)
+        status = f" ({task['status']})" if task.get("status") else ""
+        console.print(f"task {task['task']}{status}", markup=False)
         for frame in task["frames"]:
             console.print(f"  {frame['function']}()  {frame['file']}:{frame['line']}", markup=False)
             if frame["source"]:

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     import logging
 
     from ..serializers._store import EffectRow
+    from ._tasks import Scheduler
 
 __all__ = ["SnapshotInfo", "snapshot", "wait_point", "wait_api", "Job", "runtime_versions"]
 
@@ -136,7 +137,7 @@ def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> Sn
     job = _context.active_job()
     if job is None:
         return SnapshotInfo(False, 0.0, None, label, checked, _pins.pins())
-    if greenlet.getcurrent() is not job._agent:
+    if not job._is_task(greenlet.getcurrent()):
         raise SnapshotError(
             "snapshot() was called from a greenlet or thread the job did not "
             "start; call it from the agent's own code"
@@ -154,7 +155,7 @@ def wait_point(wait: _waits.Wait) -> Any:  # what the wait's poller made ready
     job = _context.active_job()
     if job is None:
         raise RuntimeError("wait_point() outside a job: the caller handles plain Python")
-    if greenlet.getcurrent() is not job._agent:
+    if not job._is_task(greenlet.getcurrent()):
         raise SnapshotError(
             f"a wait at {wait.site} was called from a greenlet or thread the job did not "
             "start; call it from the agent's own code"
@@ -163,8 +164,9 @@ def wait_point(wait: _waits.Wait) -> Any:  # what the wait's poller made ready
     return job._hub.switch(_WaitRequest(wait, sys.exception()))
 
 
-# The functions the agent's task is paused in when the hub freezes it.
-_SWITCH_CODES = frozenset({snapshot.__code__, wait_point.__code__})
+# The functions a task is paused in when the hub freezes it (runtime/_tasks.py adds its
+# join point).
+_SWITCH_CODES: set[CodeType] = {snapshot.__code__, wait_point.__code__}
 # snapstate's public wait functions (sleep(), request_approval(), ...) between the agent's
 # frame and wait_point(): they return exactly what wait_point() returns, so they are not
 # captured; after a restore the agent's call receives the wait's outcome directly, and a
@@ -274,6 +276,15 @@ class Job:
         # A restore at a wait: the wait, then (once polled ready) how it ends.
         self._restored_wait: _waits.Wait | None = None
         self._ready: _waits.Ready | None = None
+        # The hub's scheduler (runtime/_tasks.py): set by _loop, or by restore() for a
+        # snapshot of several tasks.
+        self._scheduler: Scheduler | None = None
+
+    def _is_task(self, glet: greenlet.greenlet) -> bool:
+        """`glet` is one of this job's tasks (main or spawned)."""
+        return glet is self._agent or (
+            self._scheduler is not None and glet in self._scheduler.by_glet
+        )
 
     @classmethod
     def create(
@@ -496,9 +507,12 @@ class Job:
     def _loop(
         self, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
     ) -> object:
+        from ._tasks import Scheduler
+
         outer = _context.active_job()
         self._hub = greenlet.getcurrent()
-        agent = self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
+        self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
+        scheduler = self._scheduler = self._scheduler or Scheduler(self)
         _context.set_active_job(self)
         try:
             if self._restored_wait is not None:  # polled before any of its code runs
@@ -509,22 +523,15 @@ class Job:
                         self.replay_stop = f"the job waits at {wait.site} ({outcome.reason})"
                         return None
                     self._hibernate(wait, outcome, self.seq)  # at its latest snapshot
+                    raise AssertionError("not reached: _hibernate raises")
                 self._ready = outcome
-            message = agent.switch(fn, args, kwargs)
-            while isinstance(message, (_FreezeRequest, _WaitRequest)):
-                if isinstance(message, _WaitRequest):
-                    message = self._wait(message)
-                else:
-                    message = self._take_snapshot(message)
-            if isinstance(message, _Stop):
-                _PARKED_AGENTS.append(agent)  # stays paused, never unwound
-                if message.error is not None:
-                    raise message.error
-                self.replay_stop = message.reason
-                return None
-            return message.value
+            # The hub runs the main task (and the tasks it spawns) until the job ends:
+            # snapshots and waits of a job without tasks are handled exactly as before.
+            return scheduler.run(fn, args, kwargs)
         finally:
             _context.set_active_job(outer)
+            scheduler.close()
+            self._scheduler = None  # a later run (a replay) starts or restores its own
 
     def _take_snapshot(self, request: _FreezeRequest) -> object:
         """Freeze, write and commit; returns what the agent sends the hub next."""
@@ -565,7 +572,8 @@ class Job:
         except (SnapshotWriteError, StaleWriter, StoreFailure) as exc:
             # Fatal for this run: the agent stays paused and is never resumed here.
             self._hub_error = exc
-            _PARKED_AGENTS.append(agent)
+            if agent is not None:
+                _PARKED_AGENTS.append(agent)
             raise
         self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
@@ -661,18 +669,47 @@ class Job:
         return ready.value
 
     # ------------------------------------------------------------------ freezing
+    def _capture_task(
+        self, name: str, glet: greenlet.greenlet, handled: BaseException | None, label: str
+    ) -> list[FrameRecord]:
+        """The frames of a task of a job with several tasks, paused at a switch point."""
+        from ._capture import describe
+        from ._tasks import _task_bootstrap
+
+        top = glet.gr_frame
+        if top is None or top.f_code not in _SWITCH_CODES:
+            where = f" (its frame: {describe(top)})" if top is not None else ""
+            raise SnapshotError(
+                f"{label} failed: task {name} is not paused at a switch point (snapshot(), an "
+                f"effect, a wait, gather() or result()){where}: it runs code the job did not "
+                "start (a raw greenlet switch?). Let the task reach a snapstate switch point."
+            )
+        while top.f_back is not None and top.f_back.f_code in _API_CODES:
+            top = top.f_back  # the task's call receives the wait's outcome
+        stop = _bootstrap.__code__ if glet is self._agent else _task_bootstrap.__code__
+        try:
+            return capture_stack(top, stop, handled)
+        except SnapshotError as exc:
+            raise SnapshotError(f"{label} failed: task {name}: {exc}") from None
+
     def _freeze(self, request: _FreezeRequest, seq: int) -> tuple[dict[str, Any], bytes]:
         assert self._agent is not None  # the agent asked for this snapshot
-        top = self._agent.gr_frame
-        if top is None or top.f_code not in _SWITCH_CODES:
-            raise SnapshotError("the job is not paused in snapshot() or at a wait")
-        while top.f_back is not None and top.f_back.f_code in _API_CODES:
-            top = top.f_back  # the agent's call receives the wait's outcome
         label = f"snapshot {seq}" + (f" ({request.label})" if request.label else "")
-        try:
-            frames = capture_stack(top, _bootstrap.__code__, request.handled)
-        except SnapshotError as exc:
-            raise SnapshotError(f"{label} failed: {exc}") from None
+        tasks: list[dict[str, Any]] | None = None
+        if self._scheduler is not None and self._scheduler.active:  # several tasks
+            frames, tasks = self._scheduler.capture(
+                lambda name, glet, handled: self._capture_task(name, glet, handled, label)
+            )
+        else:
+            top = self._agent.gr_frame
+            if top is None or top.f_code not in _SWITCH_CODES:
+                raise SnapshotError("the job is not paused in snapshot() or at a wait")
+            while top.f_back is not None and top.f_back.f_code in _API_CODES:
+                top = top.f_back  # the agent's call receives the wait's outcome
+            try:
+                frames = capture_stack(top, _bootstrap.__code__, request.handled)
+            except SnapshotError as exc:
+                raise SnapshotError(f"{label} failed: {exc}") from None
         modules = _agent.agent_modules(self.entry)
         state = {
             "process": _process.capture(self),  # first: its env is applied first
@@ -686,6 +723,8 @@ class Job:
             "wait": request.wait.as_dict() if request.wait is not None else None,
             "pins": dict(_pins.current(self)),
         }
+        if tasks is not None:  # every task's state, pickled in the same pass
+            state["tasks"] = tasks
         try:
             _secrets.bind(self.home.keys)  # credentials in SDK clients are sealed
             _refs.bind(modules)  # other modules' objects are saved by reference
@@ -702,23 +741,24 @@ class Job:
             "versions": runtime_versions(),
             "entry": self.entry.as_dict(),
             "argv": self.argv,
-            "frames": [
-                {
-                    "module": f.code.module,
-                    "qualname": f.code.qualname,
-                    "firstlineno": f.code.firstlineno,
-                    "digest": f.code.digest,
-                    "filename": f.code.filename,
-                    "lineno": f.lineno,
-                    "locals": _names_for_header(f.code),
-                }
-                for f in frames
-            ],
+            "frames": _frame_headers(frames),
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
             "meta": request.meta,  # sealed in encrypted stores, with the label
             "pins": state["pins"],
         }
+        if tasks is not None:  # for _check_code and `snaprun inspect`
+            header["tasks"] = [
+                {
+                    "id": t["id"],
+                    "parent": t["parent"],
+                    "status": t["status"],
+                    "frames": header["frames"]
+                    if t["id"] == "main"
+                    else _frame_headers(t["frames"]),
+                }
+                for t in tasks
+            ]
         if request.wait is not None:
             header["wait"] = {"kind": request.wait.kind, "site": request.wait.site}
         return header, payload
@@ -727,20 +767,28 @@ class Job:
     def _roots(state: dict[str, Any]) -> list[tuple[str, object]]:
         """Where every part of the state comes from, for naming an unpicklable object."""
         roots: list[tuple[str, object]] = []
-        for rec in state["frames"]:
-            try:
-                names = _local_names(find_code(rec.code))
-            except Exception:
-                names = []
-            for i, value in enumerate(rec.slots):
-                name = names[i] if i < len(names) else f"slot {i}"
-                roots.append((f"task main, frame {rec.where}, local {name!r}", value))
-            for i, value in enumerate(rec.stack):
-                roots.append((f"task main, frame {rec.where}, value stack [{i}]", value))
-            if rec.instance is not None:
-                roots.append(
-                    (f"task main, frame {rec.where}, object being constructed", rec.instance)
-                )
+        stacks: list[tuple[str, list[FrameRecord]]] = [("main", state["frames"])]
+        for t in state.get("tasks") or []:
+            if t["id"] != "main":
+                stacks.append((t["id"], t["frames"] or []))
+            for what in ("result", "error", "handled"):
+                if t.get(what) is not None:
+                    roots.append((f"task {t['id']}, its {what}", t[what]))
+        for task, records in stacks:
+            for rec in records:
+                try:
+                    names = _local_names(find_code(rec.code))
+                except Exception:
+                    names = []
+                for i, value in enumerate(rec.slots):
+                    name = names[i] if i < len(names) else f"slot {i}"
+                    roots.append((f"task {task}, frame {rec.where}, local {name!r}", value))
+                for i, value in enumerate(rec.stack):
+                    roots.append((f"task {task}, frame {rec.where}, value stack [{i}]", value))
+                if rec.instance is not None:
+                    roots.append(
+                        (f"task {task}, frame {rec.where}, object being constructed", rec.instance)
+                    )
         for module, values in state["globals"].items():
             for name, value in values.items():
                 roots.append((f"module {module}, global {name!r}", value))
@@ -799,6 +847,17 @@ class Job:
         frames: list[FrameRecord] = state["frames"]
         self.seq = header["seq"]
         self._resumed = header
+        tasks = state.get("tasks")
+        if tasks is not None:  # several tasks: each resumes with its own pending value
+            from ._tasks import Scheduler
+
+            scheduler = self._scheduler = Scheduler(self)
+            scheduler.restore(
+                tasks, build_resume_chain, header["created_at"], header["seq"], frames
+            )
+            if not frames:  # main had returned: it is not run again
+                return _main_done
+            return build_resume_chain(frames, scheduler.main_deliverer())
         wait = state.get("wait")
         if wait is not None:  # taken to hibernate: the hub polls the wait first
             self._restored_wait = _waits.Wait.from_dict(wait)
@@ -807,7 +866,11 @@ class Job:
 
     def _check_code(self, header: dict[str, Any], where: str) -> None:
         problems: list[str] = []
-        for f in header["frames"]:
+        frames = list(header["frames"])
+        for task in header.get("tasks") or []:
+            if isinstance(task, dict) and task.get("id") != "main":
+                frames.extend(task.get("frames") or [])
+        for f in frames:
             ref = CodeRef(f["module"], f["qualname"], f["firstlineno"], f["digest"], f["filename"])
             try:
                 find_code(ref)
@@ -838,6 +901,25 @@ class Job:
             header.get("meta"),
             dict(header.get("pins") or {}),
         )
+
+
+def _main_done() -> None:
+    """Stands for the main task of a restored job whose main had already returned."""
+
+
+def _frame_headers(frames: list[FrameRecord]) -> list[dict[str, Any]]:
+    return [
+        {
+            "module": f.code.module,
+            "qualname": f.code.qualname,
+            "firstlineno": f.code.firstlineno,
+            "digest": f.code.digest,
+            "filename": f.code.filename,
+            "lineno": f.lineno,
+            "locals": _names_for_header(f.code),
+        }
+        for f in frames
+    ]
 
 
 def _refuse_leftover_files(home: Home, job_id: str) -> None:

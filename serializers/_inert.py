@@ -497,6 +497,8 @@ def _render_special(obj: Inert, depth: int, seen: set[int]) -> str | None:
             f"<generator {_text(ref.get('qualname', '?'), False)}() paused at line "
             f"{record.get('lineno', '?')}>"
         )
+    if kind == "snapstate.runtime._tasks._task_handle":
+        return f"<task {_text(_arg(obj, 0, '?'), False)}>"
     if kind == "snapstate.serializers._pickler._exhausted_generator":
         return "<exhausted generator>"
     if kind == "snapstate.serializers._pickler._finished_coroutine":

@@ -64,6 +64,9 @@ from snapstate.runtime._job import SnapshotInfo as SnapshotInfo
 from snapstate.runtime._job import snapshot as snapshot
 from snapstate.runtime._pins import pin as pin
 from snapstate.runtime._pins import pins as pins
+from snapstate.runtime._tasks import Task as Task
+from snapstate.runtime._tasks import gather as gather
+from snapstate.runtime._tasks import spawn as spawn
 from snapstate.runtime._timers import sleep as sleep
 from snapstate.runtime._timers import sleep_until as sleep_until
 
@@ -83,6 +86,9 @@ __all__ = [
     "sleep_until",
     "request_approval",
     "Approval",
+    "spawn",
+    "gather",
+    "Task",
     "resource",
     "register_adapter",
     "credential",

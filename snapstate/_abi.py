@@ -43,6 +43,7 @@ NAMES: dict[str, str] = {
     "rebuild_generator": "snapstate.runtime._morph:rebuild_generator",
     "process_state": "snapstate.runtime._process:_loaded",
     "redacted_secret": "snapstate.runtime._effects:_redacted",
+    "task_handle": "snapstate.runtime._tasks:_task_handle",
     # the pickler: cells, functions, generators, exceptions, the dill fallback
     "make_cell": "snapstate.serializers._pickler:_make_cell",
     "fill_cell": "snapstate.serializers._pickler:_fill_cell",

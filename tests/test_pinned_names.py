@@ -82,6 +82,7 @@ STABLE_NAMES = [
     "set_function_state",
     "set_log_handler_state",
     "set_logger_state",
+    "task_handle",
 ]
 
 # snapstate classes with a __reduce__ of their own. One whose __reduce__ returns a str
@@ -89,6 +90,7 @@ STABLE_NAMES = [
 # others return a reduce tuple whose callable is itself pinned or public.
 OWN_REDUCE = {
     "snapstate.Secret",
+    "snapstate.Task",
     "snapstate.SnapstateError",
     "snapstate._abi.Handle",
     "snapstate._abi._Null",

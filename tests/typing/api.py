@@ -116,3 +116,11 @@ approval_errors: list[type[snapstate.ApprovalError]] = [
     snapstate.ApprovalExpired,
     snapstate.ApprovalScopeError,
 ]
+
+# ---------------------------------------------------------------- tasks
+task = snapstate.spawn(lambda x: x + 1, 1)
+assert_type(task, snapstate.Task)
+assert_type(task.id, str)
+assert_type(task.done(), bool)
+assert_type(snapstate.gather(task, snapstate.spawn(print)), list[Any])
+snapstate.gather(1)  # type: ignore[arg-type]
