@@ -23,6 +23,10 @@ Every error names the place (job, frame, file:line, file path) and the next step
     ├── JobWaiting                  the job hibernated at a wait (a timer, an approval, a
     │                               rate limit): not a failure; it is resumed when the
     │                               wait is over (exit code 3)
+    ├── RateLimited                 raised by an effect function (or mapped from an HTTP
+    │                               429): the provider refused, nothing happened; the job
+    │                               waits retry_after seconds and sends the same action
+    │                               again with the same idempotency key
     ├── RestoreError                a snapshot could not be turned back into a running job
     │   └── IncompatibleSnapshot    the snapshot was taken under another Python or
     │                               library version, or the agent's code has changed
@@ -240,6 +244,34 @@ class JobWaiting(SnapstateError):
         super().__init__(message)
         self.due = due
         self.kind = kind
+
+
+class RateLimited(SnapstateError):
+    """The provider refused a call for now (a rate limit, HTTP 429): the action did not
+    happen. An effect function raises RateLimited(retry_after=seconds) (snapstate maps an
+    HTTP 429 with Retry-After from httpx, requests, urllib, openai and anthropic to it);
+    the job waits that long (in the process if short, hibernated if long: exit code 3)
+    and sends the same action again, with the same idempotency key. Outside an effect it
+    is an ordinary exception."""
+
+    def __init__(self, retry_after: float, message: str = "") -> None:
+        if isinstance(retry_after, bool) or not isinstance(retry_after, (int, float)):
+            raise TypeError(
+                f"RateLimited(retry_after=...) takes a number of seconds, not "
+                f"{type(retry_after).__name__}"
+            )
+        if not (retry_after >= 0 and retry_after != float("inf")):
+            raise ValueError(
+                f"RateLimited(retry_after=...) must be a finite number of seconds, 0 or more "
+                f"(got {retry_after!r})"
+            )
+        super().__init__(retry_after, message)
+        self.retry_after = float(retry_after)
+        self.message = message
+
+    def __str__(self) -> str:
+        text = f"rate limited: retry after {self.retry_after:g}s"
+        return f"{text} ({self.message})" if self.message else text
 
 
 class ResourceReopenError(SnapstateError):

@@ -54,6 +54,7 @@ PUBLIC = [
     "SecretUnavailable",
     "JobParked",
     "JobWaiting",
+    "RateLimited",
     "ResourceReopenError",
     "EffectOutsideJob",
     "StoreFailure",
