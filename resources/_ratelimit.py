@@ -49,7 +49,8 @@ def retry_after(exc: BaseException, now: float) -> float | None:
     """Seconds to wait before sending again when `exc` is a rate limit (NOT_GIVEN when
     the provider named no wait); None when it is not one."""
     if isinstance(exc, RateLimited):
-        return exc.retry_after
+        given = exc.retry_after
+        return NOT_GIVEN if given is None else given
     response = _response_429(exc)
     if response is None:
         return None

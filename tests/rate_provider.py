@@ -43,7 +43,9 @@ class RateLimitedProvider:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def order(self, order: dict, key: str | None) -> tuple[int, dict, dict[str, str]]:
         action = order["action"]

@@ -378,7 +378,9 @@ class TooMany:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self):
         self.thread.start()
@@ -454,14 +456,23 @@ def test_other_errors_are_not_rate_limits(client):
 
 
 def test_rate_limited_and_plain_errors():
-    """RateLimited maps to its own retry_after; other exceptions to None; RateLimited
-    refuses a wait that is not a finite number of seconds, 0 or more."""
+    """RateLimited maps to its own retry_after; one that names no usable wait (None, a
+    negative, infinite or non-numeric value) to NOT_GIVEN (the default backoff); other
+    exceptions to None."""
     assert retry_after(snapstate.RateLimited(12.5), NOW) == 12.5
+    assert retry_after(snapstate.RateLimited(retry_after=0), NOW) == 0.0
+    for unusable in (None, -1, float("inf"), float("nan"), True):
+        exc = snapstate.RateLimited(unusable, "quota")
+        assert exc.retry_after is None
+        assert retry_after(exc, NOW) == NOT_GIVEN
+        assert str(exc) == "rate limited: no wait given (quota)"
     assert retry_after(ValueError("x"), NOW) is None
     assert retry_after(ConnectionError("x"), NOW) is None
-    assert "retry after 3s (quota)" in str(snapstate.RateLimited(3, "quota"))
-    for bad, error in ((-1, ValueError), (float("inf"), ValueError), ("5", TypeError)):
-        with pytest.raises(error, match="RateLimited"):
-            snapstate.RateLimited(bad)
-    with pytest.raises(ValueError, match="RateLimited"):
-        snapstate.RateLimited(float("nan"))
+    assert str(snapstate.RateLimited(3, "quota")) == "rate limited: retry after 3s (quota)"
+    assert isinstance(snapstate.RateLimited(1), snapstate.SnapstateError)
+    only = snapstate.RateLimited("quota exceeded")  # a message only: the default backoff
+    assert (str(only), only.retry_after, retry_after(only, NOW)) == (
+        "quota exceeded",
+        None,
+        NOT_GIVEN,
+    )
