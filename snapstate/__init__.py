@@ -22,8 +22,8 @@ from snapstate._errors import JobNotFound as JobNotFound
 from snapstate._errors import JobParked as JobParked
 from snapstate._errors import JobWaiting as JobWaiting
 from snapstate._errors import LeaseHeld as LeaseHeld
-from snapstate._errors import RateLimited as RateLimited
 from snapstate._errors import PlaintextRefused as PlaintextRefused
+from snapstate._errors import RateLimited as RateLimited
 from snapstate._errors import ResourceReopenError as ResourceReopenError
 from snapstate._errors import RestoreError as RestoreError
 from snapstate._errors import RetiredKey as RetiredKey

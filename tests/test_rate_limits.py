@@ -292,9 +292,7 @@ def test_a_long_default_backoff_hibernates(tmp_path, fake_clock, monkeypatch):
         assert "no Retry-After given, backing off 120s" in str(result)
         assert status == "waiting" and seqs == [1, 2]
         assert fake_clock.slept == [30.0, 60.0]
-        assert provider.deliveries == {} and [r.state for r in rows] == [
-            EffectState.NOT_COMMITTED
-        ]
+        assert provider.deliveries == {} and [r.state for r in rows] == [EffectState.NOT_COMMITTED]
 
 
 @pytest.mark.parametrize(
