@@ -65,6 +65,7 @@ from .._errors import (
     EffectOutsideJob,
     RestoreError,
     SecretUnavailable,
+    SnapshotError,
     StaleWriter,
     StoreFailure,
     TamperedSnapshot,
@@ -739,7 +740,14 @@ def _attempt(job: Job, spec: _Spec[R], call: dict[str, Any], site: str) -> R:
         refusals = call["refusals"] + 1
         call = dict(call, refusals=refusals)
         wait = _wait_seconds(seconds, refusals)
-        wait_point(_timers.rate_limit_wait(spec.name, call, wait, seconds is None, site))
+        try:
+            wait_point(_timers.rate_limit_wait(spec.name, call, wait, seconds is None, site))
+        except SnapshotError as exc:  # could not hibernate: the call fails, its row kept
+            job.ledger.ordinal = before + 1  # the refused call keeps its identity
+            raise SnapshotError(
+                f"effect {spec.name} at {site} was rate limited (to be sent again in "
+                f"{wait:g}s) and the job could not hibernate: {exc}"
+            ) from None
 
 
 def _resend(call: dict[str, Any], site: str) -> Any:  # the effect's result

@@ -3,7 +3,11 @@ rate-limit tests: POST /orders places an order (honouring an Idempotency-Key: a
 repeated key returns the first order), but the first `refuse` requests of each action
 are answered 429 with the configured headers (e.g. {"Retry-After": "7200"}). Every
 request is recorded (action, key, status), and deliveries (orders actually placed) are
-counted per action."""
+counted per action.
+
+It also speaks the two LLM shapes, as the action "chat": POST .../chat/completions
+(an OpenAI ChatCompletion echoing the last message) and POST .../messages (an
+Anthropic Message), refused the same way first."""
 
 from __future__ import annotations
 
@@ -31,7 +35,12 @@ class RateLimitedProvider:
 
             def do_POST(self):
                 order = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, body, extra = provider.order(order, self.headers.get("Idempotency-Key"))
+                key = self.headers.get("Idempotency-Key")
+                path = self.path.split("?", 1)[0]
+                if path.endswith(("/chat/completions", "/messages")):
+                    status, body, extra = provider.chat(path, order, key)
+                else:
+                    status, body, extra = provider.order(order, key)
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -63,6 +72,43 @@ class RateLimitedProvider:
             if key is not None:
                 self.by_key[key] = placed
             return 200, placed, {}
+
+    def chat(self, path: str, request: dict, key: str | None) -> tuple[int, dict, dict[str, str]]:
+        text = str(request["messages"][-1]["content"])
+        status, placed, extra = self.order({"action": "chat", "amount": 0}, key)
+        if status != 200:
+            return status, placed, extra
+        if path.endswith("/messages"):
+            return (
+                200,
+                {
+                    "id": f"msg-{placed['id']}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": request["model"],
+                    "content": [{"type": "text", "text": f"echo: {text}"}],
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                },
+                {},
+            )
+        return (
+            200,
+            {
+                "id": f"chat-{placed['id']}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": request["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": f"echo: {text}"},
+                        "finish_reason": "stop",
+                    }
+                ],
+            },
+            {},
+        )
 
     def keys(self, action: str) -> list[str | None]:
         with self.lock:

@@ -474,3 +474,38 @@ def test_rate_limited_and_plain_errors():
         None,
         NOT_GIVEN,
     )
+
+
+def test_call_effect_with_an_explicit_key_and_retry(tmp_path):
+    """call_effect(fn, ..., key=..., idempotency="key", retry=Retry(...)) rate limited
+    for 2 h: the wait keeps fn, its options and the explicit key as plain data; resumed
+    later, the same action (found by its key) is sent once more with the same key."""
+    store = tmp_path / "store"
+    with RateLimitedProvider(refuse=1, headers={"Retry-After": "7200"}) as provider:
+        env = {"PROVIDER_URL": provider.url}
+        agent = AGENTS / "rl_calls.py"
+        first = snaprun("run", "--store", store, "--job", "c", agent, cwd=tmp_path, env=env)
+        assert first.returncode == 3, first.stderr
+        later = snaprun("resume", "--store", store, "c", cwd=tmp_path, env={**env, **LATER})
+        assert later.returncode == 0, later.stderr
+        assert later.result == "'po-1'"
+        _one_delivery_same_key(provider, ("order-1",))
+        assert first.stdout + later.stdout == "start\nplaced po-1\n"
+
+
+@pytest.mark.parametrize("llm", ["openai", "anthropic"])
+def test_llm_sdk_rate_limit_hibernates_and_asks_once(tmp_path, llm):
+    """An @effect asking an openai/anthropic client (max_retries=0) meets a 429 with
+    Retry-After: 7200 (the SDK's RateLimitError): the job hibernates with the client in
+    its globals, and resumed later asks once more with the same key: one answer."""
+    store = tmp_path / "store"
+    with RateLimitedProvider(refuse=1, headers={"Retry-After": "7200"}) as provider:
+        env = {"PROVIDER_URL": provider.url, "LLM": llm}
+        agent = AGENTS / "rl_llm.py"
+        first = snaprun("run", "--store", store, "--job", "l", agent, cwd=tmp_path, env=env)
+        assert first.returncode == 3, first.stderr
+        assert "RateLimitError, retry after 7200s" in _effects(store, "l")[0][0].note
+        later = snaprun("resume", "--store", store, "l", cwd=tmp_path, env={**env, **LATER})
+        assert later.returncode == 0, later.stderr
+        _one_delivery_same_key(provider, ("chat",))
+        assert first.stdout + later.stdout == "asking\nanswer echo: hello\n"

@@ -10,6 +10,9 @@ import os
 import urllib.error
 import urllib.request
 
+import httpx
+import requests
+
 import snapstate
 from snapstate import effect, snapshot
 
@@ -19,14 +22,10 @@ def _post(body, key):
     client = os.environ.get("RL_CLIENT", "urllib")
     headers = {"Content-Type": "application/json", "Idempotency-Key": key}
     if client == "httpx":
-        import httpx
-
         response = httpx.post(url + "/orders", json=body, headers=headers, timeout=10)
         response.raise_for_status()
         return response.json()
     if client == "requests":
-        import requests
-
         response = requests.post(url + "/orders", json=body, headers=headers, timeout=10)
         response.raise_for_status()
         return response.json()
