@@ -22,6 +22,11 @@ deadline (less send_guard(ttl)) is checked again in-process, and what is left is
 request's timeout (timeout_param=, effect_time_left()). A runner that fails either
 check sends nothing and stops (StaleWriter). fencing_token=True passes the lease epoch.
 
+A provider's "not now" (RateLimited, an HTTP 429 with Retry-After: resources/_ratelimit.py)
+means the action did not happen: the attempt is recorded not-committed and the task
+waits (runtime/_timers.py, kind "rate-limit"; long waits hibernate the job), then calls
+the same action again: same ordinal, same key, same arguments (see "rate limits" below).
+
 snapstate.now(), random() and uuid4() are recorded in the same ledger, so code
 between a snapshot and a crash re-executes identically; their rows are batched into
 the next durable write.
@@ -863,7 +868,14 @@ A confirmed effect is never sent again: re-executed code gets the recorded resul
 failure is no proof that nothing happened (a connection can drop after the provider
 acted): it is sent again only where the provider makes that safe; otherwise the
 recorded error is raised again (`snaprun reconcile --not-committed` allows a new
-attempt). A replay sends nothing."""
+attempt). A replay sends nothing.
+
+Not-committed means: the action did not happen, so it is sent again whatever the effect
+declares. A row gets there by `snaprun reconcile --not-committed`, or by a rate limit
+(RateLimited, an HTTP 429): the provider refused the attempt, which is recorded
+not-committed (note "rate limited ...", the attempt not counted) before the task waits;
+after the wait (or a crash during it) the same call finds this row and sends it again
+with the same key."""
 
 
 # ------------------------------------------------------------------------ the ledger

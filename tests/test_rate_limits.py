@@ -509,3 +509,23 @@ def test_llm_sdk_rate_limit_hibernates_and_asks_once(tmp_path, llm):
         assert later.returncode == 0, later.stderr
         _one_delivery_same_key(provider, ("chat",))
         assert first.stdout + later.stdout == "asking\nanswer echo: hello\n"
+
+
+def test_a_wait_that_cannot_hibernate_fails_the_call(tmp_path, fake_clock, monkeypatch):
+    """A long rate limit where the stack holds an open socket: the snapshot at the wait
+    is refused, so the effect call raises SnapshotError naming the effect and the cause;
+    the refused row stays not-committed and the next effect gets its own identity."""
+    monkeypatch.delenv("SNAPSTATE_HIBERNATE_AFTER", raising=False)
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("RL_LOG", str(log))
+    monkeypatch.setenv("RL_SCRIPT", "limited:7200,ok")
+    result, status, rows, seqs = _in_process(tmp_path, SCRIPT, function="stuck_main")
+    assert status == "done" and seqs == []
+    assert result[0] == "refused" and result[2] == "ok", result
+    assert "rl_script.thrice at " in result[1] and "could not hibernate" in result[1]
+    assert "socket" in result[1]
+    assert [(r.ordinal, r.state) for r in rows] == [
+        (1, EffectState.NOT_COMMITTED),
+        (2, EffectState.CONFIRMED),
+    ]
+    assert len(set(log.read_text().splitlines())) == 2  # two actions, two keys

@@ -40,3 +40,17 @@ def thrice(what, *, idempotency_key):
 def main():
     send = {"2": twice, "3": thrice}[os.environ.get("RL_ATTEMPTS", "3")]
     return send("x")
+
+
+def stuck_main():
+    """A long rate limit while a local holds what no snapshot can save (a socket): the
+    job cannot hibernate; the effect call raises SnapshotError, and the agent goes on."""
+    import socket
+
+    held = socket.socket()
+    try:
+        thrice("x")
+    except snapstate.SnapshotError as exc:
+        held.close()
+        return ["refused", str(exc), thrice("y")]
+    return ["sent"]
