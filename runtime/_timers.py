@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as _datetime
 import functools
 import math
-import time as _time
 from typing import Any
 
 from . import _context, _effects, _waits
@@ -48,10 +47,6 @@ def _timestamp(when: object) -> float:
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise TypeError("sleep_until() takes an aware datetime or a POSIX timestamp")
     return float(when)
-
-
-def _describe(due: float) -> str:
-    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(due))
 
 
 @wait_api
