@@ -109,6 +109,10 @@ def test_long_retry_after_hibernates_then_sends_once(tmp_path, client):
         assert rows[0].note.startswith("rate limited")
         assert provider.deliveries == {} and len(provider.requests) == 1
         files = snapshot_files(store, "r")
+        shown = snaprun("inspect", "--store", store, "r", cwd=tmp_path, env=env)
+        assert shown.returncode == 0, shown.stderr  # read-only: decodes the wait inertly
+        assert "waiting: rate limited" in shown.stdout and "place(" in shown.stdout
+        assert len(provider.requests) == 1
 
         early = snaprun("resume", "--store", store, "r", cwd=tmp_path, env=env)
         assert early.returncode == 3, early.stderr
