@@ -159,11 +159,12 @@ def test_refused_again_after_a_restore_waits_again(tmp_path):
         assert "".join(r.stdout for r in runs) == UNINTERRUPTED
 
 
+@pytest.mark.fresh  # the exec path of the effect-rate-limited fault point (conftest.py)
 def test_killed_right_after_the_429_was_recorded(tmp_path):
     """Crash window: SIGKILL right after the refused attempt's row was recorded
     not-committed (effect-rate-limited), before the wait's snapshot. The resume
     re-executes from snapshot 1, finds the row and sends the same action again with the
-    same key: exactly one delivery."""
+    same key: exactly one delivery. Every snaprun here execs a fresh interpreter."""
     store = tmp_path / "store"
     with RateLimitedProvider(refuse=1, headers={"Retry-After": "7200"}) as provider:
         env = {"PROVIDER_URL": provider.url, "RL_CLIENT": "requests"}
@@ -246,6 +247,11 @@ def test_killed_after_the_rate_limit_snapshot(tmp_path):
         assert [r.returncode for r in runs] == [3, 0], runs[-1].stderr
         _one_delivery_same_key(provider)
         assert killed.stdout + early.stdout + "".join(r.stdout for r in runs) == UNINTERRUPTED
+        sent = len(provider.requests)
+        replay = snaprun("replay", "--store", store, "r@2", cwd=tmp_path, env={**env, **LATER})
+        assert replay.returncode == 0, replay.stderr  # from the wait: served by the ledger
+        assert replay.stdout == UNINTERRUPTED.removeprefix("start\n")
+        assert len(provider.requests) == sent
 
 
 # ------------------------------------------------------------------------ in process
