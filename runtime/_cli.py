@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import click
+from rich.markup import escape
 
 from .._errors import (
     DivergenceError,
@@ -35,12 +36,14 @@ from .._errors import (
 from ..serializers._home import Home, default_home
 from ..serializers._ids import validate_job_id
 from ..serializers._sqlite import store_failure
-from ..serializers._store import SnapshotRow
-from . import _admin, _inspect, _repair
+from ..serializers._store import ApprovalRow, SnapshotRow
+from . import _admin, _approvals, _inspect, _repair
 from ._agent import EntryPoint, EntryPointError
+from ._clock import clock
 from ._job import Job
 from ._lease import lease_ttl
 from ._signals import SigtermHandler
+from ._waits import hibernate_after
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 
@@ -153,6 +156,17 @@ def _home(
         sys.exit(EXIT_USAGE)
     except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
         _damaged(exc)  # the last resort: store files the code did not expect
+
+
+def _check_settings() -> None:
+    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER or SNAPSTATE_CLOCK_OFFSET
+    before any job runs (exit 2, naming the variable)."""
+    try:
+        lease_ttl()
+        hibernate_after()
+        clock().time()
+    except SnapstateError as exc:
+        _fail(exc)
 
 
 def _finite_grace(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -340,10 +354,7 @@ def run(
     except EntryPointError as exc:
         raise click.UsageError(str(exc)) from None
     _check_new_id(job_id, "--job")
-    try:
-        lease_ttl()  # a bad SNAPSTATE_LEASE_TTL: refused before the job exists
-    except SnapstateError as exc:
-        _fail(exc)
+    _check_settings()  # refused before the job exists
     home = _home(store, create=True)
     try:
         job = Job.create(home, entry, list(args), job_id)
@@ -397,6 +408,7 @@ def resume(
     (exported, or copied) is imported as its job (or --as NEW_ID) first."""
     _check_ids(target, file_ok=True)
     _check_new_id(as_id, "--as")
+    _check_settings()
     home = _home(
         store, target, create=os.path.isfile(target), job=None if os.path.isfile(target) else target
     )
@@ -851,6 +863,116 @@ def repair(store: str | None, accept_id: str | None) -> None:
         "what each sent after its latest snapshot is unknown. Check with the providers, "
         "then `snaprun repair --accept JOB` and `snaprun resume JOB`."
     )
+
+
+# ------------------------------------------------------------------------ approvals
+def _approval_record(row: ApprovalRow, now: float) -> dict[str, Any]:
+    """An approval as `snaprun approvals --json` prints it."""
+    state = row.state
+    if state == "pending" and _approvals.is_expired(row, now):
+        state = "expired"
+    return {
+        "job": row.job_id,
+        "id": row.approval_id,
+        "name": row.name,
+        "state": state,
+        "scope": json.loads(row.scope),
+        "digest": row.digest,
+        "requested": row.requested,
+        "expires": row.expires,
+        "approvers": row.approvers,
+        "decided_by": row.decided_by,
+        "decided_at": row.decided_at,
+        "note": row.note,
+        "site": row.site,
+    }
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.option("--all", "show_all", is_flag=True, help="Also decided and expired approvals.")
+def approvals(store: str | None, as_json: bool, show_all: bool) -> None:
+    """List the approvals waiting for a decision (with --all, every approval): job, id,
+    name, the exact scope, when requested, when it expires, who may decide."""
+    home = _home(store, readonly=True)
+    now = clock().time()
+    try:
+        rows = home.catalog.approvals() if show_all else _approvals.pending(home)
+    except SnapstateError as exc:
+        _fail(exc)
+    records = [_approval_record(r, now) for r in rows]
+    if as_json:
+        click.echo(json.dumps(records, indent=1))
+        return
+    if not records:
+        _say("no approval is waiting for a decision" if not show_all else "no approvals")
+        return
+    headers = ["JOB", "ID", "NAME", "SCOPE", "REQUESTED", "EXPIRES", "APPROVERS"]
+    _inspect.table(
+        headers + (["STATE", "DECIDED BY"] if show_all else []),
+        [
+            [
+                escape(r["job"]),
+                r["id"],
+                escape(r["name"]),
+                escape(json.dumps(r["scope"], sort_keys=True)),
+                _when(r["requested"]),
+                "never" if r["expires"] is None else _when(r["expires"]),
+                "anyone" if r["approvers"] is None else escape(", ".join(r["approvers"])),
+            ]
+            + ([r["state"], escape(r["decided_by"] or "-")] if show_all else [])
+            for r in records
+        ],
+    )
+
+
+def _decide(store: str | None, job_id: str, approval_id: str, **how: Any) -> None:
+    _check_ids(job_id)
+    home = _home(store)
+    try:
+        row = _approvals.decide(home, job_id, approval_id, **how)
+    except SnapstateError as exc:
+        _fail(exc)
+    except (TypeError, ValueError) as exc:  # an invalid --by or --note
+        _say(f"error: {exc}")
+        sys.exit(EXIT_USAGE)
+    expires = "never expires" if row.expires is None else f"expires {_when(row.expires)}"
+    note = f" ({'reason' if row.state == 'rejected' else 'note'}: {row.note})" if row.note else ""
+    _say(
+        f"approval {row.approval_id} ({row.name!r}) of job {job_id} {row.state} by "
+        f"{row.decided_by} at {_when(row.decided_at or 0.0)}{note}; scope {row.scope}; "
+        f"{expires}. The job continues when it is resumed (`snaprun worker`, or "
+        f"`snaprun resume {job_id}`)"
+    )
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--by", default=None, help="Who approves (default: the OS user name).")
+@click.option("--note", default=None, help="A note recorded with the decision.")
+@click.argument("job_id")
+@click.argument("approval_id")
+def approve(
+    store: str | None, by: str | None, note: str | None, job_id: str, approval_id: str
+) -> None:
+    """Grant approval APPROVAL_ID of job JOB_ID with exactly the scope it was requested
+    with (shown); records who and when. The job stays waiting until it is resumed."""
+    _decide(store, job_id, approval_id, granted=True, by=by, note=note)
+
+
+@cli.command(epilog=_EXIT_HELP)
+@store_option
+@click.option("--reason", default=None, help="Why (recorded; the agent sees it).")
+@click.option("--by", default=None, help="Who rejects (default: the OS user name).")
+@click.argument("job_id")
+@click.argument("approval_id")
+def reject(
+    store: str | None, reason: str | None, by: str | None, job_id: str, approval_id: str
+) -> None:
+    """Reject approval APPROVAL_ID of job JOB_ID: when resumed, the job gets
+    ApprovalRejected at its request_approval() call."""
+    _decide(store, job_id, approval_id, granted=False, by=by, note=reason)
 
 
 @cli.group()

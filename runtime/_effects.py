@@ -350,6 +350,8 @@ class _Spec(Generic[R]):
     retry: Retry | None
     timeout_param: str | None = None
     fencing_token: bool = False
+    requires: str | None = None  # the name of the approval it needs (runtime/_approvals.py)
+    within: Callable[..., object] | None = None  # within(scope, **arguments) -> bool
 
     @property
     def recovery(self) -> Recovery:
@@ -368,6 +370,8 @@ def _spec(
     retry: Retry | None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> _Spec[R]:
     if idempotency not in (None, "key"):
         raise ValueError('idempotency must be None or "key"')
@@ -379,9 +383,24 @@ def _spec(
         raise ValueError('timeout_param must be the name of a keyword parameter, e.g. "timeout"')
     if not isinstance(fencing_token, bool):
         raise ValueError("fencing_token must be True or False")
+    if requires is not None and not (isinstance(requires, str) and requires.strip()):
+        raise ValueError('requires must name an approval, e.g. requires="purchase"')
+    if within is not None and (requires is None or not callable(within)):
+        raise ValueError(
+            'within= is a predicate within(scope, **arguments) and goes with requires="name"'
+        )
     name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
     return _Spec(
-        fn, name, idempotency, lookup, EffectKind(kind), retry, timeout_param, fencing_token
+        fn,
+        name,
+        idempotency,
+        lookup,
+        EffectKind(kind),
+        retry,
+        timeout_param,
+        fencing_token,
+        requires=requires,
+        within=within,
     )
 
 
@@ -401,6 +420,8 @@ def effect(
     retry: Retry | None = None,
     timeout_param: None = None,
     fencing_token: Literal[False] = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 @overload
 def effect(
@@ -412,6 +433,8 @@ def effect(
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> Callable[[Callable[..., R]], Callable[..., R]]: ...
 def effect(
     fn: Callable[P, R] | None = None,
@@ -422,6 +445,8 @@ def effect(
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Declare an outbound call: recorded in the ledger, dispatched at most once.
 
@@ -434,11 +459,24 @@ def effect(
     within. fencing_token=True: the function (and its lookup) receives
     fencing_token=<int>, the runner's lease epoch (None in plain Python), which grows
     with every takeover: a provider that keeps the highest token seen per key can
-    refuse a stale runner's late request.
+    refuse a stale runner's late request. requires="purchase": sent only while the job
+    holds a granted, unexpired approval of that name (request_approval()), and, with
+    within=fn, only when fn(scope, **arguments) is true for the scope recorded when it
+    was granted; otherwise ApprovalScopeError, and nothing is recorded or sent.
     """
 
     def decorate(function: Callable[P, R]) -> Callable[P, R]:
-        spec = _spec(function, idempotency, lookup, kind, retry, timeout_param, fencing_token)
+        spec = _spec(
+            function,
+            idempotency,
+            lookup,
+            kind,
+            retry,
+            timeout_param,
+            fencing_token,
+            requires,
+            within,
+        )
 
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -556,6 +594,22 @@ def call_effect(  # type: ignore[overload-cannot-match]
     fencing_token: bool,
     **kwargs: Any,
 ) -> R: ...
+@overload
+def call_effect(  # type: ignore[overload-cannot-match]
+    fn: Callable[..., R],
+    /,
+    *args: Any,
+    key: str | None = None,
+    idempotency: Literal["key"] | None = None,
+    lookup: Callable[..., object] | None = None,
+    kind: Literal["write", "read"] = "write",
+    retry: Retry | None = None,
+    timeout_param: str | None = None,
+    fencing_token: bool = False,
+    requires: str,
+    within: Callable[..., object] | None = None,
+    **kwargs: Any,
+) -> R: ...
 def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key`, ...)
     fn: Callable[..., R],
     /,
@@ -567,14 +621,17 @@ def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key
     retry: Retry | None = None,
     timeout_param: str | None = None,
     fencing_token: bool = False,
+    requires: str | None = None,
+    within: Callable[..., object] | None = None,
     **kwargs: Any,
 ) -> R:
     """Run fn(*args, **kwargs) as an effect, for functions you do not own. `key` names
     the logical action explicitly (its idempotency key derives from it); e.g.
     call_effect(requests.post, url, json=body, timeout_param="timeout")."""
-    return _call(
-        _spec(fn, idempotency, lookup, kind, retry, timeout_param, fencing_token), args, kwargs, key
+    spec = _spec(
+        fn, idempotency, lookup, kind, retry, timeout_param, fencing_token, requires, within
     )
+    return _call(spec, args, kwargs, key)
 
 
 def effect_time_left() -> float | None:
@@ -646,6 +703,10 @@ def _call(
     declared: Callable[..., R] | None = None,  # the @effect function (None: call_effect)
 ) -> R:
     job = _current_job()
+    if spec.requires is not None:  # before anything is recorded or sent
+        from ._approvals import check_scope
+
+        check_scope(spec.name, spec.fn, spec.requires, spec.within, job, args, kwargs, explicit_key)
     if job is None:  # plain Python: no ledger
         return _call_plain(spec, args, kwargs)
     site = _call_site()
@@ -707,6 +768,8 @@ def _options(spec: _Spec[Any]) -> dict[str, Any]:
         "retry": spec.retry,
         "timeout_param": spec.timeout_param,
         "fencing_token": spec.fencing_token,
+        "requires": spec.requires,  # checked before the row was written (_approvals)
+        "within": spec.within,
     }
 
 

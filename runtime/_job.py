@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import cloudpickle
 import greenlet
@@ -531,6 +531,7 @@ class Job:
         """Write snapshot `seq` durably and commit it (compare-and-swap on the lease
         epoch). A failure is fatal for this run: the agent stays paused."""
         agent = self._agent
+        assert agent is not None  # the agent asked for this snapshot
         try:
             if self.lease is not None and self.lease.lost is not None:
                 raise self.lease.lost
@@ -588,9 +589,8 @@ class Job:
         self._commit(seq, label, header, payload)
         _PARKED_AGENTS.append(agent)  # its state is in the file; this run ends here
         self._hibernate(request.wait, outcome, seq)
-        raise AssertionError("not reached: _hibernate raises")
 
-    def _hibernate(self, wait: _waits.Wait, outcome: _waits.NotYet, seq: int) -> None:
+    def _hibernate(self, wait: _waits.Wait, outcome: _waits.NotYet, seq: int) -> NoReturn:
         """Record why the job waits (status waiting) and end this run: JobWaiting."""
         assert self.epoch is not None  # run() and resume() take the lease first
         self.ledger.flush()

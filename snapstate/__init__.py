@@ -10,6 +10,10 @@ snapstate.serializers (the pickler and the snapshot file format) and
 snapstate.resources (handles closed before a snapshot and reopened after).
 """
 
+from snapstate._errors import ApprovalError as ApprovalError
+from snapstate._errors import ApprovalExpired as ApprovalExpired
+from snapstate._errors import ApprovalRejected as ApprovalRejected
+from snapstate._errors import ApprovalScopeError as ApprovalScopeError
 from snapstate._errors import CorruptSnapshot as CorruptSnapshot
 from snapstate._errors import DivergenceError as DivergenceError
 from snapstate._errors import EffectOutsideJob as EffectOutsideJob
@@ -44,6 +48,8 @@ from snapstate._version import __version__ as __version__
 from snapstate.resources._adapters import register_adapter as register_adapter
 from snapstate.resources._registry import resource as resource
 from snapstate.resources._secrets import credential as credential
+from snapstate.runtime._approvals import Approval as Approval
+from snapstate.runtime._approvals import request_approval as request_approval
 from snapstate.runtime._effects import Retry as Retry
 from snapstate.runtime._effects import Secret as Secret
 from snapstate.runtime._effects import call_effect as call_effect
@@ -71,6 +77,8 @@ __all__ = [
     "effect_time_left",
     "sleep",
     "sleep_until",
+    "request_approval",
+    "Approval",
     "resource",
     "register_adapter",
     "credential",
@@ -105,6 +113,10 @@ __all__ = [
     "InvalidJobId",
     "StoreDamaged",
     "JobFinished",
+    "ApprovalError",
+    "ApprovalRejected",
+    "ApprovalExpired",
+    "ApprovalScopeError",
 ]
 
 

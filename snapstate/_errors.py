@@ -27,6 +27,16 @@ Every error names the place (job, frame, file:line, file path) and the next step
     │                               429): the provider refused, nothing happened; the job
     │                               waits retry_after seconds and sends the same action
     │                               again with the same idempotency key
+    ├── ApprovalError               an approval cannot be requested, decided or used as
+    │   │                           asked (outside a job, an unknown or already decided
+    │   │                           approval, a person not among its approvers; exit 2)
+    │   ├── ApprovalRejected        the approval the agent asked for was rejected; raised
+    │   │                           into the agent at its request_approval() call
+    │   ├── ApprovalExpired         the approval expired before anyone decided it (raised
+    │   │                           into the agent), or deciding it came too late
+    │   └── ApprovalScopeError      an effect that requires an approval was called with no
+    │                               granted, unexpired approval of that name, or outside
+    │                               the scope recorded when it was granted: nothing sent
     ├── RestoreError                a snapshot could not be turned back into a running job
     │   └── IncompatibleSnapshot    the snapshot was taken under another Python or
     │                               library version, or the agent's code has changed
@@ -84,12 +94,17 @@ __all__ = [
     "DivergenceError",
     "SecretUnavailable",
     "JobParked",
+    "RateLimited",
     "ResourceReopenError",
     "EffectOutsideJob",
     "InvalidJobId",
     "StoreDamaged",
     "StoreFailure",
     "JobFinished",
+    "ApprovalError",
+    "ApprovalRejected",
+    "ApprovalExpired",
+    "ApprovalScopeError",
 ]
 
 
@@ -240,8 +255,8 @@ class JobWaiting(SnapstateError):
     `snaprun worker` resumes it when it is due (or `snaprun resume JOB` at once, which
     hibernates it again if it is not)."""
 
-    def __init__(self, message: str, *, due: float | None = None, kind: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, *args: object, due: float | None = None, kind: str = "") -> None:
+        super().__init__(*args)
         self.due = due
         self.kind = kind
 
@@ -294,3 +309,48 @@ class EffectOutsideJob(SnapstateError):
     """An effect was called, while a job runs, from a thread or greenlet the job did
     not start. It could not be recorded in the job's ledger (a restore would send it
     again), so it was not sent: call effects from the agent's own code."""
+
+
+class ApprovalError(SnapstateError):
+    """An approval could not be requested, decided or used as asked: request_approval()
+    outside a job (nobody could be asked), an unknown approval id, an approval already
+    decided, a person not among its approvers. Nothing was changed."""
+
+
+class ApprovalRejected(ApprovalError):
+    """The approval the agent asked for with request_approval() was rejected; raised into
+    the agent at that call (it may catch it). `approval_id`, `name`, `by` and `note` say
+    which, by whom and why."""
+
+    def __init__(
+        self,
+        *args: object,
+        approval_id: str = "",
+        name: str = "",
+        by: str | None = None,
+        note: str | None = None,
+    ) -> None:
+        super().__init__(*args)
+        self.approval_id = approval_id
+        self.name = name
+        self.by = by
+        self.note = note
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval expired before anyone decided it: raised into the agent at its
+    request_approval() call, or by `snaprun approve/reject` deciding it too late."""
+
+    def __init__(
+        self, *args: object, approval_id: str = "", name: str = "", expires: float | None = None
+    ) -> None:
+        super().__init__(*args)
+        self.approval_id = approval_id
+        self.name = name
+        self.expires = expires
+
+
+class ApprovalScopeError(ApprovalError):
+    """An effect declared with requires="name" was called while the job has no granted,
+    unexpired approval of that name, or with arguments outside the scope recorded when
+    it was granted (its within= predicate said no). Nothing was recorded or sent."""

@@ -28,6 +28,8 @@ PUBLIC = [
     "effect_time_left",
     "sleep",
     "sleep_until",
+    "request_approval",
+    "Approval",
     "resource",
     "register_adapter",
     "credential",
@@ -61,6 +63,10 @@ PUBLIC = [
     "InvalidJobId",
     "StoreDamaged",
     "JobFinished",
+    "ApprovalError",
+    "ApprovalRejected",
+    "ApprovalExpired",
+    "ApprovalScopeError",
 ]
 
 

@@ -23,6 +23,7 @@ from snapstate import StoreDamaged, StoreError
 from snapstate.runtime._cli import cli
 from snapstate.serializers import _identity
 from snapstate.serializers._home import Home
+from snapstate.serializers._sqlite import SCHEMA_VERSION
 
 LOOPS = AGENTS / "loops.py"
 
@@ -258,7 +259,7 @@ def test_previous_release_store_gets_identity_on_first_writable_open(store):
     home = Home(str(store), create=False, writable=True)
     try:
         assert (store / "store.json").exists()
-        assert home.catalog._db().execute("PRAGMA user_version").fetchone()[0] == 2
+        assert home.catalog._db().execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert home.read_row(home.catalog.snapshot("j", 2))[0]["seq"] == 2
     finally:
         home.close()

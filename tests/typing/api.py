@@ -6,7 +6,8 @@ away)."""
 
 from __future__ import annotations
 
-from typing import assert_type
+import datetime
+from typing import Any, assert_type
 
 import snapstate
 from snapstate import SnapshotInfo, snapshot
@@ -68,3 +69,18 @@ except snapstate.SnapshotError as exc:
 # ---------------------------------------------------------------- the package
 assert_type(snapstate.__all__, list[str])
 assert_type(snapstate.__version__, str)
+
+# ---------------------------------------------------------------- approvals
+approval = snapstate.request_approval("purchase", {"max_usd": 5}, expires_in=60.0)
+assert_type(approval, snapstate.Approval)
+assert_type(approval.scope, dict[str, Any])
+assert_type(approval.expires, datetime.datetime | None)
+try:
+    snapstate.request_approval("purchase", {}, approvers=["alice"])
+except snapstate.ApprovalRejected as refusal:
+    assert_type(refusal.by, str | None)
+approval_errors: list[type[snapstate.ApprovalError]] = [
+    snapstate.ApprovalRejected,
+    snapstate.ApprovalExpired,
+    snapstate.ApprovalScopeError,
+]

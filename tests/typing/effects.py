@@ -58,3 +58,15 @@ call_effect(plain, 1, kind="sometimes")  # type: ignore[call-arg]
 # Secret keeps the type of its value.
 assert_type(Secret.from_env("API_KEY").reveal(), str)
 assert_type(Secret(42, name="pin").reveal(), int)
+
+
+# An effect that requires an approval keeps its function's type; within= takes the
+# scope and the call's arguments.
+@effect(requires="purchase", within=lambda scope, n, **_: n <= scope["max_usd"])
+def buy(n: int) -> str:
+    return str(n)
+
+
+assert_type(buy(3), str)
+buy("3")  # type: ignore[arg-type]
+assert_type(call_effect(plain, 1, requires="purchase"), float)
