@@ -478,12 +478,14 @@ def test_rate_limited_and_plain_errors():
     assert retry_after(ConnectionError("x"), NOW) is None
     assert str(snapstate.RateLimited(3, "quota")) == "rate limited: retry after 3s (quota)"
     assert isinstance(snapstate.RateLimited(1), snapstate.SnapstateError)
-    only = snapstate.RateLimited("quota exceeded")  # a message only: the default backoff
+    only = snapstate.RateLimited(message="quota exceeded")  # no wait: the default backoff
     assert (str(only), only.retry_after, retry_after(only, NOW)) == (
-        "quota exceeded",
+        "rate limited: no wait given (quota exceeded)",
         None,
         NOT_GIVEN,
     )
+    bare = snapstate.RateLimited("quota exceeded")  # a message alone, as any snapstate error
+    assert (str(bare), bare.retry_after, bare.message) == ("quota exceeded", None, "quota exceeded")
 
 
 def test_call_effect_with_an_explicit_key_and_retry(tmp_path):

@@ -84,3 +84,11 @@ approval_errors: list[type[snapstate.ApprovalError]] = [
     snapstate.ApprovalExpired,
     snapstate.ApprovalScopeError,
 ]
+
+# ---------------------------------------------------------------- RateLimited
+limited = snapstate.RateLimited(30.0, "quota")
+assert_type(limited.retry_after, float | None)
+assert_type(limited.message, str)
+assert_type(snapstate.RateLimited(retry_after=5), snapstate.RateLimited)
+assert isinstance(limited, snapstate.SnapstateError)
+limited.retry_after = 3.0  # type: ignore[misc]
