@@ -37,7 +37,7 @@ from ..serializers._home import Home, default_home
 from ..serializers._ids import validate_job_id
 from ..serializers._sqlite import store_failure
 from ..serializers._store import ApprovalRow, SnapshotRow
-from . import _admin, _approvals, _inspect, _repair
+from . import _admin, _api, _approvals, _inspect, _repair
 from ._agent import EntryPoint, EntryPointError
 from ._clock import clock
 from ._job import Job
@@ -219,48 +219,46 @@ def _damaged(exc: BaseException) -> NoReturn:
 
 
 def _run_job(job: Job, action: Callable[[], object], grace: float | None = None) -> NoReturn:
-    """Run or resume a job and exit with the contract's code."""
+    """Run or resume a job through the Python API (runtime/_api.py drive()) and exit
+    with the contract's code."""
     job.say = _say
     sigterm = SigtermHandler(job, grace)
     sigterm.install()
     try:
-        result = action()
+        outcome = _api.drive(job, action)
     except KeyboardInterrupt:
         sys.stdout.flush()
         _say(f"job {job.job_id} interrupted; continue it with: snaprun resume {job.job_id}")
         sys.exit(130)
-    except SystemExit as exc:  # the agent's sys.exit(): its failure, never our code
-        _agent_failed(job, exc)
-    except StoreFailure as exc:
+    except (StaleWriter, LeaseHeld) as exc:
         sys.stdout.flush()
-        _say(f"error: {exc}")
+        _fail(exc)
+    except SnapstateError as exc:  # the job could not start or be restored
+        _fail(exc)
+    finally:
+        sigterm.disarm()
+    error = outcome.error
+    if outcome.status == "done":
+        sys.stdout.flush()
+        _say(f"job {job.job_id} done; main() returned {outcome.result!r}")
+        sys.exit(EXIT_DONE)
+    assert error is not None  # every other outcome carries its error
+    if isinstance(error, StoreFailure):
+        sys.stdout.flush()
+        _say(f"error: {error}")
         _say(
             f"job {job.job_id} is left interrupted; once the store is fixed: snaprun "
             f"resume {job.job_id}"
         )
         sys.exit(EXIT_FAILED)
-    except (SnapshotWriteError, StaleWriter, LeaseHeld) as exc:
+    if isinstance(error, SnapshotWriteError):
         sys.stdout.flush()
-        _fail(exc)
-    except JobParked as exc:
+        _fail(error)
+    if outcome.status in ("parked", "waiting"):
         sys.stdout.flush()
-        _say(str(exc))
-        sys.exit(EXIT_PARKED)
-    except JobWaiting as exc:
-        sys.stdout.flush()
-        _say(str(exc))
-        sys.exit(EXIT_WAITING)
-    except SnapstateError as exc:
-        if job._agent is None:  # never started: the snapshot or the job is invalid
-            _fail(exc)
-        _agent_failed(job, exc)
-    except Exception as exc:
-        _agent_failed(job, exc)
-    finally:
-        sigterm.disarm()
-    sys.stdout.flush()
-    _say(f"job {job.job_id} done; main() returned {result!r}")
-    sys.exit(EXIT_DONE)
+        _say(str(error))
+        sys.exit(EXIT_PARKED if outcome.status == "parked" else EXIT_WAITING)
+    _agent_failed(job, error)
 
 
 def _agent_failed(job: Job, exc: BaseException) -> NoReturn:
@@ -357,7 +355,7 @@ def run(
     _check_settings()  # refused before the job exists
     home = _home(store, create=True)
     try:
-        job = Job.create(home, entry, list(args), job_id)
+        job = _api.create_job(home, entry, list(args), job_id)
     except EntryPointError as exc:
         _say(f"error: {exc}; no job was created")
         sys.exit(EXIT_USAGE)
@@ -416,7 +414,7 @@ def resume(
         if os.path.isfile(target):
             job, at = _admin.import_file(home, target, as_id)
         else:
-            job = Job.open(home, target)  # a done job is refused by job.resume()
+            job = _api.open_job(home, target)  # a done job is refused by job.resume()
     except SnapstateError as exc:
         _fail(exc)
     _run_job(job, lambda: job.resume(at, force=force), grace)
@@ -426,31 +424,44 @@ def resume(
 @store_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
 def list_jobs(store: str | None, as_json: bool) -> None:
-    """List the store's jobs with their status and latest snapshot."""
+    """List the store's jobs with their status and latest snapshot; why each waiting job
+    waits and when it is due; the pins (and, with --json, the meta) of its latest
+    snapshot."""
     home = _home(store, readonly=True)
     now = time.time()
-    rows: list[dict[str, Any]] = []  # JSON records
-    for job in home.catalog.list_jobs():
-        snaps = home.catalog.snapshots(job.job_id)
-        rows.append(
-            {
-                "job": job.job_id,
-                "status": home.catalog.effective_status(job, now),
-                "snapshots": len(snaps),
-                "latest": snaps[-1].seq if snaps else None,
-                "label": snaps[-1].label if snaps else None,
-                "updated": job.updated,
-                "resumes": job.resume_count,
-                "entry": job.entry.get("path") or f"{job.entry['module']}:{job.entry['function']}",
-                "parent": job.parent,
-                "error": job.error,
-            }
-        )
+    rows: list[dict[str, Any]] = [  # JSON records
+        {
+            "job": view.job_id,
+            "status": view.status,
+            "snapshots": len(view.snapshots),
+            "latest": view.latest.seq if view.latest else None,
+            "label": view.latest.label if view.latest else None,
+            "updated": view.updated,
+            "resumes": view.resumes,
+            "entry": view.entry,
+            "parent": view.parent,
+            "error": view.error,
+            "wait": None
+            if view.wait is None
+            else {
+                "kind": view.wait.kind,
+                "reason": view.wait.reason,
+                "due": view.wait.due,
+                "since": view.wait.since,
+                "approval": view.wait.approval_id,
+            },
+            "meta": view.meta,
+            "pins": view.pins,
+        }
+        for view in _api.job_views(home, now)
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
+    headers = ["JOB", "STATUS", "SNAPSHOTS", "LATEST", "UPDATED", "RESUMES", "ENTRY", "WAIT"]
+    show_pins = any(r["pins"] for r in rows)
     _inspect.table(
-        ["JOB", "STATUS", "SNAPSHOTS", "LATEST", "UPDATED", "RESUMES", "ENTRY"],
+        headers + (["PINS"] if show_pins else []),
         [
             [
                 r["job"],
@@ -462,10 +473,26 @@ def list_jobs(store: str | None, as_json: bool) -> None:
                 _ago(now - r["updated"]),
                 str(r["resumes"]),
                 r["entry"],
+                _wait_text(r["wait"], r["label"]),
             ]
+            + ([_pins_text(r["pins"])] if show_pins else [])
             for r in rows
         ],
     )
+
+
+def _wait_text(wait: dict[str, Any] | None, label: str | None) -> str:
+    """`kind, due WHEN: reason` of a waiting job (the reason only when the latest
+    snapshot's label, "waiting: reason", does not already say it); "-" for the others."""
+    if wait is None:
+        return "-"
+    due = f"due {_when(wait['due'])}" if wait["due"] is not None else "until decided"
+    reason = "" if label == f"waiting: {wait['reason']}" else f": {wait['reason']}"
+    return f"{wait['kind']}, {due}{reason}"
+
+
+def _pins_text(pins: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(pins.items())) or "-"
 
 
 @cli.command(epilog=_EXIT_HELP)

@@ -11,6 +11,7 @@ kind and path. If the body cannot be decoded, the frames are still shown."""
 
 from __future__ import annotations
 
+import json
 import linecache
 from typing import Any
 
@@ -51,6 +52,8 @@ def describe(header: dict[str, Any], payload: bytes | bytearray) -> dict[str, An
             "codecs",
             "entry",
             "argv",
+            "meta",  # snapshot(meta=...) and the job's pins (runtime/_pins.py)
+            "pins",
         )
     }
     versions = header.get("versions")
@@ -114,6 +117,16 @@ def render(report: dict[str, Any]) -> None:
         markup=False,
     )
     console.print(report["written_by"], markup=False)
+    if report.get("pins"):
+        pins = report["pins"]
+        text = (
+            " ".join(f"{k}={v}" for k, v in sorted(pins.items()))
+            if isinstance(pins, dict)
+            else pins
+        )
+        console.print(f"pins: {text}", markup=False)
+    if report.get("meta") is not None:
+        console.print(f"meta: {json.dumps(report['meta'], sort_keys=True)}", markup=False)
     if report.get("locals_unavailable"):
         console.print(f"locals unavailable: {report['locals_unavailable']}", markup=False)
     for task in report["tasks"]:

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import CodeType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -50,7 +50,7 @@ from ..serializers._codeid import CodeRef, find_code, module_digest
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import WaitRow
-from . import _agent, _context, _defstate, _process, _rootlog, _waits
+from . import _agent, _context, _defstate, _pins, _process, _rootlog, _waits
 from ._capture import capture_stack
 from ._clock import clock
 from ._effects import Ledger
@@ -77,12 +77,21 @@ class SnapshotInfo:
     frozen_for: seconds between taking the snapshot and resuming it (0.0 when live)
     seq:        the snapshot's sequence number (None outside a job)
     label:      the label given to snapshot()
+    meta:       the meta dict given to snapshot() (a JSON copy), or None
+    pins:       the job's pinned values when the snapshot was taken (pin())
     """
 
     resumed: bool
     frozen_for: float
     seq: int | None
     label: str | None
+    meta: dict[str, Any] | None = None
+    pins: dict[str, Any] = field(default_factory=dict)
+
+
+# A SnapshotInfo pickled before meta and pins existed (a local of a frozen frame) has
+# neither in its __dict__: it reads these class-level defaults.
+setattr(SnapshotInfo, "pins", {})  # noqa: B010 (never mutated: pins() returns copies)
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,7 @@ class _FreezeRequest:
     label: str | None
     handled: BaseException | None
     wait: _waits.Wait | None = None  # a snapshot taken to hibernate at this wait
+    meta: dict[str, Any] | None = None  # snapshot(meta=...), checked (runtime/_pins.py)
 
 
 @dataclass(frozen=True)
@@ -114,14 +124,18 @@ class _Stop:
     reason: str
 
 
-def snapshot(label: str | None = None) -> SnapshotInfo:
+def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> SnapshotInfo:
     """Declare a snapshot point: freeze the whole job here, durably, and continue.
 
-    Outside a job (the agent run by plain Python) it does nothing and returns a
-    record with seq None. Raises SnapshotError when this point cannot be frozen."""
+    `meta`: a dict of JSON values recorded in this snapshot's header (shown by `snaprun
+    ls --json` and `inspect`; TypeError for anything else). The job's pins (pin()) are
+    recorded too. Outside a job (the agent run by plain Python) it does nothing and
+    returns a record with seq None. Raises SnapshotError when this point cannot be
+    frozen."""
+    checked = _pins.check_meta(meta)
     job = _context.active_job()
     if job is None:
-        return SnapshotInfo(False, 0.0, None, label)
+        return SnapshotInfo(False, 0.0, None, label, checked, _pins.pins())
     if greenlet.getcurrent() is not job._agent:
         raise SnapshotError(
             "snapshot() was called from a greenlet or thread the job did not "
@@ -129,7 +143,7 @@ def snapshot(label: str | None = None) -> SnapshotInfo:
         )
     # The hub switches back the SnapshotInfo of this snapshot (or throws into it).
     assert job._hub is not None  # set with _agent while the job runs
-    info: SnapshotInfo = job._hub.switch(_FreezeRequest(label, sys.exception()))
+    info: SnapshotInfo = job._hub.switch(_FreezeRequest(label, sys.exception(), meta=checked))
     return info
 
 
@@ -233,6 +247,7 @@ class Job:
     _root_log_baseline: tuple[list[logging.Handler], int]
     _root_log_owned: bool
     _process_tracker: _process._Tracker
+    _pins: dict[str, Any]  # runtime/_pins.py: pin()'s values, kept in the frozen state
 
     def __init__(self, home: Home, job_id: str, entry: _agent.EntryPoint, argv: list[str]) -> None:
         self.home = home
@@ -521,11 +536,15 @@ class Job:
             return agent.throw(exc)
         if self.ledger.replay:  # a replay writes nothing
             self.seq = seq
-            return agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
+            return agent.switch(self._live_info(seq, request, header))
         self._commit(seq, request.label, header, payload)
         if self.after_commit is not None:
             self.after_commit(seq)  # may end the process (SIGTERM --grace)
-        return agent.switch(SnapshotInfo(False, 0.0, seq, request.label))
+        return agent.switch(self._live_info(seq, request, header))
+
+    @staticmethod
+    def _live_info(seq: int, request: _FreezeRequest, header: dict[str, Any]) -> SnapshotInfo:
+        return SnapshotInfo(False, 0.0, seq, request.label, request.meta, dict(header["pins"]))
 
     def _commit(self, seq: int, label: str | None, header: dict[str, Any], payload: bytes) -> None:
         """Write snapshot `seq` durably and commit it (compare-and-swap on the lease
@@ -654,6 +673,7 @@ class Job:
             "effects": self.ledger.ordinal,
             "logging": _rootlog.capture(self),  # basicConfig(...) in main()
             "wait": request.wait.as_dict() if request.wait is not None else None,
+            "pins": dict(_pins.current(self)),
         }
         try:
             _secrets.bind(self.home.keys)  # credentials in SDK clients are sealed
@@ -685,6 +705,8 @@ class Job:
             ],
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
+            "meta": request.meta,  # sealed in encrypted stores, with the label
+            "pins": state["pins"],
         }
         if request.wait is not None:
             header["wait"] = {"kind": request.wait.kind, "site": request.wait.site}
@@ -760,6 +782,7 @@ class Job:
         _defstate.restore(state.get("defs", {}), state["globals"])  # onto the fresh import
         _process.restore(self, state.get("process"))  # cwd, random; env applied by loads
         _rootlog.restore(self, state.get("logging"))
+        _pins.restore(self, state.get("pins"))
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
         frames: list[FrameRecord] = state["frames"]
@@ -797,7 +820,12 @@ class Job:
         header = self._resumed
         assert header is not None  # set by restore() before the chain runs
         return SnapshotInfo(
-            True, max(0.0, time.time() - header["created_at"]), header["seq"], header["label"]
+            True,
+            max(0.0, time.time() - header["created_at"]),
+            header["seq"],
+            header["label"],
+            header.get("meta"),
+            dict(header.get("pins") or {}),
         )
 
 

@@ -230,11 +230,14 @@ PLAIN = Sealer(None, False)
 # What the agent gave a snapshot: in an encrypted file these header fields are null and
 # sealed together in "sealed" (the header itself stays readable for verification).
 # Frame qualnames, file names and line numbers are code identity and stay in clear.
-HEADER_PRIVATE = ("argv", "label")
+# meta and pins (snapshot(meta=...), pin()): files written before them lack them.
+HEADER_PRIVATE = ("argv", "label", "meta", "pins")
+_HEADER_PRIVATE_SINCE = frozenset({"meta", "pins"})
 
 
 def seal_header(header: dict[str, Any], keys: KeyRing) -> dict[str, Any]:
-    """The header of an encrypted snapshot: argv and label sealed for this job and seq."""
+    """The header of an encrypted snapshot: argv, label, meta and pins sealed for this
+    job and seq."""
     private = json.dumps({name: header.get(name) for name in HEADER_PRIVATE})
     blob = Sealer(keys, True)._sealed(
         private, ("header", "private", header["job_id"], header["seq"])
@@ -253,7 +256,10 @@ def open_header(header: dict[str, Any], keys: KeyRing, path: str) -> dict[str, A
                 bytes.fromhex(sealed), "header", "private", header.get("job_id"), header.get("seq")
             )
         )
-        values = {name: opened[name] for name in HEADER_PRIVATE}
+        values = {
+            name: opened.get(name) if name in _HEADER_PRIVATE_SINCE else opened[name]
+            for name in HEADER_PRIVATE
+        }
     except (StoreDamaged, TypeError, ValueError, KeyError) as exc:
         raise TamperedSnapshot(
             f"{path}: its sealed header fields do not open ({exc}); refusing it"

@@ -48,6 +48,9 @@ from snapstate._version import __version__ as __version__
 from snapstate.resources._adapters import register_adapter as register_adapter
 from snapstate.resources._registry import resource as resource
 from snapstate.resources._secrets import credential as credential
+from snapstate.runtime._api import JobResult as JobResult
+from snapstate.runtime._api import JobView as JobView
+from snapstate.runtime._api import Store as Store
 from snapstate.runtime._approvals import Approval as Approval
 from snapstate.runtime._approvals import request_approval as request_approval
 from snapstate.runtime._effects import Retry as Retry
@@ -60,6 +63,8 @@ from snapstate.runtime._effects import random as random
 from snapstate.runtime._effects import uuid4 as uuid4
 from snapstate.runtime._job import SnapshotInfo as SnapshotInfo
 from snapstate.runtime._job import snapshot as snapshot
+from snapstate.runtime._pins import pin as pin
+from snapstate.runtime._pins import pins as pins
 from snapstate.runtime._timers import sleep as sleep
 from snapstate.runtime._timers import sleep_until as sleep_until
 
@@ -82,6 +87,12 @@ __all__ = [
     "resource",
     "register_adapter",
     "credential",
+    "pin",
+    "pins",
+    # embedding: the Python API (runtime/_api.py)
+    "Store",
+    "JobResult",
+    "JobView",
     # errors (snapstate/_errors.py draws the tree)
     "SnapstateError",
     "SnapshotError",

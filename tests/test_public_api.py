@@ -33,6 +33,11 @@ PUBLIC = [
     "resource",
     "register_adapter",
     "credential",
+    "pin",
+    "pins",
+    "Store",
+    "JobResult",
+    "JobView",
     "SnapstateError",
     "SnapshotError",
     "SnapshotWriteError",
@@ -138,9 +143,10 @@ def test_snapshot_info_pickles_by_public_path():
 
 
 def test_snapshot_info_fields():
-    """SnapshotInfo is a frozen record of (resumed, frozen_for, seq, label), in order."""
+    """SnapshotInfo is a frozen record of (resumed, frozen_for, seq, label, meta, pins), in
+    order; meta and pins have defaults (records pickled before they existed read them)."""
     fields = [f.name for f in dataclasses.fields(snapstate.SnapshotInfo)]
-    assert fields == ["resumed", "frozen_for", "seq", "label"]
+    assert fields == ["resumed", "frozen_for", "seq", "label", "meta", "pins"]
     info = snapstate.SnapshotInfo(False, 0.0, 3, None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         info.seq = 4  # type: ignore[misc]

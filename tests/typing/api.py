@@ -22,7 +22,10 @@ assert_type(snapstate.snapshot("x"), SnapshotInfo)
 
 snapshot(1)  # type: ignore[arg-type]
 snapshot(b"label")  # type: ignore[arg-type]
-snapshot("a", "b")  # type: ignore[call-arg]
+snapshot("a", "b")  # type: ignore[arg-type]
+snapshot("a", {}, 3)  # type: ignore[call-arg]
+assert_type(snapshot("a", meta={"step": 1}), SnapshotInfo)
+assert_type(snapshot("a", {"k": [1, "x"]}), SnapshotInfo)
 snapshot(name="a")  # type: ignore[call-arg]
 snapshot().label.upper()  # type: ignore[union-attr]
 
@@ -31,6 +34,8 @@ assert_type(info.resumed, bool)
 assert_type(info.frozen_for, float)
 assert_type(info.seq, int | None)
 assert_type(info.label, str | None)
+assert_type(info.meta, dict[str, Any] | None)
+assert_type(info.pins, dict[str, Any])
 if info.seq is not None:
     assert_type(info.seq + 1, int)
 made = SnapshotInfo(resumed=True, frozen_for=1.5, seq=3, label=None)
@@ -42,6 +47,33 @@ info.seq = 4  # type: ignore[misc]
 SnapshotInfo(True, 1.5)  # type: ignore[call-arg]
 SnapshotInfo("yes", 1.5, 3, None)  # type: ignore[arg-type]
 info.when  # type: ignore[attr-defined]  # noqa: B018
+
+
+# ---------------------------------------------------------------- pins
+snapstate.pin(model="gpt-4o", prompt_version="3", plan=7, strict=True, temperature=0.2)
+snapstate.pin(model=None)
+assert_type(snapstate.pins(), dict[str, Any])
+snapstate.pin("gpt-4o")  # type: ignore[call-arg]
+snapstate.pin(model=["a"])  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the Python API
+def embed(store: snapstate.Store) -> None:
+    outcome = store.start("agent.py", "--fast", job_id="j")
+    assert_type(outcome, snapstate.JobResult)
+    assert_type(outcome.status, str)
+    assert_type(outcome.exit_code, int)
+    assert_type(store.resume("j"), snapstate.JobResult)
+    assert_type(store.job("j"), snapstate.JobView)
+    assert_type(store.jobs(), list[snapstate.JobView])
+    assert_type(store.job("j").pins, dict[str, Any])
+    store.start("agent.py", 3)  # type: ignore[arg-type]
+    store.resume()  # type: ignore[call-arg]
+
+
+snapstate.Store()
+snapstate.Store("/tmp/store")
+snapstate.Store(3)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- errors
