@@ -22,6 +22,11 @@ deadline (less send_guard(ttl)) is checked again in-process, and what is left is
 request's timeout (timeout_param=, effect_time_left()). A runner that fails either
 check sends nothing and stops (StaleWriter). fencing_token=True passes the lease epoch.
 
+A provider's "not now" (RateLimited, an HTTP 429 with Retry-After: resources/_ratelimit.py)
+means the action did not happen: the attempt is recorded not-committed and the task
+waits (runtime/_timers.py, kind "rate-limit"; long waits hibernate the job), then calls
+the same action again: same ordinal, same key, same arguments (see "rate limits" below).
+
 snapstate.now(), random() and uuid4() are recorded in the same ledger, so code
 between a snapshot and a crash re-executes identically; their rows are batched into
 the next durable write.
@@ -45,7 +50,17 @@ import types
 import uuid as _uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Generic,
+    Literal,
+    NoReturn,
+    ParamSpec,
+    TypeVar,
+    overload,
+)
 
 import greenlet
 
@@ -55,6 +70,7 @@ from .._errors import (
     EffectOutsideJob,
     RestoreError,
     SecretUnavailable,
+    SnapshotError,
     StaleWriter,
     StoreFailure,
     TamperedSnapshot,
@@ -465,7 +481,7 @@ def effect(
 
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _call(spec, args, kwargs, None)
+            return _call(spec, args, kwargs, None, wrapper)
 
         wrapper.__snapstate_effect__ = spec  # type: ignore[attr-defined]  # a marker
         return wrapper
@@ -705,6 +721,7 @@ def _call(
     args: tuple[Any, ...],  # the caller's arguments: anything
     kwargs: dict[str, Any],
     explicit_key: str | None,
+    declared: Callable[..., R] | None = None,  # the @effect function (None: call_effect)
 ) -> R:
     job = _current_job()
     if spec.requires is not None:  # before anything is recorded or sent
@@ -712,12 +729,143 @@ def _call(
 
         check_scope(spec.name, spec.fn, spec.requires, spec.within, job, args, kwargs, explicit_key)
     if job is None:  # plain Python: no ledger
-        return _invoke(spec, args, kwargs, f"adhoc-{_uuid.uuid4().hex}")
-    try:
-        return job.ledger.call(spec, args, kwargs, explicit_key, _call_site())
-    except StoreFailure as exc:
-        job.store_failed(exc)  # the run stops here; the agent never sees it
-        raise
+        return _call_plain(spec, args, kwargs)
+    site = _call_site()
+    call = {
+        "effect": declared if declared is not None else spec.fn,
+        "options": None if declared is not None else _options(spec),
+        "args": args,
+        "kwargs": kwargs,
+        "key": explicit_key,
+        "refusals": 0,
+    }
+    return _attempt(job, spec, call, site)
+
+
+# ------------------------------------------------------------------------ rate limits
+# An effect the provider refused for now (RateLimited, an HTTP 429) did not happen: its
+# row is recorded not-committed (not counted as an attempt), and the task waits (a Wait
+# of kind "rate-limit", runtime/_timers.py) with the call, as plain data: the effect
+# (pickled by reference), its arguments and explicit key. Short waits are slept through
+# in the process, long ones hibernate the job. Then the same logical action is called
+# again: the ledger's ordinal was rolled back to before the refused call, so it finds
+# its own row (same identity, same idempotency key; other arguments are a
+# DivergenceError) and sends it again. After a restore at that wait, the poller's
+# Ready(Then(...)) calls _resend() in the agent's task (Job._deliver). The functions
+# between the agent's call and wait_point() are wait_api (not captured): the agent's
+# call receives the effect's result either way.
+class _Refused(BaseException):
+    """The provider refused the call (a rate limit): raised from the ledger to _attempt."""
+
+    def __init__(self, seconds: float | None, error: BaseException) -> None:
+        super().__init__(seconds, error)
+        self.seconds = seconds  # None: the provider named no wait
+        self.error = error
+
+
+def _rate_limit(exc: BaseException) -> float | None:
+    """Seconds to wait when exc is a rate limit (resources/_ratelimit.py; NOT_GIVEN when
+    the provider named none), else None."""
+    from ..resources._ratelimit import retry_after
+
+    return retry_after(exc, clock().time())
+
+
+def _wait_seconds(seconds: float | None, refusals: int) -> float:
+    """The wait asked for, or the default doubled at each refusal in a row."""
+    from ..resources._ratelimit import DEFAULT_RETRY_AFTER, MAX_DEFAULT_RETRY_AFTER, NOT_GIVEN
+
+    if seconds is not None and seconds != NOT_GIVEN:
+        return seconds
+    return min(DEFAULT_RETRY_AFTER * 2.0 ** min(refusals - 1, 30), MAX_DEFAULT_RETRY_AFTER)
+
+
+def _options(spec: _Spec[Any]) -> dict[str, Any]:
+    """call_effect()'s options, as plain data (a wait keeps them to call it again)."""
+    return {
+        "idempotency": spec.idempotency,
+        "lookup": spec.lookup,
+        "kind": spec.kind.value,
+        "retry": spec.retry,
+        "timeout_param": spec.timeout_param,
+        "fencing_token": spec.fencing_token,
+        "requires": spec.requires,  # checked before the row was written (_approvals)
+        "within": spec.within,
+    }
+
+
+def _call_plain(spec: _Spec[R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    """Plain Python: no ledger; a rate limit is slept through (the clock) and the call
+    sent again with the same key."""
+    key, refusals = f"adhoc-{_uuid.uuid4().hex}", 0
+    while True:
+        try:
+            return _invoke(spec, args, kwargs, key)
+        except Exception as exc:
+            seconds = _rate_limit(exc)
+            if seconds is None:
+                raise
+        refusals += 1
+        clock().sleep(_wait_seconds(seconds, refusals))
+
+
+def _attempt(job: Job, spec: _Spec[R], call: dict[str, Any], site: str) -> R:
+    """Send the call through the ledger; while the provider refuses it for now, wait
+    (wait_point) and send the same action again. Returns the effect's result."""
+    args, kwargs, key = call["args"], call["kwargs"], call["key"]
+    while True:
+        before = job.ledger.actions()
+        try:
+            return job.ledger.call(spec, args, kwargs, key, site)
+        except StoreFailure as exc:
+            job.store_failed(exc)  # the run stops here; the agent never sees it
+            raise
+        except _Refused as refused:
+            job.ledger.set_actions(before)  # the same action is called again: same identity
+            seconds = refused.seconds
+        from . import _timers  # registers the "rate-limit" poller and these wait_api codes
+        from ._job import wait_point
+
+        refusals = call["refusals"] + 1
+        call = dict(call, refusals=refusals)
+        wait = _wait_seconds(seconds, refusals)
+        try:
+            wait_point(_timers.rate_limit_wait(spec.name, call, wait, seconds is None, site))
+        except SnapshotError as exc:  # could not hibernate: the call fails, its row kept
+            job.ledger.set_actions(before + 1)  # the refused call keeps its identity
+            raise SnapshotError(
+                f"effect {spec.name} at {site} was rate limited (to be sent again in "
+                f"{wait:g}s) and the job could not hibernate: {exc}"
+            ) from None
+
+
+def _resend(call: dict[str, Any], site: str) -> Any:  # the effect's result
+    """After a restore at a rate-limit wait: call the same action again, in the agent's
+    task (Job._deliver runs the poller's Then)."""
+    job = _current_job()
+    assert job is not None, "a restored wait is delivered in its job"
+    effect_fn, options = call["effect"], call["options"]
+    if options is None:
+        spec = getattr(effect_fn, "__snapstate_effect__", None)
+        if not isinstance(spec, _Spec):
+            raise RestoreError(
+                f"the job waited at {site} to send {effect_fn!r} again after a rate limit, "
+                "but it is no longer an @effect in the agent's code; restore the original "
+                "source to resume this job"
+            )
+    else:
+        spec = _spec(effect_fn, **options)
+    return _attempt(job, spec, call, site)
+
+
+def wait_api_functions() -> tuple[Callable[..., Any], ...]:
+    """The functions between the agent's effect call and wait_point() at a rate-limit
+    wait (runtime/_timers.py marks them wait_api)."""
+    return (effect(_noop), call_effect, _call, _attempt, _resend)
+
+
+def _noop() -> None:
+    return None
 
 
 # ------------------------------------------------------------------------ values
@@ -804,7 +952,14 @@ A confirmed effect is never sent again: re-executed code gets the recorded resul
 failure is no proof that nothing happened (a connection can drop after the provider
 acted): it is sent again only where the provider makes that safe; otherwise the
 recorded error is raised again (`snaprun reconcile --not-committed` allows a new
-attempt). A replay sends nothing."""
+attempt). A replay sends nothing.
+
+Not-committed means: the action did not happen, so it is sent again whatever the effect
+declares. A row gets there by `snaprun reconcile --not-committed`, or by a rate limit
+(RateLimited, an HTTP 429): the provider refused the attempt, which is recorded
+not-committed (note "rate limited ...", the attempt not counted) before the task waits;
+after the wait (or a crash during it) the same call finds this row and sends it again
+with the same key."""
 
 
 # ------------------------------------------------------------------------ the ledger
@@ -869,6 +1024,19 @@ class Ledger:
             )
         self._task_next += 1
         return self._task_next
+
+    def actions(self) -> int:
+        """How many actions the calling task has taken (main: the job's ordinal counter;
+        a spawned task: its own): put back to call the same action again."""
+        task = self._spawned()
+        return self.ordinal if task is None else task.effects
+
+    def set_actions(self, count: int) -> None:
+        task = self._spawned()
+        if task is None:
+            self.ordinal = count
+        else:
+            task.effects = count
 
     def last_ordinal(self) -> int:
         """The catalog ordinal of the calling task's latest value or effect row (in main,
@@ -1105,6 +1273,9 @@ class Ledger:
             try:
                 result = self._send(spec, row, args, kwargs)
             except Exception as exc:
+                limit = _rate_limit(exc)  # the provider refused: nothing happened
+                if limit is not None:
+                    self._refused(row, attempt, limit, exc)
                 retry = spec.retry
                 retryable = (
                     retry is not None
@@ -1132,6 +1303,19 @@ class Ledger:
                 raise
             fault_point("effect-after-send", self._point(row))
             return self._confirm(row, result, attempt, row.note)
+
+    def _refused(self, row: EffectRow, attempt: int, seconds: float, exc: Exception) -> NoReturn:
+        """The provider refused the call for now (a rate limit): the action did not
+        happen. The row is recorded not-committed, the refused attempt not counted (a
+        Retry policy's budget is kept); _attempt waits, then calls the same action again,
+        which RECOVERY sends again with the same key."""
+        from ..resources._ratelimit import NOT_GIVEN
+
+        asked = "no Retry-After" if seconds == NOT_GIVEN else f"retry after {seconds:g}s"
+        note = f"rate limited ({type(exc).__name__}, {asked}): not performed; sent again after the wait"
+        self._record(row, EffectState.NOT_COMMITTED, None, attempt - 1, note)
+        fault_point("effect-rate-limited", row.ordinal)
+        raise _Refused(None if seconds == NOT_GIVEN else seconds, exc)
 
     def _confirm(self, row: EffectRow, result: R, attempts: int, note: str) -> R:
         self._record(row, EffectState.CONFIRMED, result, attempts, note)

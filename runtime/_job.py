@@ -660,12 +660,15 @@ class Job:
             kind=wait.kind,
         )
 
+    @wait_api  # a continuation may wait again here (a rate limit): not captured
     def _deliver(self) -> object:
         """The restored wait's outcome, as the value of the agent's wait call."""
         ready, self._ready = self._ready, None
         assert ready is not None, "a restored wait is delivered once it is ready"
         if ready.error is not None:
             raise ready.error
+        if isinstance(ready.value, _waits.Then):  # produced in the agent's task
+            return ready.value.fn()
         return ready.value
 
     # ------------------------------------------------------------------ freezing

@@ -422,9 +422,11 @@ class Scheduler:
             if kind == "throw":
                 assert isinstance(value, BaseException)
                 raise value
+            if isinstance(value, _waits.Then):  # produced in the task (a rate limit)
+                return value.fn()
             return value
 
-        return deliver
+        return wait_api(deliver)  # a continuation may wait again here: not captured
 
     def main_deliverer(self) -> Callable[[], object]:
         return self._deliverer(self.tasks[MAIN])

@@ -1,24 +1,29 @@
-"""Durable timers: sleep() and sleep_until().
+"""Durable timers: sleep() and sleep_until(), and the waits of rate-limited effects.
 
 A wait due within hibernate_after() seconds (SNAPSTATE_HIBERNATE_AFTER, default 60) is
 slept through in the process; a longer one snapshots the job right at the call and
 hibernates it (status waiting, exit 3) until `snaprun worker` resumes it when it is due.
 The due time is computed from snapstate.now(), a value recorded in the ledger, so code
 re-executed after a crash waits for the same moment, not a new full interval. All time
-goes through the clock seam (runtime/_clock.py)."""
+goes through the clock seam (runtime/_clock.py).
+
+A rate-limited effect (RateLimited, an HTTP 429: runtime/_effects.py) waits the same
+way, with a Wait of kind "rate-limit" that holds the call as plain data; once it is due,
+the poller's Ready(Then(...)) sends the same action again in the agent's task."""
 
 from __future__ import annotations
 
 import datetime as _datetime
+import functools
 import math
-import time as _time
+from typing import Any
 
-from . import _context, _waits
+from . import _context, _effects, _waits
 from ._clock import clock
 from ._effects import now
 from ._job import wait_api, wait_point
 
-__all__ = ["sleep", "sleep_until"]
+__all__ = ["sleep", "sleep_until", "rate_limit_wait"]
 
 
 def _seconds(value: object, what: str) -> float:
@@ -42,10 +47,6 @@ def _timestamp(when: object) -> float:
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise TypeError("sleep_until() takes an aware datetime or a POSIX timestamp")
     return float(when)
-
-
-def _describe(due: float) -> str:
-    return _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(due))
 
 
 @wait_api
@@ -76,7 +77,37 @@ def _poll_timer(job: object, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
     due = float(wait.args["due"])
     if clock().time() >= due:
         return _waits.Ready(None)
-    return _waits.NotYet(due, f"sleep until {_describe(due)} at {wait.site}")
+    return _waits.NotYet(due, f"sleep at {wait.site}")  # JobWaiting and `ls` add the due time
 
 
 _waits.register("timer", _poll_timer)
+
+
+# ------------------------------------------------------------------------ rate limits
+def rate_limit_wait(
+    name: str, call: dict[str, Any], seconds: float, default: bool, site: str
+) -> _waits.Wait:
+    """The wait of effect `name` refused at `site`: due `seconds` from now (the clock);
+    `call` (runtime/_effects.py) is what is sent again. `default`: the provider named no
+    wait, so the default backoff is used."""
+    due = clock().time() + seconds
+    args = {"due": due, "seconds": seconds, "default": default, "effect": name, "call": call}
+    return _waits.Wait("rate-limit", args, site)
+
+
+def _poll_rate_limit(job: object, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
+    due = float(wait.args["due"])
+    if clock().time() >= due:
+        resend = functools.partial(_effects._resend, wait.args["call"], wait.site)
+        return _waits.Ready(_waits.Then(resend))
+    asked = (
+        f"no Retry-After given, backing off {wait.args['seconds']:g}s"
+        if wait.args.get("default")
+        else f"retry after {wait.args['seconds']:g}s"
+    )
+    return _waits.NotYet(due, f"rate limited: {wait.args['effect']} at {wait.site} ({asked})")
+
+
+_waits.register("rate-limit", _poll_rate_limit)
+for _fn in _effects.wait_api_functions():  # between the agent's call and wait_point()
+    wait_api(_fn)

@@ -38,6 +38,7 @@ __all__ = [
     "Wait",
     "Ready",
     "NotYet",
+    "Then",
     "register",
     "poll",
     "hibernate_after",
@@ -71,6 +72,15 @@ class Ready:
 
     value: object = None
     error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class Then:
+    """Ready(Then(fn)): the wait's value is fn(), called in the agent's task once the
+    wait is over (a rate-limited effect is sent again there: effects are sent from the
+    agent's task only). Never stored: a poller builds it from its Wait's args."""
+
+    fn: Callable[[], object]
 
 
 @dataclass(frozen=True)

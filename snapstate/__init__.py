@@ -27,6 +27,7 @@ from snapstate._errors import JobParked as JobParked
 from snapstate._errors import JobWaiting as JobWaiting
 from snapstate._errors import LeaseHeld as LeaseHeld
 from snapstate._errors import PlaintextRefused as PlaintextRefused
+from snapstate._errors import RateLimited as RateLimited
 from snapstate._errors import ResourceReopenError as ResourceReopenError
 from snapstate._errors import RestoreError as RestoreError
 from snapstate._errors import RetiredKey as RetiredKey
@@ -122,6 +123,7 @@ __all__ = [
     "SecretUnavailable",
     "JobParked",
     "JobWaiting",
+    "RateLimited",
     "ResourceReopenError",
     "EffectOutsideJob",
     "StoreFailure",

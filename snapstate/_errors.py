@@ -23,6 +23,10 @@ Every error names the place (job, frame, file:line, file path) and the next step
     ├── JobWaiting                  the job hibernated at a wait (a timer, an approval, a
     │                               rate limit): not a failure; it is resumed when the
     │                               wait is over (exit code 3)
+    ├── RateLimited                 raised by an effect function (or mapped from an HTTP
+    │                               429): the provider refused, nothing happened; the job
+    │                               waits retry_after seconds and sends the same action
+    │                               again with the same idempotency key
     ├── ApprovalError               an approval cannot be requested, decided or used as
     │   │                           asked (outside a job, an unknown or already decided
     │   │                           approval, a person not among its approvers; exit 2)
@@ -90,6 +94,7 @@ __all__ = [
     "DivergenceError",
     "SecretUnavailable",
     "JobParked",
+    "RateLimited",
     "ResourceReopenError",
     "EffectOutsideJob",
     "InvalidJobId",
@@ -254,6 +259,44 @@ class JobWaiting(SnapstateError):
         super().__init__(*args)
         self.due = due
         self.kind = kind
+
+
+class RateLimited(SnapstateError):
+    """The provider refused a call for now (a rate limit, HTTP 429): the action did not
+    happen. An effect function raises RateLimited(retry_after=seconds, message) (snapstate
+    maps an HTTP 429 raised by httpx, requests, urllib, openai and anthropic to it); the
+    job waits that long (in the process if short, hibernated if long: exit code 3) and
+    sends the same action again, with the same idempotency key. A retry_after that is
+    not a number of seconds (0 or more, finite), or None, means the provider named no
+    wait: the default backoff applies. Outside an effect it is an ordinary exception."""
+
+    def __init__(self, retry_after: float | None = None, message: str = "", *more: object) -> None:
+        super().__init__(retry_after, message, *more)
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds to wait before sending again; None: not given (the default backoff)."""
+        value = self.args[0] if self.args else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        return float(value) if 0 <= value < float("inf") else None
+
+    @property
+    def message(self) -> str:
+        """What the provider said (RateLimited("quota exceeded") is a message only)."""
+        value = self.args[1] if len(self.args) > 1 else ""
+        if not value and self.args and isinstance(self.args[0], str):
+            return self.args[0]
+        return value if isinstance(value, str) else repr(value)
+
+    def __str__(self) -> str:
+        if self.args and isinstance(self.args[0], str) and not any(self.args[1:]):
+            return self.args[0]  # a message only
+        seconds = self.retry_after
+        text = "rate limited: " + (
+            f"retry after {seconds:g}s" if seconds is not None else "no wait given"
+        )
+        return f"{text} ({self.message})" if self.message else text
 
 
 class ResourceReopenError(SnapstateError):

@@ -221,7 +221,7 @@ def test_ls_shows_why_a_job_waits_and_when_it_is_due(short_tmp_path):
     wait = row["wait"]
     assert (row["status"], wait["kind"], wait["approval"]) == ("waiting", "timer", None)
     assert started + 7190 < wait["due"] < time.time() + 7210
-    assert "sleep until" in wait["reason"] and f"{script}:3" in wait["reason"]
+    assert "sleep at" in wait["reason"] and f"{script}:3" in wait["reason"]
     table = snaprun("ls", "--store", store, cwd=tmp_path).stdout
     due = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wait["due"]))
     assert "WAIT" in table.splitlines()[0]

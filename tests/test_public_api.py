@@ -64,6 +64,7 @@ PUBLIC = [
     "SecretUnavailable",
     "JobParked",
     "JobWaiting",
+    "RateLimited",
     "ResourceReopenError",
     "EffectOutsideJob",
     "StoreFailure",

@@ -52,14 +52,14 @@ def test_a_long_sleep_hibernates_and_completes_through_the_clock_seam(tmp_path):
     write_agent(tmp_path)
     first = snaprun("run", "--job", "s1", "sleeper.py", cwd=tmp_path)
     assert first.returncode == 3, first.stderr
-    assert "job s1 waits: sleep until" in first.stderr and "Traceback" not in first.stderr
+    assert "job s1 waits: sleep at" in first.stderr and "Traceback" not in first.stderr
     assert first.stdout == "before ['start']\nshort sleep over\n"
     catalog = SqliteStore(str(tmp_path / ".snapstate"), create=False, writable=False)
     assert catalog.get_job("s1").status == "waiting"
     wait = catalog.get_wait("s1")
     assert wait is not None and wait.kind == "timer" and wait.seq == 1
     assert "sleeper.py:10" in wait.reason
-    assert [r.label for r in catalog.snapshots("s1")][0].startswith("waiting: sleep until")
+    assert [r.label for r in catalog.snapshots("s1")][0].startswith("waiting: sleep at")
     files = snapshot_files(tmp_path / ".snapstate", "s1")
     early = snaprun("resume", "s1", cwd=tmp_path, env=later(3600))
     assert early.returncode == 3, early.stderr

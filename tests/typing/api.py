@@ -124,3 +124,11 @@ assert_type(task.id, str)
 assert_type(task.done(), bool)
 assert_type(snapstate.gather(task, snapstate.spawn(print)), list[Any])
 snapstate.gather(1)  # type: ignore[arg-type]
+
+# ---------------------------------------------------------------- RateLimited
+limited = snapstate.RateLimited(30.0, "quota")
+assert_type(limited.retry_after, float | None)
+assert_type(limited.message, str)
+assert_type(snapstate.RateLimited(retry_after=5), snapstate.RateLimited)
+assert isinstance(limited, snapstate.SnapstateError)
+limited.retry_after = 3.0  # type: ignore[misc]
