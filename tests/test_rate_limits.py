@@ -541,3 +541,30 @@ def test_a_wait_that_cannot_hibernate_fails_the_call(tmp_path, fake_clock, monke
         (2, EffectState.CONFIRMED),
     ]
     assert len(set(log.read_text().splitlines())) == 2  # two actions, two keys
+
+
+def test_rate_limits_in_spawned_tasks_keep_each_tasks_identity(tmp_path):
+    """Two spawned tasks, each refused with Retry-After 7200: the job hibernates once
+    both wait; resumed two hours later, each task sends its own action again with its
+    own key (the task identity kept, not a new one) and returns the provider's answer,
+    not the wait's continuation: one delivery each."""
+    store = tmp_path / "store"
+    agent = AGENTS / "rl_tasks.py"
+    with RateLimitedProvider(refuse=1, headers={"Retry-After": "7200"}) as provider:
+        env = {"PROVIDER_URL": provider.url, "RL_CLIENT": "raise"}
+        first = snaprun("run", "--store", store, "--job", "t", agent, cwd=tmp_path, env=env)
+        assert first.returncode == 3, first.stderr
+        assert provider.deliveries == {}
+        rows, status, _ = _effects(store, "t")
+        assert status == "waiting"
+        assert sorted(r.state for r in rows) == [EffectState.NOT_COMMITTED] * 2
+        last = snaprun("resume", "--store", store, "t", cwd=tmp_path, env={**env, **LATER})
+        assert last.returncode == 0, last.stderr
+        assert last.result == "['po-1', 'po-2']"
+        _one_delivery_same_key(provider)
+        rows, status, _ = _effects(store, "t")
+        assert status == "done" and len(rows) == 2
+        assert all(r.state == EffectState.CONFIRMED for r in rows)
+        assert sorted(first.stdout.splitlines() + last.stdout.splitlines()) == sorted(
+            ["start", "placed order-1 po-1", "placed order-2 po-2", "done"]
+        )
