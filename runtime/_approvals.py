@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime as _datetime
 import getpass
 import hashlib
+import hmac
 import inspect
 import json
 import math
@@ -57,6 +58,7 @@ from ._job import wait_api, wait_point
 
 if TYPE_CHECKING:
     from ..serializers._home import Home
+    from ..serializers._keys import Key
     from ._job import Job
 
 __all__ = [
@@ -149,6 +151,60 @@ def scope_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _mac_key(key: Key) -> bytes:
+    """A key of its own for approval rows, derived from the store key's MAC key."""
+    return hmac.new(key.mac_key, b"snapstate approval row hmac-sha256", hashlib.sha256).digest()
+
+
+def _message(
+    job_id: str,
+    approval_id: str,
+    name: str,
+    scope: str,
+    expires: float | None,
+    approvers: list[str] | None,
+) -> bytes:
+    return json.dumps(
+        [job_id, approval_id, name, scope, expires, approvers], separators=(",", ":")
+    ).encode()
+
+
+def row_digest(
+    home: Home,
+    job_id: str,
+    approval_id: str,
+    name: str,
+    scope: str,
+    expires: float | None,
+    approvers: list[str] | None,
+) -> str:
+    """The digest an approval row records: HMAC-SHA256 under the store's current key of
+    everything the request fixed (job, id, name, scope, expiry, approvers). The catalog
+    is writable by whoever can edit a file; the key is not in it, so a row whose scope,
+    expiry or approvers were edited (or copied from another job) no longer verifies,
+    whatever digest is written beside it."""
+    message = _message(job_id, approval_id, name, scope, expires, approvers)
+    return hmac.new(_mac_key(home.keys.current), message, hashlib.sha256).hexdigest()
+
+
+def verified(home: Home, row: ApprovalRow) -> bool:
+    """The row's digest is the store's HMAC of its request (under any of its keys: a
+    rotation keeps older rows valid)."""
+    message = _message(row.job_id, row.approval_id, row.name, row.scope, row.expires, row.approvers)
+    digest = str(row.digest)
+    return any(
+        hmac.compare_digest(hmac.new(_mac_key(k), message, hashlib.sha256).hexdigest(), digest)
+        for k in home.keys.keys()
+        if not k.retired  # a retired key is no longer trusted
+    )
+
+
+def _decided(row: ApprovalRow) -> bool:
+    """A decided row records who decided and when (`decide()` always does): a state
+    flipped by hand in the catalog, without them, is not a decision."""
+    return bool(row.decided_by) and row.decided_at is not None
+
+
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise TypeError(f"{what} must be a non-empty string (got {value!r})")
@@ -219,7 +275,6 @@ def request_approval(
     site = _waits.call_site()
     name = _text(name, "request_approval()'s name")
     text = canonical_scope(scope)
-    digest = scope_digest(text)
     expires_after = _seconds(expires_in)
     allowed = _approvers(approvers)
     job = _context.active_job()
@@ -232,6 +287,7 @@ def request_approval(
     requested = now().timestamp()  # recorded: re-executed code finds the same request
     approval_id = f"a{job.ledger.ordinal}"  # the ordinal of that recorded value
     expires = None if expires_after is None else requested + expires_after
+    digest = row_digest(job.home, job.job_id, approval_id, name, text, expires, allowed)
     row = ApprovalRow(
         job_id=job.job_id,
         approval_id=approval_id,
@@ -245,9 +301,9 @@ def request_approval(
         site=site,
     )
     found = _record(job, row)
-    if (found.name, found.digest, found.expires, found.approvers) != (
+    if (found.name, found.scope, found.expires, found.approvers) != (
         name,
-        digest,
+        text,
         expires,
         allowed,
     ):
@@ -260,6 +316,8 @@ def request_approval(
             "or widen an approval requested earlier. Restore the original code to resume this "
             "job, or start a new job."
         )
+    if not verified(job.home, found) or (found.state != "pending" and not _decided(found)):
+        raise ApprovalScopeError(_altered(found, f"the request at {site}"))
     fault_point("approval-after-request", job.ledger.ordinal)
     wait = _waits.Wait(
         "approval",
@@ -267,13 +325,22 @@ def request_approval(
             "id": approval_id,
             "name": name,
             "scope": text,
-            "digest": digest,
+            "digest": found.digest,
             "expires": expires,
             "approvers": allowed,
         },
         site,
     )
     return wait_point(wait)  # type: ignore[no-any-return]
+
+
+def _altered(row: ApprovalRow, what: str) -> str:
+    return (
+        f"approval {row.approval_id} of job {row.job_id} in the catalog does not verify "
+        f"against {what}: its name, scope, expiry, approvers or decision were edited outside "
+        "snapstate (or it was copied from another job or store). It authorizes nothing; "
+        "nothing was sent. Check who can write the store, then request a new approval."
+    )
 
 
 def _record(job: Job, row: ApprovalRow) -> ApprovalRow:
@@ -305,7 +372,15 @@ def _poll(job: Job, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
             approval_id=approval_id,
             name=name,
             scope=str(args["scope"]),
-            digest=str(args["digest"]),
+            digest=row_digest(
+                job.home,
+                job.job_id,
+                approval_id,
+                name,
+                str(args["scope"]),
+                args.get("expires"),
+                args.get("approvers"),
+            ),
             requested=clock().time(),
             expires=args.get("expires"),
             approvers=args.get("approvers"),
@@ -319,7 +394,14 @@ def _poll(job: Job, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
                 f"job {job.job_id} has no decision of its own on approval {approval_id} "
                 f"({name!r}): a new request was recorded (`snaprun approvals`)"
             )
-    if (row.name, row.digest) != (name, args["digest"]) or scope_digest(row.scope) != row.digest:
+    request = (name, str(args["scope"]), args.get("expires"), args.get("approvers"))
+    if (
+        (row.name, row.scope, row.expires, row.approvers) != request
+        or not verified(job.home, row)
+        or (row.state != "pending" and not _decided(row))
+    ):
+        # The snapshot (signed) holds the request; the catalog row must be it, verified
+        # by the store's key, and a decision must name who made it and when.
         return _waits.Ready(
             error=ApprovalScopeError(
                 f"approval {approval_id} of job {job.job_id} in the catalog does not match the "
@@ -424,10 +506,11 @@ def decide(
             f"job {job_id} has no approval {approval_id}; `snaprun approvals --all` lists "
             "every approval"
         )
-    if scope_digest(row.scope) != row.digest:
+    if not verified(home, row):
         raise StoreDamaged(
-            f"approval {approval_id} of job {job_id}: its recorded scope does not match its "
-            "digest (the catalog was altered); nothing was decided"
+            f"approval {approval_id} of job {job_id}: its recorded request (name, scope, "
+            "expiry, approvers) does not verify against the store's key (the catalog was "
+            "altered); nothing was decided"
         )
     if row.state != "pending":
         when = _describe_time(row.decided_at) if row.decided_at is not None else "?"
@@ -543,11 +626,8 @@ def check_scope(
         )
     row = rows[-1]
     label = f"approval {row.approval_id} ({requires!r}, granted by {row.decided_by})"
-    if scope_digest(row.scope) != row.digest:
-        raise ApprovalScopeError(
-            f"effect {effect}: the scope recorded for {label} does not match its digest (the "
-            "catalog was altered): nothing was sent. Request a new approval."
-        )
+    if not verified(job.home, row) or not _decided(row):
+        raise ApprovalScopeError(f"effect {effect}: " + _altered(row, "the store's key"))
     t = clock().time()
     if is_expired(row, t) and not _recorded(job, effect, key):
         assert row.expires is not None
