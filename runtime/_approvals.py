@@ -105,8 +105,27 @@ class Approval:
 
 
 # ------------------------------------------------------------------------ scope
-def _check_json(value: object, path: str) -> None:
-    if value is None or isinstance(value, (bool, int, str)):
+_MAX_DEPTH = 64  # deepest nesting of lists and dicts a scope may have
+_MAX_INT_BITS = 12_000  # about 3600 digits: Python's int-to-str limit is 4300
+
+
+def _check_json(value: object, path: str, depth: int = 0) -> None:
+    if depth > _MAX_DEPTH:
+        raise TypeError(
+            f"the approval's scope nests deeper than {_MAX_DEPTH} levels at {path}: a scope "
+            "is what a person reads and approves; flatten it"
+        )
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > _MAX_INT_BITS:
+            raise TypeError(
+                f"the approval's scope holds an integer of {value.bit_length()} bits at "
+                f"{path}: too large to record exactly as JSON; pass it as a string"
+            )
+        return
+    if isinstance(value, str):
+        _encodable(value, path)
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -117,7 +136,7 @@ def _check_json(value: object, path: str) -> None:
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_json(item, f"{path}[{i}]")
+            _check_json(item, f"{path}[{i}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
@@ -126,13 +145,24 @@ def _check_json(value: object, path: str) -> None:
                     f"the approval's scope has the key {key!r} ({type(key).__name__}) at "
                     f"{path}: JSON keys are strings; use {str(key)!r}"
                 )
-            _check_json(item, f"{path}[{key!r}]")
+            _encodable(key, f"a key of {path}")
+            _check_json(item, f"{path}[{key!r}]", depth + 1)
         return
     raise TypeError(
         f"the approval's scope holds a {type(value).__module__}.{type(value).__qualname__} "
         f"at {path}, which is not JSON: a scope is recorded exactly, as JSON (dicts with "
         "string keys, lists, strings, numbers, booleans, None); pass e.g. its id or str()"
     )
+
+
+def _encodable(text: str, path: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise TypeError(
+            f"the approval's scope holds a string with a lone surrogate at {path} "
+            f"({text[:40]!r}): it cannot be recorded as UTF-8; pass valid text"
+        ) from None
 
 
 def canonical_scope(scope: object) -> str:
@@ -208,9 +238,13 @@ def _decided(row: ApprovalRow) -> bool:
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise TypeError(f"{what} must be a non-empty string (got {value!r})")
-    if len(value) > _MAX_TEXT or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if (
+        len(value) > _MAX_TEXT
+        or any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value)
+    ):
         raise ValueError(
-            f"{what} must be at most {_MAX_TEXT} characters without control characters "
+            f"{what} must be at most {_MAX_TEXT} characters without control characters or "
+            "lone surrogates "
             f"(got {value[:40]!r}...)"
         )
     return value
@@ -542,7 +576,9 @@ def decide(
 def _note(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"a note must be a string (got {type(value).__name__})")
-    if len(value) > _MAX_TEXT or any(ord(c) < 32 and c not in "\n\t" for c in value):
+    if len(value) > _MAX_TEXT or any(
+        (ord(c) < 32 and c not in "\n\t") or 0xD800 <= ord(c) <= 0xDFFF for c in value
+    ):
         raise ApprovalError(
             f"a note must be at most {_MAX_TEXT} characters without control characters"
         )
@@ -618,6 +654,9 @@ def check_scope(
         job.store_failed(exc)  # the run stops here; the agent never sees it
         raise
     rows = [r for r in recorded if r.name == requires and r.state == "granted"]
+    # The latest along the job's path: by id (the ledger ordinal of its request), not by
+    # the request's wall-clock time, which a clock stepped back would reorder.
+    rows.sort(key=lambda r: int(r.approval_id[1:]) if APPROVAL_ID.fullmatch(r.approval_id) else -1)
     if not rows:
         raise ApprovalScopeError(
             f"effect {effect} requires approval {requires!r}, and job {job.job_id} has no "

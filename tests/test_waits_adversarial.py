@@ -388,3 +388,92 @@ def test_a_long_wait_inside_a_running_generator_names_the_wait(tmp_path):
     assert run.returncode == 1, run.stderr
     assert "SnapshotError" in run.stderr
     assert "Move the snapshot()" not in run.stderr
+
+
+# ---------------------------------------------------------------- scope values
+def test_scopes_that_cannot_be_recorded_exactly_are_refused_naming_the_place():
+    """Scope values JSON cannot carry exactly are refused with a TypeError naming their
+    place (before: an int past Python's digit limit raised a bare ValueError from json,
+    a 10000-deep list a RecursionError, a lone surrogate in the name a UnicodeEncodeError
+    from the catalog after the request was half-made); floats, unicode, nested lists
+    and large-but-fine ints are recorded exactly (they round-trip)."""
+    from snapstate.runtime._approvals import _text, canonical_scope
+
+    with pytest.raises(TypeError, match=r"scope\['n'\].*as a string"):
+        canonical_scope({"n": 10**5000})
+    deep: list[object] = []
+    for _ in range(10000):
+        deep = [deep]
+    with pytest.raises(TypeError, match="nests deeper"):
+        canonical_scope({"d": deep})
+    with pytest.raises(TypeError, match="surrogate"):
+        canonical_scope({"s": "ok\ud800"})
+    with pytest.raises(TypeError, match="surrogate"):
+        canonical_scope({"\udfff": 1})
+    with pytest.raises(ValueError, match="surrogates"):
+        _text("buy\ud800", "request_approval()'s name")
+    fine = {
+        "max_usd": 0.1 + 0.2,
+        "neg_zero": -0.0,
+        "big": 2**64 + 1,
+        "tiny": 5e-324,
+        "vendor": "Ærø – 東京 🚀",
+        "lists": [[1, [2.5, ["x", None, True]]], []],
+    }
+    text = canonical_scope(fine)
+    assert json.loads(text) == fine
+    assert canonical_scope(json.loads(text)) == text  # canonical: a fixed point
+    assert canonical_scope({"b": 1, "a": 2}) == canonical_scope({"a": 2, "b": 1})
+    assert canonical_scope({"x": 1}) != canonical_scope({"x": True})
+    assert canonical_scope({"x": 1}) != canonical_scope({"x": 1.0})
+
+
+# ---------------------------------------------------------------- encrypted, read-only
+def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file's bytes and mtime, but SQLite's shared-memory index (-shm)."""
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith("-shm")
+    }
+
+
+def test_a_waiting_job_in_an_encrypted_store_leaks_nothing_and_reads_change_nothing(
+    tmp_path, env
+):
+    """Encrypted store, a job waiting at its approval (a rejection's note recorded on a
+    second job): no file of the store (catalog, WAL, snapshot files, keys aside) holds
+    the approval's name, scope, approvers, note or the wait's reason in clear; and every
+    read-only command on the waiting job (ls, approvals, inspect, log, effects, stats,
+    verify) changes no byte and no mtime of the store."""
+    store = tmp_path / "store"
+    assert _cli("init", "--store", store, "--encrypt", cwd=tmp_path, env=env).returncode == 0
+    keep = sqlite3.connect(store / "catalog.db")  # keeps the WAL file for the grep
+    keep.execute("SELECT COUNT(*) FROM jobs").fetchone()
+    _waiting(tmp_path, env, store=store)
+    s = ["--store", str(store)]
+    before = _tree(store)
+    [snap] = [p for p in (store / "snapshots" / "j").glob("*.snap") if "2" in p.stem]
+    for args in (
+        ("ls",),
+        ("ls", "--json"),
+        ("approvals",),
+        ("approvals", "--json", "--all"),
+        ("inspect", "j"),
+        ("log", "j"),
+        ("log", "--json", "j"),
+        ("effects", "j"),
+        ("stats",),
+        ("verify", snap),
+    ):
+        out = _cli(args[0], *s, *args[1:], cwd=tmp_path, env=env)
+        assert out.returncode == 0, (args, out.stderr)
+    assert _tree(store) == before
+    secrets = ("purchase", "acme", "max_usd", "alice")  # the state column is plain
+    leaks = {
+        name: [t for t in secrets if t.encode() in data]
+        for name, (data, _) in before.items()
+        if name != "keys.json"
+    }
+    keep.close()
+    assert {k: v for k, v in leaks.items() if v} == {}
