@@ -238,9 +238,8 @@ def _decided(row: ApprovalRow) -> bool:
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise TypeError(f"{what} must be a non-empty string (got {value!r})")
-    if (
-        len(value) > _MAX_TEXT
-        or any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if len(value) > _MAX_TEXT or any(
+        ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value
     ):
         raise ValueError(
             f"{what} must be at most {_MAX_TEXT} characters without control characters or "

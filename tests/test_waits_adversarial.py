@@ -231,9 +231,7 @@ def test_two_deciders_at_once_one_wins(tmp_path, env):
 
 
 # ---------------------------------------------------------------- other jobs
-def test_a_snapshot_file_resumed_as_another_job_does_not_inherit_the_grant(
-    tmp_path, env, provider
-):
+def test_a_snapshot_file_resumed_as_another_job_does_not_inherit_the_grant(tmp_path, env, provider):
     """`resume FILE --as k` of the snapshot taken at the wait, after j's approval was
     granted: k has no decision of its own, records a new pending request and
     hibernates (exit 3); nothing is sent until k's own approval is granted."""
@@ -438,9 +436,7 @@ def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
-def test_a_waiting_job_in_an_encrypted_store_leaks_nothing_and_reads_change_nothing(
-    tmp_path, env
-):
+def test_a_waiting_job_in_an_encrypted_store_leaks_nothing_and_reads_change_nothing(tmp_path, env):
     """Encrypted store, a job waiting at its approval (a rejection's note recorded on a
     second job): no file of the store (catalog, WAL, snapshot files, keys aside) holds
     the approval's name, scope, approvers, note or the wait's reason in clear; and every
@@ -477,3 +473,39 @@ def test_a_waiting_job_in_an_encrypted_store_leaks_nothing_and_reads_change_noth
     }
     keep.close()
     assert {k: v for k, v in leaks.items() if v} == {}
+
+
+def test_absurd_wait_lengths_are_refused_at_the_call():
+    """sleep(1e300) made a job fail with a bare OverflowError from time_t (the due time
+    could not be described); waits beyond ~100 years, or moments past year 9999, are
+    refused at the call with a ValueError naming the limit."""
+    import snapstate
+
+    with pytest.raises(ValueError, match="about 100 years"):
+        snapstate.sleep(1e300)
+    with pytest.raises(ValueError, match="year 9999"):
+        snapstate.sleep_until(1e300)
+
+
+@pytest.mark.parametrize("fault", ["approval-after-request", "before-commit:2", "after-snapshot:2"])
+def test_killed_around_the_hibernation_then_decided(tmp_path, env, provider, fault):
+    """Crash windows around the hibernation at an approval: SIGKILL right after the
+    pending row is recorded (approval-after-request), right before the wait's snapshot
+    is committed (before-commit:2), right after it is committed and before the wait
+    row (after-snapshot:2). Whatever the window: the resume ends waiting (exit 3), one
+    approval row exists, the approval is decided with no process, and the next resume
+    delivers the order exactly once."""
+    (tmp_path / "buyer.py").write_text(AGENT)
+    killed = _cli("run", "--job", "j", "buyer.py", cwd=tmp_path, env=env, fault=fault)
+    assert killed.returncode == -9, killed.stderr
+    again = _cli("resume", "j", cwd=tmp_path, env=env)
+    assert again.returncode == 3, again.stderr
+    with _db(tmp_path / ".snapstate") as db:
+        assert db.execute("SELECT approval_id, state FROM approvals").fetchall() == [
+            ("a1", "pending")
+        ]
+    assert _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env).returncode == 0
+    done = _cli("resume", "j", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "ordered po-1" in done.stdout
+    assert provider.deliveries["buy-acme"] == 1
