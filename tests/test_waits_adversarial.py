@@ -509,3 +509,41 @@ def test_killed_around_the_hibernation_then_decided(tmp_path, env, provider, fau
     assert done.returncode == 0, done.stderr
     assert "ordered po-1" in done.stdout
     assert provider.deliveries["buy-acme"] == 1
+
+
+def test_replay_of_a_job_still_waiting_writes_nothing(tmp_path, env, provider):
+    """`replay j@1` and `replay j@2` of a job waiting at an undecided approval: the
+    replay reaches the wait, which no decision ends; it must write nothing (no byte,
+    no mtime of the store: no snapshot, no wait row, no approval row), send nothing,
+    and exit cleanly (never a traceback)."""
+    store = _waiting(tmp_path, env)
+    before = _tree(store)
+    for ref in ("j@1", "j@2"):
+        replay = _cli("replay", ref, cwd=tmp_path, env=env)
+        assert "Traceback" not in replay.stderr, replay.stderr
+        assert replay.returncode in (0, 3), (ref, replay.returncode, replay.stderr)
+    after = _tree(store)
+    # An empty WAL file left by SQLite's open is no write (reported to the lead: replay
+    # opens the catalog writable); any content or any other change is.
+    if "catalog.db-wal" not in before and after.get("catalog.db-wal", (b"",))[0] == b"":
+        after.pop("catalog.db-wal", None)
+    assert after == before
+    assert provider.deliveries["buy-acme"] == 0
+
+
+def test_a_fork_after_the_grant_holds_the_approval_but_not_the_right(tmp_path, env, provider):
+    """`fork j@3` (the snapshot taken after the grant, its frames holding the Approval):
+    the fork's order is refused (its job has no grant of its own) and nothing is sent
+    for it, while the parent's order is delivered once."""
+    _waiting(tmp_path, env)
+    assert _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env).returncode == 0
+    killed = _cli("resume", "j", cwd=tmp_path, env=env, fault="after-snapshot:3")
+    assert killed.returncode == -9, killed.stderr
+    assert _cli("fork", "--as", "f", "j@3", cwd=tmp_path, env=env).returncode == 0
+    fork = _cli("resume", "f", cwd=tmp_path, env=env)
+    assert fork.returncode == 0, fork.stderr
+    assert "refused" in fork.stdout and "no granted approval" in fork.stdout
+    assert provider.deliveries["buy-acme"] == 0
+    parent = _cli("resume", "j", cwd=tmp_path, env=env)
+    assert parent.returncode == 0 and "ordered po-1" in parent.stdout, parent.stderr
+    assert provider.deliveries["buy-acme"] == 1
