@@ -2,8 +2,8 @@
 was approved.
 
 `request_approval(name, scope, expires_in=, approvers=)` records a pending approval in
-the catalog (the scope as canonical JSON and its sha256, the expiry, who may decide,
-the call site) and waits (runtime/_waits.py): with nobody deciding it at once, the job
+the catalog (the scope as canonical JSON, the expiry, who may decide, the call site,
+and a digest: the HMAC of the request under the store's key, see row_digest()) and waits (runtime/_waits.py): with nobody deciding it at once, the job
 snapshots right at the call and hibernates (status waiting, exit 3). `snaprun approve`
 / `reject` (or `snapstate.Store.approve/reject`) call decide(), which needs no process;
 when the job is resumed (`snaprun resume`, the worker), the poller below finds the
@@ -22,7 +22,13 @@ never inherits the parent's decision.
 Effects declared with `requires="name", within=predicate` call check_scope() before
 anything is recorded or sent: the job's latest granted approval of that name, its row
 as recorded at grant time (the digest checked), unexpired, and predicate(scope, **the
-call's arguments) true; otherwise ApprovalScopeError."""
+call's arguments) true; otherwise ApprovalScopeError.
+
+Trust: the catalog is a file anyone with write access to the store can edit; the key
+(keys.json) verifies what the request fixed (row_digest covers job, id, name, scope,
+expiry and approvers), and the job compares the row with the request its signed
+snapshot holds. The decision columns are not signed: writing the catalog is as good
+as `snaprun approve` (whose --by is recorded, not authenticated)."""
 
 from __future__ import annotations
 

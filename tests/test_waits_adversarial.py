@@ -369,7 +369,7 @@ def test_waits_in_a_with_block_a_finally_and_an_except_block(tmp_path):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="runtime/_job.py (_hibernate): a wait's SnapshotError inside a running "
+    reason="runtime/_capture.py (_capture_call_frame): a wait's SnapshotError inside a running "
     "generator tells the user to move a snapshot() they never wrote",
 )
 def test_a_long_wait_inside_a_running_generator_names_the_wait(tmp_path):
