@@ -547,3 +547,54 @@ def test_a_fork_after_the_grant_holds_the_approval_but_not_the_right(tmp_path, e
     parent = _cli("resume", "j", cwd=tmp_path, env=env)
     assert parent.returncode == 0 and "ordered po-1" in parent.stdout, parent.stderr
     assert provider.deliveries["buy-acme"] == 1
+
+
+def test_a_grant_copied_to_another_job_authorizes_nothing(tmp_path, env, provider):
+    """Attacker with catalog write access (plaintext store): two jobs wait at the same
+    kind of approval; j's is granted; the attacker copies j's granted row (scope,
+    digest, decider) over k's pending row. k's resume must not get a grant (the row's
+    HMAC binds it to job j); only j's order is sent."""
+    store = _waiting(tmp_path, env)
+    k = _cli("run", "--job", "k", "buyer.py", cwd=tmp_path, env=env)
+    assert k.returncode == 3, k.stderr
+    assert _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env).returncode == 0
+    with _db(store) as db:
+        db.execute("DELETE FROM approvals WHERE job_id = 'k'")
+        db.execute(
+            "INSERT INTO approvals SELECT 'k', approval_id, name, scope, digest, requested, "
+            "expires, approvers, state, decided_by, decided_at, note, site FROM approvals "
+            "WHERE job_id = 'j'"
+        )
+    other = _cli("resume", "k", cwd=tmp_path, env=env)
+    assert other.returncode == 1, other.stderr
+    assert "ApprovalScopeError" in other.stderr and "was altered" in other.stderr
+    assert provider.deliveries["buy-acme"] == 0
+    mine = _cli("resume", "j", cwd=tmp_path, env=env)
+    assert mine.returncode == 0 and provider.deliveries["buy-acme"] == 1, mine.stderr
+
+
+def _current_key(cwd: Path, env: dict) -> str:
+    listed = json.loads(_cli("keys", "list", "--json", cwd=cwd, env=env).stdout)
+    [current] = [k["key"] for k in listed if k["current"]]
+    return str(current)
+
+
+def test_key_rotation_keeps_a_pending_approval_valid_retiring_voids_it(tmp_path, env, provider):
+    """The approval rows are verified with the store's keys: after `keys rotate` a
+    request made under the old key is still decided and honored (one order); a request
+    whose key was then retired no longer verifies: deciding it is refused (exit 2),
+    nothing sent."""
+    _waiting(tmp_path, env)
+    assert _cli("keys", "rotate", cwd=tmp_path, env=env).returncode == 0
+    assert _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env).returncode == 0
+    done = _cli("resume", "j", cwd=tmp_path, env=env)
+    assert done.returncode == 0 and provider.deliveries["buy-acme"] == 1, done.stderr
+    k = _cli("run", "--job", "k", "buyer.py", cwd=tmp_path, env=env)
+    assert k.returncode == 3, k.stderr
+    kid = _current_key(tmp_path, env)  # the key k's request was made under
+    assert _cli("keys", "rotate", cwd=tmp_path, env=env).returncode == 0
+    assert _cli("keys", "retire", kid, cwd=tmp_path, env=env).returncode == 0
+    clean_refusal(
+        _cli("approve", "k", "a1", "--by", "alice", cwd=tmp_path, env=env), "does not verify"
+    )
+    assert provider.deliveries["buy-acme"] == 1
