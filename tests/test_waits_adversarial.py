@@ -662,3 +662,33 @@ def test_a_catalog_edit_cannot_drive_the_deciders_terminal(tmp_path, env):
     table = _cli("approvals", cwd=tmp_path, env=env)
     assert table.returncode == 0, table.stderr
     assert "\x1b" not in table.stdout and "\x07" not in table.stdout
+
+
+TIMER = textwrap.dedent(
+    """
+    import snapstate
+
+    def main():
+        print("start", flush=True)
+        snapstate.sleep(7200)
+        print("woke", flush=True)
+        return "ok"
+    """
+)
+
+
+def test_an_edited_wait_row_cannot_wake_a_job_early(tmp_path):
+    """Attacker with catalog write access: the waits row of a job sleeping two hours is
+    edited (due set to the epoch, kind and reason changed). A resume polls the wait the
+    signed snapshot holds, not the row: it hibernates again (exit 3) before any agent
+    code runs (no stdout), and finishes only when the real due time has come."""
+    (tmp_path / "timer.py").write_text(TIMER)
+    first = snaprun("run", "--job", "t", "timer.py", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr
+    with _db(tmp_path / ".snapstate") as db:
+        db.execute("UPDATE waits SET due = 0, kind = 'approval', reason = 'go'")
+    early = snaprun("resume", "t", cwd=tmp_path)
+    assert early.returncode == 3, early.stderr
+    assert early.stdout == ""
+    done = snaprun("resume", "t", cwd=tmp_path, env={"SNAPSTATE_CLOCK_OFFSET": "7300"})
+    assert done.returncode == 0 and done.stdout == "woke\n", done.stderr
