@@ -5,11 +5,13 @@ defect whose fix lies in a module reserved for another helper (its reason names 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -93,8 +95,14 @@ def _waiting(tmp_path: Path, env: dict, *, store: Path | None = None) -> Path:
     return store or tmp_path / ".snapstate"
 
 
-def _db(store: Path) -> sqlite3.Connection:
-    return sqlite3.connect(store / "catalog.db", isolation_level=None)
+@contextlib.contextmanager
+def _db(store: Path) -> Iterator[sqlite3.Connection]:
+    """The catalog, as an attacker with write access edits it (autocommit; closed)."""
+    db = sqlite3.connect(store / "catalog.db", isolation_level=None)
+    try:
+        yield db
+    finally:
+        db.close()
 
 
 # ---------------------------------------------------------------- catalog tampering
@@ -627,7 +635,7 @@ def test_decided_while_the_job_polls_in_its_process(tmp_path, env, provider):
         while time.monotonic() < deadline:  # until the request is recorded
             store = tmp_path / ".snapstate" / "catalog.db"
             if store.exists():
-                with sqlite3.connect(store) as db:
+                with contextlib.closing(sqlite3.connect(store)) as db:
                     try:
                         if db.execute("SELECT COUNT(*) FROM approvals").fetchone()[0]:
                             break
