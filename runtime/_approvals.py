@@ -2,8 +2,8 @@
 was approved.
 
 `request_approval(name, scope, expires_in=, approvers=)` records a pending approval in
-the catalog (the scope as canonical JSON and its sha256, the expiry, who may decide,
-the call site) and waits (runtime/_waits.py): with nobody deciding it at once, the job
+the catalog (the scope as canonical JSON, the expiry, who may decide, the call site,
+and a digest: the HMAC of the request under the store's key, see row_digest()) and waits (runtime/_waits.py): with nobody deciding it at once, the job
 snapshots right at the call and hibernates (status waiting, exit 3). `snaprun approve`
 / `reject` (or `snapstate.Store.approve/reject`) call decide(), which needs no process;
 when the job is resumed (`snaprun resume`, the worker), the poller below finds the
@@ -22,13 +22,20 @@ never inherits the parent's decision.
 Effects declared with `requires="name", within=predicate` call check_scope() before
 anything is recorded or sent: the job's latest granted approval of that name, its row
 as recorded at grant time (the digest checked), unexpired, and predicate(scope, **the
-call's arguments) true; otherwise ApprovalScopeError."""
+call's arguments) true; otherwise ApprovalScopeError.
+
+Trust: the catalog is a file anyone with write access to the store can edit; the key
+(keys.json) verifies what the request fixed (row_digest covers job, id, name, scope,
+expiry and approvers), and the job compares the row with the request its signed
+snapshot holds. The decision columns are not signed: writing the catalog is as good
+as `snaprun approve` (whose --by is recorded, not authenticated)."""
 
 from __future__ import annotations
 
 import datetime as _datetime
 import getpass
 import hashlib
+import hmac
 import inspect
 import json
 import math
@@ -57,6 +64,7 @@ from ._job import wait_api, wait_point
 
 if TYPE_CHECKING:
     from ..serializers._home import Home
+    from ..serializers._keys import Key
     from ._job import Job
 
 __all__ = [
@@ -103,8 +111,27 @@ class Approval:
 
 
 # ------------------------------------------------------------------------ scope
-def _check_json(value: object, path: str) -> None:
-    if value is None or isinstance(value, (bool, int, str)):
+_MAX_DEPTH = 64  # deepest nesting of lists and dicts a scope may have
+_MAX_INT_BITS = 12_000  # about 3600 digits: Python's int-to-str limit is 4300
+
+
+def _check_json(value: object, path: str, depth: int = 0) -> None:
+    if depth > _MAX_DEPTH:
+        raise TypeError(
+            f"the approval's scope nests deeper than {_MAX_DEPTH} levels at {path}: a scope "
+            "is what a person reads and approves; flatten it"
+        )
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > _MAX_INT_BITS:
+            raise TypeError(
+                f"the approval's scope holds an integer of {value.bit_length()} bits at "
+                f"{path}: too large to record exactly as JSON; pass it as a string"
+            )
+        return
+    if isinstance(value, str):
+        _encodable(value, path)
+        return
+    if value is None or isinstance(value, bool):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -115,7 +142,7 @@ def _check_json(value: object, path: str) -> None:
         return
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            _check_json(item, f"{path}[{i}]")
+            _check_json(item, f"{path}[{i}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
@@ -124,13 +151,24 @@ def _check_json(value: object, path: str) -> None:
                     f"the approval's scope has the key {key!r} ({type(key).__name__}) at "
                     f"{path}: JSON keys are strings; use {str(key)!r}"
                 )
-            _check_json(item, f"{path}[{key!r}]")
+            _encodable(key, f"a key of {path}")
+            _check_json(item, f"{path}[{key!r}]", depth + 1)
         return
     raise TypeError(
         f"the approval's scope holds a {type(value).__module__}.{type(value).__qualname__} "
         f"at {path}, which is not JSON: a scope is recorded exactly, as JSON (dicts with "
         "string keys, lists, strings, numbers, booleans, None); pass e.g. its id or str()"
     )
+
+
+def _encodable(text: str, path: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise TypeError(
+            f"the approval's scope holds a string with a lone surrogate at {path} "
+            f"({text[:40]!r}): it cannot be recorded as UTF-8; pass valid text"
+        ) from None
 
 
 def canonical_scope(scope: object) -> str:
@@ -149,12 +187,69 @@ def scope_digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _mac_key(key: Key) -> bytes:
+    """A key of its own for approval rows, derived from the store key's MAC key."""
+    return hmac.new(key.mac_key, b"snapstate approval row hmac-sha256", hashlib.sha256).digest()
+
+
+def _message(
+    job_id: str,
+    approval_id: str,
+    name: str,
+    scope: str,
+    expires: float | None,
+    approvers: list[str] | None,
+) -> bytes:
+    return json.dumps(
+        [job_id, approval_id, name, scope, expires, approvers], separators=(",", ":")
+    ).encode()
+
+
+def row_digest(
+    home: Home,
+    job_id: str,
+    approval_id: str,
+    name: str,
+    scope: str,
+    expires: float | None,
+    approvers: list[str] | None,
+) -> str:
+    """The digest an approval row records: HMAC-SHA256 under the store's current key of
+    everything the request fixed (job, id, name, scope, expiry, approvers). The catalog
+    is writable by whoever can edit a file; the key is not in it, so a row whose scope,
+    expiry or approvers were edited (or copied from another job) no longer verifies,
+    whatever digest is written beside it."""
+    message = _message(job_id, approval_id, name, scope, expires, approvers)
+    return hmac.new(_mac_key(home.keys.current), message, hashlib.sha256).hexdigest()
+
+
+def verified(home: Home, row: ApprovalRow) -> bool:
+    """The row's digest is the store's HMAC of its request (under any of its keys: a
+    rotation keeps older rows valid)."""
+    message = _message(row.job_id, row.approval_id, row.name, row.scope, row.expires, row.approvers)
+    digest = str(row.digest)
+    return any(
+        hmac.compare_digest(hmac.new(_mac_key(k), message, hashlib.sha256).hexdigest(), digest)
+        for k in home.keys.keys()
+        if not k.retired  # a retired key is no longer trusted
+    )
+
+
+def _decided(row: ApprovalRow) -> bool:
+    """A decided row records who decided and when (`decide()` always does): a state
+    flipped by hand in the catalog, without them, is not a decision."""
+    return bool(row.decided_by) and row.decided_at is not None
+
+
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise TypeError(f"{what} must be a non-empty string (got {value!r})")
-    if len(value) > _MAX_TEXT or any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if len(value) > _MAX_TEXT or any(
+        ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value
+    ):
         raise ValueError(
-            f"{what} must be at most {_MAX_TEXT} characters without control characters "
+            f"{what} must be at most {_MAX_TEXT} characters without control characters or "
+            "lone surrogates "
             f"(got {value[:40]!r}...)"
         )
     return value
@@ -219,7 +314,6 @@ def request_approval(
     site = _waits.call_site()
     name = _text(name, "request_approval()'s name")
     text = canonical_scope(scope)
-    digest = scope_digest(text)
     expires_after = _seconds(expires_in)
     allowed = _approvers(approvers)
     job = _context.active_job()
@@ -232,6 +326,7 @@ def request_approval(
     requested = now().timestamp()  # recorded: re-executed code finds the same request
     approval_id = f"a{job.ledger.last_ordinal()}"  # the ordinal of that recorded value
     expires = None if expires_after is None else requested + expires_after
+    digest = row_digest(job.home, job.job_id, approval_id, name, text, expires, allowed)
     row = ApprovalRow(
         job_id=job.job_id,
         approval_id=approval_id,
@@ -245,9 +340,9 @@ def request_approval(
         site=site,
     )
     found = _record(job, row)
-    if (found.name, found.digest, found.expires, found.approvers) != (
+    if (found.name, found.scope, found.expires, found.approvers) != (
         name,
-        digest,
+        text,
         expires,
         allowed,
     ):
@@ -260,6 +355,8 @@ def request_approval(
             "or widen an approval requested earlier. Restore the original code to resume this "
             "job, or start a new job."
         )
+    if not verified(job.home, found) or (found.state != "pending" and not _decided(found)):
+        raise ApprovalScopeError(_altered(found, f"the request at {site}"))
     fault_point("approval-after-request", job.ledger.last_ordinal())
     wait = _waits.Wait(
         "approval",
@@ -267,13 +364,22 @@ def request_approval(
             "id": approval_id,
             "name": name,
             "scope": text,
-            "digest": digest,
+            "digest": found.digest,
             "expires": expires,
             "approvers": allowed,
         },
         site,
     )
     return wait_point(wait)  # type: ignore[no-any-return]
+
+
+def _altered(row: ApprovalRow, what: str) -> str:
+    return (
+        f"approval {row.approval_id} of job {row.job_id} in the catalog does not verify "
+        f"against {what}: its name, scope, expiry, approvers or decision were edited outside "
+        "snapstate (or it was copied from another job or store). It authorizes nothing; "
+        "nothing was sent. Check who can write the store, then request a new approval."
+    )
 
 
 def _record(job: Job, row: ApprovalRow) -> ApprovalRow:
@@ -305,7 +411,15 @@ def _poll(job: Job, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
             approval_id=approval_id,
             name=name,
             scope=str(args["scope"]),
-            digest=str(args["digest"]),
+            digest=row_digest(
+                job.home,
+                job.job_id,
+                approval_id,
+                name,
+                str(args["scope"]),
+                args.get("expires"),
+                args.get("approvers"),
+            ),
             requested=clock().time(),
             expires=args.get("expires"),
             approvers=args.get("approvers"),
@@ -319,7 +433,14 @@ def _poll(job: Job, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
                 f"job {job.job_id} has no decision of its own on approval {approval_id} "
                 f"({name!r}): a new request was recorded (`snaprun approvals`)"
             )
-    if (row.name, row.digest) != (name, args["digest"]) or scope_digest(row.scope) != row.digest:
+    request = (name, str(args["scope"]), args.get("expires"), args.get("approvers"))
+    if (
+        (row.name, row.scope, row.expires, row.approvers) != request
+        or not verified(job.home, row)
+        or (row.state != "pending" and not _decided(row))
+    ):
+        # The snapshot (signed) holds the request; the catalog row must be it, verified
+        # by the store's key, and a decision must name who made it and when.
         return _waits.Ready(
             error=ApprovalScopeError(
                 f"approval {approval_id} of job {job.job_id} in the catalog does not match the "
@@ -424,10 +545,11 @@ def decide(
             f"job {job_id} has no approval {approval_id}; `snaprun approvals --all` lists "
             "every approval"
         )
-    if scope_digest(row.scope) != row.digest:
+    if not verified(home, row):
         raise StoreDamaged(
-            f"approval {approval_id} of job {job_id}: its recorded scope does not match its "
-            "digest (the catalog was altered); nothing was decided"
+            f"approval {approval_id} of job {job_id}: its recorded request (name, scope, "
+            "expiry, approvers) does not verify against the store's key (the catalog was "
+            "altered); nothing was decided"
         )
     if row.state != "pending":
         when = _describe_time(row.decided_at) if row.decided_at is not None else "?"
@@ -459,7 +581,9 @@ def decide(
 def _note(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"a note must be a string (got {type(value).__name__})")
-    if len(value) > _MAX_TEXT or any(ord(c) < 32 and c not in "\n\t" for c in value):
+    if len(value) > _MAX_TEXT or any(
+        (ord(c) < 32 and c not in "\n\t") or 0xD800 <= ord(c) <= 0xDFFF for c in value
+    ):
         raise ApprovalError(
             f"a note must be at most {_MAX_TEXT} characters without control characters"
         )
@@ -530,6 +654,9 @@ def check_scope(
         job.store_failed(exc)  # the run stops here; the agent never sees it
         raise
     rows = [r for r in recorded if r.name == requires and r.state == "granted"]
+    # The latest along the job's path: by id (the ledger ordinal of its request), not by
+    # the request's wall-clock time, which a clock stepped back would reorder.
+    rows.sort(key=lambda r: int(r.approval_id[1:]) if APPROVAL_ID.fullmatch(r.approval_id) else -1)
     if not rows:
         raise ApprovalScopeError(
             f"effect {effect} requires approval {requires!r}, and job {job.job_id} has no "
@@ -538,11 +665,8 @@ def check_scope(
         )
     row = rows[-1]
     label = f"approval {row.approval_id} ({requires!r}, granted by {row.decided_by})"
-    if scope_digest(row.scope) != row.digest:
-        raise ApprovalScopeError(
-            f"effect {effect}: the scope recorded for {label} does not match its digest (the "
-            "catalog was altered): nothing was sent. Request a new approval."
-        )
+    if not verified(job.home, row) or not _decided(row):
+        raise ApprovalScopeError(f"effect {effect}: " + _altered(row, "the store's key"))
     t = clock().time()
     if is_expired(row, t) and not _recorded(job, effect, key):
         assert row.expires is not None

@@ -6,7 +6,9 @@ time instead of waiting for it.
   time forward at once.
 - Across processes, SNAPSTATE_CLOCK_OFFSET=SECONDS shifts the time every snapstate
   process reads (a resume "two hours later" is `SNAPSTATE_CLOCK_OFFSET=7200`). It is read
-  at each call, so a forked process sees its own environment."""
+  at each call, so a forked process sees its own environment. It only moves time
+  forward (0 to about 100 years): a negative offset would let whoever sets the
+  environment make an expired approval valid again, a huge one leaves datetime's range."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ __all__ = [
 ]
 
 OFFSET_VARIABLE = "SNAPSTATE_CLOCK_OFFSET"
+# Larger shifts put the time outside what datetime (and time_t) represent.
+_MAX_OFFSET = 100 * 366 * 86400.0
 
 
 def _offset() -> float:
@@ -38,10 +42,12 @@ def _offset() -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value):
+    if not (math.isfinite(value) and 0 <= value <= _MAX_OFFSET):
         raise SnapstateError(
-            f"{OFFSET_VARIABLE}={text!r} is not a number of seconds; unset it or give a "
-            "finite number (it shifts snapstate's clock, for tests)"
+            f"{OFFSET_VARIABLE}={text!r} is not a number of seconds from 0 to "
+            f"{_MAX_OFFSET:.0f} (about 100 years); unset it or give one (it moves "
+            "snapstate's clock forward, for tests: never back, which would make expired "
+            "approvals valid again)"
         )
     return value
 

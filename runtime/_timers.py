@@ -25,13 +25,20 @@ from ._job import wait_api, wait_point
 
 __all__ = ["sleep", "sleep_until", "rate_limit_wait"]
 
+# Longer waits (or later moments) leave what datetime and time_t represent.
+_MAX_WAIT = 100 * 366 * 86400.0
+_MAX_TIMESTAMP = 253_402_300_799.0  # 9999-12-31 23:59:59 UTC
+
 
 def _seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{what} must be a number of seconds, not {type(value).__name__}")
     seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{what} must be a finite number of seconds, 0 or more (got {value!r})")
+    if not math.isfinite(seconds) or not 0 <= seconds <= _MAX_WAIT:
+        raise ValueError(
+            f"{what} must be a number of seconds from 0 to {_MAX_WAIT:.0f} (about 100 years) "
+            f"(got {value!r})"
+        )
     return seconds
 
 
@@ -46,6 +53,11 @@ def _timestamp(when: object) -> float:
         return when.timestamp()
     if isinstance(when, bool) or not isinstance(when, (int, float)) or not math.isfinite(when):
         raise TypeError("sleep_until() takes an aware datetime or a POSIX timestamp")
+    if abs(when) > _MAX_TIMESTAMP:
+        raise ValueError(
+            f"sleep_until({when!r}) lies beyond year 9999; give a POSIX timestamp or an aware "
+            "datetime before it"
+        )
     return float(when)
 
 

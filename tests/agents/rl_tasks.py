@@ -1,8 +1,9 @@
 """Two spawned tasks place an order each with the rate-limited provider
 (tests/rate_provider.py) through rl_orders.place: each is refused with a 429 first."""
 
-import snapstate
 from rl_orders import place
+
+import snapstate
 
 
 def order(action, amount):
