@@ -288,8 +288,8 @@ def drive(job: Job, action: Callable[[], object]) -> JobResult:
             job.job_id, "waiting", error=exc, wait=_waited(job.home, job, exc), seq=job.seq
         )
     except SnapstateError as exc:
-        if job._agent is None:  # never started: the snapshot or the job is invalid
-            raise
+        if job._agent is None or exc is job._hub_error:  # no agent code ran: the
+            raise  # snapshot, the job or the store is invalid (exit 2)
         return JobResult(job.job_id, "failed", error=exc, seq=job.seq)
     except Exception as exc:
         return JobResult(job.job_id, "failed", error=exc, seq=job.seq)

@@ -88,7 +88,8 @@ def _link(
             return _INIT_SHIM, previous
     raise SnapshotError(
         f"an interpreter frame the engine does not know sits between {describe(callee)} and "
-        f"its caller {describe(caller)}. Move the snapshot() out of {callee.f_code.co_qualname}() "
+        f"its caller {describe(caller)}. Move the snapshot() (or the wait: sleep(), "
+        f"request_approval(), a rate-limited effect) out of {callee.f_code.co_qualname}() "
         "or call it directly from Python code."
     )
 
@@ -164,10 +165,11 @@ def _c_name(obj: object) -> str:
 
 def _refuse_c_code(frame: types.FrameType, callee: types.FrameType, what: str) -> SnapshotError:
     return SnapshotError(
-        f"snapshot() inside {callee.f_code.co_qualname}() at {callee.f_code.co_filename}:"
-        f"{callee.f_lineno}, which was called by C code ({what}) from {describe(frame)}: "
-        "the C function keeps state between the two frames that cannot be saved. Move the "
-        f"snapshot() out of {callee.f_code.co_qualname}(), e.g. call it from "
+        f"snapshot() (or a wait that hibernates) inside {callee.f_code.co_qualname}() at "
+        f"{callee.f_code.co_filename}:{callee.f_lineno}, which was called by C code ({what}) "
+        f"from {describe(frame)}: the C function keeps state between the two frames that "
+        "cannot be saved. Move the snapshot() or wait (sleep(), request_approval(), a "
+        f"rate-limited effect) out of {callee.f_code.co_qualname}(), e.g. call it from "
         f"{frame.f_code.co_qualname}() before or after that call."
     )
 
@@ -244,10 +246,11 @@ def _capture_call_frame(
     code = frame.f_code
     if code.co_flags & _GENERATOR_LIKE:
         raise SnapshotError(
-            f"snapshot() inside the body of {_kind_of(code)} {describe(frame)}: a running "
-            f"{_kind_of(code)}'s frame is driven by its consumer and cannot be frozen. Move the "
-            f"snapshot() out of {code.co_qualname}() into the code that iterates it (a "
-            "suspended generator held in a variable is frozen fine)."
+            f"snapshot() (or a wait that hibernates) inside the body of {_kind_of(code)} "
+            f"{describe(frame)}: a running {_kind_of(code)}'s frame is driven by its consumer "
+            "and cannot be frozen. Move the snapshot() or the wait (sleep(), "
+            f"request_approval(), a rate-limited effect) out of {code.co_qualname}() into the "
+            "code that iterates it (a suspended generator held in a variable is frozen fine)."
         )
     module = _module_of(frame)
     addr, view = _layout.iframe_of(frame)

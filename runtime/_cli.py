@@ -958,6 +958,15 @@ def repair(store: str | None, accept_id: str | None) -> None:
 
 
 # ------------------------------------------------------------------------ approvals
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _shown(text: str) -> str:
+    """Catalog text for a terminal: control characters (escape sequences an edited
+    catalog could hold) shown as \\xNN, rich markup escaped."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
+
 def _approval_record(row: ApprovalRow, now: float) -> dict[str, Any]:
     """An approval as `snaprun approvals --json` prints it."""
     state = row.state
@@ -991,9 +1000,12 @@ def approvals(store: str | None, as_json: bool, show_all: bool) -> None:
     now = clock().time()
     try:
         rows = home.catalog.approvals() if show_all else _approvals.pending(home)
+        altered = {(r.job_id, r.approval_id) for r in rows if not _approvals.verified(home, r)}
     except SnapstateError as exc:
         _fail(exc)
     records = [_approval_record(r, now) for r in rows]
+    for r in records:
+        r["altered"] = (r["job"], r["id"]) in altered  # `approve` refuses such a row
     if as_json:
         click.echo(json.dumps(records, indent=1))
         return
@@ -1005,15 +1017,15 @@ def approvals(store: str | None, as_json: bool, show_all: bool) -> None:
         headers + (["STATE", "DECIDED BY"] if show_all else []),
         [
             [
-                escape(r["job"]),
-                r["id"],
-                escape(r["name"]),
-                escape(json.dumps(r["scope"], sort_keys=True)),
+                _shown(r["job"]),
+                _shown(r["id"]),
+                _shown(r["name"]) + (" (ALTERED in the catalog: refused)" if r["altered"] else ""),
+                _shown(json.dumps(r["scope"], sort_keys=True)),
                 _when(r["requested"]),
                 "never" if r["expires"] is None else _when(r["expires"]),
-                "anyone" if r["approvers"] is None else escape(", ".join(r["approvers"])),
+                "anyone" if r["approvers"] is None else _shown(", ".join(r["approvers"])),
             ]
-            + ([r["state"], escape(r["decided_by"] or "-")] if show_all else [])
+            + ([_shown(r["state"]), _shown(r["decided_by"] or "-")] if show_all else [])
             for r in records
         ],
     )

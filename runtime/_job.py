@@ -517,7 +517,13 @@ class Job:
         try:
             if self._restored_wait is not None:  # polled before any of its code runs
                 wait, self._restored_wait = self._restored_wait, None
-                outcome = self._settle(wait)
+                try:
+                    outcome = self._settle(wait)
+                except (JobWaiting, StaleWriter, StoreFailure):
+                    raise
+                except SnapstateError as exc:  # e.g. a damaged catalog row: no agent
+                    self._hub_error = exc  # code ran, the job stays resumable (exit 2)
+                    raise
                 if isinstance(outcome, _waits.NotYet):
                     if self.ledger.replay:
                         self.replay_stop = f"the job waits at {wait.site} ({outcome.reason})"

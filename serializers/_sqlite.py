@@ -69,6 +69,7 @@ _UPGRADES = {
     2: tuple(s for s in _WAIT_TABLES.split(";") if s.strip()),
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
+_DECISION_COLUMNS = ("decided_by", "note")  # sealed with the approval's state
 _JOB_TABLES = ("snapshots", "leases", "events", "effects", "metrics", "waits", "approvals")
 
 _SCHEMA = (
@@ -556,7 +557,10 @@ class SqliteStore(Store):
 
     def _approval(self, r: _Row) -> ApprovalRow:
         def opened(i: int, column: str) -> Any:
-            return self.sealer.open(r[i], "approvals", column, r[0], r[1])
+            # who decided and their note are bound to the decision (state): a rejection
+            # flipped to granted by hand no longer opens
+            state = (r[8],) if column in _DECISION_COLUMNS else ()
+            return self.sealer.open(r[i], "approvals", column, r[0], r[1], *state)
 
         approvers = opened(7, "approvers")
         return ApprovalRow(
@@ -577,7 +581,8 @@ class SqliteStore(Store):
 
     def _approval_values(self, a: ApprovalRow) -> tuple[object, ...]:
         def sealed(value: str | None, column: str) -> object:
-            return self.sealer.seal(value, "approvals", column, a.job_id, a.approval_id)
+            state = (a.state,) if column in _DECISION_COLUMNS else ()
+            return self.sealer.seal(value, "approvals", column, a.job_id, a.approval_id, *state)
 
         return (
             a.job_id,

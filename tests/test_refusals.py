@@ -81,9 +81,13 @@ def test_c_function_between_frames(refusals, case, callee, c_code, caller_line):
     """A C function holding state between two frames is named with both frames and the fix."""
     message = refusals[1][case]
     assert f"snapshot {2} ({case}) failed" in message
-    assert f"snapshot() inside {callee} at {FILE}:" in message
+    assert f"snapshot() (or a wait that hibernates) inside {callee} at {FILE}:" in message
     assert f"called by C code ({c_code}) from main() at {FILE}:{_line_of(caller_line)}" in message
-    assert f"Move the snapshot() out of {callee}" in message
+    assert (
+        "Move the snapshot() or wait (sleep(), request_approval(), a rate-limited effect)"
+        in message
+    )
+    assert f"out of {callee}" in message
 
 
 @pytest.mark.parametrize(
@@ -97,7 +101,8 @@ def test_snapshot_inside_generator_or_coroutine_body(refusals, case, kind, funct
     """snapshot() inside a running generator or coroutine body is refused with the fix."""
     message = refusals[1][case]
     assert f"inside the body of {kind} {function} at {FILE}:{_line_of(line)}" in message
-    assert f"Move the snapshot() out of {function.rstrip('()')}()" in message
+    assert "Move the snapshot() or the wait" in message
+    assert f"out of {function.rstrip('()')}() into the code that iterates it" in message
 
 
 @pytest.mark.parametrize(
