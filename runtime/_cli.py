@@ -486,7 +486,12 @@ def _wait_text(wait: dict[str, Any] | None, label: str | None) -> str:
     snapshot's label, "waiting: reason", does not already say it); "-" for the others."""
     if wait is None:
         return "-"
-    due = f"due {_when(wait['due'])}" if wait["due"] is not None else "until decided"
+    if wait["kind"] == "approval":  # its due time is its expiry: decided or not by then
+        due = "until decided" + (
+            f" (expires {_when(wait['due'])})" if wait["due"] is not None else ""
+        )
+    else:
+        due = f"due {_when(wait['due'])}" if wait["due"] is not None else "until decided"
     reason = "" if label == f"waiting: {wait['reason']}" else f": {wait['reason']}"
     return f"{wait['kind']}, {due}{reason}"
 

@@ -655,7 +655,7 @@ class Job:
         )
         due = (
             f"; due {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(outcome.due))}"
-            if outcome.due is not None
+            if outcome.due is not None and wait.kind != "approval"  # (its reason has it)
             else ""
         )
         raise JobWaiting(
