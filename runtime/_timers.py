@@ -36,8 +36,8 @@ def _seconds(value: object, what: str) -> float:
     seconds = float(value)
     if not math.isfinite(seconds) or not 0 <= seconds <= _MAX_WAIT:
         raise ValueError(
-            f"{what} must be a number of seconds from 0 to {_MAX_WAIT:.0f} (about 100 years) "
-            f"(got {value!r})"
+            f"{what} must be a finite number of seconds, 0 or more and at most "
+            f"{_MAX_WAIT:.0f} (about 100 years) (got {value!r})"
         )
     return seconds
 

@@ -175,7 +175,7 @@ def test_a_hibernated_timer_is_finished_by_a_worker_once_it_is_due(tmp_path, pro
     later = worker_once(tmp_path, {**env, "SNAPSTATE_CLOCK_OFFSET": LATER})
     assert later.returncode == 0, later.stderr
     assert later.stdout == "b t1\n"  # the child's stdout is the worker's
-    assert "job t1: resuming in pid" in later.stderr and "waited: sleep until" in later.stderr
+    assert "job t1: resuming in pid" in later.stderr and "waited: sleep at" in later.stderr
     assert "job t1: done" in later.stderr, later.stderr
     assert_finished_once(tmp_path, provider, "t1")
 
