@@ -407,12 +407,16 @@ def _entry_of(target: object) -> EntryPoint:
     return EntryPoint(module_name, name, None, search_path)
 
 
-def _check_settings() -> None:
-    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER or SNAPSTATE_CLOCK_OFFSET
-    before any job runs (a SnapstateError naming the variable), as the CLI does."""
+def check_settings() -> None:
+    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER, SNAPSTATE_CLOCK_OFFSET
+    or SNAPSTATE_EFFECT_THREADS before any job runs (a SnapstateError naming the
+    variable); the CLI maps it to exit 2."""
+    from ._tasks import effect_threads
+
     lease_ttl()
     hibernate_after()
     clock().time()
+    effect_threads()
 
 
 def _argv(args: tuple[object, ...]) -> list[str]:
@@ -468,7 +472,7 @@ class Store:
         argv = _argv(args)
         if job_id is not None:
             validate_job_id(job_id, what="the job id job_id=")
-        _check_settings()  # refused before the job exists
+        check_settings()  # refused before the job exists
         with _in_process(), self._home(create=True) as home:
             job = create_job(home, entry, argv, job_id)
             return drive(job, job.run)
@@ -478,7 +482,7 @@ class Store:
         ones), in this process, as `snaprun resume`. A waiting job whose wait is not over
         hibernates again (status "waiting")."""
         validate_job_id(job_id)
-        _check_settings()
+        check_settings()
         with _in_process(), self._home() as home:
             job = open_job(home, job_id)
             return drive(job, lambda: job.resume(at, force=force))

@@ -41,9 +41,7 @@ from . import _admin, _api, _approvals, _inspect, _repair, _worker
 from ._agent import EntryPoint, EntryPointError
 from ._clock import clock
 from ._job import Job
-from ._lease import lease_ttl
 from ._signals import SigtermHandler
-from ._waits import hibernate_after
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
 
@@ -159,12 +157,9 @@ def _home(
 
 
 def _check_settings() -> None:
-    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER or SNAPSTATE_CLOCK_OFFSET
-    before any job runs (exit 2, naming the variable)."""
+    """Refuse a bad SNAPSTATE_* setting before any job runs (exit 2, naming it)."""
     try:
-        lease_ttl()
-        hibernate_after()
-        clock().time()
+        _api.check_settings()
     except SnapstateError as exc:
         _fail(exc)
 

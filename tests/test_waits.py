@@ -136,7 +136,11 @@ def test_bad_clock_settings_are_refused(tmp_path):
     """A SNAPSTATE_CLOCK_OFFSET or SNAPSTATE_HIBERNATE_AFTER that is not a number: a clear
     error naming the variable, exit 2, no traceback."""
     write_agent(tmp_path)
-    for env in ({"SNAPSTATE_CLOCK_OFFSET": "soon"}, {"SNAPSTATE_HIBERNATE_AFTER": "-1"}):
+    for env in (
+        {"SNAPSTATE_CLOCK_OFFSET": "soon"},
+        {"SNAPSTATE_HIBERNATE_AFTER": "-1"},
+        {"SNAPSTATE_EFFECT_THREADS": "0"},
+    ):
         run = snaprun("run", "--job", "bad", "sleeper.py", cwd=tmp_path, env=env)
         assert run.returncode == 2, (env, run.returncode, run.stderr)
         assert "Traceback" not in run.stderr
