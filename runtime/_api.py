@@ -441,7 +441,7 @@ class Store:
     be shared between threads (runs are serialized: see start())."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = default_home(os.fspath(path) if path is not None else None)
+        self.path: str = default_home(os.fspath(path) if path is not None else None)
 
     def __repr__(self) -> str:
         return f"Store({self.path!r})"

@@ -139,7 +139,7 @@ class Task:
     __slots__ = ("id", "_outcome")
 
     def __init__(self, task_id: str) -> None:
-        self.id = task_id
+        self.id: str = task_id
         # plain Python only: ("value", v) or ("error", exc), computed by spawn()
         self._outcome: tuple[str, Any] | None = None
 
