@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
 from conftest import snaprun, snapshot_files
 
 from snapstate.serializers._sqlite import SqliteStore
@@ -41,6 +42,23 @@ def write_agent(path: Path, short: float = 0.2) -> Path:
     return agent
 
 
+_OPEN: list[SqliteStore] = []
+
+
+def reader(path: Path) -> SqliteStore:
+    """The store's catalog opened read-only, closed after the test (autouse fixture)."""
+    catalog = SqliteStore(str(path / ".snapstate"), create=False, writable=False)
+    _OPEN.append(catalog)
+    return catalog
+
+
+@pytest.fixture(autouse=True)
+def _close_readers():
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
 def later(seconds: float) -> dict[str, str]:
     return {"SNAPSTATE_CLOCK_OFFSET": str(seconds)}
 
@@ -54,7 +72,7 @@ def test_a_long_sleep_hibernates_and_completes_through_the_clock_seam(tmp_path):
     assert first.returncode == 3, first.stderr
     assert "job s1 waits: sleep at" in first.stderr and "Traceback" not in first.stderr
     assert first.stdout == "before ['start']\nshort sleep over\n"
-    catalog = SqliteStore(str(tmp_path / ".snapstate"), create=False, writable=False)
+    catalog = reader(tmp_path)
     assert catalog.get_job("s1").status == "waiting"
     wait = catalog.get_wait("s1")
     assert wait is not None and wait.kind == "timer" and wait.seq == 1
@@ -97,7 +115,7 @@ def test_killed_right_after_the_hibernation_snapshot(tmp_path):
     write_agent(tmp_path)
     killed = snaprun("run", "--job", "s3", "sleeper.py", cwd=tmp_path, fault="after-snapshot:1")
     assert killed.returncode == -9
-    catalog = SqliteStore(str(tmp_path / ".snapstate"), create=False, writable=False)
+    catalog = reader(tmp_path)
     assert catalog.get_wait("s3") is None
     waiting = snaprun("resume", "s3", cwd=tmp_path)
     assert waiting.returncode == 3 and waiting.stdout == "", waiting.stderr
@@ -181,5 +199,5 @@ def test_a_schema_2_catalog_is_read_as_is_and_upgraded_by_a_writable_open(tmp_pa
     assert db_path.read_bytes() == before
     resumed = snaprun("resume", "old", cwd=tmp_path)
     assert resumed.returncode == 3, resumed.stderr
-    catalog = SqliteStore(str(tmp_path / ".snapstate"), create=False, writable=False)
+    catalog = reader(tmp_path)
     assert catalog.schema_version == 3 and catalog.get_wait("old") is not None

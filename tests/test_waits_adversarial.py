@@ -219,6 +219,8 @@ def test_two_deciders_at_once_one_wins(tmp_path, env):
             results[i] = decide(homes[i], "j", "a1", granted=i == 0, by="alice")
         except Exception as exc:  # the loser's refusal
             results[i] = exc
+        finally:
+            homes[i].catalog.close()  # this thread's connection (one per thread)
 
     threads = [threading.Thread(target=decider, args=(i,)) for i in range(2)]
     for t in threads:
@@ -232,7 +234,7 @@ def test_two_deciders_at_once_one_wins(tmp_path, env):
     stored = homes[0].catalog.get_approval("j", "a1")
     assert stored is not None and stored.state == rows[0].state  # type: ignore[attr-defined]
     for home in homes:
-        home.catalog.close()
+        home.close()
 
 
 # ---------------------------------------------------------------- other jobs
