@@ -26,7 +26,7 @@ from ._frames import CALL, GENERATOR, GENERATOR_CREATED, INSTANCE, VALUE, FrameR
 from ._layout import LAYOUT, NULL
 from ._morph import morph_record, unmorph
 
-__all__ = ["capture_stack", "capture_generator", "describe"]
+__all__ = ["capture_stack", "capture_generator", "describe", "is_async_yield"]
 
 _GENERATOR_LIKE = (
     inspect.CO_GENERATOR
@@ -359,15 +359,31 @@ def capture_stack(
     return records
 
 
+def is_async_yield(code: types.CodeType, yield_unit: int) -> bool:
+    """The YIELD_VALUE at `yield_unit` of an async generator is a real `yield` (its
+    value is wrapped for the consumer), not an await's hand-over to the event loop."""
+    if not code.co_flags & inspect.CO_ASYNC_GENERATOR:
+        return False
+    before = [ins for ins in bc.instructions(code) if ins.end <= yield_unit]
+    return bool(before) and before[-1].opname in ("ASYNC_GEN_WRAP", "CALL_INTRINSIC_1")
+
+
 def capture_generator(
-    gen: types.GeneratorType[Any, Any, Any] | types.CoroutineType[Any, Any, Any],
+    gen: types.GeneratorType[Any, Any, Any]
+    | types.CoroutineType[Any, Any, Any]
+    | types.AsyncGeneratorType[Any, Any],
 ) -> FrameRecord:
-    """Record of a suspended (or not yet started) generator held as a value, or of a
-    coroutine not started yet (created, never awaited)."""
+    """Record of a suspended (or not yet started) generator held as a value, of a
+    coroutine created or suspended at an await, or of an async generator suspended at
+    a `yield` (rebuilt paused there by runtime/_morph.py's rebuild_generator)."""
     if isinstance(gen, types.CoroutineType):
         frame, created = gen.cr_frame, inspect.getcoroutinestate(gen) == inspect.CORO_CREATED
-        if not created:
-            raise SnapshotError(f"coroutine {gen.__qualname__}() is running or suspended")
+        if gen.cr_running:
+            raise SnapshotError(f"coroutine {gen.__qualname__}() is running")
+    elif isinstance(gen, types.AsyncGeneratorType):
+        frame, created = gen.ag_frame, gen.ag_frame is not None and gen.ag_frame.f_lasti < 0
+        if gen.ag_running:
+            raise SnapshotError(f"async generator {gen.__qualname__}() is running")
     else:
         frame, created = gen.gi_frame, inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
     assert frame is not None  # the pickler passes only a generator that has a frame
@@ -394,8 +410,15 @@ def capture_generator(
     ins = bc.instruction_at(original, after_yield - 1)
     if ins.opname != "YIELD_VALUE":
         raise SnapshotError(
-            f"generator {describe(frame)} is paused in {ins.opname}, not at a "
+            f"{_kind_of(code)} {describe(frame)} is paused in {ins.opname}, not at a "
             "yield; it cannot be frozen"
+        )
+    if isinstance(gen, types.AsyncGeneratorType) and not is_async_yield(original, ins.start):
+        raise SnapshotError(
+            f"async generator {describe(frame)} is paused inside an await of its body (a "
+            "snapshot or wait inside the async generator): move the snapshot out of "
+            f"{original.co_qualname}() into the code that iterates it (an async generator "
+            "paused at a yield is frozen fine)"
         )
     n = _layout.nlocalsplus(original)
     stack = _layout.read_pointers(addr, n, view.stacktop)

@@ -39,6 +39,7 @@ import enum
 import functools
 import hashlib
 import hmac
+import inspect
 import os
 import pickle
 import random as _random
@@ -84,6 +85,7 @@ from ._lease import dispatch_margin, send_guard
 if TYPE_CHECKING:
     from ..serializers._keys import KeyRing
     from ._job import Job
+    from ._async import _TaskInfo
     from ._tasks import _TaskState
 
 __all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4", "effect_time_left"]
@@ -479,6 +481,15 @@ def effect(
             within,
         )
 
+        if inspect.iscoroutinefunction(function):  # awaited: runtime/_async.py
+
+            @functools.wraps(function)
+            def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+                return _call_async(spec, args, kwargs, None, async_wrapper)  # type: ignore[return-value]
+
+            async_wrapper.__snapstate_effect__ = spec  # type: ignore[attr-defined]
+            return _mark_coroutine_function(async_wrapper)
+
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             return _call(spec, args, kwargs, None, wrapper)
@@ -632,7 +643,121 @@ def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key
     spec = _spec(
         fn, idempotency, lookup, kind, retry, timeout_param, fencing_token, requires, within
     )
+    if inspect.iscoroutinefunction(fn):  # to be awaited: runtime/_async.py
+        return _call_async(spec, args, kwargs, key, None)  # type: ignore[return-value]
     return _call(spec, args, kwargs, key)
+
+
+# ------------------------------------------------------------------------ async effects
+# An `async def` effect is awaited: its wrapper returns an await point
+# (runtime/_async.py's EffectPoint). In a job, the point runs ledger_call() below in a
+# greenlet of its own: Ledger.call records, sends and confirms exactly as for a plain
+# effect, and where it sends it calls the spec's function, here a shim that hands the
+# effect's coroutine to the awaiting task (await_in_task) and returns its outcome.
+def _mark_coroutine_function(fn: Callable[P, R]) -> Callable[P, R]:
+    mark = getattr(inspect, "markcoroutinefunction", None)  # 3.12+
+    if mark is not None:
+        return mark(fn)  # type: ignore[no-any-return]
+    import asyncio.coroutines
+
+    fn._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]
+    return fn
+
+
+def _awaiting(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn (an async def) as a plain function the ledger calls: its coroutine runs in
+    the awaiting task, and the call returns (or raises) its outcome."""
+    from ._async import await_in_task
+
+    @functools.wraps(fn)
+    def shim(*args: Any, **kwargs: Any) -> Any:
+        return await_in_task(fn(*args, **kwargs))
+
+    return shim
+
+
+def async_spec(spec: _Spec[R]) -> _Spec[R]:
+    """The spec the ledger runs for an async effect (the same name and options)."""
+    lookup = spec.lookup
+    if lookup is not None and inspect.iscoroutinefunction(lookup):
+        lookup = _awaiting(lookup)
+    return replace(spec, fn=_awaiting(spec.fn), lookup=lookup)
+
+
+def async_spec_of(effect_fn: Callable[..., Any], options: dict[str, Any] | None, site: str) -> _Spec[Any]:
+    """After a restore: the spec of an async effect a snapshot held unsent."""
+    if options is not None:
+        return _spec(effect_fn, **options)
+    spec = getattr(effect_fn, "__snapstate_effect__", None)
+    if not isinstance(spec, _Spec):
+        raise RestoreError(
+            f"the job was frozen before sending {effect_fn!r} at {site}, but it is no longer "
+            "an @effect in the agent's code; restore the original source to resume this job"
+        )
+    return spec
+
+
+def _call_async(
+    spec: _Spec[R],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    explicit_key: str | None,
+    declared: Callable[..., Any] | None,
+) -> Any:  # an awaitable of the effect's result
+    from ._async import EffectPoint
+
+    frame = sys._getframe(2)
+    site = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    options = None if declared is not None else _options(spec)
+    return EffectPoint(spec, args, kwargs, explicit_key, site, declared, options)
+
+
+def ledger_call(
+    job: Job,
+    spec: _Spec[R],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    key: str | None,
+    site: str,
+) -> tuple[str, Any]:
+    """In the await point's greenlet: the ledger's call of an async effect. ("done",
+    result), or ("refused", seconds) when the provider refused it for now (the point
+    waits, then calls the same action again)."""
+    if spec.requires is not None:  # before anything is recorded or sent
+        from ._approvals import check_scope
+
+        check_scope(spec.name, spec.fn, spec.requires, spec.within, job, args, kwargs, key)
+    before = job.ledger.actions()
+    try:
+        return ("done", job.ledger.call(async_spec(spec), args, kwargs, key, site))
+    except StoreFailure as exc:
+        job.store_failed(exc)  # the run stops here; the agent never sees it
+        raise
+    except _Refused as refused:
+        job.ledger.set_actions(before)  # the same action is called again: same identity
+        return ("refused", refused.seconds)
+
+
+async def call_plain_async(spec: _Spec[R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    """Plain Python (asyncio.run without a job): no ledger; a rate limit is waited out
+    and the call sent again with the same key."""
+    import asyncio
+
+    if spec.requires is not None:
+        from ._approvals import check_scope
+
+        check_scope(spec.name, spec.fn, spec.requires, spec.within, None, args, kwargs, None)
+    key, refusals = f"adhoc-{_uuid.uuid4().hex}", 0
+    while True:
+        try:
+            result: R = await _invoke(spec, args, kwargs, key)  # type: ignore[misc]
+            return result
+        except Exception as exc:
+            seconds = _rate_limit(exc)
+            if seconds is None:
+                raise
+        refusals += 1
+        await asyncio.sleep(_wait_seconds(seconds, refusals))
 
 
 # Catalog ordinals of the rows of spawned tasks (runtime/_tasks.py) start here: a main
@@ -1008,8 +1133,11 @@ class Ledger:
             self.catalog.record_effects(rows, epoch=self.job.epoch)
 
     # -------------------------------------------------------------- tasks
-    def _spawned(self) -> _TaskState | None:
+    def _spawned(self) -> _TaskState | _TaskInfo | None:
         """The spawned task calling (None for the main task: ordinals as before)."""
+        runner = self.job._async
+        if runner is not None:  # an async job: the asyncio task calling
+            return runner.ledger_task()
         scheduler = self.job._scheduler
         return scheduler.spawned_task() if scheduler is not None and scheduler.active else None
 

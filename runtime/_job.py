@@ -13,6 +13,7 @@ builds the chain of morph frames and runs it in a fresh agent greenlet.
 
 from __future__ import annotations
 
+import inspect
 import os
 import secrets
 import sys
@@ -50,7 +51,7 @@ from ..serializers._codeid import CodeRef, find_code, module_digest
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import WaitRow
-from . import _agent, _context, _defstate, _pins, _process, _rootlog, _waits
+from . import _agent, _async, _context, _defstate, _pins, _process, _rootlog, _waits
 from ._capture import capture_stack
 from ._clock import SleepInterrupted, clock
 from ._effects import Ledger
@@ -101,6 +102,7 @@ class _FreezeRequest:
     handled: BaseException | None
     wait: _waits.Wait | None = None  # a snapshot taken to hibernate at this wait
     meta: dict[str, Any] | None = None  # snapshot(meta=...), checked (runtime/_pins.py)
+    async_state: dict[str, Any] | None = None  # an async job's tasks (runtime/_async.py)
 
 
 @dataclass(frozen=True)
@@ -134,9 +136,18 @@ def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> Sn
     returns a record with seq None. Raises SnapshotError when this point cannot be
     frozen."""
     checked = _pins.check_meta(meta)
+    if _async.in_coroutine(1):  # `await snapshot()`: an await point (runtime/_async.py)
+        return _async.SnapshotPoint(label, checked)  # type: ignore[return-value]
     job = _context.active_job()
     if job is None:
         return SnapshotInfo(False, 0.0, None, label, checked, _pins.pins())
+    if job._async is not None:
+        caller = sys._getframe(1).f_code
+        raise SnapshotError(
+            f"snapshot() was called in {caller.co_qualname}() at {caller.co_filename}, a plain "
+            "function of an async job: the coroutines that called it cannot be frozen in the "
+            "middle of a plain call. Call `await snapshot()` in the async def instead"
+        )
     if not job._is_task(greenlet.getcurrent()):
         raise SnapshotError(
             "snapshot() was called from a greenlet or thread the job did not "
@@ -279,11 +290,15 @@ class Job:
         # The hub's scheduler (runtime/_tasks.py): set by _loop, or by restore() for a
         # snapshot of several tasks.
         self._scheduler: Scheduler | None = None
+        # An async agent's runner (runtime/_async.py), while its event loop runs.
+        self._async: _async.AsyncRunner | None = None
 
     def _is_task(self, glet: greenlet.greenlet) -> bool:
         """`glet` is one of this job's tasks (main or spawned)."""
-        return glet is self._agent or (
-            self._scheduler is not None and glet in self._scheduler.by_glet
+        return (
+            glet is self._agent
+            or (self._scheduler is not None and glet in self._scheduler.by_glet)
+            or (self._async is not None and glet in self._async.effect_glets)
         )
 
     @classmethod
@@ -387,7 +402,10 @@ class Job:
         _process.begin(self)  # the environment the job's changes are measured against
         _rootlog.begin(self)  # root logger handlers already there are the host's
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
-        return self.entry.load()
+        fn = self.entry.load()
+        if inspect.iscoroutinefunction(fn):  # async def main(): on the job's event loop
+            return _async.entry(self, fn)
+        return fn
 
     def _acquire(self, *, force: bool, resuming: bool) -> None:
         self.lease = Lease(self.home.catalog, self.job_id, say=self.say)
@@ -705,7 +723,9 @@ class Job:
         assert self._agent is not None  # the agent asked for this snapshot
         label = f"snapshot {seq}" + (f" ({request.label})" if request.label else "")
         tasks: list[dict[str, Any]] | None = None
-        if self._scheduler is not None and self._scheduler.active:  # several tasks
+        if request.async_state is not None:  # an async job: its tasks, pickled below
+            frames = []
+        elif self._scheduler is not None and self._scheduler.active:  # several tasks
             frames, tasks = self._scheduler.capture(
                 lambda name, glet, handled: self._capture_task(name, glet, handled, label)
             )
@@ -734,6 +754,8 @@ class Job:
         }
         if tasks is not None:  # every task's state, pickled in the same pass
             state["tasks"] = tasks
+        if request.async_state is not None:
+            state["async"] = request.async_state
         try:
             _secrets.bind(self.home.keys)  # credentials in SDK clients are sealed
             _refs.bind(modules)  # other modules' objects are saved by reference
@@ -750,7 +772,9 @@ class Job:
             "versions": runtime_versions(),
             "entry": self.entry.as_dict(),
             "argv": self.argv,
-            "frames": _frame_headers(frames),
+            "frames": _frame_headers(frames)
+            if request.async_state is None
+            else _async.frame_headers(request.async_state),
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
             "meta": request.meta,  # sealed in encrypted stores, with the label
@@ -770,6 +794,8 @@ class Job:
             ]
         if request.wait is not None:
             header["wait"] = {"kind": request.wait.kind, "site": request.wait.site}
+        if request.async_state is not None:
+            header["async"] = True
         return header, payload
 
     @staticmethod
@@ -801,6 +827,8 @@ class Job:
         for module, values in state["globals"].items():
             for name, value in values.items():
                 roots.append((f"module {module}, global {name!r}", value))
+        if state.get("async") is not None:
+            roots.extend(_async.roots(state["async"]))
         roots.extend(_defstate.roots(state.get("defs", {})))
         roots.append(("the exception being handled", state["handled"]))
         roots.append(("the root logger's handlers", state.get("logging")))
@@ -834,14 +862,18 @@ class Job:
         try:
             _secrets.bind(self.home.keys)
             state = _pickler.loads(payload)
+            restored = _async.take_restored()  # an async job's tasks and futures
         except SnapstateError:
+            _async.discard_restored()
             raise
         except (ImportError, AttributeError) as exc:
+            _async.discard_restored()
             raise IncompatibleSnapshot(
                 f"{where} refers to code that no longer exists ({type(exc).__name__}: {exc}). "
                 "Restore the original source to resume this job."
             ) from None
         except Exception as exc:
+            _async.discard_restored()
             raise RestoreError(
                 f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
                 "resume from an earlier snapshot of the job."
@@ -856,6 +888,18 @@ class Job:
         frames: list[FrameRecord] = state["frames"]
         self.seq = header["seq"]
         self._resumed = header
+        if state.get("async") is not None:  # an async job: a fresh loop, the same tasks
+            if restored is None:
+                raise RestoreError(f"{where} holds an async job without its tasks")
+            wait = state.get("wait")
+            if wait is not None:  # taken to hibernate: the hub polls the wait first
+                self._restored_wait = _waits.Wait.from_dict(wait)
+            return _async.resume_job(
+                self, restored, state["async"], header["created_at"], header["seq"]
+            )
+        if restored is not None:
+            restored.loop.close()
+            raise RestoreError(f"{where} holds asyncio tasks but is not an async job's")
         tasks = state.get("tasks")
         if tasks is not None:  # several tasks: each resumes with its own pending value
             from ._tasks import Scheduler

@@ -188,6 +188,9 @@ def build_morph_code(
             pro.emit("BINARY_SUBSCR")
     elif rec.kind == GENERATOR:
         pro.push(None)  # the re-executed YIELD_VALUE yields this
+        wrap = _async_yield_wrap(code, rec.resume)
+        if wrap is not None:  # an async generator's yield: wrapped as the original was
+            pro.emit(*wrap)
     call_end = pro.units
     pro.emit("JUMP_FORWARD", rec.resume)  # relative to the end of the prologue
     prologue = pro.units
@@ -286,13 +289,38 @@ def build_resume_chain(
     return fn
 
 
+def _async_yield_wrap(code: types.CodeType, yield_unit: int) -> tuple[str, int] | None:
+    """The instruction wrapping the value an async generator's `yield` at `yield_unit`
+    hands its consumer (ASYNC_GEN_WRAP, or CALL_INTRINSIC_1 from 3.12); None for any
+    other YIELD_VALUE (a generator's, an await's)."""
+    if not code.co_flags & inspect.CO_ASYNC_GENERATOR:
+        return None
+    before = [ins for ins in bc.instructions(code) if ins.end <= yield_unit]
+    if before and before[-1].opname in ("ASYNC_GEN_WRAP", "CALL_INTRINSIC_1"):
+        return before[-1].opname, before[-1].arg
+    return None
+
+
 @pinned("rebuild_generator")
 def rebuild_generator(rec: FrameRecord) -> object:
-    """A generator object in the state the record describes. A suspended one is
-    advanced once, re-executing its original YIELD_VALUE, so it is paused at the very
-    instruction it was paused at: send(), throw() and close() then run the same
-    try/except/finally blocks as on the original."""
+    """A generator, coroutine or async generator object in the state the record
+    describes. A suspended one is advanced once, re-executing its original YIELD_VALUE,
+    so it is paused at the very instruction it was paused at: send(), throw() and
+    close() then run the same try/except/finally blocks as on the original. A coroutine
+    paused at an await re-yields None to nobody; its awaited object (on its value
+    stack) is untouched until the coroutine is next sent a value."""
     gen = build_morph_function(rec)()
     if rec.kind == GENERATOR:
-        next(gen)
+        if isinstance(gen, types.CoroutineType):
+            if gen.send(None) is not None:
+                raise RuntimeError(f"restoring {gen.__qualname__}() yielded a value")
+        elif isinstance(gen, types.AsyncGeneratorType):
+            try:
+                gen.asend(None).send(None)
+            except StopIteration:
+                pass  # it yielded its (wrapped) value: paused at that yield
+            else:
+                raise RuntimeError(f"restoring {gen.__qualname__}() did not reach its yield")
+        else:
+            next(gen)
     return gen

@@ -4,19 +4,20 @@ imported (runtime/__init__.py imports this module). The serializers below import
 nothing of the runtime.
 
   - generators held as values: captured paused (runtime/_capture.py) and rebuilt at
-    the same yield (runtime/_morph.py); coroutines only before their first await,
-    async generators only when finished;
+    the same yield (runtime/_morph.py); coroutines created or suspended at an await
+    (their awaited object is on their value stack, pickled with them), async
+    generators paused at a yield (runtime/_async.py adds asyncio's tasks and futures);
   - restore stubs (runtime/_morph.py's morph code objects): a function running one
     is never pickled, and a traceback entry of one is saved as its original code.
 """
 
 from __future__ import annotations
 
-import inspect
 import pickle
 import types
 from typing import Any
 
+from .._errors import SnapshotError
 from ..serializers import _dispatch
 from ..serializers._pickler import _exhausted_generator, _finished_coroutine
 from ._capture import capture_generator
@@ -36,24 +37,22 @@ def _reduce_generator(gen: types.GeneratorType[Any, Any, Any]) -> tuple[Any, ...
 def _reduce_coroutine(
     obj: types.CoroutineType[Any, Any, Any] | types.AsyncGeneratorType[Any, Any],
 ) -> tuple[Any, ...]:
-    t = type(obj)  # neither type can be subclassed: isinstance is `t is`
+    """A coroutine created or suspended at an await (what it awaits is on its value
+    stack, pickled with it: another coroutine, a snapstate await point, a job's task
+    or future), or an async generator suspended at a yield: rebuilt paused there."""
     frame = obj.cr_frame if isinstance(obj, types.CoroutineType) else obj.ag_frame
     if frame is None:
         return (_finished_coroutine, ())
-    if (
-        isinstance(obj, types.CoroutineType)
-        and inspect.getcoroutinestate(obj) == inspect.CORO_CREATED
-    ):  # never awaited yet: rebuilt like a generator not started yet
-        return (rebuild_generator, (capture_generator(obj),))
-    if isinstance(obj, types.AsyncGeneratorType):
+    running = obj.cr_running if isinstance(obj, types.CoroutineType) else obj.ag_running
+    if running:
         raise pickle.PicklingError(
-            f"async generator {obj.__qualname__}() has not finished and cannot be "
-            "frozen; exhaust or close it before the snapshot"
+            f"{type(obj).__name__} {obj.__qualname__}() is running; it can be frozen only "
+            "while it is suspended"
         )
-    raise pickle.PicklingError(
-        f"{t.__name__} {obj.__qualname__}() is suspended and cannot be frozen; await "
-        "it to completion before the snapshot"
-    )
+    try:
+        return (rebuild_generator, (capture_generator(obj),))
+    except SnapshotError as exc:
+        raise pickle.PicklingError(str(exc)) from None
 
 
 def _original_position(code: types.CodeType, unit: int) -> tuple[types.CodeType, int]:

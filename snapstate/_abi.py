@@ -44,6 +44,18 @@ NAMES: dict[str, str] = {
     "process_state": "snapstate.runtime._process:_loaded",
     "redacted_secret": "snapstate.runtime._effects:_redacted",
     "task_handle": "snapstate.runtime._tasks:_task_handle",
+    # async jobs (runtime/_async.py): asyncio tasks, futures, gathers, the job's loop,
+    # snapstate's await points
+    "async_task": "snapstate.runtime._async:_task_shell",
+    "async_task_state": "snapstate.runtime._async:_task_state",
+    "async_future": "snapstate.runtime._async:_future_shell",
+    "async_future_state": "snapstate.runtime._async:_future_state",
+    "async_gather": "snapstate.runtime._async:_gathering_shell",
+    "async_gather_state": "snapstate.runtime._async:_gathering_state",
+    "async_future_await": "snapstate.runtime._async:_future_await",
+    "async_job_loop": "snapstate.runtime._async:_job_loop",
+    "async_snapshot_point": "snapstate.runtime._async:_snapshot_point",
+    "async_effect_point": "snapstate.runtime._async:_effect_point",
     # the pickler: cells, functions, generators, exceptions, the dill fallback
     "make_cell": "snapstate.serializers._pickler:_make_cell",
     "fill_cell": "snapstate.serializers._pickler:_fill_cell",

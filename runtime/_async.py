@@ -1,0 +1,1172 @@
+"""Async agents: `async def main()` on an event loop the runtime owns.
+
+The job's agent greenlet runs a JobLoop (an asyncio selector loop) with the main task
+on it. Every task the job's code creates goes through JobLoop.create_task and gets an
+identity by its spawn path ("main", "1", "1.2", ...: deterministic whatever order
+effects complete in), which the effect ledger uses exactly as for greenlet tasks
+(runtime/_tasks.py): main keeps the job's ordinals, a spawned task's n-th action is
+"<task>#<n>".
+
+Await points (awaitables that are their own iterators, so no snapstate frame sits in a
+task's chain of coroutines and a snapshot holds only the agent's frames):
+
+  - SnapshotPoint, `await snapshot(label)`: asks for a freeze and blocks its task;
+  - EffectPoint, `await some_async_effect(...)`: the effect ledger's own code
+    (Ledger.call: record, send, confirm; recovery after a crash) runs unchanged in a
+    greenlet of its own; where it sends, the effect's coroutine is handed back to
+    the point, which runs it in the calling task; its outcome goes back to the ledger.
+
+A freeze waits until the loop is idle (nothing ready, no timer, no socket or pipe
+watched but the loop's own, no call in an executor): then every task is blocked on a
+future only the job's own code can complete (a snapshot point, another task, a gather,
+a TaskGroup), and the whole job is pickled in one pass: the pending tasks (their
+coroutine chains, reached through each coroutine's value stack, captured as suspended
+generators are), their identities and done-callbacks, and nothing of the loop. While
+a freeze is pending, a task reaching an effect waits there (the effect is sent right
+after the snapshot, or after a restore). A loop not idle within SNAPSTATE_ASYNC_SETTLE
+seconds (default 30) refuses the snapshot, naming each task that is not at an await
+point, its chain of coroutines (file:line) and what it awaits.
+
+A restore builds a fresh JobLoop, re-creates each task around its rebuilt chain (in
+creation order: each task's first step re-sends into its chain, which blocks again at
+the same await or, at a snapstate point, continues with SnapshotInfo(resumed=True)),
+gathers over the same children, futures with their done-callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import gc
+import inspect
+import os
+import pickle
+import sys
+import time
+import types
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import greenlet
+
+from .._abi import pinned
+from .._errors import SnapshotError
+from ..serializers import _dispatch
+from ..serializers._codeid import code_ref
+from . import _context, _pins
+from ._morph import unmorph
+
+if TYPE_CHECKING:
+    from ._job import Job, SnapshotInfo
+
+__all__ = [
+    "JobLoop",
+    "AsyncRunner",
+    "SnapshotPoint",
+    "EffectPoint",
+    "entry",
+    "in_coroutine",
+    "settle_seconds",
+    "take_restored",
+    "discard_restored",
+    "resume_job",
+    "frame_headers",
+    "roots",
+]
+
+MAIN = "main"
+DEFAULT_SETTLE = 30.0
+
+_Future: type[asyncio.Future[Any]] = asyncio.Future
+_Task: type[asyncio.Task[Any]] = asyncio.Task
+_GatheringFuture: type = asyncio.tasks._GatheringFuture  # type: ignore[attr-defined]
+_GATHER_CALLBACK = next(
+    c
+    for c in asyncio.tasks.gather.__code__.co_consts
+    if isinstance(c, types.CodeType) and c.co_name == "_done_callback"
+)
+
+# Runs that stopped with tasks still pending (a hibernation, a park): their loops and
+# tasks are kept forever, never collected, so no agent code (a finally block run by a
+# coroutine's close()) runs after the run stopped.
+_PARKED: list[object] = []
+
+
+def settle_seconds() -> float:
+    """SNAPSTATE_ASYNC_SETTLE: how long a snapshot waits for every task to reach an
+    await point (checked with the other settings, runtime/_api.py)."""
+    raw = os.environ.get("SNAPSTATE_ASYNC_SETTLE")
+    if raw is None or raw == "":
+        return DEFAULT_SETTLE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value <= 86400):
+        raise ValueError(
+            f"SNAPSTATE_ASYNC_SETTLE={raw!r} must be a number of seconds from 0 to 86400"
+        )
+    return value
+
+
+def in_coroutine(depth: int) -> bool:
+    """The function `depth` frames up is a coroutine (or async generator) body."""
+    flags = sys._getframe(depth + 1).f_code.co_flags
+    return bool(flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR))
+
+
+# ------------------------------------------------------------------------ the loop
+@dataclass
+class _TaskInfo:
+    id: str
+    parent: str | None
+    index: int
+    spawned: int = 0  # tasks it created
+    effects: int = 0  # a spawned task's actions (the ledger's "<id>#<n>")
+
+
+class JobLoop(asyncio.SelectorEventLoop):
+    """The loop a job's async agent runs on: it names the tasks created on it and lets
+    the runner freeze the job between two iterations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner: AsyncRunner | None = None
+        self.collecting: list[asyncio.Handle] | None = None  # restoring: steps held back
+        self.executing: set[asyncio.Future[Any]] = set()
+
+    def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:  # type: ignore[override]
+        task = super().create_task(coro, **kwargs)
+        if self.runner is not None:
+            self.runner.adopt(task)
+        return task
+
+    def call_soon(self, callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+        if self.collecting is not None:
+            handle = asyncio.Handle(callback, args, self, context)
+            self.collecting.append(handle)
+            return handle
+        return super().call_soon(callback, *args, context=context)
+
+    def run_in_executor(self, executor: Any, func: Any, *args: Any) -> asyncio.Future[Any]:
+        future = super().run_in_executor(executor, func, *args)
+        self.executing.add(future)
+        future.add_done_callback(self.executing.discard)
+        return future
+
+    def _run_once(self) -> None:
+        if self.runner is not None:
+            self.runner.between_iterations()
+        super()._run_once()  # type: ignore[misc]
+
+    def idle(self, own: set[asyncio.TimerHandle]) -> str | None:
+        """None when nothing but the job's own code could make progress; else what
+        keeps the loop busy."""
+        if self._ready:  # type: ignore[attr-defined]
+            return "callbacks are ready to run"
+        timers = [
+            h
+            for h in self._scheduled  # type: ignore[attr-defined]
+            if not h.cancelled() and h not in own
+        ]
+        if timers:
+            return f"{len(timers)} timer(s) are scheduled (asyncio.sleep(), call_later(), a timeout)"
+        if self.executing:
+            return (
+                f"{len(self.executing)} call(s) run in an executor (asyncio.to_thread(), "
+                "run_in_executor(), a DNS lookup)"
+            )
+        watched = self._selector.get_map()  # type: ignore[attr-defined]
+        own_fd = self._ssock.fileno()  # type: ignore[attr-defined]
+        others = [key for key in (watched or {}).values() if key.fd != own_fd]
+        if others:
+            return f"{len(others)} socket(s) or pipe(s) are being read or written"
+        return None
+
+
+# ------------------------------------------------------------------------ points
+class _Point:
+    """An awaitable that is its own iterator: `await point` runs no snapstate frame."""
+
+    wake: asyncio.Future[Any] | None = None
+
+    def __await__(self) -> _Point:
+        return self
+
+    def __iter__(self) -> _Point:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def send(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        exc = typ if isinstance(typ, BaseException) else (typ() if val is None else val)
+        self._withdraw()
+        raise exc
+
+    def close(self) -> None:
+        self._withdraw()
+
+    def _withdraw(self) -> None:
+        pass
+
+    def _block(self, wake: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        self.wake = wake
+        wake._asyncio_future_blocking = True  # what Future.__await__ does
+        return wake
+
+
+class SnapshotPoint(_Point):
+    """`await snapshot(label, meta=...)`."""
+
+    def __init__(self, label: str | None, meta: dict[str, Any] | None) -> None:
+        self.label, self.meta = label, meta
+        self.state = "new"  # new -> waiting -> done; "restored" after a restore
+
+    def send(self, value: Any) -> Any:
+        if self.state == "waiting":
+            assert self.wake is not None
+            if not self.wake.done():
+                return self._block(self.wake)
+            self.state = "done"
+            raise StopIteration(self.wake.result())
+        if self.state == "restored":
+            self.state = "done"
+            raise StopIteration(_running_runner().resumed_info(self.label, self.meta))
+        if self.state != "new":
+            raise RuntimeError("cannot reuse an already awaited snapshot()")
+        runner = _runner_or_none()
+        if runner is None:  # plain Python (asyncio.run without snaprun): nothing to do
+            from ._job import SnapshotInfo
+
+            self.state = "done"
+            raise StopIteration(SnapshotInfo(False, 0.0, None, self.label, self.meta, _pins.pins()))
+        self.state = "waiting"
+        return self._block(runner.request_freeze(self))
+
+    def _withdraw(self) -> None:
+        runner = _runner_or_none()
+        if self.state == "waiting" and runner is not None:
+            runner.withdraw(self)
+        self.state = "done"
+
+
+class EffectPoint(_Point):
+    """`await effect_fn(...)` for an `async def` effect: the ledger's code runs in a
+    greenlet of its own, the effect's coroutine in the awaiting task."""
+
+    def __init__(
+        self,
+        spec: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        key: str | None,
+        site: str,
+        declared: Callable[..., Any] | None,
+        options: dict[str, Any] | None,
+    ) -> None:
+        self.spec, self.args, self.kwargs, self.key = spec, args, kwargs, key
+        self.site, self.declared, self.options = site, declared, options
+        self.state = "new"  # new -> held -> sending <-> waiting (rate limit) -> done
+        self.glet: greenlet.greenlet | None = None
+        self.coro: Any = None
+        self.refusals = 0
+
+    def send(self, value: Any) -> Any:
+        if self.state == "sending":
+            return self._forward("send", value)
+        if self.state == "plain":
+            return self._forward_plain("send", value)
+        if self.state in ("held", "waiting"):
+            assert self.wake is not None
+            if not self.wake.done():
+                return self._block(self.wake)
+            self.wake.result()
+            self.state = "new"
+        if self.state != "new":
+            raise RuntimeError("cannot reuse an already awaited effect call")
+        runner = _runner_or_none()
+        if runner is None:  # plain Python: no ledger
+            from ._effects import call_plain_async
+
+            if _context.active_job() is not None:
+                from .._errors import EffectOutsideJob
+
+                raise EffectOutsideJob(
+                    f"an async effect ({self.spec.name} at {self.site}) was awaited in an event "
+                    "loop the job did not start (asyncio.run() inside a plain main()?): it "
+                    "cannot be recorded, so it was not sent. Make main() an async def and "
+                    "await it there"
+                )
+            self.state = "plain"
+            self.coro = call_plain_async(self.spec, self.args, self.kwargs)
+            return self._forward_plain("send", None)
+        if runner.freezing():  # sent after the snapshot (or after a restore)
+            self.state = "held"
+            return self._block(runner.hold(self))
+        return self._start(runner)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        exc = typ if isinstance(typ, BaseException) else (typ() if val is None else val)
+        if self.state == "sending":
+            return self._forward("throw", exc)
+        if self.state == "plain":
+            return self._forward_plain("throw", exc)
+        self._withdraw()
+        raise exc
+
+    def close(self) -> None:
+        if self.state in ("sending", "plain") and self.coro is not None:
+            self.coro.close()
+        self._withdraw()
+
+    def _withdraw(self) -> None:
+        runner = _runner_or_none()
+        if runner is not None:
+            runner.unhold(self)
+        self.state = "done"
+
+    def _start(self, runner: AsyncRunner) -> Any:
+        from ._effects import ledger_call
+
+        job = runner.job
+        glet = greenlet.greenlet(ledger_call)
+        runner.effect_glets.add(glet)
+        self.glet = glet
+        try:
+            message = glet.switch(job, self.spec, self.args, self.kwargs, self.key, self.site)
+        except BaseException:
+            runner.effect_glets.discard(glet)
+            self.glet, self.state = None, "done"
+            raise
+        return self._handle(message)
+
+    def _forward_plain(self, method: str, value: Any) -> Any:
+        try:
+            return getattr(self.coro, method)(value)
+        except BaseException:
+            self.state, self.coro = "done", None
+            raise
+
+    def _handle(self, message: tuple[str, Any]) -> Any:
+        """What the ledger's greenlet said: send this coroutine, done, or refused."""
+        kind, value = message
+        if kind == "await":
+            self.state, self.coro = "sending", value
+            return self._forward("send", None)
+        runner = _running_runner()
+        assert self.glet is not None
+        runner.effect_glets.discard(self.glet)
+        self.glet = None
+        if kind == "refused":  # a rate limit: wait in the task, then send it again
+            from ._effects import _wait_seconds
+
+            self.refusals += 1
+            seconds = _wait_seconds(value, self.refusals)
+            self.state = "waiting"
+            return self._block(runner.timer(seconds))
+        self.state = "done"
+        raise StopIteration(value)
+
+    def _forward(self, method: str, value: Any) -> Any:
+        try:
+            return getattr(self.coro, method)(value)
+        except StopIteration as stop:
+            outcome: tuple[str, Any] = ("value", stop.value)
+        except BaseException as exc:  # the effect's error (a cancellation too)
+            outcome = ("error", exc)
+        self.coro = None
+        assert self.glet is not None
+        try:
+            message = self.glet.switch(outcome)
+        except BaseException:
+            _running_runner().effect_glets.discard(self.glet)
+            self.glet, self.state = None, "done"
+            raise
+        return self._handle(message)
+
+
+def awaited(outcome: tuple[str, Any]) -> Any:
+    if outcome[0] == "error":
+        raise outcome[1]
+    return outcome[1]
+
+
+def await_in_task(coro: Any) -> Any:
+    """Called by the ledger's greenlet where it sends an async effect (or looks one up):
+    the awaiting task runs `coro`; its outcome comes back here."""
+    parent = greenlet.getcurrent().parent
+    assert parent is not None, "the ledger's greenlet runs under the task's"
+    return awaited(parent.switch(("await", coro)))
+
+
+# ------------------------------------------------------------------------ the runner
+def _runner_or_none() -> AsyncRunner | None:
+    job = _context.active_job()
+    runner = getattr(job, "_async", None) if job is not None else None
+    return runner
+
+
+def _running_runner() -> AsyncRunner:
+    runner = _runner_or_none()
+    if runner is None:
+        raise RuntimeError("snapstate's await points run only in a job's event loop")
+    return runner
+
+
+@dataclass
+class _Freezer:
+    task: asyncio.Task[Any]
+    point: SnapshotPoint
+    wake: asyncio.Future[Any]
+
+
+class AsyncRunner:
+    """Runs a job's async agent on its JobLoop; freezes it between iterations."""
+
+    def __init__(self, job: Job, loop: JobLoop | None = None) -> None:
+        self.job = job
+        self.loop = loop if loop is not None else JobLoop()
+        self.loop.runner = self
+        self.info: dict[asyncio.Task[Any], _TaskInfo] = {}
+        self.order: list[asyncio.Task[Any]] = []
+        self.count = 0
+        self.main: asyncio.Task[Any] | None = None
+        self.freezers: list[_Freezer] = []
+        self.held: dict[EffectPoint, asyncio.Future[Any]] = {}
+        self.freeze_since: float | None = None
+        self.own: set[asyncio.TimerHandle] = set()
+        self.bound: asyncio.TimerHandle | None = None
+        self.effect_glets: set[greenlet.greenlet] = set()
+        self.settle = settle_seconds()
+        self._resumed: tuple[float, int] | None = None  # (created_at, seq) after a restore
+
+    # -------------------------------------------------------------- tasks
+    def adopt(self, task: asyncio.Task[Any]) -> None:
+        if task in self.info:
+            return
+        if self.main is None:
+            info = _TaskInfo(MAIN, None, self.count)
+        else:
+            current = asyncio.current_task(self.loop)
+            parent = self.info.get(current) if current is not None else None
+            if parent is None:
+                parent = self.info[self.main]
+            parent.spawned += 1
+            tid = str(parent.spawned) if parent.id == MAIN else f"{parent.id}.{parent.spawned}"
+            info = _TaskInfo(tid, parent.id, self.count)
+        self.count += 1
+        self.info[task] = info
+        self.order.append(task)
+
+    def ledger_task(self) -> _TaskInfo | None:
+        """The spawned task calling the ledger (None in main: the job's ordinals)."""
+        current = asyncio.current_task(self.loop)
+        info = self.info.get(current) if current is not None else None
+        return None if info is None or info.id == MAIN else info
+
+    def timer(self, seconds: float) -> asyncio.Future[Any]:
+        """A future done after `seconds`, on a timer that never delays a snapshot."""
+        wake = self.loop.create_future()
+        handle = self.loop.call_later(seconds, _set_if_pending, wake)
+        self.own.add(handle)
+        wake.add_done_callback(lambda _f: self.own.discard(handle))
+        return wake
+
+    # -------------------------------------------------------------- freezing
+    def freezing(self) -> bool:
+        return bool(self.freezers)
+
+    def request_freeze(self, point: SnapshotPoint) -> asyncio.Future[Any]:
+        task = asyncio.current_task(self.loop)
+        if task is None or task not in self.info:
+            raise SnapshotError(
+                "await snapshot() ran outside the job's tasks (in a callback, or a task of "
+                "another event loop); await it in the agent's coroutines"
+            )
+        wake = self.loop.create_future()
+        if not self.freezers:
+            self.freeze_since = time.monotonic()
+            self.bound = self.loop.call_later(self.settle, _noop)
+            self.own.add(self.bound)
+        self.freezers.append(_Freezer(task, point, wake))
+        return wake
+
+    def withdraw(self, point: SnapshotPoint) -> None:
+        self.freezers = [f for f in self.freezers if f.point is not point]
+        if not self.freezers:
+            self._end_freeze()
+
+    def hold(self, point: EffectPoint) -> asyncio.Future[Any]:
+        wake = self.loop.create_future()
+        self.held[point] = wake
+        return wake
+
+    def unhold(self, point: EffectPoint) -> None:
+        self.held.pop(point, None)
+
+    def _end_freeze(self) -> None:
+        self.freeze_since = None
+        if self.bound is not None:
+            self.bound.cancel()
+            self.own.discard(self.bound)
+            self.bound = None
+        held, self.held = self.held, {}
+        for wake in held.values():  # in the order the effects were reached
+            _set_if_pending(wake)
+
+    def between_iterations(self) -> None:
+        if not self.freezers:
+            return
+        busy = self.loop.idle(self.own)
+        if busy is None:
+            self._freeze()
+            return
+        assert self.freeze_since is not None
+        if time.monotonic() - self.freeze_since >= self.settle:
+            self._refuse(busy)
+
+    def _freeze(self) -> None:
+        from ._job import SnapshotInfo, _FreezeRequest
+
+        freezers = sorted(self.freezers, key=lambda f: self.info[f.task].index)
+        self.freezers = []
+        first = freezers[0].point
+        state = {"tasks": [t for t in self.order if not t.done()], "main": self.main}
+        request = _FreezeRequest(first.label, None, meta=first.meta, async_state=state)
+        hub = self.job._hub
+        assert hub is not None  # the job runs
+        try:
+            info = hub.switch(request)
+        except SnapshotError as exc:
+            for f in freezers:
+                _set_error_if_pending(f.wake, SnapshotError(str(exc)))
+            self._end_freeze()
+            return
+        for f in freezers:
+            _set_if_pending(
+                f.wake,
+                SnapshotInfo(False, 0.0, info.seq, f.point.label, f.point.meta, _pins.pins()),
+            )
+        self._end_freeze()
+
+    def _refuse(self, busy: str) -> None:
+        lines = []
+        for task in self.order:
+            if task.done():
+                continue
+            waiter = getattr(task, "_fut_waiter", None)
+            if any(f.wake is waiter for f in self.freezers) or waiter in self.held.values():
+                continue
+            lines.append(f"task {self.info[task].id} ({task.get_name()}): {describe_task(task)}")
+        detail = "; ".join(lines) if lines else "no task, but " + busy
+        message = (
+            f"snapshot {self.job.seq + 1} ({self.freezers[0].point.label or 'no label'}) was "
+            f"refused: after {self.settle:g}s the job's tasks were still not all at an await "
+            f"point of snapstate ({busy}): {detail}. A snapshot freezes tasks only where they "
+            "await snapshot(), an effect, or another task of the job; let those awaits end "
+            "before the snapshot (or wrap the I/O in an @effect), or raise "
+            "SNAPSTATE_ASYNC_SETTLE"
+        )
+        for f in self.freezers:
+            _set_error_if_pending(f.wake, SnapshotError(message))
+        self.freezers = []
+        self._end_freeze()
+
+    def resumed_info(self, label: str | None, meta: dict[str, Any] | None) -> SnapshotInfo:
+        from ._job import SnapshotInfo
+
+        assert self._resumed is not None, "a restored snapshot point runs after a restore"
+        created_at, seq = self._resumed
+        return SnapshotInfo(
+            True, max(0.0, time.time() - created_at), seq, label, meta, _pins.pins()
+        )
+
+    # -------------------------------------------------------------- running
+    def start(self, fn: Callable[..., Coroutine[Any, Any, Any]]) -> Any:
+        coro = fn()
+        self.main = self.loop.create_task(coro, context=contextvars.Context())
+        return self._run()
+
+    def _run(self) -> Any:
+        loop, main = self.loop, self.main
+        assert main is not None
+        previous = asyncio.events._get_running_loop()
+        if previous is not None:
+            raise SnapshotError(
+                "an async agent cannot run inside a running event loop; use "
+                "`await asyncio.to_thread(store.start, ...)` or snaprun"
+            )
+        ended = False
+        try:
+            asyncio.set_event_loop(loop)
+            result = loop.run_until_complete(main)
+            ended = True
+            return result
+        except BaseException:
+            ended = main.done()
+            raise
+        finally:
+            if ended:
+                self._shutdown()
+            else:  # stopped mid-way (a hibernation): nothing of the agent runs again
+                _PARKED.append((loop, list(self.order), self))
+                loop.runner = None
+            asyncio.set_event_loop(None)
+
+    def _shutdown(self) -> None:
+        """As asyncio.run ends: cancel the tasks still pending, finish async generators
+        and the default executor, close the loop."""
+        loop = self.loop
+        try:
+            pending = [t for t in self.order if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            for task in pending:
+                if not task.cancelled() and task.exception() is not None:
+                    loop.call_exception_handler(
+                        {
+                            "message": "unhandled exception during the job's shutdown",
+                            "exception": task.exception(),
+                            "task": task,
+                        }
+                    )
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.runner = None
+            loop.close()
+
+    # -------------------------------------------------------------- restoring
+    def restore(self, restored: _Restoring, state: dict[str, Any], created_at: float, seq: int) -> None:
+        loop = self.loop
+        self._resumed = (created_at, seq)
+        loop.collecting = []
+        done_steps: set[int] = set()
+        try:
+            for task, st in sorted(restored.tasks, key=lambda ts: ts[1]["info"]["index"]):
+                info = _TaskInfo(**st["info"])
+                context = contextvars.Context()
+                if st["outcome"] is None:
+                    task.__init__(st["coro"], loop=loop, name=st["name"], context=context)  # type: ignore[misc]
+                else:
+                    placeholder = _placeholder()
+                    task.__init__(placeholder, loop=loop, name=st["name"], context=context)  # type: ignore[misc]
+                    done_steps.add(len(loop.collecting) - 1)
+                    placeholder.close()
+                    _set_outcome(task, st["outcome"])
+                self.info[task] = info
+                self.count = max(self.count, info.index + 1)
+            self.order = sorted(self.info, key=lambda t: self.info[t].index)
+            self.main = state["main"]
+            for future, st in restored.futures:
+                _Future.__init__(future, loop=loop)
+                if st["outcome"] is not None:
+                    _set_outcome(future, st["outcome"])
+            for gathering, st in restored.gathers:
+                _restore_gather(gathering, st, loop)
+            for obj, st in [*restored.tasks, *restored.futures]:
+                for callback in st.get("callbacks") or ():
+                    obj.add_done_callback(callback)
+            steps = loop.collecting
+        finally:
+            loop.collecting = None
+        for i, handle in enumerate(steps):
+            if i in done_steps:
+                handle.cancel()
+            else:
+                loop._ready.append(handle)  # type: ignore[attr-defined]
+
+    def resume(self) -> Any:
+        return self._run()
+
+
+def _noop() -> None:
+    return None
+
+
+def _set_if_pending(future: asyncio.Future[Any], value: Any = None) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_error_if_pending(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+async def _placeholder_body() -> None:
+    return None
+
+
+def _placeholder() -> Coroutine[Any, Any, None]:
+    return _placeholder_body()
+
+
+def _set_outcome(future: asyncio.Future[Any], outcome: tuple[str, Any]) -> None:
+    kind, value = outcome
+    if kind == "result":
+        _Future.set_result(future, value)
+    elif kind == "error":
+        _Future.set_exception(future, value)
+    else:
+        _Future.cancel(future, msg=value)
+
+
+def _outcome(future: asyncio.Future[Any]) -> tuple[str, Any] | None:
+    if not future.done():
+        return None
+    if future.cancelled():
+        return ("cancelled", None)
+    error = future.exception()
+    return ("error", error) if error is not None else ("result", future.result())
+
+
+# ------------------------------------------------------------------------ describing
+def describe_task(task: asyncio.Task[Any]) -> str:
+    """A task's chain of coroutines (file:line, outermost first) and what it awaits."""
+    parts: list[str] = []
+    coro: Any = task.get_coro()
+    awaited: Any = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        code = unmorph(frame.f_code, max(frame.f_lasti // 2, 0))[0]
+        parts.append(f"{code.co_qualname}() at {code.co_filename}:{frame.f_lineno}")
+        nxt = getattr(coro, "cr_await", None)
+        if nxt is None:
+            nxt = getattr(coro, "gi_yieldfrom", None)
+        if isinstance(nxt, (types.CoroutineType, types.GeneratorType)):
+            coro = nxt
+            continue
+        awaited = nxt
+        break
+    waiter = getattr(task, "_fut_waiter", None)
+    what = _describe_awaited(awaited, waiter)
+    return f"{' -> '.join(parts) or 'no frame'}, awaiting {what}"
+
+
+def _describe_awaited(awaited: Any, waiter: Any) -> str:
+    if isinstance(awaited, _FutureAwait):
+        awaited = awaited.future
+    elif awaited is not None and type(awaited).__name__ == "FutureIter":
+        awaited = _iter_future(awaited)
+    target = waiter if waiter is not None else awaited
+    if target is None:
+        return "nothing (it is ready to run)"
+    if isinstance(target, asyncio.Future):
+        callbacks = [cb for cb, _ in getattr(target, "_callbacks", None) or []]
+        names = [getattr(cb, "__qualname__", type(cb).__name__) for cb in callbacks]
+        source = getattr(target, "_source_traceback", None)
+        hint = ""
+        if "wrap_future" in repr(callbacks) or any("_call_set_state" in n for n in names):
+            hint = " (a call running in a thread: asyncio.to_thread or run_in_executor)"
+        return f"{target!r}{hint}" + (f" created at {source[-1]}" if source else "")
+    return repr(target)
+
+
+def frame_headers(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The code of every coroutine frame in the pending tasks' chains, main first:
+    checked against the agent's code before a restore, shown by `inspect`."""
+    from ._job import _names_for_header
+
+    out: list[dict[str, Any]] = []
+    for task in state["tasks"]:
+        for frame in _chain_frames(task.get_coro()):
+            code = unmorph(frame.f_code, max(frame.f_lasti // 2, 0))[0]
+            name = frame.f_globals.get("__name__")
+            if not isinstance(name, str):
+                continue
+            ref = code_ref(code, name)
+            out.append(
+                {
+                    "module": ref.module,
+                    "qualname": ref.qualname,
+                    "firstlineno": ref.firstlineno,
+                    "digest": ref.digest,
+                    "filename": ref.filename,
+                    "lineno": frame.f_lineno,
+                    "locals": _names_for_header(ref),
+                }
+            )
+    return out
+
+
+def _chain_frames(coro: Any) -> list[types.FrameType]:
+    frames: list[types.FrameType] = []
+    seen: set[int] = set()
+    while coro is not None and id(coro) not in seen:
+        seen.add(id(coro))
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            break
+        frames.append(frame)
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return frames
+
+
+def roots(state: dict[str, Any]) -> list[tuple[str, object]]:
+    """Where each value of the tasks' frames comes from, for naming an unpicklable one."""
+    runner = _runner_or_none()
+
+    def info(task: asyncio.Task[Any]) -> str:
+        known = runner.info.get(task) if runner is not None else None
+        return known.id if known is not None else task.get_name()
+
+    out: list[tuple[str, object]] = []
+    for task in state["tasks"]:
+        for frame in _chain_frames(task.get_coro()):
+            code = unmorph(frame.f_code, max(frame.f_lasti // 2, 0))[0]
+            where = f"{code.co_qualname}() at {code.co_filename}:{frame.f_lineno}"
+            for name, value in frame.f_locals.items():
+                out.append((f"task {info(task)}, frame {where}, local {name!r}", value))
+    return out
+
+
+# ------------------------------------------------------------------------ entry
+def entry(job: Job, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function the job's agent greenlet runs for an `async def main()`."""
+    return functools.partial(_start, job, fn)
+
+
+def _start(job: Job, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, **kwargs: Any) -> Any:
+    runner = AsyncRunner(job)
+    job._async = runner
+    try:
+        return runner.start(functools.partial(fn, *args, **kwargs))
+    finally:
+        job._async = None
+
+
+def resume_job(
+    job: Job, restored: _Restoring, state: dict[str, Any], created_at: float, seq: int
+) -> Callable[[], Any]:
+    def run() -> Any:
+        runner = AsyncRunner(job, restored.loop)
+        job._async = runner
+        try:
+            runner.restore(restored, state, created_at, seq)
+            return runner.resume()
+        finally:
+            job._async = None
+
+    return run
+
+
+# ------------------------------------------------------------------------ pickling
+class _FutureAwait:
+    """What `await future` holds on the awaiting coroutine's value stack, as a Python
+    object: asyncio's C FutureIter has the same behaviour (Future.__await__)."""
+
+    def __init__(self, future: asyncio.Future[Any]) -> None:
+        self.future = future
+
+    def __iter__(self) -> _FutureAwait:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def send(self, value: Any) -> Any:
+        future = self.future
+        if not future.done():
+            future._asyncio_future_blocking = True
+            return future
+        raise StopIteration(future.result())
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        raise typ if isinstance(typ, BaseException) else (typ() if val is None else val)
+
+    def close(self) -> None:
+        return None
+
+
+def _iter_future(it: object) -> asyncio.Future[Any] | None:
+    for ref in gc.get_referents(it):
+        if isinstance(ref, asyncio.Future):
+            return ref
+    return None
+
+
+@dataclass
+class _Restoring:
+    loop: JobLoop
+    tasks: list[tuple[asyncio.Task[Any], dict[str, Any]]]
+    futures: list[tuple[asyncio.Future[Any], dict[str, Any]]]
+    gathers: list[tuple[asyncio.Future[Any], dict[str, Any]]]
+
+
+_RESTORING: _Restoring | None = None
+
+
+def _restoring() -> _Restoring:
+    global _RESTORING
+    if _RESTORING is None:
+        _RESTORING = _Restoring(JobLoop(), [], [], [])
+    return _RESTORING
+
+
+def take_restored() -> _Restoring | None:
+    """What the last loads() rebuilt of an async job (None: it held none)."""
+    global _RESTORING
+    restored, _RESTORING = _RESTORING, None
+    return restored
+
+
+def discard_restored() -> None:
+    restored = take_restored()
+    if restored is not None:
+        _PARKED.append(restored)  # half-built tasks: never collected
+        restored.loop.close()
+
+
+def _capturing() -> AsyncRunner:
+    runner = _runner_or_none()
+    if runner is None:
+        raise pickle.PicklingError(
+            "an asyncio task or future outside an async job's run cannot be frozen"
+        )
+    return runner
+
+
+def _is_wakeup(callback: object) -> bool:
+    return getattr(callback, "__name__", None) == "task_wakeup" and isinstance(
+        getattr(callback, "__self__", None), asyncio.Task
+    )
+
+
+def _context_of(obj: object) -> contextvars.Context | None:
+    getter = getattr(obj, "get_context", None)
+    if getter is not None:
+        return getter()  # type: ignore[no-any-return]
+    for ref in gc.get_referents(obj):
+        if isinstance(ref, contextvars.Context):
+            return ref
+    return None
+
+
+def _check_context(context: contextvars.Context | None, what: str) -> None:
+    if context is not None and len(context):
+        names = ", ".join(sorted(var.name for var in context))
+        raise pickle.PicklingError(
+            f"{what} runs with context variables set ({names}), which a snapshot cannot "
+            "restore yet; keep that value in a local or an attribute instead of a ContextVar"
+        )
+
+
+def _callbacks(obj: asyncio.Future[Any], what: str) -> list[Any]:
+    kept = []
+    for callback, context in getattr(obj, "_callbacks", None) or []:
+        if _is_wakeup(callback) or getattr(callback, "__code__", None) is _GATHER_CALLBACK:
+            continue  # re-made by the awaiting task's step, by the gather's rebuild
+        if callback == getattr(asyncio.Future, "_schedule_callbacks", None):
+            continue
+        _check_context(context, f"a done-callback of {what}")
+        kept.append(callback)
+    return kept
+
+
+def _reduce_task(task: asyncio.Task[Any]) -> tuple[Any, ...]:
+    runner = _capturing()
+    info = runner.info.get(task)
+    if info is None:
+        raise pickle.PicklingError(
+            f"task {task.get_name()} was not created by the job's event loop (asyncio.Task() "
+            "called directly, or another loop's task); create it with asyncio.create_task()"
+        )
+    what = f"task {info.id} ({task.get_name()})"
+    state: dict[str, Any] = {
+        "info": vars(info).copy(),  # plain data: id, parent, index, spawned, effects
+        "name": task.get_name(),
+        "outcome": _outcome(task),
+    }
+    if not task.done():
+        if task.cancelling():
+            raise pickle.PicklingError(
+                f"{what} is being cancelled; a snapshot cannot hold a cancellation in flight"
+            )
+        _check_context(_context_of(task), what)
+        state["coro"] = task.get_coro()
+        state["callbacks"] = _callbacks(task, what)
+    return (_task_shell, (), state, None, None, _task_state)
+
+
+def _reduce_future(future: asyncio.Future[Any]) -> tuple[Any, ...]:
+    runner = _capturing()
+    if future.get_loop() is not runner.loop:
+        raise pickle.PicklingError("a future of another event loop cannot be frozen")
+    state = {"outcome": _outcome(future), "callbacks": _callbacks(future, repr(future))}
+    return (_future_shell, (), state, None, None, _future_state)
+
+
+def _reduce_gathering(future: asyncio.Future[Any]) -> tuple[Any, ...]:
+    runner = _capturing()
+    if future.get_loop() is not runner.loop:
+        raise pickle.PicklingError("a gather of another event loop cannot be frozen")
+    children = list(getattr(future, "_children", None) or [])
+    return_exceptions = False
+    for child in children:
+        for callback, _ in getattr(child, "_callbacks", None) or []:
+            if getattr(callback, "__code__", None) is _GATHER_CALLBACK:
+                cells = dict(zip(_GATHER_CALLBACK.co_freevars, callback.__closure__ or (), strict=False))
+                if "return_exceptions" in cells:
+                    return_exceptions = bool(cells["return_exceptions"].cell_contents)
+    state = {
+        "outcome": _outcome(future),
+        "children": children,
+        "return_exceptions": return_exceptions,
+        "cancel_requested": bool(getattr(future, "_cancel_requested", False)),
+    }
+    return (_gathering_shell, (), state, None, None, _gathering_state)
+
+
+def _reduce_future_iter(it: object) -> tuple[Any, ...]:
+    future = it.future if isinstance(it, _FutureAwait) else _iter_future(it)
+    if future is None:
+        raise pickle.PicklingError("an await on a finished future iterator cannot be frozen")
+    return (_future_await, (future,))
+
+
+def _reduce_loop(loop: JobLoop) -> tuple[Any, ...]:
+    runner = _capturing()
+    if loop is not runner.loop:
+        raise pickle.PicklingError("another job's event loop cannot be frozen")
+    return (_job_loop, ())
+
+
+def _reduce_snapshot_point(point: SnapshotPoint) -> tuple[Any, ...]:
+    if point.state not in ("waiting", "restored"):
+        raise pickle.PicklingError(f"a snapshot() await point in state {point.state}")
+    return (_snapshot_point, (point.label, point.meta))
+
+
+def _reduce_effect_point(point: EffectPoint) -> tuple[Any, ...]:
+    if point.state not in ("new", "held", "waiting"):
+        raise pickle.PicklingError(
+            f"an async effect ({point.spec.name} at {point.site}) is being sent; a snapshot "
+            "waits for calls in flight, so this is a snapstate bug"
+        )
+    return (
+        _effect_point,
+        (
+            point.declared or point.spec.fn,
+            point.options,
+            point.args,
+            point.kwargs,
+            point.key,
+            point.site,
+        ),
+    )
+
+
+@pinned("async_task")
+def _task_shell() -> asyncio.Task[Any]:
+    return _Task.__new__(_Task)
+
+
+@pinned("async_task_state")
+def _task_state(task: asyncio.Task[Any], state: dict[str, Any]) -> None:
+    _restoring().tasks.append((task, state))
+
+
+@pinned("async_future")
+def _future_shell() -> asyncio.Future[Any]:
+    return _Future.__new__(_Future)
+
+
+@pinned("async_future_state")
+def _future_state(future: asyncio.Future[Any], state: dict[str, Any]) -> None:
+    _restoring().futures.append((future, state))
+
+
+@pinned("async_gather")
+def _gathering_shell() -> asyncio.Future[Any]:
+    return _GatheringFuture.__new__(_GatheringFuture)  # type: ignore[no-any-return]
+
+
+@pinned("async_gather_state")
+def _gathering_state(future: asyncio.Future[Any], state: dict[str, Any]) -> None:
+    _restoring().gathers.append((future, state))
+
+
+@pinned("async_future_await")
+def _future_await(future: asyncio.Future[Any]) -> _FutureAwait:
+    return _FutureAwait(future)
+
+
+@pinned("async_job_loop")
+def _job_loop() -> JobLoop:
+    return _restoring().loop
+
+
+@pinned("async_snapshot_point")
+def _snapshot_point(label: str | None, meta: dict[str, Any] | None) -> SnapshotPoint:
+    point = SnapshotPoint(label, meta)
+    point.state = "restored"
+    return point
+
+
+@pinned("async_effect_point")
+def _effect_point(
+    effect_fn: Callable[..., Any],
+    options: dict[str, Any] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    key: str | None,
+    site: str,
+) -> EffectPoint:
+    from ._effects import async_spec_of
+
+    spec = async_spec_of(effect_fn, options, site)
+    declared = effect_fn if options is None else None
+    return EffectPoint(spec, args, kwargs, key, site, declared, options)
+
+
+def _restore_gather(gathering: asyncio.Future[Any], st: dict[str, Any], loop: JobLoop) -> None:
+    _Future.__init__(gathering, loop=loop)
+    gathering._children = st["children"]  # type: ignore[attr-defined]
+    gathering._cancel_requested = st["cancel_requested"]  # type: ignore[attr-defined]
+    if st["outcome"] is not None:
+        _set_outcome(gathering, st["outcome"])
+        return
+    # The same gather over the same children, its outcome copied to the restored one
+    # (the object the awaiting coroutine holds).
+    inner = asyncio.gather(*st["children"], return_exceptions=st["return_exceptions"])
+
+    def copy(done: asyncio.Future[Any]) -> None:
+        if gathering.done():
+            return
+        outcome = _outcome(done)
+        assert outcome is not None
+        _set_outcome(gathering, outcome)
+
+    inner.add_done_callback(copy)
+
+
+def _register() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        future = loop.create_future()
+        it = future.__await__()
+        _dispatch.register_reducer(type(it), _reduce_future_iter)
+        it.close()
+    finally:
+        loop.close()
+    _dispatch.register_reducer(_FutureAwait, _reduce_future_iter)
+    _dispatch.register_reducer(_Task, _reduce_task)
+    _dispatch.register_reducer(_Future, _reduce_future)
+    _dispatch.register_reducer(_GatheringFuture, _reduce_gathering)
+    _dispatch.register_reducer(JobLoop, _reduce_loop)
+    _dispatch.register_reducer(SnapshotPoint, _reduce_snapshot_point)
+    _dispatch.register_reducer(EffectPoint, _reduce_effect_point)
+
+
+_register()
