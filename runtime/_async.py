@@ -55,7 +55,8 @@ from .._abi import pinned
 from .._errors import SnapshotError
 from ..serializers import _dispatch
 from ..serializers._codeid import code_ref
-from . import _context, _pins
+from . import _context, _pins, _waits
+from ._clock import clock
 from ._morph import unmorph
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ __all__ = [
     "AsyncRunner",
     "SnapshotPoint",
     "EffectPoint",
+    "WaitPoint",
     "entry",
     "in_coroutine",
     "settle_seconds",
@@ -391,6 +393,43 @@ class EffectPoint(_Point):
         return self._handle(message)
 
 
+class WaitPoint(_Point):
+    """`await sleep(...)`, `await request_approval(...)`: a wait (runtime/_waits.py)
+    polled in the task; not ready, the task waits on a timer of the runner's until it
+    is due (a long wait with every task idle hibernates the job)."""
+
+    def __init__(self, wait: _waits.Wait) -> None:
+        self.wait = wait
+        self.state = "new"  # new -> waiting -> (polled again) ... -> done
+        self.outcome: _waits.NotYet | None = None
+
+    def send(self, value: Any) -> Any:
+        if self.state == "waiting":
+            assert self.wake is not None
+            if not self.wake.done():
+                return self._block(self.wake)
+            self.wake.result()
+            self.state = "new"
+        if self.state != "new":
+            raise RuntimeError("cannot reuse an already awaited wait")
+        runner = _running_runner()
+        outcome = _waits.poll(runner.job, self.wait)
+        if isinstance(outcome, _waits.Ready):
+            self.state = "done"
+            runner.waits.pop(self, None)
+            if outcome.error is not None:
+                raise outcome.error
+            raise StopIteration(outcome.value)
+        self.state, self.outcome = "waiting", outcome
+        return self._block(runner.wait_on(self, outcome))
+
+    def _withdraw(self) -> None:
+        runner = _runner_or_none()
+        if runner is not None:
+            runner.waits.pop(self, None)
+        self.state = "done"
+
+
 def awaited(outcome: tuple[str, Any]) -> Any:
     if outcome[0] == "error":
         raise outcome[1]
@@ -443,6 +482,7 @@ class AsyncRunner:
         self.own: set[asyncio.TimerHandle] = set()
         self.bound: asyncio.TimerHandle | None = None
         self.effect_glets: set[greenlet.greenlet] = set()
+        self.waits: dict[WaitPoint, asyncio.Future[Any]] = {}
         self.settle = settle_seconds()
         self._resumed: tuple[float, int] | None = None  # (created_at, seq) after a restore
 
@@ -476,6 +516,15 @@ class AsyncRunner:
         handle = self.loop.call_later(seconds, _set_if_pending, wake)
         self.own.add(handle)
         wake.add_done_callback(lambda _f: self.own.discard(handle))
+        return wake
+
+    def wait_on(self, point: WaitPoint, outcome: _waits.NotYet) -> asyncio.Future[Any]:
+        """The future a waiting point blocks on: done when it is due (polled again)."""
+        if outcome.due is None:
+            wake = self.loop.create_future()  # polled again after a restore
+        else:
+            wake = self.timer(max(0.0, outcome.due - clock().time()))
+        self.waits[point] = wake
         return wake
 
     # -------------------------------------------------------------- freezing
@@ -522,6 +571,8 @@ class AsyncRunner:
 
     def between_iterations(self) -> None:
         if not self.freezers:
+            if self.waits and self.loop.idle(self.own) is None:
+                self._maybe_hibernate()
             return
         busy = self.loop.idle(self.own)
         if busy is None:
@@ -554,6 +605,44 @@ class AsyncRunner:
                 SnapshotInfo(False, 0.0, info.seq, f.point.label, f.point.meta, _pins.pins()),
             )
         self._end_freeze()
+
+    def _maybe_hibernate(self) -> None:
+        """Every task waits (on a snapstate wait, or on the job's own tasks): a wait
+        due within SNAPSTATE_HIBERNATE_AFTER is slept through by the loop; otherwise
+        the job is frozen here and the run ends (JobWaiting, exit 3)."""
+        from ._job import _FreezeRequest
+
+        points = [p for p, wake in self.waits.items() if not wake.done()]
+        if not points:
+            return
+        dues = [p.outcome.due for p in points if p.outcome is not None]
+        timed = [d for d in dues if d is not None]
+        first = min(timed) if timed else None
+        if first is not None and first - clock().time() <= _waits.hibernate_after():
+            return
+        point = next(p for p in points if p.outcome is not None and p.outcome.due == first)
+        outcome = point.outcome
+        assert outcome is not None
+        job = self.job
+        if job.ledger.replay:
+            job.end_replay(f"the job waits at {point.wait.site} ({outcome.reason})")
+        from ..resources._registry import close_all_for_snapshot
+
+        seq = job.seq + 1
+        close_all_for_snapshot()
+        label = f"waiting: {outcome.reason}"
+        state = {"tasks": [t for t in self.order if not t.done()], "main": self.main}
+        try:
+            header, payload = job._freeze(
+                _FreezeRequest(label, None, point.wait, async_state=state), seq
+            )
+        except SnapshotError as exc:
+            for p in points:  # raised at the waits: the job carries on
+                wake = self.waits.pop(p)
+                _set_error_if_pending(wake, SnapshotError(str(exc)))
+            return
+        job._commit(seq, label, header, payload)
+        job._hibernate(point.wait, outcome, seq)  # raises JobWaiting: the run ends here
 
     def _refuse(self, busy: str) -> None:
         lines = []
@@ -1048,6 +1137,12 @@ def _reduce_snapshot_point(point: SnapshotPoint) -> tuple[Any, ...]:
     return (_snapshot_point, (point.label, point.meta))
 
 
+def _reduce_wait_point(point: WaitPoint) -> tuple[Any, ...]:
+    if point.state not in ("new", "waiting"):
+        raise pickle.PicklingError(f"a wait await point in state {point.state}")
+    return (_wait_point, (point.wait.as_dict(),))
+
+
 def _reduce_effect_point(point: EffectPoint) -> tuple[Any, ...]:
     if point.state not in ("new", "held", "waiting"):
         raise pickle.PicklingError(
@@ -1114,6 +1209,11 @@ def _snapshot_point(label: str | None, meta: dict[str, Any] | None) -> SnapshotP
     return point
 
 
+@pinned("async_wait_point")
+def _wait_point(wait: dict[str, Any]) -> WaitPoint:
+    return WaitPoint(_waits.Wait.from_dict(wait))
+
+
 @pinned("async_effect_point")
 def _effect_point(
     effect_fn: Callable[..., Any],
@@ -1167,6 +1267,7 @@ def _register() -> None:
     _dispatch.register_reducer(JobLoop, _reduce_loop)
     _dispatch.register_reducer(SnapshotPoint, _reduce_snapshot_point)
     _dispatch.register_reducer(EffectPoint, _reduce_effect_point)
+    _dispatch.register_reducer(WaitPoint, _reduce_wait_point)
 
 
 _register()

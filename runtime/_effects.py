@@ -954,6 +954,9 @@ def _attempt(job: Job, spec: _Spec[R], call: dict[str, Any], site: str) -> R:
         refusals = call["refusals"] + 1
         call = dict(call, refusals=refusals)
         wait = _wait_seconds(seconds, refusals)
+        if job._async is not None:  # a plain effect called by an async agent: it holds
+            clock().sleep(wait)  # the loop while it runs, and while it waits
+            continue
         try:
             wait_point(_timers.rate_limit_wait(spec.name, call, wait, seconds is None, site))
         except SnapshotError as exc:  # could not hibernate: the call fails, its row kept

@@ -166,6 +166,17 @@ def wait_point(wait: _waits.Wait) -> Any:  # what the wait's poller made ready
     job = _context.active_job()
     if job is None:
         raise RuntimeError("wait_point() outside a job: the caller handles plain Python")
+    if job._async is not None:  # an async job: the agent awaits the wait
+        caller = sys._getframe(1)
+        while caller.f_back is not None and caller.f_code in _API_CODES:
+            caller = caller.f_back
+        if not caller.f_code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+            raise SnapshotError(
+                f"a wait at {wait.site} was called in {caller.f_code.co_qualname}(), a plain "
+                "function of an async job; await it (`await sleep(...)`, `await "
+                "request_approval(...)`) in the async def instead"
+            )
+        return _async.WaitPoint(wait)
     if not job._is_task(greenlet.getcurrent()):
         raise SnapshotError(
             f"a wait at {wait.site} was called from a greenlet or thread the job did not "

@@ -13,6 +13,7 @@ the poller's Ready(Then(...)) sends the same action again in the agent's task.""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _datetime
 import functools
 import math
@@ -20,6 +21,7 @@ from typing import Any
 
 from . import _context, _effects, _waits
 from ._clock import clock
+from ._async import in_coroutine
 from ._effects import now
 from ._job import wait_api, wait_point
 
@@ -68,6 +70,8 @@ def sleep(seconds: float) -> None:
     seconds = _seconds(seconds, "sleep()'s seconds")
     site = _waits.call_site()
     if _context.active_job() is None:
+        if in_coroutine(1):  # `await sleep(...)` in plain asyncio
+            return asyncio.sleep(seconds)  # type: ignore[return-value]
         clock().sleep(seconds)
         return None
     due = now().timestamp() + seconds  # recorded: re-executed code waits for the same
@@ -80,6 +84,8 @@ def sleep_until(when: _datetime.datetime | float) -> None:
     due = _timestamp(when)
     site = _waits.call_site()
     if _context.active_job() is None:
+        if in_coroutine(1):  # `await sleep_until(...)` in plain asyncio
+            return asyncio.sleep(max(0.0, due - clock().time()))  # type: ignore[return-value]
         clock().sleep(due - clock().time())
         return None
     return wait_point(_waits.Wait("timer", {"due": due}, site))  # type: ignore[no-any-return]

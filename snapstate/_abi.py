@@ -56,6 +56,7 @@ NAMES: dict[str, str] = {
     "async_job_loop": "snapstate.runtime._async:_job_loop",
     "async_snapshot_point": "snapstate.runtime._async:_snapshot_point",
     "async_effect_point": "snapstate.runtime._async:_effect_point",
+    "async_wait_point": "snapstate.runtime._async:_wait_point",
     # the pickler: cells, functions, generators, exceptions, the dill fallback
     "make_cell": "snapstate.serializers._pickler:_make_cell",
     "fill_cell": "snapstate.serializers._pickler:_fill_cell",
