@@ -83,7 +83,7 @@ DEFAULT_SETTLE = 30.0
 
 _Future: type[asyncio.Future[Any]] = asyncio.Future
 _Task: type[asyncio.Task[Any]] = asyncio.Task
-_GatheringFuture: type = asyncio.tasks._GatheringFuture  # type: ignore[attr-defined]
+_GatheringFuture: Any = asyncio.tasks._GatheringFuture  # type: ignore[attr-defined]
 _GATHER_CALLBACK = next(
     c
     for c in asyncio.tasks.gather.__code__.co_consts
@@ -139,20 +139,24 @@ class JobLoop(asyncio.SelectorEventLoop):
         self.collecting: list[asyncio.Handle] | None = None  # restoring: steps held back
         self.executing: set[asyncio.Future[Any]] = set()
 
-    def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:  # type: ignore[override]
+    def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
         task = super().create_task(coro, **kwargs)
         if self.runner is not None:
             self.runner.adopt(task)
         return task
 
-    def call_soon(self, callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+    def call_soon(  # type: ignore[override]
+        self, callback: Any, *args: Any, context: Any = None
+    ) -> asyncio.Handle:
         if self.collecting is not None:
             handle = asyncio.Handle(callback, args, self, context)
             self.collecting.append(handle)
             return handle
         return super().call_soon(callback, *args, context=context)
 
-    def run_in_executor(self, executor: Any, func: Any, *args: Any) -> asyncio.Future[Any]:
+    def run_in_executor(  # type: ignore[override]
+        self, executor: Any, func: Any, *args: Any
+    ) -> asyncio.Future[Any]:
         future = super().run_in_executor(executor, func, *args)
         self.executing.add(future)
         future.add_done_callback(self.executing.discard)
@@ -174,7 +178,9 @@ class JobLoop(asyncio.SelectorEventLoop):
             if not h.cancelled() and h not in own
         ]
         if timers:
-            return f"{len(timers)} timer(s) are scheduled (asyncio.sleep(), call_later(), a timeout)"
+            return (
+                f"{len(timers)} timer(s) are scheduled (asyncio.sleep(), call_later(), a timeout)"
+            )
         if self.executing:
             return (
                 f"{len(self.executing)} call(s) run in an executor (asyncio.to_thread(), "
@@ -734,7 +740,9 @@ class AsyncRunner:
             loop.close()
 
     # -------------------------------------------------------------- restoring
-    def restore(self, restored: _Restoring, state: dict[str, Any], created_at: float, seq: int) -> None:
+    def restore(
+        self, restored: _Restoring, state: dict[str, Any], created_at: float, seq: int
+    ) -> None:
         loop = self.loop
         self._resumed = (created_at, seq)
         loop.collecting = []
@@ -1105,7 +1113,9 @@ def _reduce_gathering(future: asyncio.Future[Any]) -> tuple[Any, ...]:
     for child in children:
         for callback, _ in getattr(child, "_callbacks", None) or []:
             if getattr(callback, "__code__", None) is _GATHER_CALLBACK:
-                cells = dict(zip(_GATHER_CALLBACK.co_freevars, callback.__closure__ or (), strict=False))
+                cells = dict(
+                    zip(_GATHER_CALLBACK.co_freevars, callback.__closure__ or (), strict=False)
+                )
                 if "return_exceptions" in cells:
                     return_exceptions = bool(cells["return_exceptions"].cell_contents)
     state = {

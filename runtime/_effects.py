@@ -60,6 +60,7 @@ from typing import (
     NoReturn,
     ParamSpec,
     TypeVar,
+    cast,
     overload,
 )
 
@@ -84,8 +85,8 @@ from ._lease import dispatch_margin, send_guard
 
 if TYPE_CHECKING:
     from ..serializers._keys import KeyRing
-    from ._job import Job
     from ._async import _TaskInfo
+    from ._job import Job
     from ._tasks import _TaskState
 
 __all__ = ["effect", "call_effect", "Retry", "Secret", "now", "random", "uuid4", "effect_time_left"]
@@ -485,7 +486,7 @@ def effect(
 
             @functools.wraps(function)
             def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-                return _call_async(spec, args, kwargs, None, async_wrapper)  # type: ignore[return-value]
+                return cast(R, _call_async(spec, args, kwargs, None, async_wrapper))
 
             async_wrapper.__snapstate_effect__ = spec  # type: ignore[attr-defined]
             return _mark_coroutine_function(async_wrapper)
@@ -644,7 +645,7 @@ def call_effect(  # type: ignore[misc]  # (fn's own keywords could be named `key
         fn, idempotency, lookup, kind, retry, timeout_param, fencing_token, requires, within
     )
     if inspect.iscoroutinefunction(fn):  # to be awaited: runtime/_async.py
-        return _call_async(spec, args, kwargs, key, None)  # type: ignore[return-value]
+        return cast(R, _call_async(spec, args, kwargs, key, None))
     return _call(spec, args, kwargs, key)
 
 
@@ -684,7 +685,9 @@ def async_spec(spec: _Spec[R]) -> _Spec[R]:
     return replace(spec, fn=_awaiting(spec.fn), lookup=lookup)
 
 
-def async_spec_of(effect_fn: Callable[..., Any], options: dict[str, Any] | None, site: str) -> _Spec[Any]:
+def async_spec_of(
+    effect_fn: Callable[..., Any], options: dict[str, Any] | None, site: str
+) -> _Spec[Any]:
     """After a restore: the spec of an async effect a snapshot held unsent."""
     if options is not None:
         return _spec(effect_fn, **options)
@@ -750,7 +753,8 @@ async def call_plain_async(spec: _Spec[R], args: tuple[Any, ...], kwargs: dict[s
     key, refusals = f"adhoc-{_uuid.uuid4().hex}", 0
     while True:
         try:
-            result: R = await _invoke(spec, args, kwargs, key)  # type: ignore[misc]
+            pending: Any = _invoke(spec, args, kwargs, key)  # the effect's coroutine
+            result: R = await pending
             return result
         except Exception as exc:
             seconds = _rate_limit(exc)

@@ -734,6 +734,7 @@ class Job:
         assert self._agent is not None  # the agent asked for this snapshot
         label = f"snapshot {seq}" + (f" ({request.label})" if request.label else "")
         tasks: list[dict[str, Any]] | None = None
+        frames: list[FrameRecord]
         if request.async_state is not None:  # an async job: its tasks, pickled below
             frames = []
         elif self._scheduler is not None and self._scheduler.active:  # several tasks

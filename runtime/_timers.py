@@ -20,8 +20,8 @@ import math
 from typing import Any
 
 from . import _context, _effects, _waits
-from ._clock import clock
 from ._async import in_coroutine
+from ._clock import clock
 from ._effects import now
 from ._job import wait_api, wait_point
 
