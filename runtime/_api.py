@@ -408,15 +408,17 @@ def _entry_of(target: object) -> EntryPoint:
 
 
 def check_settings() -> None:
-    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER, SNAPSTATE_CLOCK_OFFSET
-    or SNAPSTATE_EFFECT_THREADS before any job runs (a SnapstateError naming the
-    variable); the CLI maps it to exit 2."""
+    """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER, SNAPSTATE_CLOCK_OFFSET,
+    SNAPSTATE_EFFECT_THREADS or SNAPSTATE_ASYNC_SETTLE before any job runs (a
+    SnapstateError naming the variable); the CLI maps it to exit 2."""
+    from ._async import settle_seconds
     from ._tasks import effect_threads
 
     lease_ttl()
     hibernate_after()
     clock().time()
     effect_threads()
+    settle_seconds()
 
 
 def _argv(args: tuple[object, ...]) -> list[str]:

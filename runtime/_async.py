@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import greenlet
 
 from .._abi import pinned
-from .._errors import SnapshotError
+from .._errors import SnapshotError, SnapstateError
 from ..serializers import _dispatch
 from ..serializers._codeid import code_ref
 from . import _context, _pins, _waits
@@ -107,8 +107,9 @@ def settle_seconds() -> float:
     except ValueError:
         value = -1.0
     if not (0 <= value <= 86400):
-        raise ValueError(
-            f"SNAPSTATE_ASYNC_SETTLE={raw!r} must be a number of seconds from 0 to 86400"
+        raise SnapstateError(
+            f"SNAPSTATE_ASYNC_SETTLE={raw!r} is not a number of seconds from 0 to 86400; "
+            f"unset it (default {DEFAULT_SETTLE:g}) or give one"
         )
     return value
 
@@ -870,20 +871,24 @@ def _describe_awaited(awaited: Any, waiter: Any) -> str:
     return repr(target)
 
 
-def frame_headers(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """The code of every coroutine frame in the pending tasks' chains, main first:
-    checked against the agent's code before a restore, shown by `inspect`."""
+def frame_headers(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The header's frames of main's chain of coroutines and every pending task's
+    (innermost first, as for greenlet tasks): checked against the agent's code before a
+    restore, shown by `snaprun inspect`."""
     from ._job import _names_for_header
 
-    out: list[dict[str, Any]] = []
+    runner = _runner_or_none()
+    main: list[dict[str, Any]] = []
+    tasks: list[dict[str, Any]] = []
     for task in state["tasks"]:
+        frames: list[dict[str, Any]] = []
         for frame in _chain_frames(task.get_coro()):
             code = unmorph(frame.f_code, max(frame.f_lasti // 2, 0))[0]
             name = frame.f_globals.get("__name__")
             if not isinstance(name, str):
                 continue
             ref = code_ref(code, name)
-            out.append(
+            frames.append(
                 {
                     "module": ref.module,
                     "qualname": ref.qualname,
@@ -894,7 +899,20 @@ def frame_headers(state: dict[str, Any]) -> list[dict[str, Any]]:
                     "locals": _names_for_header(ref),
                 }
             )
-    return out
+        frames.reverse()  # innermost first
+        info = runner.info.get(task) if runner is not None else None
+        tid = info.id if info is not None else task.get_name()
+        if tid == MAIN:
+            main = frames
+        tasks.append(
+            {
+                "id": tid,
+                "parent": info.parent if info is not None else None,
+                "status": "awaiting",
+                "frames": frames,
+            }
+        )
+    return main, tasks
 
 
 def _chain_frames(coro: Any) -> list[types.FrameType]:

@@ -784,9 +784,7 @@ class Job:
             "versions": runtime_versions(),
             "entry": self.entry.as_dict(),
             "argv": self.argv,
-            "frames": _frame_headers(frames)
-            if request.async_state is None
-            else _async.frame_headers(request.async_state),
+            "frames": _frame_headers(frames),
             "modules": _agent.module_digests(modules),
             "effects": self.ledger.ordinal,
             "meta": request.meta,  # sealed in encrypted stores, with the label
@@ -806,8 +804,9 @@ class Job:
             ]
         if request.wait is not None:
             header["wait"] = {"kind": request.wait.kind, "site": request.wait.site}
-        if request.async_state is not None:
+        if request.async_state is not None:  # main's coroutines, and every task's
             header["async"] = True
+            header["frames"], header["tasks"] = _async.frame_headers(request.async_state)
         return header, payload
 
     @staticmethod
