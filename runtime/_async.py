@@ -865,7 +865,7 @@ def _describe_awaited(awaited: Any, waiter: Any) -> str:
         names = [getattr(cb, "__qualname__", type(cb).__name__) for cb in callbacks]
         source = getattr(target, "_source_traceback", None)
         hint = ""
-        if "wrap_future" in repr(callbacks) or any("_call_set_state" in n for n in names):
+        if any("_chain_future" in n or "_call_set_state" in n for n in names):
             hint = " (a call running in a thread: asyncio.to_thread or run_in_executor)"
         return f"{target!r}{hint}" + (f" created at {source[-1]}" if source else "")
     return repr(target)

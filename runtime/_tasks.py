@@ -216,6 +216,11 @@ def spawn(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Task:
         finally:
             _PLAIN_PATH.pop()
         return task
+    if job._async is not None:
+        raise TypeError(
+            "spawn() starts a greenlet task; an async job's tasks are asyncio tasks: use "
+            "asyncio.create_task(), asyncio.gather() or a TaskGroup"
+        )
     sched = job._scheduler
     assert sched is not None  # set by Job._loop while the job runs
     return sched.spawn(fn, args, kwargs)
