@@ -141,9 +141,14 @@ class JobLoop(asyncio.SelectorEventLoop):
         self.executing: set[asyncio.Future[Any]] = set()
 
     def create_task(self, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        runner = self.runner
+        if runner is not None and kwargs.get("name") is None:
+            # asyncio's default names come from a process-wide counter: a restored job
+            # would name its new tasks differently. Counted per job instead (saved).
+            kwargs["name"] = f"Task-{runner.count + 1}"
         task = super().create_task(coro, **kwargs)
-        if self.runner is not None:
-            self.runner.adopt(task)
+        if runner is not None:
+            runner.adopt(task)
         return task
 
     def call_soon(  # type: ignore[override]
@@ -595,7 +600,7 @@ class AsyncRunner:
         freezers = sorted(self.freezers, key=lambda f: self.info[f.task].index)
         self.freezers = []
         first = freezers[0].point
-        state = {"tasks": [t for t in self.order if not t.done()], "main": self.main}
+        state = self._state()
         request = _FreezeRequest(first.label, None, meta=first.meta, async_state=state)
         hub = self.job._hub
         assert hub is not None  # the job runs
@@ -638,7 +643,7 @@ class AsyncRunner:
         seq = job.seq + 1
         close_all_for_snapshot()
         label = f"waiting: {outcome.reason}"
-        state = {"tasks": [t for t in self.order if not t.done()], "main": self.main}
+        state = self._state()
         try:
             header, payload = job._freeze(
                 _FreezeRequest(label, None, point.wait, async_state=state), seq
@@ -650,6 +655,11 @@ class AsyncRunner:
             return
         job._commit(seq, label, header, payload)
         job._hibernate(point.wait, outcome, seq)  # raises JobWaiting: the run ends here
+
+    def _state(self) -> dict[str, Any]:
+        """What a snapshot holds of the job's tasks (pickled with the rest)."""
+        pending = [t for t in self.order if not t.done()]
+        return {"tasks": pending, "main": self.main, "count": self.count}
 
     def _refuse(self, busy: str) -> None:
         lines = []
@@ -764,6 +774,7 @@ class AsyncRunner:
                 self.count = max(self.count, info.index + 1)
             self.order = sorted(self.info, key=lambda t: self.info[t].index)
             self.main = state["main"]
+            self.count = max(self.count, int(state.get("count", 0)))
             for future, st in restored.futures:
                 _Future.__init__(future, loop=loop)
                 if st["outcome"] is not None:
