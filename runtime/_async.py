@@ -71,6 +71,7 @@ __all__ = [
     "entry",
     "in_coroutine",
     "settle_seconds",
+    "begin_restore",
     "take_restored",
     "discard_restored",
     "resume_job",
@@ -489,8 +490,8 @@ class AsyncRunner:
         self.count = 0
         self.main: asyncio.Task[Any] | None = None
         self.freezers: list[_Freezer] = []
-        self.held: dict[EffectPoint, asyncio.Future[Any]] = {}
-        self.freeze_since: float | None = None
+        self.held: dict[EffectPoint, tuple[int, asyncio.Future[Any]]] = {}
+        self.deadline: float | None = None  # loop time the pending snapshot waits until
         self.own: set[asyncio.TimerHandle] = set()
         self.bound: asyncio.TimerHandle | None = None
         self.effect_glets: set[greenlet.greenlet] = set()
@@ -552,8 +553,8 @@ class AsyncRunner:
             )
         wake = self.loop.create_future()
         if not self.freezers:
-            self.freeze_since = time.monotonic()
-            self.bound = self.loop.call_later(self.settle, _noop)
+            self.deadline = self.loop.time() + self.settle
+            self.bound = self.loop.call_at(self.deadline, _noop)  # wakes the loop then
             self.own.add(self.bound)
         self.freezers.append(_Freezer(task, point, wake))
         return wake
@@ -565,21 +566,23 @@ class AsyncRunner:
 
     def hold(self, point: EffectPoint) -> asyncio.Future[Any]:
         wake = self.loop.create_future()
-        self.held[point] = wake
+        task = asyncio.current_task(self.loop)
+        info = self.info.get(task) if task is not None else None
+        self.held[point] = (info.index if info is not None else 0, wake)
         return wake
 
     def unhold(self, point: EffectPoint) -> None:
         self.held.pop(point, None)
 
     def _end_freeze(self) -> None:
-        self.freeze_since = None
+        self.deadline = None
         if self.bound is not None:
             self.bound.cancel()
             self.own.discard(self.bound)
             self.bound = None
         held, self.held = self.held, {}
-        for wake in held.values():  # in the order the effects were reached
-            _set_if_pending(wake)
+        for _, wake in sorted(held.values(), key=lambda held: held[0]):
+            _set_if_pending(wake)  # in task order, as a restore sends them
 
     def between_iterations(self) -> None:
         if not self.freezers:
@@ -590,8 +593,9 @@ class AsyncRunner:
         if busy is None:
             self._freeze()
             return
-        assert self.freeze_since is not None
-        if time.monotonic() - self.freeze_since >= self.settle:
+        assert self.deadline is not None
+        # due as asyncio decides a timer is due: the bound's timer has run by then
+        if self.loop.time() + self.loop._clock_resolution >= self.deadline:  # type: ignore[attr-defined]
             self._refuse(busy)
 
     def _freeze(self) -> None:
@@ -667,7 +671,9 @@ class AsyncRunner:
             if task.done():
                 continue
             waiter = getattr(task, "_fut_waiter", None)
-            if any(f.wake is waiter for f in self.freezers) or waiter in self.held.values():
+            if any(f.wake is waiter for f in self.freezers) or any(
+                wake is waiter for _, wake in self.held.values()
+            ):
                 continue
             lines.append(f"task {self.info[task].id} ({task.get_name()}): {describe_task(task)}")
         detail = "; ".join(lines) if lines else "no task, but " + busy
@@ -769,7 +775,7 @@ class AsyncRunner:
                     task.__init__(placeholder, loop=loop, name=st["name"], context=context)  # type: ignore[misc]
                     done_steps.add(len(loop.collecting) - 1)
                     placeholder.close()
-                    _set_outcome(task, st["outcome"])
+                    _set_outcome(task, st["outcome"], st.get("unretrieved", False))
                 self.info[task] = info
                 self.count = max(self.count, info.index + 1)
             self.order = sorted(self.info, key=lambda t: self.info[t].index)
@@ -778,7 +784,7 @@ class AsyncRunner:
             for future, st in restored.futures:
                 _Future.__init__(future, loop=loop)
                 if st["outcome"] is not None:
-                    _set_outcome(future, st["outcome"])
+                    _set_outcome(future, st["outcome"], st.get("unretrieved", False))
             for gathering, st in restored.gathers:
                 _restore_gather(gathering, st, loop)
             for obj, st in [*restored.tasks, *restored.futures]:
@@ -819,12 +825,16 @@ def _placeholder() -> Coroutine[Any, Any, None]:
     return _placeholder_body()
 
 
-def _set_outcome(future: asyncio.Future[Any], outcome: tuple[str, Any]) -> None:
+def _set_outcome(
+    future: asyncio.Future[Any], outcome: tuple[str, Any], unretrieved: bool = False
+) -> None:
     kind, value = outcome
     if kind == "result":
         _Future.set_result(future, value)
     elif kind == "error":
         _Future.set_exception(future, value)
+        if not unretrieved:  # its error was retrieved: not logged again at exit
+            future._log_traceback = False  # type: ignore[attr-defined]
     else:
         _Future.cancel(future, msg=value)
 
@@ -834,8 +844,9 @@ def _outcome(future: asyncio.Future[Any]) -> tuple[str, Any] | None:
         return None
     if future.cancelled():
         return ("cancelled", None)
-    error = future.exception()
-    return ("error", error) if error is not None else ("result", future.result())
+    # read without marking an error retrieved (exception() would: the run goes on)
+    error = future._exception  # type: ignore[attr-defined]
+    return ("error", error) if error is not None else ("result", future._result)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------------ describing
@@ -1028,6 +1039,7 @@ class _Restoring:
     tasks: list[tuple[asyncio.Task[Any], dict[str, Any]]]
     futures: list[tuple[asyncio.Future[Any], dict[str, Any]]]
     gathers: list[tuple[asyncio.Future[Any], dict[str, Any]]]
+    hooks: Any = None  # the async generator hooks to put back after the load
 
 
 _RESTORING: _Restoring | None = None
@@ -1040,10 +1052,26 @@ def _restoring() -> _Restoring:
     return _RESTORING
 
 
+def begin_restore() -> None:
+    """Before loading an async job's snapshot: its loop exists first, and the async
+    generators rebuilt by the load are registered with it as asyncio.run registers
+    them (finished at the end of the run, finalized on the loop)."""
+    restoring = _restoring()
+    restoring.hooks = sys.get_asyncgen_hooks()
+    loop = restoring.loop
+    sys.set_asyncgen_hooks(
+        firstiter=loop._asyncgen_firstiter_hook,  # type: ignore[attr-defined]
+        finalizer=loop._asyncgen_finalizer_hook,  # type: ignore[attr-defined]
+    )
+
+
 def take_restored() -> _Restoring | None:
     """What the last loads() rebuilt of an async job (None: it held none)."""
     global _RESTORING
     restored, _RESTORING = _RESTORING, None
+    if restored is not None and restored.hooks is not None:
+        sys.set_asyncgen_hooks(*restored.hooks)
+        restored.hooks = None
     return restored
 
 
@@ -1112,6 +1140,7 @@ def _reduce_task(task: asyncio.Task[Any]) -> tuple[Any, ...]:
     state: dict[str, Any] = {
         "info": vars(info).copy(),  # plain data: id, parent, index, spawned, effects
         "name": task.get_name(),
+        "unretrieved": bool(getattr(task, "_log_traceback", False)),
         "outcome": _outcome(task),
     }
     if not task.done():
@@ -1129,7 +1158,11 @@ def _reduce_future(future: asyncio.Future[Any]) -> tuple[Any, ...]:
     runner = _capturing()
     if future.get_loop() is not runner.loop:
         raise pickle.PicklingError("a future of another event loop cannot be frozen")
-    state = {"outcome": _outcome(future), "callbacks": _callbacks(future, repr(future))}
+    state = {
+        "unretrieved": bool(getattr(future, "_log_traceback", False)),
+        "outcome": _outcome(future),
+        "callbacks": _callbacks(future, repr(future)),
+    }
     return (_future_shell, (), state, None, None, _future_state)
 
 

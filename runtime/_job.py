@@ -872,6 +872,8 @@ class Job:
         self._check_code(header, where)
         try:
             _secrets.bind(self.home.keys)
+            if header.get("async"):
+                _async.begin_restore()
             state = _pickler.loads(payload)
             restored = _async.take_restored()  # an async job's tasks and futures
         except SnapstateError:
