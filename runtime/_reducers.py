@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pickle
 import types
+from collections.abc import AsyncIterator
 from typing import Any
 
 from .._errors import SnapshotError
@@ -43,8 +44,9 @@ def _reduce_coroutine(
     frame = obj.cr_frame if isinstance(obj, types.CoroutineType) else obj.ag_frame
     if frame is None:
         return (_finished_coroutine, ())
-    running = obj.cr_running if isinstance(obj, types.CoroutineType) else obj.ag_running
-    if running:
+    if isinstance(obj, types.AsyncGeneratorType) and obj.ag_running:
+        raise pickle.PicklingError(_inside_await(obj))
+    if isinstance(obj, types.CoroutineType) and obj.cr_running:
         raise pickle.PicklingError(
             f"{type(obj).__name__} {obj.__qualname__}() is running; it can be frozen only "
             "while it is suspended"
@@ -53,6 +55,28 @@ def _reduce_coroutine(
         return (rebuild_generator, (capture_generator(obj),))
     except SnapshotError as exc:
         raise pickle.PicklingError(str(exc)) from None
+
+
+def _inside_await(gen: types.AsyncGeneratorType[Any, Any]) -> str:
+    frame = gen.ag_frame
+    where = f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+    return (
+        f"async generator {gen.__qualname__}(){where} is paused inside an await of its body "
+        "(a snapshot or wait inside the async generator, reached through `async for` or "
+        f"anext()): move the snapshot out of {gen.__qualname__}() into the code that "
+        "iterates it (an async generator paused at a yield is frozen fine)"
+    )
+
+
+def _reduce_async_step(step: object) -> tuple[Any, ...]:
+    """An `async for` step (anext(), asend(), athrow()) in progress: its generator is
+    paused inside an await of its body."""
+    import gc
+
+    for ref in gc.get_referents(step):
+        if isinstance(ref, types.AsyncGeneratorType):
+            raise pickle.PicklingError(_inside_await(ref))
+    raise pickle.PicklingError("an async generator's step (anext()) is in progress")
 
 
 def _original_position(code: types.CodeType, unit: int) -> tuple[types.CodeType, int]:
@@ -65,4 +89,15 @@ def _original_position(code: types.CodeType, unit: int) -> tuple[types.CodeType,
 _dispatch.register_reducer(types.GeneratorType, _reduce_generator)
 _dispatch.register_reducer(types.CoroutineType, _reduce_coroutine)
 _dispatch.register_reducer(types.AsyncGeneratorType, _reduce_coroutine)
+
+
+async def _probe() -> AsyncIterator[None]:
+    yield None
+
+
+_agen = _probe()
+for _step in (_agen.asend(None), _agen.athrow(GeneratorExit)):
+    _dispatch.register_reducer(type(_step), _reduce_async_step)
+    _step.close()
+del _agen, _step
 _dispatch.register_code_stubs(is_morph, _original_position)
