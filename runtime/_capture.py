@@ -368,6 +368,18 @@ def is_async_yield(code: types.CodeType, yield_unit: int) -> bool:
     return bool(before) and before[-1].opname in ("ASYNC_GEN_WRAP", "CALL_INTRINSIC_1")
 
 
+def _async_generator_created(gen: types.AsyncGeneratorType[Any, Any]) -> bool:
+    """Not started yet (3.11 has no ag_suspended: paused at or before its RESUME)."""
+    suspended = getattr(gen, "ag_suspended", None)
+    if suspended is not None:
+        return not suspended and not gen.ag_running
+    frame = gen.ag_frame
+    if frame is None or gen.ag_running:
+        return False
+    first = next(i.start for i in bc.instructions(frame.f_code) if i.opname == "RESUME")
+    return frame.f_lasti // 2 <= first
+
+
 def capture_generator(
     gen: types.GeneratorType[Any, Any, Any]
     | types.CoroutineType[Any, Any, Any]
@@ -381,7 +393,7 @@ def capture_generator(
         if gen.cr_running:
             raise SnapshotError(f"coroutine {gen.__qualname__}() is running")
     elif isinstance(gen, types.AsyncGeneratorType):
-        frame, created = gen.ag_frame, gen.ag_frame is not None and gen.ag_frame.f_lasti < 0
+        frame, created = gen.ag_frame, _async_generator_created(gen)
         if gen.ag_running:
             raise SnapshotError(f"async generator {gen.__qualname__}() is running")
     else:
