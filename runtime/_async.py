@@ -45,6 +45,7 @@ import pickle
 import sys
 import time
 import types
+import warnings
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -206,6 +207,17 @@ class _Point:
     """An awaitable that is its own iterator: `await point` runs no snapstate frame."""
 
     wake: asyncio.Future[Any] | None = None
+    state = "new"
+    restored = False  # rebuilt by a restore: awaited when its task next runs
+
+    def __del__(self) -> None:
+        if self.state == "new" and not self.restored:  # as Python warns of a coroutine
+            warnings.warn(
+                f"{self!r} was never awaited: nothing was done (add `await`)",
+                RuntimeWarning,
+                stacklevel=1,
+                source=self,
+            )
 
     def __await__(self) -> _Point:
         return self
@@ -243,6 +255,9 @@ class SnapshotPoint(_Point):
         self.label, self.meta = label, meta
         self.state = "new"  # new -> waiting -> done; "restored" after a restore
 
+    def __repr__(self) -> str:
+        return f"snapshot({self.label!r})"
+
     def send(self, value: Any) -> Any:
         if self.state == "waiting":
             assert self.wake is not None
@@ -255,7 +270,7 @@ class SnapshotPoint(_Point):
             raise StopIteration(_running_runner().resumed_info(self.label, self.meta))
         if self.state != "new":
             raise RuntimeError("cannot reuse an already awaited snapshot()")
-        runner = _runner_or_none()
+        runner = _point_runner(f"snapshot({self.label!r})")
         if runner is None:  # plain Python (asyncio.run without snaprun): nothing to do
             from ._job import SnapshotInfo
 
@@ -292,6 +307,9 @@ class EffectPoint(_Point):
         self.coro: Any = None
         self.refusals = 0
 
+    def __repr__(self) -> str:
+        return f"the async effect {self.spec.name} called at {self.site}"
+
     def send(self, value: Any) -> Any:
         if self.state == "sending":
             return self._forward("send", value)
@@ -305,19 +323,14 @@ class EffectPoint(_Point):
             self.state = "new"
         if self.state != "new":
             raise RuntimeError("cannot reuse an already awaited effect call")
-        runner = _runner_or_none()
+        from .._errors import EffectOutsideJob
+
+        runner = _point_runner(
+            f"the async effect {self.spec.name} at {self.site}", EffectOutsideJob
+        )
         if runner is None:  # plain Python: no ledger
             from ._effects import call_plain_async
 
-            if _context.active_job() is not None:
-                from .._errors import EffectOutsideJob
-
-                raise EffectOutsideJob(
-                    f"an async effect ({self.spec.name} at {self.site}) was awaited in an event "
-                    "loop the job did not start (asyncio.run() inside a plain main()?): it "
-                    "cannot be recorded, so it was not sent. Make main() an async def and "
-                    "await it there"
-                )
             self.state = "plain"
             self.coro = call_plain_async(self.spec, self.args, self.kwargs)
             return self._forward_plain("send", None)
@@ -416,6 +429,9 @@ class WaitPoint(_Point):
         self.state = "new"  # new -> waiting -> (polled again) ... -> done
         self.outcome: _waits.NotYet | None = None
 
+    def __repr__(self) -> str:
+        return f"the {self.wait.kind} wait at {self.wait.site}"
+
     def send(self, value: Any) -> Any:
         if self.state == "waiting":
             assert self.wake is not None
@@ -425,7 +441,9 @@ class WaitPoint(_Point):
             self.state = "new"
         if self.state != "new":
             raise RuntimeError("cannot reuse an already awaited wait")
-        runner = _running_runner()
+        runner = _point_runner(f"the wait at {self.wait.site}")
+        if runner is None:
+            raise RuntimeError("a wait's await point outside a job")
         outcome = _waits.poll(runner.job, self.wait)
         if isinstance(outcome, _waits.Ready):
             self.state = "done"
@@ -461,6 +479,28 @@ def await_in_task(coro: Any) -> Any:
 def _runner_or_none() -> AsyncRunner | None:
     job = _context.active_job()
     runner = getattr(job, "_async", None) if job is not None else None
+    return runner
+
+
+def _point_runner(what: str, error: type[Exception] = SnapshotError) -> AsyncRunner | None:
+    """The job's runner when an await point runs on the job's own loop; None in plain
+    Python (no job); refused in any other event loop while a job runs (its await could
+    be neither frozen nor recorded)."""
+    job = _context.active_job()
+    if job is None:
+        return None
+    runner = job._async
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if runner is None or loop is not runner.loop:
+        raise error(
+            f"{what} was awaited in an event loop job {job.job_id} does not own (asyncio.run() "
+            "called inside the job, or another thread's loop): it can be neither frozen nor "
+            "recorded, so nothing was done. Make main() an async def and await it in the "
+            "job's own coroutines"
+        )
     return runner
 
 
@@ -1277,13 +1317,15 @@ def _job_loop() -> JobLoop:
 @pinned("async_snapshot_point")
 def _snapshot_point(label: str | None, meta: dict[str, Any] | None) -> SnapshotPoint:
     point = SnapshotPoint(label, meta)
-    point.state = "restored"
+    point.state, point.restored = "restored", True
     return point
 
 
 @pinned("async_wait_point")
 def _wait_point(wait: dict[str, Any]) -> WaitPoint:
-    return WaitPoint(_waits.Wait.from_dict(wait))
+    point = WaitPoint(_waits.Wait.from_dict(wait))
+    point.restored = True
+    return point
 
 
 @pinned("async_effect_point")
@@ -1299,7 +1341,9 @@ def _effect_point(
 
     spec = async_spec_of(effect_fn, options, site)
     declared = effect_fn if options is None else None
-    return EffectPoint(spec, args, kwargs, key, site, declared, options)
+    point = EffectPoint(spec, args, kwargs, key, site, declared, options)
+    point.restored = True
+    return point
 
 
 def _restore_gather(gathering: asyncio.Future[Any], st: dict[str, Any], loop: JobLoop) -> None:
