@@ -186,9 +186,8 @@ class JobLoop(asyncio.SelectorEventLoop):
             if not h.cancelled() and h not in own
         ]
         if timers:
-            return (
-                f"{len(timers)} timer(s) are scheduled (asyncio.sleep(), call_later(), a timeout)"
-            )
+            kinds = sorted({_timer_kind(h) for h in timers})
+            return f"{len(timers)} timer(s) are scheduled: {', '.join(kinds)}"
         if self.executing:
             return (
                 f"{len(self.executing)} call(s) run in an executor (asyncio.to_thread(), "
@@ -200,6 +199,24 @@ class JobLoop(asyncio.SelectorEventLoop):
         if others:
             return f"{len(others)} socket(s) or pipe(s) are being read or written"
         return None
+
+
+def _timer_kind(handle: asyncio.TimerHandle) -> str:
+    """What a timer of the loop is for, in the agent's words."""
+    callback = handle._callback  # type: ignore[attr-defined]
+    owner = getattr(callback, "__self__", None)
+    name = getattr(callback, "__qualname__", "") or getattr(callback, "__name__", "")
+    timeout = getattr(asyncio, "Timeout", None)
+    if timeout is not None and isinstance(owner, timeout):
+        return (
+            "an asyncio.timeout() or wait_for() deadline (a deadline on the loop's clock "
+            "cannot be carried across a restore: take the snapshot outside that block)"
+        )
+    if "_set_result_unless_cancelled" in name:
+        return "an asyncio.sleep()"
+    if "_release_waiter" in name:
+        return "an asyncio.wait_for() or wait() deadline"
+    return f"a call_later()/call_at() of {name or repr(callback)}"
 
 
 # ------------------------------------------------------------------------ points
@@ -636,7 +653,22 @@ class AsyncRunner:
         assert self.deadline is not None
         # due as asyncio decides a timer is due: the bound's timer has run by then
         if self.loop.time() + self.loop._clock_resolution >= self.deadline:  # type: ignore[attr-defined]
-            self._refuse(busy)
+            self._refuse(busy, waited=True)
+        elif self._own_deadline():  # it cannot end while its own task waits to be frozen
+            self._refuse(busy, waited=False)
+
+    def _own_deadline(self) -> bool:
+        """A task waiting for the snapshot runs inside an asyncio.timeout() block."""
+        timeout = getattr(asyncio, "Timeout", None)
+        if timeout is None:
+            return False
+        frozen = {f.task for f in self.freezers}
+        for handle in self.loop._scheduled:  # type: ignore[attr-defined]
+            owner = getattr(handle._callback, "__self__", None)
+            if not handle.cancelled() and isinstance(owner, timeout):
+                if getattr(owner, "_task", None) in frozen:
+                    return True
+        return False
 
     def _freeze(self) -> None:
         from ._job import SnapshotInfo, _FreezeRequest
@@ -705,7 +737,7 @@ class AsyncRunner:
         pending = [t for t in self.order if not t.done()]
         return {"tasks": pending, "main": self.main, "count": self.count}
 
-    def _refuse(self, busy: str) -> None:
+    def _refuse(self, busy: str, *, waited: bool) -> None:
         lines = []
         for task in self.order:
             if task.done():
@@ -716,14 +748,18 @@ class AsyncRunner:
             ):
                 continue
             lines.append(f"task {self.info[task].id} ({task.get_name()}): {describe_task(task)}")
-        detail = "; ".join(lines) if lines else "no task, but " + busy
+        detail = f"; not at an await point of snapstate: {'; '.join(lines)}" if lines else ""
+        when = (
+            f"after {self.settle:g}s the job was still not quiet"
+            if waited
+            else "the job cannot become quiet while the snapshot waits"
+        )
         message = (
             f"snapshot {self.job.seq + 1} ({self.freezers[0].point.label or 'no label'}) was "
-            f"refused: after {self.settle:g}s the job's tasks were still not all at an await "
-            f"point of snapstate ({busy}): {detail}. A snapshot freezes tasks only where they "
-            "await snapshot(), an effect, or another task of the job; let those awaits end "
-            "before the snapshot (or wrap the I/O in an @effect), or raise "
-            "SNAPSTATE_ASYNC_SETTLE"
+            f"refused: {when}: {busy}{detail}. A snapshot freezes an async job when every "
+            "task awaits snapshot(), an effect, a wait or another task of the job, with no "
+            "timer, socket or thread call pending: let those end before the snapshot (or "
+            "make the I/O an @effect)" + (", or raise SNAPSTATE_ASYNC_SETTLE" if waited else "")
         )
         for f in self.freezers:
             _set_error_if_pending(f.wake, SnapshotError(message))
