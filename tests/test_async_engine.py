@@ -241,3 +241,23 @@ def test_plain_python_runs_the_same_async_code(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "seq None resumed False\nsent x:True\nok\n"
+
+
+def test_snapshot_inside_its_own_timeout_is_refused_at_once(tmp_path):
+    """A deadline on the loop's clock cannot be carried across a restore: the snapshot
+    is refused without waiting SNAPSTATE_ASYNC_SETTLE (30 s by default; the run is
+    given 20 s), naming the timeout; the next snapshot is taken."""
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "j",
+        AGENTS / "aeng_timeout.py",
+        cwd=tmp_path,
+        timeout=20,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "asyncio.timeout() or wait_for() deadline" in run.stdout
+    assert "take the snapshot outside that block" in run.stdout
+    assert run.stdout.endswith("seq 1\n")
