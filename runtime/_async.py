@@ -651,11 +651,26 @@ class AsyncRunner:
             self._freeze()
             return
         assert self.deadline is not None
+        if self.effect_glets:  # effects in flight: waited for without a bound, as a job
+            self._extend_bound()  # of greenlet tasks waits for its calls in flight
+            return
         # due as asyncio decides a timer is due: the bound's timer has run by then
         if self.loop.time() + self.loop._clock_resolution >= self.deadline:  # type: ignore[attr-defined]
             self._refuse(busy, waited=True)
         elif self._own_deadline():  # it cannot end while its own task waits to be frozen
             self._refuse(busy, waited=False)
+
+    def _extend_bound(self) -> None:
+        """The settle bound counts from the end of the last effect in flight."""
+        now = self.loop.time()
+        if self.deadline is not None and self.deadline - now >= self.settle / 2:
+            return
+        self.deadline = now + self.settle
+        if self.bound is not None:
+            self.bound.cancel()
+            self.own.discard(self.bound)
+        self.bound = self.loop.call_at(self.deadline, _noop)
+        self.own.add(self.bound)
 
     def _own_deadline(self) -> bool:
         """A task waiting for the snapshot runs inside an asyncio.timeout() block."""
