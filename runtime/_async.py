@@ -153,6 +153,15 @@ class JobLoop(asyncio.SelectorEventLoop):
             runner.adopt(task)
         return task
 
+    def set_task_factory(self, factory: Any) -> None:
+        if factory is not None:
+            raise SnapshotError(
+                "an async job's event loop names its tasks itself (their identities in the "
+                "effect ledger): a task factory (e.g. asyncio.eager_task_factory) cannot be "
+                "set on it"
+            )
+        super().set_task_factory(factory)
+
     def call_soon(  # type: ignore[override]
         self, callback: Any, *args: Any, context: Any = None
     ) -> asyncio.Handle:
@@ -577,8 +586,19 @@ class AsyncRunner:
     def ledger_task(self) -> _TaskInfo | None:
         """The spawned task calling the ledger (None in main: the job's ordinals)."""
         current = asyncio.current_task(self.loop)
-        info = self.info.get(current) if current is not None else None
-        return None if info is None or info.id == MAIN else info
+        if current is None:
+            return None  # a callback of the loop's: main's identities, in callback order
+        info = self.info.get(current)
+        if info is None:
+            from .._errors import EffectOutsideJob
+
+            raise EffectOutsideJob(
+                f"an effect or recorded value was called by task {current.get_name()}, which "
+                "was not created through the job's event loop (asyncio.Task() called "
+                "directly?): it has no identity in the ledger, so nothing was recorded or "
+                "sent. Create it with asyncio.create_task()"
+            )
+        return None if info.id == MAIN else info
 
     def timer(self, seconds: float) -> asyncio.Future[Any]:
         """A future done after `seconds`, on a timer that never delays a snapshot."""
