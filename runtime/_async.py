@@ -945,7 +945,7 @@ def _set_outcome(
     elif kind == "error":
         _Future.set_exception(future, value)
         if not unretrieved:  # its error was retrieved: not logged again at exit
-            future._log_traceback = False  # type: ignore[attr-defined]
+            future._log_traceback = False
     else:
         _Future.cancel(future, msg=value)
 
@@ -956,7 +956,7 @@ def _outcome(future: asyncio.Future[Any]) -> tuple[str, Any] | None:
     if future.cancelled():
         return ("cancelled", None)
     # read without marking an error retrieved (exception() would: the run goes on)
-    error = future._exception  # type: ignore[attr-defined]
+    error = future._exception
     return ("error", error) if error is not None else ("result", future._result)  # type: ignore[attr-defined]
 
 

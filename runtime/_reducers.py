@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pickle
 import types
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from .._errors import SnapshotError
@@ -91,7 +91,7 @@ _dispatch.register_reducer(types.CoroutineType, _reduce_coroutine)
 _dispatch.register_reducer(types.AsyncGeneratorType, _reduce_coroutine)
 
 
-async def _probe() -> AsyncIterator[None]:
+async def _probe() -> AsyncGenerator[None, None]:
     yield None
 
 
