@@ -58,7 +58,9 @@ from ..serializers import _dispatch
 from ..serializers._codeid import code_ref
 from . import _context, _pins, _waits
 from ._clock import clock
+from ._layout import replace_stack_top, set_task_cancelling
 from ._morph import unmorph
+from ._reducers import ASEND_TYPE
 
 if TYPE_CHECKING:
     from ._job import Job, SnapshotInfo
@@ -770,7 +772,13 @@ class AsyncRunner:
     def _state(self) -> dict[str, Any]:
         """What a snapshot holds of the job's tasks (pickled with the rest)."""
         pending = [t for t in self.order if not t.done()]
-        return {"tasks": pending, "main": self.main, "count": self.count}
+        loop = self.loop
+        settings = {  # what the agent may set on its running loop
+            "exception_handler": loop.get_exception_handler(),
+            "debug": loop.get_debug(),
+            "slow_callback_duration": loop.slow_callback_duration,
+        }
+        return {"tasks": pending, "main": self.main, "count": self.count, "loop": settings}
 
     def _refuse(self, busy: str, *, waited: bool) -> None:
         lines = []
@@ -871,20 +879,31 @@ class AsyncRunner:
     def restore(
         self, restored: _Restoring, state: dict[str, Any], created_at: float, seq: int
     ) -> None:
+        """Re-create the saved tasks, futures and gathers on this runner's fresh loop.
+
+        The first loop iteration then re-makes every waiting task's wakeup and every
+        done-callback on each future in the order the future held them (a task's first
+        step re-sends into its chain, which blocks again at the same await), before any
+        agent code runs; then the tasks paused at snapstate's await points continue, in
+        creation order, as after a snapshot taken live."""
         loop = self.loop
         self._resumed = (created_at, seq)
         loop.collecting = []
-        done_steps: set[int] = set()
+        first_step: dict[asyncio.Task[Any], asyncio.Handle] = {}
+        tasks = sorted(restored.tasks, key=lambda ts: ts[1]["info"]["index"])
         try:
-            for task, st in sorted(restored.tasks, key=lambda ts: ts[1]["info"]["index"]):
+            for task, st in tasks:
                 info = _TaskInfo(**st["info"])
                 context = contextvars.Context()
                 if st["outcome"] is None:
                     task.__init__(st["coro"], loop=loop, name=st["name"], context=context)  # type: ignore[misc]
+                    first_step[task] = loop.collecting[-1]
+                    if st.get("cancelling"):
+                        set_task_cancelling(task, int(st["cancelling"]))
                 else:
                     placeholder = _placeholder()
                     task.__init__(placeholder, loop=loop, name=st["name"], context=context)  # type: ignore[misc]
-                    done_steps.add(len(loop.collecting) - 1)
+                    loop.collecting[-1].cancel()  # a finished task takes no step
                     placeholder.close()
                     _set_outcome(task, st["outcome"], st.get("unretrieved", False))
                 self.info[task] = info
@@ -892,23 +911,34 @@ class AsyncRunner:
             self.order = sorted(self.info, key=lambda t: self.info[t].index)
             self.main = state["main"]
             self.count = max(self.count, int(state.get("count", 0)))
+            settings = state.get("loop") or {}
+            loop.set_exception_handler(settings.get("exception_handler"))
+            loop.set_debug(bool(settings.get("debug", False)))
+            loop.slow_callback_duration = float(settings.get("slow_callback_duration", 0.1))
             for future, st in restored.futures:
                 _Future.__init__(future, loop=loop)
                 if st["outcome"] is not None:
                     _set_outcome(future, st["outcome"], st.get("unretrieved", False))
             for gathering, st in restored.gathers:
                 _restore_gather(gathering, st, loop)
-            for obj, st in [*restored.tasks, *restored.futures]:
-                for callback in st.get("callbacks") or ():
-                    obj.add_done_callback(callback)
-            steps = loop.collecting
+            for task in first_step:
+                _await_with_future_iters(task.get_coro())
+            steps = set(first_step.values())
+            order: list[asyncio.Handle] = [
+                h for h in loop.collecting if h not in steps and not h.cancelled()
+            ]  # the rebuilt gathers' bookkeeping of their finished children
+            for obj, st in [*tasks, *restored.futures, *restored.gathers]:
+                for kind, value in st.get("callbacks") or ():
+                    if kind == "wake":
+                        handle = first_step.pop(value, None)
+                        if handle is not None:
+                            order.append(handle)
+                    else:
+                        order.append(asyncio.Handle(obj.add_done_callback, (value,), loop, None))
+            order.extend(first_step.values())  # at snapstate's await points: task order
         finally:
             loop.collecting = None
-        for i, handle in enumerate(steps):
-            if i in done_steps:
-                handle.cancel()
-            else:
-                loop._ready.append(handle)  # type: ignore[attr-defined]
+        loop._ready.extend(order)  # type: ignore[attr-defined]
 
     def resume(self) -> Any:
         return self._run()
@@ -916,6 +946,37 @@ class AsyncRunner:
 
 def _noop() -> None:
     return None
+
+
+def _frame_and_awaited(obj: Any) -> tuple[types.FrameType | None, Any] | None:
+    """The frame of one link of a task's chain and what it awaits: a coroutine, a
+    generator (yield from), or an `async for` step into an async generator's body."""
+    if isinstance(obj, types.CoroutineType):
+        return obj.cr_frame, obj.cr_await
+    if isinstance(obj, types.GeneratorType):
+        return obj.gi_frame, obj.gi_yieldfrom
+    if type(obj) is ASEND_TYPE:
+        for ref in gc.get_referents(obj):
+            if isinstance(ref, types.AsyncGeneratorType):
+                return ref.ag_frame, ref.ag_await
+    return None
+
+
+def _await_with_future_iters(coro: Any) -> None:
+    """In a restored chain, what awaits a future holds asyncio's own future iterator
+    again (as before the snapshot), not the _FutureAwait the load put there: errors
+    and cancellations pass through it with no snapstate frame in their tracebacks."""
+    seen: set[int] = set()
+    while coro is not None and id(coro) not in seen:
+        seen.add(id(coro))
+        link = _frame_and_awaited(coro)
+        if link is None:
+            return
+        frame, awaited = link
+        if isinstance(awaited, _FutureAwait) and frame is not None:
+            replace_stack_top(frame, awaited, awaited.future.__await__())
+            return
+        coro = awaited
 
 
 def _set_if_pending(future: asyncio.Future[Any], value: Any = None) -> None:
@@ -967,15 +1028,15 @@ def describe_task(task: asyncio.Task[Any]) -> str:
     coro: Any = task.get_coro()
     awaited: Any = None
     while coro is not None:
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        link = _frame_and_awaited(coro)
+        if link is None:
+            break
+        frame, nxt = link
         if frame is None:
             break
         code = unmorph(frame.f_code, max(frame.f_lasti // 2, 0))[0]
         parts.append(f"{code.co_qualname}() at {code.co_filename}:{frame.f_lineno}")
-        nxt = getattr(coro, "cr_await", None)
-        if nxt is None:
-            nxt = getattr(coro, "gi_yieldfrom", None)
-        if isinstance(nxt, (types.CoroutineType, types.GeneratorType)):
+        if _frame_and_awaited(nxt) is not None:
             coro = nxt
             continue
         awaited = nxt
@@ -1053,11 +1114,11 @@ def _chain_frames(coro: Any) -> list[types.FrameType]:
     seen: set[int] = set()
     while coro is not None and id(coro) not in seen:
         seen.add(id(coro))
-        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
-        if frame is None:
+        link = _frame_and_awaited(coro)
+        if link is None or link[0] is None:
             break
-        frames.append(frame)
-        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        frames.append(link[0])
+        coro = link[1]
     return frames
 
 
@@ -1227,15 +1288,19 @@ def _check_context(context: contextvars.Context | None, what: str) -> None:
         )
 
 
-def _callbacks(obj: asyncio.Future[Any], what: str) -> list[Any]:
-    kept = []
+def _callbacks(obj: asyncio.Future[Any], what: str) -> list[tuple[str, Any]]:
+    """A pending future's callbacks, in order: ("wake", task) for a task awaiting it
+    (its first step after a restore re-makes that wakeup, in this order), ("call", fn)
+    for a done-callback; a gather's own bookkeeping is re-made by its rebuild."""
+    kept: list[tuple[str, Any]] = []
     for callback, context in getattr(obj, "_callbacks", None) or []:
-        if _is_wakeup(callback) or getattr(callback, "__code__", None) is _GATHER_CALLBACK:
-            continue  # re-made by the awaiting task's step, by the gather's rebuild
-        if callback == getattr(asyncio.Future, "_schedule_callbacks", None):
+        if getattr(callback, "__code__", None) is _GATHER_CALLBACK:
+            continue
+        if _is_wakeup(callback):
+            kept.append(("wake", callback.__self__))
             continue
         _check_context(context, f"a done-callback of {what}")
-        kept.append(callback)
+        kept.append(("call", callback))
     return kept
 
 
@@ -1255,10 +1320,11 @@ def _reduce_task(task: asyncio.Task[Any]) -> tuple[Any, ...]:
         "outcome": _outcome(task),
     }
     if not task.done():
-        if task.cancelling():
+        if getattr(task, "_must_cancel", False):
             raise pickle.PicklingError(
                 f"{what} is being cancelled; a snapshot cannot hold a cancellation in flight"
             )
+        state["cancelling"] = task.cancelling()  # e.g. left at 1 by a TaskGroup (3.11)
         _check_context(_context_of(task), what)
         state["coro"] = task.get_coro()
         state["callbacks"] = _callbacks(task, what)
@@ -1293,6 +1359,7 @@ def _reduce_gathering(future: asyncio.Future[Any]) -> tuple[Any, ...]:
                     return_exceptions = bool(cells["return_exceptions"].cell_contents)
     state = {
         "outcome": _outcome(future),
+        "callbacks": _callbacks(future, "a gather") if not future.done() else [],
         "children": children,
         "return_exceptions": return_exceptions,
         "cancel_requested": bool(getattr(future, "_cancel_requested", False)),
@@ -1429,6 +1496,8 @@ def _restore_gather(gathering: asyncio.Future[Any], st: dict[str, Any], loop: Jo
     inner = asyncio.gather(*st["children"], return_exceptions=st["return_exceptions"])
 
     def copy(done: asyncio.Future[Any]) -> None:
+        if not done.cancelled():
+            done.exception()  # retrieved here: its outcome is the restored gather's
         if gathering.done():
             return
         outcome = _outcome(done)

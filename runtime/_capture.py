@@ -394,7 +394,9 @@ def capture_generator(
             raise SnapshotError(f"coroutine {gen.__qualname__}() is running")
     elif isinstance(gen, types.AsyncGeneratorType):
         frame, created = gen.ag_frame, _async_generator_created(gen)
-        if gen.ag_running:
+        # ag_running is also true while an `async for` step (asend) is in progress and
+        # the generator is paused inside an await of its body: frozen with that step
+        if gen.ag_running and getattr(gen, "ag_suspended", True) is False:
             raise SnapshotError(f"async generator {gen.__qualname__}() is running")
     else:
         frame, created = gen.gi_frame, inspect.getgeneratorstate(gen) == inspect.GEN_CREATED
@@ -425,7 +427,11 @@ def capture_generator(
             f"{_kind_of(code)} {describe(frame)} is paused in {ins.opname}, not at a "
             "yield; it cannot be frozen"
         )
-    if isinstance(gen, types.AsyncGeneratorType) and not is_async_yield(original, ins.start):
+    if (
+        isinstance(gen, types.AsyncGeneratorType)
+        and not is_async_yield(original, ins.start)
+        and not gen.ag_running  # no `async for` step in progress: a stray await-yield
+    ):
         raise SnapshotError(
             f"async generator {describe(frame)} is paused inside an await of its body (a "
             "snapshot or wait inside the async generator): move the snapshot out of "

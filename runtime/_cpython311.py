@@ -31,6 +31,10 @@ FRAME_DATA_OFFSET = None
 GEN_EXC_VALUE_OFFSET = 48
 
 # A suspended generator's f_lasti (in code units) + this = the unit after its YIELD_VALUE.
+# _asyncio's TaskObj (Modules/_asynciomodule.c, 3.11): the int task_num_cancels_requested,
+# what Task.cancelling() returns (restored on a rebuilt task: runtime/_async.py)
+TASK_NUM_CANCELS_OFFSET = 168
+
 GEN_RESUME_DELTA = 1
 
 # How a morph prologue calls a zero-argument callable held in co_consts.

@@ -30,6 +30,10 @@ FRAME_DATA_OFFSET = 48
 # PyGenObject: HEAD(16) gi_weakreflist gi_name gi_qualname, then gi_exc_state
 GEN_EXC_VALUE_OFFSET = 40
 
+# _asyncio's TaskObj (Modules/_asynciomodule.c, 3.12): the int task_num_cancels_requested,
+# what Task.cancelling() returns (restored on a rebuilt task: runtime/_async.py)
+TASK_NUM_CANCELS_OFFSET = 168
+
 GEN_RESUME_DELTA = 1
 
 CALL_SEQUENCE = (("PUSH_NULL", 0), ("LOAD_CONST", "fn"), ("CALL", 0))

@@ -29,6 +29,10 @@ FRAME_DATA_OFFSET = 64
 GEN_EXC_VALUE_OFFSET = 40
 
 # instr_ptr of a suspended generator already points past its YIELD_VALUE.
+# _asyncio's TaskObj (Modules/_asynciomodule.c, 3.13): the int task_num_cancels_requested,
+# what Task.cancelling() returns (restored on a rebuilt task: runtime/_async.py)
+TASK_NUM_CANCELS_OFFSET = 104
+
 GEN_RESUME_DELTA = 0
 
 # 3.13: the callable sits below self_or_null.

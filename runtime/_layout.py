@@ -26,6 +26,8 @@ __all__ = [
     "true_previous",
     "generator_handled_exception",
     "object_at",
+    "replace_stack_top",
+    "set_task_cancelling",
 ]
 
 _SUPPORTED = {(3, 11): "_cpython311", (3, 12): "_cpython312", (3, 13): "_cpython313"}
@@ -122,6 +124,40 @@ def read_pointers(address: int, start: int, stop: int) -> list[object]:
         return []
     array = (_P * stop).from_address(address + _LOCALSPLUS_OFFSET)
     return [object_at(p) if p else NULL for p in array[start:stop]]
+
+
+_INCREF = ctypes.pythonapi.Py_IncRef
+_INCREF.argtypes = [ctypes.py_object]
+_INCREF.restype = None
+_DECREF = ctypes.pythonapi.Py_DecRef
+_DECREF.argtypes = [ctypes.py_object]
+_DECREF.restype = None
+
+
+def replace_stack_top(frame: types.FrameType, old: object, new: object) -> None:
+    """Put `new` in place of `old` at the top of a suspended frame's value stack (what
+    a coroutine paused at an await sends to: its awaited iterator)."""
+    address, view = iframe_of(frame)
+    index = view.stacktop - 1
+    array = (_P * (index + 1)).from_address(address + _LOCALSPLUS_OFFSET)
+    if index < nlocalsplus(frame.f_code) or array[index] != id(old):
+        raise RuntimeError(f"{frame.f_code.co_qualname}() does not hold that awaited object")
+    _INCREF(new)
+    array[index] = id(new)
+    _DECREF(old)
+
+
+def set_task_cancelling(task: object, count: int) -> None:
+    """Give a task not started yet the cancellation count (Task.cancelling()) a saved
+    task had, with no cancellation pending: asyncio has no API to set it."""
+    field = ctypes.c_int.from_address(id(task) + LAYOUT.TASK_NUM_CANCELS_OFFSET)
+    cancelling = getattr(task, "cancelling")  # noqa: B009 (an asyncio.Task)
+    if field.value != cancelling() or getattr(task, "_must_cancel", True):
+        raise RuntimeError("asyncio's Task does not match the layout table")
+    field.value = count
+    if cancelling() != count:
+        field.value = 0
+        raise RuntimeError("asyncio's Task does not match the layout table")
 
 
 def true_previous(frame: types.FrameType, view: IFrame) -> int:

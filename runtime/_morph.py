@@ -27,7 +27,14 @@ from ..serializers._codeid import find_code
 from ._frames import CALL, GENERATOR, GENERATOR_CREATED, INSTANCE, FrameRecord
 from ._layout import LAYOUT, NULL
 
-__all__ = ["build_resume_chain", "rebuild_generator", "unmorph", "morph_record", "is_morph"]
+__all__ = [
+    "build_resume_chain",
+    "rebuild_generator",
+    "rebuild_async_step",
+    "unmorph",
+    "morph_record",
+    "is_morph",
+]
 
 
 @dataclass(frozen=True)
@@ -289,6 +296,17 @@ def build_resume_chain(
     return fn
 
 
+@pinned("rebuild_async_step")
+def rebuild_async_step(gen: object) -> object:
+    """The `async for` step (asend) in progress of an async generator restored paused
+    inside an await of its body: advancing it once runs the generator's restore
+    prologue up to that await, where it hands its await over as the original did."""
+    step = gen.asend(None)  # type: ignore[attr-defined]
+    if step.send(None) is not None:
+        raise RuntimeError("restoring an async generator's step yielded a value")
+    return step
+
+
 def _async_yield_wrap(code: types.CodeType, yield_unit: int) -> tuple[str, int] | None:
     """The instruction wrapping the value an async generator's `yield` at `yield_unit`
     hands its consumer (ASYNC_GEN_WRAP, or CALL_INTRINSIC_1 from 3.12); None for any
@@ -315,6 +333,8 @@ def rebuild_generator(rec: FrameRecord) -> object:
             if gen.send(None) is not None:
                 raise RuntimeError(f"restoring {gen.__qualname__}() yielded a value")
         elif isinstance(gen, types.AsyncGeneratorType):
+            if _async_yield_wrap(find_code(rec.code), rec.resume) is None:
+                return gen  # paused inside an await: its `async for` step primes it
             try:
                 gen.asend(None).send(None)
             except StopIteration:

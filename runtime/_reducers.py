@@ -22,9 +22,9 @@ from .._errors import SnapshotError
 from ..serializers import _dispatch
 from ..serializers._pickler import _exhausted_generator, _finished_coroutine
 from ._capture import capture_generator
-from ._morph import is_morph, rebuild_generator, unmorph
+from ._morph import is_morph, rebuild_async_step, rebuild_generator, unmorph
 
-__all__: list[str] = []
+__all__ = ["ASEND_TYPE"]
 
 
 def _reduce_generator(gen: types.GeneratorType[Any, Any, Any]) -> tuple[Any, ...]:
@@ -44,8 +44,6 @@ def _reduce_coroutine(
     frame = obj.cr_frame if isinstance(obj, types.CoroutineType) else obj.ag_frame
     if frame is None:
         return (_finished_coroutine, ())
-    if isinstance(obj, types.AsyncGeneratorType) and obj.ag_running:
-        raise pickle.PicklingError(_inside_await(obj))
     if isinstance(obj, types.CoroutineType) and obj.cr_running:
         raise pickle.PicklingError(
             f"{type(obj).__name__} {obj.__qualname__}() is running; it can be frozen only "
@@ -69,13 +67,16 @@ def _inside_await(gen: types.AsyncGeneratorType[Any, Any]) -> str:
 
 
 def _reduce_async_step(step: object) -> tuple[Any, ...]:
-    """An `async for` step (anext(), asend(), athrow()) in progress: its generator is
-    paused inside an await of its body."""
+    """An `async for` step (anext(), asend()) in progress: its generator is paused
+    inside an await of its body; rebuilt as the same step of the rebuilt generator.
+    An athrow() (aclose()) in progress is refused."""
     import gc
 
     for ref in gc.get_referents(step):
         if isinstance(ref, types.AsyncGeneratorType):
-            raise pickle.PicklingError(_inside_await(ref))
+            if type(step) is _ATHROW or not ref.ag_running:
+                raise pickle.PicklingError(_inside_await(ref))
+            return (rebuild_async_step, (ref,))
     raise pickle.PicklingError("an async generator's step (anext()) is in progress")
 
 
@@ -95,9 +96,15 @@ async def _probe() -> AsyncGenerator[None, None]:
     yield None
 
 
+def _step_type(step: Any) -> type:
+    step.close()  # never started: closed, so it is not reported as never awaited
+    return type(step)
+
+
 _agen = _probe()
-for _step in (_agen.asend(None), _agen.athrow(GeneratorExit)):
-    _dispatch.register_reducer(type(_step), _reduce_async_step)
-    _step.close()
-del _agen, _step
+ASEND_TYPE = _step_type(_agen.asend(None))
+_ATHROW = _step_type(_agen.athrow(GeneratorExit))
+for _type in (ASEND_TYPE, _ATHROW):
+    _dispatch.register_reducer(_type, _reduce_async_step)
+del _agen, _type
 _dispatch.register_code_stubs(is_morph, _original_position)

@@ -41,6 +41,7 @@ NAMES: dict[str, str] = {
     "CodeRef": "snapstate.serializers._codeid:CodeRef",
     "NULL": "snapstate.runtime._layout:NULL",
     "rebuild_generator": "snapstate.runtime._morph:rebuild_generator",
+    "rebuild_async_step": "snapstate.runtime._morph:rebuild_async_step",
     "process_state": "snapstate.runtime._process:_loaded",
     "redacted_secret": "snapstate.runtime._effects:_redacted",
     "task_handle": "snapstate.runtime._tasks:_task_handle",

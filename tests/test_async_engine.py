@@ -96,25 +96,45 @@ def test_asynccontextmanager_inside_round_trips():
     assert log.lines == ["managed in", "managed out"]
 
 
-def test_async_generator_inside_an_await_is_refused():
-    """An async generator paused in an await of its body (not at a yield) is refused
-    by name, with the fix."""
+def test_async_generator_step_inside_an_await_round_trips():
+    """An `async for` step (anext()) in progress, its async generator paused inside an
+    await of its body, comes back with the generator paused there: sending the step
+    its value finishes it as on the original."""
 
     async def drive():
         gen = subjects.inside_await(subjects.Gate())
         step = gen.__anext__()
         assert step.send(None) is None  # paused at the gate, inside the generator
+        copy_gen, copy_step = roundtrip((gen, step))
+        results = []
+        for g, s in ((copy_gen, copy_step), (gen, step)):
+            with pytest.raises(StopIteration) as yielded:
+                s.send("done")
+            results.append(yielded.value.value)
+            with pytest.raises(StopAsyncIteration):
+                await g.__anext__()
+        return results
+
+    assert asyncio.run(drive()) == [("gate", "done"), ("gate", "done")]
+
+
+def test_async_generator_being_closed_is_refused():
+    """An aclose() in progress (its generator awaiting in a finally) is refused by
+    name, with the fix."""
+
+    async def drive():
+        gen = subjects.closing_await(subjects.Gate())
+        await gen.__anext__()
+        closing = gen.aclose()
+        assert closing.send(None) is None  # paused at the gate, in the finally
         with pytest.raises(Exception) as info:
-            _pickler.dumps(gen)
+            _pickler.dumps(closing)
         with pytest.raises(StopIteration):
-            step.send("done")  # the generator yields its value: finished cleanly below
-        with pytest.raises(StopAsyncIteration):
-            await gen.__anext__()
+            closing.send("x")
         return str(info.value)
 
     message = asyncio.run(drive())
-    assert "inside_await()" in message and "paused inside an await" in message
-    assert "move the snapshot out of" in message
+    assert "closing_await()" in message and "paused inside an await" in message
 
 
 def test_running_coroutine_is_refused():

@@ -3,6 +3,7 @@ and a clear error naming the version when they do not fit."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
 
 import pytest
@@ -43,3 +44,26 @@ def test_layout_mismatch_is_detected(monkeypatch, field, wrong):
     version = "{}.{}".format(*sys.version_info[:2])
     with pytest.raises(ImportError, match=f"CPython {version} frame layout table does not match"):
         _layout.verify_layout()
+
+
+def test_task_cancel_count_offset_matches_asyncio():
+    """The table's offset of Task's cancellation count reads what cancelling() says, and
+    setting it on a task not started yet leaves no cancellation pending."""
+    import asyncio
+
+    from snapstate.runtime._layout import LAYOUT, set_task_cancelling
+
+    async def idle():
+        return "ran"
+
+    async def probe():
+        loop = asyncio.get_running_loop()
+        task = loop.create_task(idle())
+        field = ctypes.c_int.from_address(id(task) + LAYOUT.TASK_NUM_CANCELS_OFFSET)
+        assert field.value == task.cancelling() == 0
+        set_task_cancelling(task, 2)
+        assert task.cancelling() == 2 and not task._must_cancel
+        assert await task == "ran"  # not cancelled
+        assert task.uncancel() == 1
+
+    asyncio.run(probe())

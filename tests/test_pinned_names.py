@@ -77,6 +77,7 @@ STABLE_NAMES = [
     "numpy_set_subclass_state",
     "openai_rebuild_client",
     "process_state",
+    "rebuild_async_step",
     "rebuild_function",
     "rebuild_generator",
     "redacted_secret",

@@ -95,3 +95,10 @@ async def managed(log):
 
 async def inside_await(gate):
     yield await gate
+
+
+async def closing_await(gate):
+    try:
+        yield 1
+    finally:
+        await gate
