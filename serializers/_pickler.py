@@ -109,7 +109,11 @@ def _finished_coroutine() -> Coroutine[Any, Any, None]:
 
 # (__dict__, __cause__, __context__, __suppress_context__, saved traceback)
 _ExceptionState = tuple[
-    dict[str, Any], BaseException | None, BaseException | None, bool, list[Entry] | None
+    dict[str, Any],
+    BaseException | None,
+    BaseException | None,
+    bool,
+    list[Entry] | types.TracebackType | None,
 ]
 
 
@@ -118,8 +122,16 @@ def _set_exception_state(exc: BaseException, state: _ExceptionState) -> None:
     attrs, cause, context, suppress, traceback = state
     exc.__dict__.update(attrs)
     exc.__cause__, exc.__context__, exc.__suppress_context__ = cause, context, suppress
-    if traceback:
-        exc.__traceback__ = rebuild_traceback(traceback)
+    if isinstance(traceback, list):  # saved as its entries (files before async jobs)
+        exc.__traceback__ = rebuild_traceback(traceback) if traceback else None
+    elif isinstance(traceback, types.TracebackType):  # one object with any other reference
+        exc.__traceback__ = traceback
+
+
+@pinned("rebuild_traceback")
+def _traceback(entries: list[Entry]) -> types.TracebackType | None:
+    """A traceback held as a value (e.g. __aexit__'s `tb`, or an exception's)."""
+    return rebuild_traceback(entries)
 
 
 @pinned("from_dill")
@@ -178,13 +190,15 @@ class FreezePickler(_CloudPickler):
         adapter = _dispatch.adapter_for(t)
         if adapter is not None:
             return adapter(obj)
+        if t is types.TracebackType:
+            return (_traceback, (save_traceback(obj),))
         if t in _DILL_TYPES:
             return (_from_dill, (dill.dumps(obj, protocol=5),))
         if isinstance(obj, BaseException):
             reduced = obj.__reduce__()
             if isinstance(reduced, str):
                 return reduced  # a global name (the exception is a module's singleton)
-            traceback = save_traceback(obj.__traceback__) if obj.__traceback__ else None
+            traceback = obj.__traceback__  # saved once, however often referenced
             return (
                 reduced[0],
                 reduced[1],

@@ -66,6 +66,7 @@ NAMES: dict[str, str] = {
     "exhausted_generator": "snapstate.serializers._pickler:_exhausted_generator",
     "finished_coroutine": "snapstate.serializers._pickler:_finished_coroutine",
     "set_exception_state": "snapstate.serializers._pickler:_set_exception_state",
+    "rebuild_traceback": "snapstate.serializers._pickler:_traceback",
     "from_dill": "snapstate.serializers._pickler:_from_dill",
     # deep graphs (serializers/_deep.py)
     "deep_first": "snapstate.serializers._deep:_first",

@@ -80,6 +80,7 @@ STABLE_NAMES = [
     "rebuild_async_step",
     "rebuild_function",
     "rebuild_generator",
+    "rebuild_traceback",
     "redacted_secret",
     "reopen_file",
     "reopen_named_temp",
