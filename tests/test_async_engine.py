@@ -281,3 +281,18 @@ def test_snapshot_inside_its_own_timeout_is_refused_at_once(tmp_path):
     assert "asyncio.timeout() or wait_for() deadline" in run.stdout
     assert "take the snapshot outside that block" in run.stdout
     assert run.stdout.endswith("seq 1\n")
+
+
+def test_traceback_held_as_a_value_keeps_its_identity():
+    """A traceback object held as a value (what __aexit__ receives) is saved once with
+    its exception's __traceback__ and prints the same."""
+    import traceback
+
+    try:
+        subjects.fail("x")
+    except KeyError as caught:
+        exc = caught
+    tb = exc.__traceback__
+    exc2, tb2 = roundtrip((exc, tb))
+    assert exc2.__traceback__ is tb2
+    assert traceback.format_tb(tb2) == traceback.format_tb(tb)

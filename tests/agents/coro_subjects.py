@@ -102,3 +102,7 @@ async def closing_await(gate):
         yield 1
     finally:
         await gate
+
+
+def fail(key):
+    raise KeyError(key)
