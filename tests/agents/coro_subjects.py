@@ -106,3 +106,10 @@ async def closing_await(gate):
 
 def fail(key):
     raise KeyError(key)
+
+
+def caught(key):
+    try:
+        fail(key)
+    except KeyError as exc:
+        return exc
