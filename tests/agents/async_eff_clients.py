@@ -76,7 +76,8 @@ class Bot:
 @effect(kind="read")
 async def ask_plain(client, text):
     response = await client.post(
-        "/chat/completions", json={"model": "plain", "messages": [{"role": "user", "content": text}]}
+        "/chat/completions",
+        json={"model": "plain", "messages": [{"role": "user", "content": text}]},
     )
     return response.json()["choices"][0]["message"]["content"]
 

@@ -7,6 +7,9 @@ httpx.AsyncClient per call.
     SHAPE          main: main places ORDERS orders, `await snapshot()` after each;
                    tasks: two tasks (asyncio.gather: ids 1 and 2) place their orders at
                    once, each snapshotting after each order; main prints the results
+                   late: main snapshots, places an order, then creates a task that
+                   places one (httpx's AsyncClient starts a task of its own while it
+                   sends, so the late task is task 2 when main's order was sent)
     DELAYS         JSON {"a": [...], "b": [...]}: how long the provider holds each order
                    of the tasks (tests/test_async_effects.py's SlowProvider)
 
@@ -99,9 +102,21 @@ async def in_tasks():
     return [po for placed in results for po in placed]
 
 
+async def late():
+    await snapshot("first")
+    po = await PLACE("main-0", 1)
+    task = asyncio.create_task(worker("late", [0]))
+    placed = [po["id"], *await task]
+    print("late", placed[1:], flush=True)
+    return placed
+
+
 async def main():
-    if os.environ.get("SHAPE", "main") == "tasks":
+    shape = os.environ.get("SHAPE", "main")
+    if shape == "tasks":
         placed = await in_tasks()
+    elif shape == "late":
+        placed = await late()
     else:
         placed = await in_main(int(os.environ.get("ORDERS", "2")))
     print("all placed", len(placed), flush=True)
