@@ -174,25 +174,37 @@ def _resume_reconciling(provider, store: Path, job: str, cwd: Path, env: dict) -
 
 # ------------------------------------------------------------------------ a. in main
 @pytest.mark.parametrize(
-    "fault",
+    ("fault", "committed", "printed"),
     [
-        "effect-after-send:1",  # order 0 committed by the provider, its reply not recorded
-        "effect-before-send:2",  # order 1 prepared after snapshot 1, nothing sent
-        "effect-after-send:2",  # order 1 committed after snapshot 1, its reply not recorded
-        "after-snapshot:1",  # snapshot 1 committed, the process dies before going on
-        "after-snapshot:2",  # the last snapshot committed
+        # order 0 committed by the provider, its reply not recorded
+        ("effect-after-send:1", 0, 0),
+        # order 1 prepared after snapshot 1, nothing sent
+        ("effect-before-send:2", 1, 2),
+        # order 1 committed after snapshot 1, its reply not recorded
+        ("effect-after-send:2", 1, 2),
+        # snapshot 1 committed, the process dies before `await snapshot()` returns
+        ("after-snapshot:1", 1, 1),
+        # the last snapshot committed
+        ("after-snapshot:2", 2, 3),
     ],
 )
-def test_an_async_effect_in_main_is_delivered_once(tmp_path, provider, fault):
+def test_an_async_effect_in_main_is_delivered_once(tmp_path, provider, fault, committed, printed):
     """Crash windows: after an async keyed effect's send (the provider committed, the
     ledger does not know), before its send, and right after each `await snapshot()`.
     The resume in a new process re-sends an unconfirmed effect with the same key (the
     provider answers with the first order), serves a confirmed one from the ledger:
-    one delivery per action, the provider's ids, stdout and result as uninterrupted."""
+    one delivery per action, the provider's ids, stdout and result as uninterrupted:
+    the killed run printed its first `printed` lines, the resume prints the rest from
+    the line right after the `await snapshot()` it resumes at (`committed`)."""
     full = _uninterrupted(tmp_path, "keyed", "main")
-    assert full.stdout == (
-        "placed 0 po-1 ledger\nsnapshot 1\nplaced 1 po-2 ledger\nsnapshot 2\nall placed 2\n"
-    )
+    lines = full.stdout.splitlines(keepends=True)
+    assert lines == [
+        "placed 0 po-1 ledger\n",
+        "snapshot 1\n",
+        "placed 1 po-2 ledger\n",
+        "snapshot 2\n",
+        "all placed 2\n",
+    ]
     env = _env(provider, "keyed", "main")
     store = tmp_path / "s"
     killed = snaprun(
@@ -200,9 +212,12 @@ def test_an_async_effect_in_main_is_delivered_once(tmp_path, provider, fault):
     )
     assert killed.returncode == -9, killed.stderr
     sent = dict(provider.requests)
+    assert killed.stdout == "".join(lines[:printed])
     final = snaprun("resume", "--store", store, "j", cwd=tmp_path, env=env)
     assert final.returncode == 0, final.stderr
-    _same_output(full, [killed.stdout], final)
+    start = lines.index(f"snapshot {committed}\n") if committed else 0
+    assert final.stdout == "".join(lines[start:])
+    assert final.result == full.result == "['po-1', 'po-2']"
     assert provider.deliveries == Counter({"action-0": 1, "action-1": 1})
     resent = {"action-0"} if fault == "effect-after-send:1" else set()
     resent |= {"action-1"} if fault == "effect-after-send:2" else set()
