@@ -258,14 +258,18 @@ def test_async_effects_in_flight_in_two_tasks(tmp_path, provider, mode, fault):
     )
     assert killed.returncode == -9, killed.stderr
     provider.settle()
-    confirmed = {
-        r["args"].split("'")[1] for r in _effects(store, "j", tmp_path) if r["state"] == "confirmed"
-    }
+    states = {r["args"].split("'")[1]: r["state"] for r in _effects(store, "j", tmp_path)}
+    confirmed = {action for action, state in states.items() if state == "confirmed"}
+    if fault == "effect-after-send:1#1":  # both first orders in flight at the kill
+        assert states == {"a-0": "dispatched", "b-0": "dispatched"}, states
+        assert provider.deliveries == Counter({"a-0": 1, "b-0": 1})
     sent = dict(provider.requests)
     final = snaprun("resume", "--store", store, "j", cwd=tmp_path, env=env)
     assert final.returncode == 0, final.stderr
     _same_output(full, [killed.stdout], final)
     assert provider.deliveries == Counter(dict.fromkeys(TASK_ACTIONS, 1))
+    if fault == "effect-after-send:1#1":  # re-sent with their keys, answered as before
+        assert provider.requests["a-0"] == provider.requests["b-0"] == 2
     for action in confirmed:
         assert provider.requests[action] == sent[action] == 1, (action, provider.requests)
     if mode == "lookup":  # found by its reference: never sent a second time
