@@ -48,9 +48,10 @@ REFUSALS = AGENTS / "async_eff_refusals.py"
 PLAIN = AGENTS / "async_eff_plain.py"
 RETRY = AGENTS / "async_eff_retry.py"
 TASK_ACTIONS = ["a-0", "a-1", "b-0", "b-1"]
-# Task b's first order is held 0.4 s by the provider: a kill at any of task a's first
-# effect's points finds it in flight (the provider commits it after the kill).
-DELAYS = json.dumps({"a": [0, 0], "b": [0.4, 0]})
+# The provider holds task a's first order 0.3 s and task b's 0.7 s: both are sent at
+# once, so a kill at any point of task a's first effect (after its reply, at 0.3 s)
+# finds b's in flight (the provider commits it after the kill), even on a loaded machine.
+DELAYS = json.dumps({"a": [0.3, 0], "b": [0.7, 0]})
 
 
 # ------------------------------------------------------------------------ providers
@@ -83,12 +84,20 @@ class SlowProvider(Provider):
                 self.active -= 1
 
     def settle(self, timeout: float = 10.0) -> None:
-        """Wait until the requests a killed process left in flight are served."""
+        """Wait until the requests a killed process left in flight are served (nothing
+        served for 0.3 s in a row)."""
         deadline = time.monotonic() + timeout
+        idle_since = None
         while time.monotonic() < deadline:
             with self.lock:
-                if self.active == 0:
-                    return
+                active = self.active
+            now = time.monotonic()
+            if active:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= 0.3:
+                return
             time.sleep(0.02)
         raise AssertionError("the provider is still serving requests")
 
@@ -301,15 +310,15 @@ def test_plain_async_effects_in_flight_in_two_tasks_park_as_ambiguous(tmp_path, 
     provider.settle()
     assert provider.deliveries == Counter({"a-0": 1, "b-0": 1})  # both reached the provider
     rows = {r["args"]: r["state"] for r in _effects(store, "j", tmp_path)}
-    assert rows == {"'a-0', 1, 0": "dispatched", "'b-0', 1, 0.4": "dispatched"}
+    assert rows == {"'a-0', 1, 0.3": "dispatched", "'b-0', 1, 0.7": "dispatched"}
     final, parks = _resume_reconciling(provider, store, "j", tmp_path, env)
     assert final.returncode == 0, final.stderr
     first_row, first = parks[0]
-    assert first_row["args"] == "'a-0', 1, 0"
+    assert first_row["args"] == "'a-0', 1, 0.3"
     assert "parked" in first.stderr and "(task 1#1)" in first.stderr
     assert "outcome is unknown" in first.stderr and first.stdout == ""
     # a-0, then b-0 (then possibly a-1: see the xfail test below)
-    assert [row["args"] for row, _ in parks][:2] == ["'a-0', 1, 0", "'b-0', 1, 0.4"]
+    assert [row["args"] for row, _ in parks][:2] == ["'a-0', 1, 0.3", "'b-0', 1, 0.7"]
     _same_output(full, [killed.stdout], final)
     assert provider.deliveries == Counter(dict.fromkeys(TASK_ACTIONS, 1))
     assert provider.requests == Counter(dict.fromkeys(TASK_ACTIONS, 1))  # nothing re-sent
