@@ -16,6 +16,9 @@ Anthropic stub), fault points of runtime/_faults.py. Agents:
                                 thread or sleeps; the job carries on
   agents/async_eff_plain.py     the same calls under plain Python (asyncio.run)
   agents/async_eff_retry.py     an async keyed effect with Retry, while a task ticks
+  (written by the test)         a greenlet-task job paused in gather(*tasks): the sync
+                                counterpart of benchmarks/bench_async.py, which
+                                segfaults on 3.11
 
 A spawned task's effects are named "<task>#<n>" at the fault points: tasks created by
 main are "1", "2"... in creation order (asyncio.gather's children included).
