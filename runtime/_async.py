@@ -132,6 +132,13 @@ class _TaskInfo:
     index: int
     spawned: int = 0  # tasks it created
     effects: int = 0  # a spawned task's actions (the ledger's "<id>#<n>")
+    internal: bool = False  # created by an effect's own code (a client's task)
+
+
+# Tasks an effect's own code creates (httpx and anyio start some) are not the agent's:
+# a restore serves that effect from the ledger without running its code, so they must
+# not take the spawn counts or default names the agent's own tasks are identified by.
+INTERNAL_BASE = 1 << 40
 
 
 class JobLoop(asyncio.SelectorEventLoop):
@@ -149,7 +156,10 @@ class JobLoop(asyncio.SelectorEventLoop):
         if runner is not None and kwargs.get("name") is None:
             # asyncio's default names come from a process-wide counter: a restored job
             # would name its new tasks differently. Counted per job instead (saved).
-            kwargs["name"] = f"Task-{runner.count + 1}"
+            if runner.creating_internal():
+                kwargs["name"] = f"effect-task-{runner.internal + 1}"
+            else:
+                kwargs["name"] = f"Task-{runner.count + 1}"
         task = super().create_task(coro, **kwargs)
         if runner is not None:
             runner.adopt(task)
@@ -430,12 +440,16 @@ class EffectPoint(_Point):
         raise StopIteration(value)
 
     def _forward(self, method: str, value: Any) -> Any:
+        runner = _running_runner()
+        runner.effect_depth += 1  # tasks created meanwhile are the effect's own
         try:
             return getattr(self.coro, method)(value)
         except StopIteration as stop:
             outcome: tuple[str, Any] = ("value", stop.value)
         except BaseException as exc:  # the effect's error (a cancellation too)
             outcome = ("error", exc)
+        finally:
+            runner.effect_depth -= 1
         self.coro = None
         assert self.glet is not None
         try:
@@ -563,6 +577,8 @@ class AsyncRunner:
         self.own: set[asyncio.TimerHandle] = set()
         self.bound: asyncio.TimerHandle | None = None
         self.effect_glets: set[greenlet.greenlet] = set()
+        self.effect_depth = 0  # an effect's coroutine is running (nested: its depth)
+        self.internal = 0  # tasks effects' own code created
         self.waits: dict[WaitPoint, asyncio.Future[Any]] = {}
         self.settle = settle_seconds()
         self._resumed: tuple[float, int] | None = None  # (created_at, seq) after a restore
@@ -573,6 +589,17 @@ class AsyncRunner:
             return
         if self.main is None:
             info = _TaskInfo(MAIN, None, self.count)
+            self.count += 1
+        elif self.creating_internal():
+            self.internal += 1
+            current = asyncio.current_task(self.loop)
+            parent = self.info.get(current) if current is not None else None
+            info = _TaskInfo(
+                f"effect-task-{self.internal}",
+                parent.id if parent is not None else None,
+                INTERNAL_BASE + self.internal,
+                internal=True,
+            )
         else:
             current = asyncio.current_task(self.loop)
             parent = self.info.get(current) if current is not None else None
@@ -581,9 +608,18 @@ class AsyncRunner:
             parent.spawned += 1
             tid = str(parent.spawned) if parent.id == MAIN else f"{parent.id}.{parent.spawned}"
             info = _TaskInfo(tid, parent.id, self.count)
-        self.count += 1
+            self.count += 1
         self.info[task] = info
         self.order.append(task)
+
+    def creating_internal(self) -> bool:
+        """A task created now belongs to an effect's own code: while an effect's
+        coroutine runs, or in a task such code created."""
+        if self.effect_depth:
+            return True
+        current = asyncio.current_task(self.loop)
+        parent = self.info.get(current) if current is not None else None
+        return parent is not None and parent.internal
 
     def ledger_task(self) -> _TaskInfo | None:
         """The spawned task calling the ledger (None in main: the job's ordinals)."""
@@ -591,6 +627,15 @@ class AsyncRunner:
         if current is None:
             return None  # a callback of the loop's: main's identities, in callback order
         info = self.info.get(current)
+        if info is not None and info.internal:
+            from .._errors import EffectOutsideJob
+
+            raise EffectOutsideJob(
+                f"an effect or recorded value was called by task {current.get_name()}, which "
+                "an effect's own code started: effects must not call snapstate (a restore "
+                "serves the effect from the ledger without running its code); call it from "
+                "the agent's own tasks"
+            )
         if info is None:
             from .._errors import EffectOutsideJob
 
@@ -778,7 +823,13 @@ class AsyncRunner:
             "debug": loop.get_debug(),
             "slow_callback_duration": loop.slow_callback_duration,
         }
-        return {"tasks": pending, "main": self.main, "count": self.count, "loop": settings}
+        return {
+            "tasks": pending,
+            "main": self.main,
+            "count": self.count,
+            "internal": self.internal,
+            "loop": settings,
+        }
 
     def _refuse(self, busy: str, *, waited: bool) -> None:
         lines = []
@@ -907,10 +958,12 @@ class AsyncRunner:
                     placeholder.close()
                     _set_outcome(task, st["outcome"], st.get("unretrieved", False))
                 self.info[task] = info
-                self.count = max(self.count, info.index + 1)
+                if not info.internal:
+                    self.count = max(self.count, info.index + 1)
             self.order = sorted(self.info, key=lambda t: self.info[t].index)
             self.main = state["main"]
             self.count = max(self.count, int(state.get("count", 0)))
+            self.internal = int(state.get("internal", 0))
             settings = state.get("loop") or {}
             loop.set_exception_handler(settings.get("exception_handler"))
             loop.set_debug(bool(settings.get("debug", False)))

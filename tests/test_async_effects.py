@@ -366,18 +366,12 @@ def test_a_park_lets_the_other_tasks_effects_in_flight_finish(tmp_path, provider
     assert unsent == [], rows
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: tasks an async effect's coroutine creates while sending (httpx's "
-    "connection task) take task ids; served from the ledger after a restore it creates "
-    "none, so a task created later gets another id and its effect another identity: "
-    "sent again under a new key",
-)
 def test_a_task_created_after_a_sent_effect_keeps_its_identity(tmp_path, provider):
-    """Crash window: after the send of an effect of a task (2#1) that main created
+    """Crash window: after the send of an effect of a task (1#1) that main created
     after its own async effect (sent with httpx.AsyncClient, which starts a task of
-    its own while sending). The resume from snapshot 1 serves main's effect from the
-    ledger; the task must still be task 2 and its effect found as 2#1: one delivery."""
+    its own while sending: an effect's own tasks take no task id). The resume from
+    snapshot 1 serves main's effect from the ledger; the task must still be task 1 and
+    its effect found as 1#1: one delivery."""
     env = _env(provider, "keyed", "late")
     store = tmp_path / "s"
     killed = snaprun(
@@ -388,7 +382,7 @@ def test_a_task_created_after_a_sent_effect_keeps_its_identity(tmp_path, provide
         "j",
         ORDERS,
         cwd=tmp_path,
-        fault="effect-after-send:2#1",
+        fault="effect-after-send:1#1",
         env=env,
     )
     assert killed.returncode == -9, killed.stderr
@@ -605,7 +599,7 @@ def test_a_snapshot_is_refused_while_a_task_awaits_foreign_io(tmp_path, provider
     message = _refused(run.stdout)
     chain, busy = REFUSAL_CASES[kind]
     assert message.startswith("refused: snapshot 2 (busy) was refused: after 0.5s")
-    assert f"task 2 (busy-{kind}): busy() at {REFUSALS}:" in message
+    assert f"task 1 (busy-{kind}): busy() at {REFUSALS}:" in message  # the effect's task: no id
     assert f"{chain}{REFUSALS}:" in message
     assert all(needle in message for needle in busy), message
     assert "before the snapshot" in message and "@effect" in message  # the fixes
@@ -664,7 +658,7 @@ def test_an_uncaught_refusal_fails_the_job_and_keeps_its_snapshot(tmp_path, prov
     assert run.returncode == 1, run.stderr
     failed = [line for line in run.stderr.splitlines() if line.startswith("snaprun: job j failed:")]
     assert len(failed) == 1 and "SnapshotError: snapshot 2 (busy) was refused" in failed[0]
-    assert "task 2 (busy-socket)" in failed[0] and "socket(s)" in failed[0]
+    assert "task 1 (busy-socket)" in failed[0] and "socket(s)" in failed[0]
     assert "its last snapshot is 1" in run.stderr
     assert [f.name[:6] for f in snapshot_files(store, "j")] == ["000001"]
     env.pop("UNCAUGHT")

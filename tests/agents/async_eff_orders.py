@@ -9,7 +9,8 @@ httpx.AsyncClient per call.
                    once, each snapshotting after each order; main prints the results
                    late: main snapshots, places an order, then creates a task that
                    places one (httpx's AsyncClient starts a task of its own while it
-                   sends, so the late task is task 2 when main's order was sent)
+                   sends: an effect's own tasks take no id, so the late task is task 1
+                   whether main's order was sent or served from the ledger)
     DELAYS         JSON {"a": [...], "b": [...]}: how long the provider holds each order
                    of the tasks (tests/test_async_effects.py's SlowProvider)
 
