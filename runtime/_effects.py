@@ -1423,7 +1423,7 @@ class Ledger:
                 )
                 if retry is not None and retryable and attempt < retry.attempts:
                     attempt += 1
-                    time.sleep(min(delay, retry.max_backoff))
+                    self._backoff(min(delay, retry.max_backoff))
                     delay *= 2
                     if spec.lookup is not None and spec.idempotency != "key":
                         found: R | None = _lookup(spec, row.key, self.job.epoch)
@@ -1438,6 +1438,19 @@ class Ledger:
                 raise
             fault_point("effect-after-send", self._point(row))
             return self._confirm(row, result, attempt, row.note)
+
+    def _backoff(self, seconds: float) -> None:
+        """Wait before a retry: in an async effect's greenlet, an asyncio.sleep() run by
+        the awaiting task (the job's other tasks go on); otherwise a plain sleep."""
+        runner = self.job._async
+        if runner is not None and greenlet.getcurrent() in runner.effect_glets:
+            import asyncio
+
+            from ._async import await_in_task
+
+            await_in_task(asyncio.sleep(seconds))
+            return
+        time.sleep(seconds)
 
     def _refused(self, row: EffectRow, attempt: int, seconds: float, exc: Exception) -> NoReturn:
         """The provider refused the call for now (a rate limit): the action did not

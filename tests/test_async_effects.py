@@ -744,12 +744,6 @@ def test_an_async_effect_is_retried_with_the_same_key(retried):
     assert row["state"] == "confirmed" and row["attempts"] == 2, row
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: an async effect's Retry backoff is time.sleep() in the ledger's "
-    "greenlet (Ledger._dispatch), which blocks the job's event loop: every other task "
-    "stops for the backoff",
-)
 def test_a_retry_backoff_does_not_stop_the_other_tasks(retried):
     """While the effect waits 0.6 s before its second attempt, the ticking task goes on
     (the longest gap between two ticks stays well under the backoff)."""
