@@ -36,6 +36,7 @@ gathers over the same children, futures with their done-callbacks.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import functools
 import gc
@@ -755,6 +756,7 @@ class AsyncRunner:
     def _freeze(self) -> None:
         from ._job import SnapshotInfo, _FreezeRequest
 
+        foreign = self._foreign_waits()  # (while the freezers' own wakes are known)
         freezers = sorted(self.freezers, key=lambda f: self.info[f.task].index)
         self.freezers = []
         first = freezers[0].point
@@ -763,6 +765,13 @@ class AsyncRunner:
         hub = self.job._hub
         assert hub is not None  # the job runs
         try:
+            if foreign:
+                raise SnapshotError(
+                    f"snapshot {self.job.seq + 1} ({first.label or 'no label'}) was refused: "
+                    f"{'; '.join(foreign)}. Nothing in the job could complete that after a "
+                    "restore: await it to its end before the snapshot, or make the call an "
+                    "@effect"
+                )
             info = hub.switch(request)
         except SnapshotError as exc:
             for f in freezers:
@@ -813,6 +822,62 @@ class AsyncRunner:
             return
         job._commit(seq, label, header, payload)
         job._hibernate(point.wait, outcome, seq)  # raises JobWaiting: the run ends here
+
+    def _foreign_waits(self) -> list[str]:
+        """The tasks that wait on a future nothing of the job holds: a library's future
+        (completed by its own machinery, from another thread or a C extension), which a
+        restore would bring back pending forever. A future the job can complete is held
+        by asyncio's primitives (Queue, Event, Lock, TaskGroup, ...) or by the agent's
+        own code and objects."""
+        from . import _agent
+
+        waiting: dict[int, tuple[asyncio.Task[Any], asyncio.Future[Any]]] = {}
+        problems: list[str] = []
+        for task in self.order:
+            waiter = getattr(task, "_fut_waiter", None)
+            if task.done() or waiter is None or isinstance(waiter, asyncio.Task):
+                continue
+            if type(waiter) is _GatheringFuture or self._is_own_wake(waiter):
+                continue
+            if type(waiter) is not _Future:
+                problems.append(
+                    f"task {self.info[task].id} ({task.get_name()}) awaits a "
+                    f"{type(waiter).__module__}.{type(waiter).__qualname__}, a future of "
+                    "another library"
+                )
+                continue
+            waiting[id(waiter)] = (task, waiter)
+        if not waiting:
+            return problems
+        agent = {m.__name__ for m in _agent.agent_modules(self.job.entry)}
+        futures = [fut for _, fut in waiting.values()]
+        held: dict[int, list[object]] = {key: [] for key in waiting}
+        skip = {id(futures), id(waiting), id(held), *(id(pair) for pair in waiting.values())}
+        for holder in gc.get_referrers(*futures):
+            if id(holder) in skip or isinstance(holder, (asyncio.Task, types.FrameType)):
+                continue
+            if isinstance(holder, _FutureAwait) or type(holder).__name__ == "FutureIter":
+                continue
+            for ref in gc.get_referents(holder):
+                if id(ref) in held and ref is waiting[id(ref)][1]:
+                    held[id(ref)].append(holder)
+        for key, (task, _fut) in waiting.items():
+            own = {id(obj) for obj in _chain_objects(task.get_coro())}
+            holders = [h for h in held[key] if id(h) not in own]  # not the awaiting code
+            if not holders or not any(_job_holder(h, agent) for h in holders):
+                what = ", ".join(sorted({_owner_name(h) for h in holders})) or "nothing"
+                problems.append(
+                    f"task {self.info[task].id} ({task.get_name()}) awaits a future held by "
+                    f"{what} ({describe_task(task)})"
+                )
+        return problems
+
+    def _is_own_wake(self, future: asyncio.Future[Any]) -> bool:
+        return (
+            any(f.wake is future for f in self.freezers)
+            or any(wake is future for _, wake in self.held.values())
+            or any(wake is future for wake in self.waits.values())
+        )
 
     def _state(self) -> dict[str, Any]:
         """What a snapshot holds of the job's tasks (pickled with the rest)."""
@@ -1001,6 +1066,43 @@ def _noop() -> None:
     return None
 
 
+def _type_name(obj: object) -> str:
+    t = type(obj)
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _owner_name(holder: object, depth: int = 0) -> str:
+    """What holds a future, named by the first object that is not a plain container."""
+    if isinstance(holder, (list, dict, set, tuple, collections.deque)) and depth < 3:
+        for owner in gc.get_referrers(holder):
+            if not isinstance(owner, types.FrameType) and owner is not holder:
+                name = _owner_name(owner, depth + 1)
+                if not name.startswith("builtins."):
+                    return name
+    return _type_name(holder)
+
+
+def _job_holder(holder: object, agent: set[str], depth: int = 0) -> bool:
+    """`holder` keeps a future for the job's own code: asyncio's primitives, the
+    agent's objects, code or variables, or a container one of those holds."""
+    if isinstance(holder, (types.CoroutineType, types.GeneratorType, types.AsyncGeneratorType)):
+        frame = _frame_and_awaited(holder)
+        name = frame[0].f_globals.get("__name__") if frame and frame[0] is not None else None
+        return isinstance(name, str) and (name in agent or name.startswith("asyncio"))
+    if isinstance(holder, (types.CellType, types.FunctionType, types.MethodType)):
+        return True
+    module = type(holder).__module__ or ""
+    if module == "asyncio" or module.startswith("asyncio.") or module in agent:
+        return True
+    if isinstance(holder, (list, dict, set, tuple, collections.deque)) and depth < 3:
+        return any(
+            _job_holder(h, agent, depth + 1)
+            for h in gc.get_referrers(holder)
+            if not isinstance(h, types.FrameType)
+        )
+    return False
+
+
 def _frame_and_awaited(obj: Any) -> tuple[types.FrameType | None, Any] | None:
     """The frame of one link of a task's chain and what it awaits: a coroutine, a
     generator (yield from), or an `async for` step into an async generator's body."""
@@ -1160,6 +1262,20 @@ def frame_headers(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dic
             }
         )
     return main, tasks
+
+
+def _chain_objects(coro: Any) -> list[Any]:
+    """The coroutines (and async-for steps) of a task's chain, outermost first."""
+    out: list[Any] = []
+    seen: set[int] = set()
+    while coro is not None and id(coro) not in seen:
+        seen.add(id(coro))
+        link = _frame_and_awaited(coro)
+        if link is None:
+            break
+        out.append(coro)
+        coro = link[1]
+    return out
 
 
 def _chain_frames(coro: Any) -> list[types.FrameType]:
