@@ -56,7 +56,7 @@ import greenlet
 from .._abi import pinned
 from .._errors import SnapshotError, SnapstateError
 from ..serializers import _dispatch
-from ..serializers._codeid import code_ref
+from ..serializers._codeid import code_ref, find_code
 from . import _context, _pins, _waits
 from ._clock import clock
 from ._layout import replace_stack_top, set_task_cancelling
@@ -1017,7 +1017,7 @@ class AsyncRunner:
                     if st.get("cancelling"):
                         set_task_cancelling(task, int(st["cancelling"]))
                 else:
-                    placeholder = _placeholder()
+                    placeholder = _finished_coroutine_of(st.get("coro_code"))
                     task.__init__(placeholder, loop=loop, name=st["name"], context=context)  # type: ignore[misc]
                     loop.collecting[-1].cancel()  # a finished task takes no step
                     placeholder.close()
@@ -1142,6 +1142,40 @@ def _set_if_pending(future: asyncio.Future[Any], value: Any = None) -> None:
 def _set_error_if_pending(future: asyncio.Future[Any], error: BaseException) -> None:
     if not future.done():
         future.set_exception(error)
+
+
+def _module_of_code(coro: Any) -> str | None:
+    """The importable module a finished coroutine's function lives in, if any."""
+    code = coro.cr_code
+    for module in list(sys.modules.values()):
+        try:
+            if getattr(module, "__file__", None) == code.co_filename:
+                return module.__name__  # type: ignore[no-any-return]
+        except Exception:  # a lazy module object
+            continue
+    return None
+
+
+def _finished_coroutine_of(saved: tuple[Any, str] | None) -> Coroutine[Any, Any, Any]:
+    """A finished coroutine of the saved task's own function (its repr names it), or
+    of a placeholder when that code is gone."""
+    if saved is not None:
+        try:
+            code = find_code(saved[0])
+            module = sys.modules[saved[0].module]
+            fn = types.FunctionType(code, module.__dict__, code.co_name, (None,) * code.co_argcount)
+            kwonly = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+            fn.__kwdefaults__ = {k: None for k in kwonly} or None
+            fn.__qualname__ = saved[1]
+            if code.co_freevars:
+                raise ValueError("a closure")
+            coro = fn()
+            if isinstance(coro, types.CoroutineType):
+                return coro
+            raise ValueError("not a coroutine")
+        except Exception:
+            pass
+    return _placeholder()
 
 
 async def _placeholder_body() -> None:
@@ -1488,6 +1522,12 @@ def _reduce_task(task: asyncio.Task[Any]) -> tuple[Any, ...]:
         "unretrieved": bool(getattr(task, "_log_traceback", False)),
         "outcome": _outcome(task),
     }
+    if task.done():  # its coroutine's code, for the finished coroutine it shows (repr)
+        coro = task.get_coro()
+        if isinstance(coro, types.CoroutineType):
+            module = _module_of_code(coro)
+            if module is not None:
+                state["coro_code"] = (code_ref(coro.cr_code, module), coro.__qualname__)
     if not task.done():
         if getattr(task, "_must_cancel", False):
             raise pickle.PicklingError(
