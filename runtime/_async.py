@@ -1150,7 +1150,7 @@ def _module_of_code(coro: Any) -> str | None:
     for module in list(sys.modules.values()):
         try:
             if getattr(module, "__file__", None) == code.co_filename:
-                return module.__name__  # type: ignore[no-any-return]
+                return module.__name__
         except Exception:  # a lazy module object
             continue
     return None
