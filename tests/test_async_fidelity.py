@@ -13,6 +13,8 @@ import sys
 import pytest
 from conftest import AGENTS, snaprun, snapshot_files
 
+_OLD_TASKGROUP = sys.version_info < (3, 13)
+
 PROGRAMS = [
     "async_nested",
     "async_gather",
@@ -20,6 +22,34 @@ PROGRAMS = [
     "async_timeouts",
     "async_taskgroup",
     "async_tasks_misc",
+    # Engine bugs found by this suite (the lead fixes them; strict: a fix shows up).
+    pytest.param(
+        "async_agen_body",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: a task suspended inside an async generator's body (await "
+            "snapshot() there, or queue.get() in a generator another task iterates) "
+            "cannot be frozen: 'async_generator ... is running'",
+        ),
+    ),
+    pytest.param(
+        "async_taskgroup_errors",
+        marks=pytest.mark.xfail(
+            _OLD_TASKGROUP,
+            strict=True,
+            reason="engine bug: after a TaskGroup whose task failed, 3.11/3.12 leave the "
+            "parent's cancelling() at 1 and every later snapshot is refused as 'being "
+            "cancelled'",
+        ),
+    ),
+    pytest.param(
+        "async_task_names",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: a task created after a resume gets its default name from a "
+            "fresh counter (Task-1 again), not the name the uninterrupted run gives it",
+        ),
+    ),
 ]
 
 # One task at a time (no two tasks reach a snapshot point together): under plain
