@@ -162,3 +162,59 @@ def test_same_output_as_plain_asyncio(program, tmp_path):
     body, _, result = plain.stdout.rpartition("RESULT ")
     assert body == base.stdout
     assert result.strip() == base.result
+
+
+def _uncaught_runs(tmp_path):
+    """The async_uncaught agent uninterrupted, and killed after each snapshot then
+    resumed: [(base, killed, resumed), ...]."""
+    agent = AGENTS / "async_uncaught.py"
+    base = snaprun("run", "--store", tmp_path / "base", "--job", "job", agent, cwd=tmp_path)
+    assert base.returncode == 1, base.stderr
+    assert "KeyError: 'missing'" in base.stderr and "ValueError: wrapped" in base.stderr
+    assert "direct cause" in base.stderr
+    count = len(snapshot_files(tmp_path / "base", "job"))
+    assert count == 2
+    runs = []
+    for k in range(1, count + 1):
+        store = tmp_path / f"kill{k}"
+        killed = snaprun(
+            "run",
+            "--store",
+            store,
+            "--job",
+            "job",
+            agent,
+            cwd=tmp_path,
+            fault=f"after-snapshot:{k}",
+        )
+        assert killed.returncode == -9
+        resumed = snaprun(
+            "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=tmp_path
+        )
+        runs.append((base, killed, resumed))
+    return runs
+
+
+def test_an_uncaught_error_after_a_restore(tmp_path):
+    """Crash window: SIGKILL after each snapshot of an async agent whose restored
+    coroutine raises (in a gather), caught and re-raised `from` it: the resumed run
+    fails with exit 1 after printing what the uninterrupted run printed, naming the
+    same error."""
+    for base, killed, resumed in _uncaught_runs(tmp_path):
+        assert resumed.returncode == 1, resumed.stderr
+        assert killed.stdout + resumed.stdout == base.stdout
+        assert "snaprun: job job failed: ValueError: wrapped" in resumed.stderr
+        assert "direct cause" in resumed.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: a restored coroutine awaiting a gather (or another future) shows an "
+    "extra frame of runtime/_async.py (_FutureAwait.throw) in the traceback of an error "
+    "raised through it",
+)
+def test_tracebacks_survive_a_restore(tmp_path):
+    """Crash window: as test_an_uncaught_error_after_a_restore; the uncaught traceback
+    (cause chain included) is the uninterrupted run's, frame for frame."""
+    for base, _killed, resumed in _uncaught_runs(tmp_path):
+        assert _agent_stderr(resumed) == _agent_stderr(base)

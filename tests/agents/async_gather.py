@@ -2,7 +2,8 @@
 different number of times (a task waits on an asyncio.Event another sets between its
 snapshots, so the snapshots land at different sequence numbers; snapshots of tasks
 reached together are one snapshot); then a gather with return_exceptions=True where
-one child raises after a snapshot and another returns after one."""
+one child raises after a snapshot and another returns after one; asyncio.wait()
+(FIRST_COMPLETED), as_completed() and shield() over tasks that snapshot."""
 
 import asyncio
 
@@ -46,6 +47,13 @@ async def main():
     )
     shown = [type(r).__name__ + ":" + str(r) if isinstance(r, BaseException) else r for r in mixed]
     print("gather 2", shown, flush=True)
+    racers = [asyncio.create_task(worker(f"r{i}", i + 1, None, None)) for i in range(3)]
+    done, pending = await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+    print("first done", [t.result()[0] for t in done], len(pending), flush=True)
+    rest = [(await fut)[0] for fut in asyncio.as_completed(pending)]
+    print("as_completed", rest, flush=True)
+    shielded = await asyncio.shield(flaky("shielded", False))
+    print("shield", shielded, flush=True)
     last = await snapshot("end")
     print("end", last.label, flush=True)
-    return repr((results, shown))
+    return repr((results, shown, rest, shielded))

@@ -75,8 +75,7 @@ async def main():
     event = asyncio.Event()
     record = []
     watchers = [
-        asyncio.create_task(on_event(event, f"w{i}", record), name=f"watcher-{i}")
-        for i in range(2)
+        asyncio.create_task(on_event(event, f"w{i}", record), name=f"watcher-{i}") for i in range(2)
     ]
     await asyncio.sleep(0)
     await snapshot("watchers-waiting")
