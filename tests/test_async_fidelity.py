@@ -43,6 +43,15 @@ PROGRAMS = [
         ),
     ),
     pytest.param(
+        "async_cancel_restored",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: a restored task cancelled before its first step after the "
+            "resume does not cancel the gather it awaits (the gather's children go on "
+            "waiting; 'exception was never retrieved' at exit)",
+        ),
+    ),
+    pytest.param(
         "async_task_names",
         marks=pytest.mark.xfail(
             strict=True,
