@@ -59,6 +59,8 @@ async def main():
         t2 = tg.create_task(with_nested_group("t2"))
         t3 = tg.create_task(spawner("t3"))
         print("group started", flush=True)
+        await snapshot("in-group-body")  # main too, with the group's tasks
+        print("group body after snapshot", flush=True)
     collected = [t1.result(), t2.result(), t3.result()]
     print("collected", collected, flush=True)
 

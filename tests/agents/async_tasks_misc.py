@@ -1,9 +1,11 @@
 """Tasks outside groups and the asyncio primitives tasks wait on: create_task() and
 the task awaited later; a done task held in a local across a snapshot (its result()
 read after); named tasks (current_task().get_name() survives); an asyncio.Queue with a
-producer that snapshots while the consumer waits in queue.get(); an asyncio.Event set
-after a snapshot, waking two tasks frozen in event.wait(); an asyncio.Lock held across
-a snapshot while another task waits for it; a Future completed by another task."""
+producer that snapshots while the consumer waits in queue.get(); a bounded queue's
+putter waiting in put() at a snapshot; an asyncio.Event set after a snapshot, waking
+two tasks frozen in event.wait(); an asyncio.Lock (and a Semaphore(2) among three
+tasks) held across a snapshot while another task waits for it; a Future completed by
+another task."""
 
 import asyncio
 
@@ -52,6 +54,12 @@ async def locker(lock, name, log):
     print("lock released by", name, flush=True)
 
 
+async def putter(queue, items):
+    for item in items:
+        await queue.put(item)
+    return "put all"
+
+
 async def fulfil(future, value):
     await snapshot("before-fulfil")
     future.set_result(value)
@@ -72,6 +80,13 @@ async def main():
     await producer(queue, ["x", "y", "z"])
     print("consumer got", await cons, flush=True)
 
+    bounded = asyncio.Queue(maxsize=1)
+    filler = asyncio.create_task(putter(bounded, [1, 2, 3]), name="putter")
+    await asyncio.sleep(0)
+    await snapshot("queue-full")  # the putter waits in put() on a full queue
+    drained = [await bounded.get() for _ in range(3)]
+    print("drained", drained, await filler, flush=True)
+
     event = asyncio.Event()
     record = []
     watchers = [
@@ -85,6 +100,8 @@ async def main():
     lock = asyncio.Lock()
     log = []
     await asyncio.gather(locker(lock, "l1", log), locker(lock, "l2", log))
+    sem = asyncio.Semaphore(2)
+    await asyncio.gather(*(locker(sem, f"s{i}", log) for i in range(3)))
     print("lock log", log, lock.locked(), flush=True)
 
     future = asyncio.get_running_loop().create_future()

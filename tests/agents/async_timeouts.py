@@ -2,7 +2,8 @@
 sleep that times out (TimeoutError caught) and one that does not; asyncio.wait_for()
 timing out and succeeding; a task awaiting asyncio.sleep(10) cancelled (its except
 and finally print); a task frozen while waiting on an asyncio.Event, cancelled after
-the resume; an Event waited for with wait_for() that times out after the resume."""
+the resume; an Event waited for with wait_for() that times out after the resume; an
+asyncio.timeout(None) entered before a snapshot, rescheduled after the resume, firing."""
 
 import asyncio
 
@@ -86,6 +87,19 @@ async def main():
     except asyncio.CancelledError:
         outcomes.append(("frozen cancelled", frozen.cancelled()))
     print("frozen", outcomes[-1], flush=True)
+
+    try:
+        async with asyncio.timeout(None) as deadline:  # no timer: frozen with the task
+            await snapshot("in-timeout-none")
+            deadline.reschedule(asyncio.get_running_loop().time() + 0.01)
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                print("cancelled by the rescheduled timeout", flush=True)
+                raise
+    except TimeoutError:
+        outcomes.append(("rescheduled timeout", deadline.expired()))
+    print("rescheduled", outcomes[-1], flush=True)
 
     current = asyncio.current_task()
     print("uncancel count", current.cancelling(), flush=True)
