@@ -115,7 +115,16 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
         assert len(snapshot_files(store, "job")) == count, "the resumed run took the rest"
 
 
-@pytest.mark.parametrize("program", PROGRAMS)
+# The chain of a program with more than 6 snapshots is a long sweep (the default suite
+# keeps its kill-after-each test, and the chains of the shorter programs).
+_LONG = {"async_nested", "async_gather", "async_contexts", "async_tasks_misc"}
+CHAINS = [
+    pytest.param(p, marks=pytest.mark.slow) if isinstance(p, str) and p in _LONG else p
+    for p in PROGRAMS
+]
+
+
+@pytest.mark.parametrize("program", CHAINS)
 def test_chain_killed_at_every_point(program, tmp_path):
     """Crash window: an async job killed after snapshot 1, resumed and killed after 2,
     ... each restore continuing from the previous restore's snapshot (a restored
