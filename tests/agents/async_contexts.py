@@ -2,8 +2,11 @@
 across a snapshot (one swallowing an exception raised after the resume, one thrown an
 exception into its restored generator); `async for` over an async generator with a
 snapshot in the loop body; an async generator object held in a local, advanced partly
-before a snapshot and finished after it (its finally runs after the resume)."""
+before a snapshot and finished after it (its finally runs after the resume); values sent with asend() and
+an exception thrown with athrow() into a restored async generator whose finally
+awaits."""
 
+import asyncio
 import contextlib
 
 from snapstate import snapshot
@@ -47,6 +50,19 @@ async def ticker(n, label):
         print("ticker finally", label, flush=True)
 
 
+async def echo():
+    try:
+        received = yield "ready"
+        while True:
+            received = yield f"echo {received}"
+    except KeyError as exc:
+        print("echo caught", exc, flush=True)
+        yield "after KeyError"
+    finally:
+        await asyncio.sleep(0)
+        print("echo finally", flush=True)
+
+
 async def main():
     async with Session("a") as s:
         await snapshot("in-class-acm")
@@ -83,4 +99,12 @@ async def main():
     await snapshot("before-aclose")
     await partial.aclose()
     print("closed after", got, flush=True)
-    return repr((squares, first, second, rest, got))
+
+    talker = echo()
+    replies = [await talker.asend(None), await talker.asend("one")]
+    await snapshot("echo-held")
+    replies.append(await talker.asend("two"))
+    replies.append(await talker.athrow(KeyError("thrown")))
+    await talker.aclose()
+    print("echo replies", replies, flush=True)
+    return repr((squares, first, second, rest, got, replies))

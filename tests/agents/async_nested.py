@@ -1,6 +1,7 @@
 """Nested awaits three deep (main -> outer -> middle -> inner awaits snapshot()), with
 locals in every frame, loops at each level, and try/except/finally in the middle frame:
-an exception raised and caught after a resume, a finally that prints."""
+an exception raised and caught after a resume, a finally that prints; an await in a
+list comprehension."""
 
 import asyncio
 
@@ -45,10 +46,18 @@ async def outer(rounds):
     return results
 
 
+async def twice(x):
+    info = await snapshot(f"twice-{x}")
+    return (info.label, x * 2)
+
+
 async def main():
     start = "begin"
     print(start, flush=True)
     results = await outer(2)
+    # an await in a comprehension: on 3.11 the comprehension is a frame of its own
+    doubled = [await twice(x) for x in range(2)]
+    print("comprehension", doubled, flush=True)
     final = await snapshot("last")
     print("main done", final.label, results, flush=True)
-    return repr(results)
+    return repr((results, doubled))
