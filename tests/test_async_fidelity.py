@@ -52,6 +52,15 @@ PROGRAMS = [
         ),
     ),
     pytest.param(
+        "async_failed_tasks",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: a restored failed task forgets its exception was retrieved: "
+            "'Task exception was never retrieved' (coro=_placeholder_body() of "
+            "runtime/_async.py) at exit",
+        ),
+    ),
+    pytest.param(
         "async_task_names",
         marks=pytest.mark.xfail(
             strict=True,
