@@ -172,6 +172,15 @@ def test_same_output_as_plain_asyncio(program, tmp_path):
     asyncio.run() in plain Python (snapshot() does nothing there) prints the same and
     returns the same value."""
     base, _ = _baseline(program, tmp_path)
+    body, result, stderr = _plain_asyncio(program, tmp_path)
+    assert stderr == ""
+    assert body == base.stdout
+    assert result == base.result
+
+
+def _plain_asyncio(program, cwd):
+    """The program run by asyncio.run() in plain Python: (stdout before the result,
+    the result's repr, stderr)."""
     script = (
         "import asyncio, runpy, sys\n"
         "ns = runpy.run_path(sys.argv[1])\n"
@@ -179,16 +188,40 @@ def test_same_output_as_plain_asyncio(program, tmp_path):
     )
     plain = subprocess.run(
         [sys.executable, "-c", script, str(AGENTS / f"{program}.py")],
-        cwd=tmp_path,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert plain.returncode == 0, plain.stderr
-    assert plain.stderr == ""
     body, _, result = plain.stdout.rpartition("RESULT ")
-    assert body == base.stdout
-    assert result.strip() == base.result
+    return body, result.strip(), plain.stderr
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="engine bug: taking a snapshot marks a failed task's exception as retrieved "
+    "(_outcome() calls Future.exception()), so asyncio no longer logs 'Task exception was "
+    "never retrieved' for it",
+)
+def test_unretrieved_task_errors_are_logged_as_by_asyncio(tmp_path):
+    """A snapshot changes nothing the running agent can observe: a failed task whose
+    exception nobody retrieves is logged by asyncio as under plain asyncio.run()."""
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        AGENTS / "async_unretrieved.py",
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr
+    body, result, stderr = _plain_asyncio("async_unretrieved", tmp_path)
+    assert "Task exception was never retrieved" in stderr
+    assert run.stdout == body and run.result == result
+    assert "Task exception was never retrieved" in run.stderr
+    assert "KeyError: 'dropped lost'" in run.stderr
 
 
 def _uncaught_runs(tmp_path):
