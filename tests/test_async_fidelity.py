@@ -52,6 +52,15 @@ PROGRAMS = [
         ),
     ),
     pytest.param(
+        "async_wake_order",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: after a resume every restored task takes a step in creation "
+            "order, so tasks woken by events or queues run in creation order, not in the "
+            "order their waits ended",
+        ),
+    ),
+    pytest.param(
         "async_failed_tasks",
         marks=pytest.mark.xfail(
             strict=True,
