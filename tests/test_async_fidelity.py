@@ -81,7 +81,20 @@ PROGRAMS = [
 
 # One task at a time (no two tasks reach a snapshot point together): under plain
 # asyncio, where `await snapshot()` returns without suspending, they print the same.
-SEQUENTIAL = ["async_nested", "async_contexts", "async_timeouts"]
+SEQUENTIAL = [
+    "async_nested",
+    "async_contexts",
+    "async_timeouts",
+    pytest.param(
+        "async_snapshot_in_timeout",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: await snapshot() inside asyncio.timeout() waits for the "
+            "deadline's timer (the loop is not idle), which then cancels it: no snapshot, "
+            "a TimeoutError plain asyncio does not raise",
+        ),
+    ),
+]
 
 
 def _agent_stderr(run) -> str:
