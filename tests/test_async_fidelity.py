@@ -22,6 +22,7 @@ PROGRAMS = [
     "async_timeouts",
     "async_taskgroup",
     "async_tasks_misc",
+    "async_exceptions",
     # Engine bugs found by this suite (the lead fixes them; strict: a fix shows up).
     pytest.param(
         "async_agen_body",
@@ -83,6 +84,7 @@ PROGRAMS = [
 # asyncio, where `await snapshot()` returns without suspending, they print the same.
 SEQUENTIAL = [
     "async_nested",
+    "async_exceptions",
     "async_contexts",
     "async_timeouts",
     pytest.param(
