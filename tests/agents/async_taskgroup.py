@@ -34,6 +34,22 @@ async def spawner(name):
     return mine, got
 
 
+async def group_in_gather(name):
+    async with asyncio.TaskGroup() as tg:
+        tasks = [tg.create_task(step(f"{name}.{i}", i + 1)) for i in range(2)]
+    return [t.result() for t in tasks]
+
+
+async def at_barrier(barrier, name):
+    await snapshot(f"barrier-{name}")
+    await barrier.wait()
+    return name
+
+
+async def gather_in_group(name):
+    return await asyncio.gather(step(f"{name}.x", 1), group_in_gather(f"{name}.g"))
+
+
 async def victim(name, gate, log):
     # TaskGroup cancels its tasks in the order of a set (of tasks, hashed by address):
     # arbitrary in any run, so the victims log and main prints the log sorted.
@@ -64,6 +80,18 @@ async def main():
     collected = [t1.result(), t2.result(), t3.result()]
     print("collected", collected, flush=True)
 
+    barrier = asyncio.Barrier(2)
+    mixed = await asyncio.gather(
+        group_in_gather("g"), at_barrier(barrier, "p"), at_barrier(barrier, "q")
+    )
+    async with asyncio.TaskGroup() as tg:
+        outer = tg.create_task(gather_in_group("o"))
+        async with asyncio.TaskGroup() as tg2:
+            inner = tg2.create_task(step("inner", 2))
+            await snapshot("main-in-nested-groups")
+    mixed += [outer.result(), inner.result()]
+    print("mixed", mixed, flush=True)
+
     gate = asyncio.Event()
     caught, log = [], []
     try:
@@ -75,4 +103,4 @@ async def main():
         caught = [str(e) for e in group.exceptions]
     print("caught", caught, sorted(log), flush=True)
     # No snapshot after a failed group here: see async_taskgroup_errors.py.
-    return repr((collected, caught, sorted(log)))
+    return repr((collected, mixed, caught, sorted(log)))
