@@ -62,6 +62,14 @@ PROGRAMS = [
         ),
     ),
     pytest.param(
+        "async_loop_settings",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: the loop's exception handler and task factory (eager tasks) "
+            "set by the agent are silently lost at a restore (neither restored nor refused)",
+        ),
+    ),
+    pytest.param(
         "async_failed_tasks",
         marks=pytest.mark.xfail(
             strict=True,
