@@ -5,7 +5,7 @@ producer that snapshots while the consumer waits in queue.get(); a bounded queue
 putter waiting in put() at a snapshot; an asyncio.Event set after a snapshot, waking
 two tasks frozen in event.wait(); an asyncio.Lock (and a Semaphore(2) among three
 tasks) held across a snapshot while another task waits for it; a Future completed by
-another task."""
+another task; a task frozen inside a custom awaitable whose __await__ is a generator."""
 
 import asyncio
 
@@ -17,6 +17,25 @@ async def compute(name, x):
     await snapshot(f"compute-{name}")
     print("compute", name, "in task", me, asyncio.current_task().get_name(), flush=True)
     return x * x
+
+
+class Ticket:
+    """An awaitable whose __await__ is a generator (yield from a future's __await__)."""
+
+    def __init__(self, future):
+        self.future = future
+        self.awaits = 0
+
+    def __await__(self):
+        self.awaits += 1
+        value = yield from self.future.__await__()
+        return value, self.awaits
+
+
+async def holder(ticket):
+    got = await ticket
+    print("holder got", got, flush=True)
+    return got
 
 
 async def producer(queue, items):
@@ -92,10 +111,14 @@ async def main():
     watchers = [
         asyncio.create_task(on_event(event, f"w{i}", record), name=f"watcher-{i}") for i in range(2)
     ]
+    paid = asyncio.get_running_loop().create_future()
+    ticket_task = asyncio.create_task(holder(Ticket(paid)), name="ticket")
     await asyncio.sleep(0)
     await snapshot("watchers-waiting")
     event.set()
     print("watchers", await asyncio.gather(*watchers), record, flush=True)
+    paid.set_result("paid")
+    print("ticket", await ticket_task, flush=True)
 
     lock = asyncio.Lock()
     log = []
