@@ -159,7 +159,7 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
 # The chain of a program with more than 6 snapshots is a long sweep (the default suite
 # keeps its kill-after-each test, whose resumed runs take and restore the later
 # snapshots too, and the chains of the shorter programs). Snapshots per program:
-# nested 11, gather 10, contexts 14, tasks_misc 11, taskgroup 8; timeouts 6,
+# nested 11, gather 13, contexts 14, tasks_misc 11, taskgroup 8; timeouts 6,
 # exceptions 3.
 _LONG = {"async_nested", "async_gather", "async_contexts", "async_tasks_misc", "async_taskgroup"}
 CHAINS = [

@@ -3,7 +3,8 @@ different number of times (a task waits on an asyncio.Event another sets between
 snapshots, so the snapshots land at different sequence numbers; snapshots of tasks
 reached together are one snapshot); then a gather with return_exceptions=True where
 one child raises after a snapshot and another returns after one; asyncio.wait()
-(FIRST_COMPLETED), as_completed() and shield() over tasks that snapshot."""
+(FIRST_COMPLETED), as_completed() and shield() over tasks that snapshot; an
+as_completed() iterator held across snapshots mid-iteration."""
 
 import asyncio
 
@@ -34,6 +35,26 @@ async def flaky(name, fail):
     return value * 2
 
 
+async def released(event, n):
+    await event.wait()
+    return n
+
+
+async def completion_order():
+    """An as_completed() iterator held across snapshots, mid-iteration."""
+    events = [asyncio.Event() for _ in range(3)]
+    tasks = [asyncio.create_task(released(events[i], i)) for i in range(3)]
+    events[2].set()
+    order = []
+    for next_done in asyncio.as_completed(tasks):
+        order.append(await next_done)
+        await snapshot(f"as-completed-{len(order)}")
+        print("completed", order[-1], flush=True)
+        if len(order) < 3:
+            events[len(order) - 1].set()
+    return order
+
+
 async def main():
     a_done, b_done = asyncio.Event(), asyncio.Event()
     results = await asyncio.gather(
@@ -52,8 +73,9 @@ async def main():
     print("first done", [t.result()[0] for t in done], len(pending), flush=True)
     rest = [(await fut)[0] for fut in asyncio.as_completed(pending)]
     print("as_completed", rest, flush=True)
+    order = await completion_order()
     shielded = await asyncio.shield(flaky("shielded", False))
     print("shield", shielded, flush=True)
     last = await snapshot("end")
     print("end", last.label, flush=True)
-    return repr((results, shown, rest, shielded))
+    return repr((results, shown, rest, order, shielded))
