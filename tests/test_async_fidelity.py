@@ -3,7 +3,11 @@ after each of its snapshots and resumed in a fresh process, prints exactly what 
 uninterrupted run prints, writes nothing else to stderr and returns the same result;
 so does a chain killed at every point in turn. The sequential programs also print
 under plain asyncio (asyncio.run, no snaprun, snapshot() a no-op) exactly what they
-print under snaprun."""
+print under snaprun.
+
+The programs are tests/agents/async_*.py. Those marked xfail(strict=True) show engine
+bugs this suite found (each reason names it): fixing one turns its xfail into a
+failure, so the mark must go with the fix."""
 
 from __future__ import annotations
 
@@ -157,8 +161,8 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
 
 
 # The chain of a program with more than 6 snapshots is a long sweep (the default suite
-# keeps its kill-after-each test, whose resumed runs take and restore the later
-# snapshots too, and the chains of the shorter programs). Snapshots per program:
+# keeps its kill-after-each test, whose resumed runs freeze a restored loop again, and
+# the chains of the shorter programs). Snapshots per program:
 # nested 11, gather 13, contexts 14, tasks_misc 11, taskgroup 8; timeouts 6,
 # exceptions 3.
 _LONG = {"async_nested", "async_gather", "async_contexts", "async_tasks_misc", "async_taskgroup"}
