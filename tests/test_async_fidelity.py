@@ -74,6 +74,15 @@ PROGRAMS = [
         ),
     ),
     pytest.param(
+        "async_aexit_traceback",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: await snapshot() in __aexit__ while the body's exception "
+            "is in flight is refused ('local tb is a traceback, which cannot be saved'): "
+            "the async-with protocol hands __aexit__ the traceback",
+        ),
+    ),
+    pytest.param(
         "async_failed_tasks",
         marks=pytest.mark.xfail(
             strict=True,
