@@ -1,7 +1,6 @@
-"""Settings the agent makes on its running event loop before a snapshot hold after the
-resume: an exception handler (loop.set_exception_handler) and, on 3.12+, an eager
-task factory (asyncio.eager_task_factory: a new task runs up to its first suspension
-inside create_task())."""
+"""A setting the agent makes on its running event loop before a snapshot holds after
+the resume: its exception handler (loop.set_exception_handler). (A task factory is
+refused when set: the job's loop names its tasks itself.)"""
 
 import asyncio
 
@@ -21,9 +20,6 @@ async def child(n):
 async def main():
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(handler)
-    eager = getattr(asyncio, "eager_task_factory", None)
-    if eager is not None:
-        loop.set_task_factory(eager)
     await snapshot("settings-made")
     loop.call_exception_handler({"message": "reported after the snapshot"})
     task = asyncio.create_task(child(1))
