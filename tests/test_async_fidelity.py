@@ -5,9 +5,7 @@ so does a chain killed at every point in turn. The sequential programs also prin
 under plain asyncio (asyncio.run, no snaprun, snapshot() a no-op) exactly what they
 print under snaprun.
 
-The programs are tests/agents/async_*.py. Those marked xfail(strict=True) show engine
-bugs this suite found (each reason names it): fixing one turns its xfail into a
-failure, so the mark must go with the fix."""
+The programs are tests/agents/async_*.py; each one's docstring says what it covers."""
 
 from __future__ import annotations
 
@@ -17,8 +15,6 @@ import sys
 import pytest
 from conftest import AGENTS, snaprun, snapshot_files
 
-_OLD_TASKGROUP = sys.version_info < (3, 13)
-
 PROGRAMS = [
     "async_nested",
     "async_gather",
@@ -27,62 +23,16 @@ PROGRAMS = [
     "async_taskgroup",
     "async_tasks_misc",
     "async_exceptions",
+    # Each of these showed an engine bug when it was written (fixed on main since).
     "async_task_names",
     "async_failed_tasks",
-    # Engine bugs found by this suite (the lead fixes them; strict: a fix shows up).
-    pytest.param(
-        "async_taskgroup_errors",
-        marks=pytest.mark.xfail(
-            _OLD_TASKGROUP,
-            strict=True,
-            reason="engine bug: after a TaskGroup whose task failed, 3.11/3.12 leave the "
-            "parent's cancelling() at 1 and every later snapshot is refused as 'being "
-            "cancelled'",
-        ),
-    ),
-    pytest.param(
-        "async_gather_errors",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="engine bug: a restored gather whose child raises after the resume logs "
-            "'_GatheringFuture exception was never retrieved' though its awaiter caught it",
-        ),
-    ),
-    pytest.param(
-        "async_cancel_restored",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="engine bug: a restored task cancelled before its first step after the "
-            "resume does not cancel the gather it awaits (the gather's children go on "
-            "waiting; 'exception was never retrieved' at exit)",
-        ),
-    ),
-    pytest.param(
-        "async_wake_order",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="engine bug: after a resume every restored task takes a step in creation "
-            "order, so tasks woken by events or queues run in creation order, not in the "
-            "order their waits ended",
-        ),
-    ),
-    pytest.param(
-        "async_loop_settings",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="engine bug: the loop's exception handler set by the agent is silently "
-            "lost at a restore (neither restored nor refused)",
-        ),
-    ),
-    pytest.param(
-        "async_aexit_traceback",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="engine bug: await snapshot() in __aexit__ while the body's exception "
-            "is in flight is refused ('local tb is a traceback, which cannot be saved'): "
-            "the async-with protocol hands __aexit__ the traceback",
-        ),
-    ),
+    "async_agen_body",
+    "async_taskgroup_errors",
+    "async_gather_errors",
+    "async_cancel_restored",
+    "async_wake_order",
+    "async_loop_settings",
+    "async_aexit_traceback",
 ]
 
 # One task at a time (no two tasks reach a snapshot point together): under plain
@@ -150,16 +100,10 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
 # nested 11, gather 13, contexts 14, tasks_misc 11, taskgroup 8; timeouts 6,
 # exceptions 3.
 _LONG = {"async_nested", "async_gather", "async_contexts", "async_tasks_misc", "async_taskgroup"}
-# Bugs that show only when a resumed run exits normally with the restored object still
-# around, which a chain's runs (killed, or resumed from the last snapshot) never do.
-_NOT_IN_CHAINS = {"async_gather_errors"}
 
 
-def _chain_param(p):
-    if not isinstance(p, str):
-        name = p.values[0]
-        return pytest.param(name) if name in _NOT_IN_CHAINS else p
-    return pytest.param(p, marks=pytest.mark.slow) if p in _LONG else p
+def _chain_param(program):
+    return pytest.param(program, marks=pytest.mark.slow) if program in _LONG else program
 
 
 CHAINS = [_chain_param(p) for p in PROGRAMS]
@@ -293,12 +237,6 @@ def test_an_uncaught_error_after_a_restore(tmp_path):
         assert "direct cause" in resumed.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a restored coroutine awaiting a gather (or another future) shows an "
-    "extra frame of runtime/_async.py (_FutureAwait.throw) in the traceback of an error "
-    "raised through it (and the gather's error is logged as never retrieved)",
-)
 def test_tracebacks_survive_a_restore(tmp_path):
     """Crash window: as test_an_uncaught_error_after_a_restore; the uncaught traceback
     (cause chain included) is the uninterrupted run's, frame for frame."""
