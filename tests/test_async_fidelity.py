@@ -33,6 +33,16 @@ PROGRAMS = [
     "async_wake_order",
     "async_loop_settings",
     "async_aexit_traceback",
+    # Engine bugs found by this suite (the lead fixes them; strict: a fix shows up).
+    pytest.param(
+        "async_task_reprs",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="engine bug: a task that finished before the snapshot is restored around "
+            "a placeholder coroutine: its repr (and asyncio's 'never retrieved' log) names "
+            "_placeholder_body() of runtime/_async.py, not the agent's coroutine",
+        ),
+    ),
 ]
 
 # One task at a time (no two tasks reach a snapshot point together): under plain
@@ -103,6 +113,8 @@ _LONG = {"async_nested", "async_gather", "async_contexts", "async_tasks_misc", "
 
 
 def _chain_param(program):
+    if not isinstance(program, str):  # an xfail param
+        return program
     return pytest.param(program, marks=pytest.mark.slow) if program in _LONG else program
 
 
