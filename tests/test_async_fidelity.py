@@ -107,9 +107,16 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
 # The chain of a program with more than 6 snapshots is a long sweep (the default suite
 # keeps its kill-after-each test, whose resumed runs freeze a restored loop again, and
 # the chains of the shorter programs). Snapshots per program:
-# nested 11, gather 13, contexts 14, tasks_misc 11, taskgroup 8; timeouts 6,
-# exceptions 3.
-_LONG = {"async_nested", "async_gather", "async_contexts", "async_tasks_misc", "async_taskgroup"}
+# nested 11, gather 13, contexts 14, tasks_misc 11, agen_body 11, taskgroup 8; the
+# others 6 or fewer.
+_LONG = {
+    "async_nested",
+    "async_gather",
+    "async_contexts",
+    "async_tasks_misc",
+    "async_agen_body",
+    "async_taskgroup",
+}
 
 
 def _chain_param(program):

@@ -1,7 +1,9 @@
 """Tasks suspended inside the body of an async generator at a snapshot: `async for`
 over a generator that itself awaits snapshot(); an @asynccontextmanager whose setup
 and teardown await snapshot(); a consumer task waiting in queue.get() inside an async
-generator (`async for item in stream(queue)`) while main snapshots. A snapshot freezes
+generator (`async for item in stream(queue)`) while main snapshots; an async
+comprehension over a generator iterating another, both snapshotting in their bodies;
+asend() and anext() into a generator that snapshots in its body. A snapshot freezes
 the coroutine chain of every task, whatever async generator it is running in."""
 
 import asyncio
@@ -44,6 +46,19 @@ async def consume(queue):
     return got
 
 
+async def doubled(n):
+    async for value in numbers(n):  # a generator iterating one that snapshots
+        await snapshot(f"doubled-{value}")
+        yield value * 2
+
+
+async def talk():
+    got = yield "ready"
+    while True:
+        await snapshot(f"talk-{got}")
+        got = yield f"echo {got}"
+
+
 async def main():
     seen = []
     async for value in numbers(2):
@@ -57,5 +72,9 @@ async def main():
     await queue.put("b")
     await queue.put(None)
     got = await task
-    print("end", seen, got, flush=True)
-    return repr((seen, got))
+    nested = [v async for v in doubled(2)]
+    talker = talk()
+    replies = [await talker.asend(None), await talker.asend("x"), await anext(talker)]
+    await talker.aclose()
+    print("end", seen, got, nested, replies, flush=True)
+    return repr((seen, got, nested, replies))
