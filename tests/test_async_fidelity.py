@@ -33,16 +33,7 @@ PROGRAMS = [
     "async_wake_order",
     "async_loop_settings",
     "async_aexit_traceback",
-    # Engine bugs found by this suite (the lead fixes them; strict: a fix shows up).
-    pytest.param(
-        "async_task_reprs",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="engine bug: a task that finished before the snapshot is restored around "
-            "a placeholder coroutine: its repr (and asyncio's 'never retrieved' log) names "
-            "_placeholder_body() of runtime/_async.py, not the agent's coroutine",
-        ),
-    ),
+    "async_task_reprs",
 ]
 
 # One task at a time (no two tasks reach a snapshot point together): under plain
