@@ -205,7 +205,7 @@ class JobLoop(asyncio.SelectorEventLoop):
         timers = [
             h
             for h in self._scheduled  # type: ignore[attr-defined]
-            if not h.cancelled() and h not in own
+            if not h.cancelled() and h not in own and not is_sleep_timer(h)
         ]
         if timers:
             kinds = sorted({_timer_kind(h) for h in timers})
@@ -221,6 +221,15 @@ class JobLoop(asyncio.SelectorEventLoop):
         if others:
             return f"{len(others)} socket(s) or pipe(s) are being read or written"
         return None
+
+
+_SLEEP_CALLBACK = asyncio.futures._set_result_unless_cancelled  # type: ignore[attr-defined]
+
+
+def is_sleep_timer(handle: asyncio.TimerHandle) -> bool:
+    """The timer of an asyncio.sleep(): frozen with the job (it ends at the same wall
+    clock time after a restore, at once if that has passed)."""
+    return handle._callback is _SLEEP_CALLBACK  # type: ignore[attr-defined]
 
 
 def _timer_kind(handle: asyncio.TimerHandle) -> str:
@@ -888,8 +897,14 @@ class AsyncRunner:
             "debug": loop.get_debug(),
             "slow_callback_duration": loop.slow_callback_duration,
         }
+        sleeping = [
+            h
+            for h in loop._scheduled  # type: ignore[attr-defined]
+            if not h.cancelled() and is_sleep_timer(h)
+        ]
         return {
             "tasks": pending,
+            "timers": sleeping,  # asyncio.sleep()s in progress, however referenced
             "main": self.main,
             "count": self.count,
             "internal": self.internal,
@@ -1583,6 +1598,17 @@ def _reduce_future_iter(it: object) -> tuple[Any, ...]:
     return (_future_await, (future,))
 
 
+def _reduce_timer(handle: asyncio.TimerHandle) -> tuple[Any, ...]:
+    runner = _capturing()
+    if not is_sleep_timer(handle) or handle._loop is not runner.loop:  # type: ignore[attr-defined]
+        raise pickle.PicklingError(
+            f"a timer of the event loop ({_timer_kind(handle)}) cannot be frozen; let it "
+            "fire or cancel it before the snapshot"
+        )
+    due = clock().time() + (handle.when() - runner.loop.time())  # on the wall clock
+    return (_sleep_timer, (due, handle._args, handle.cancelled()))  # type: ignore[attr-defined]
+
+
 def _reduce_loop(loop: JobLoop) -> tuple[Any, ...]:
     runner = _capturing()
     if loop is not runner.loop:
@@ -1654,6 +1680,16 @@ def _gathering_state(future: asyncio.Future[Any], state: dict[str, Any]) -> None
 @pinned("async_future_await")
 def _future_await(future: asyncio.Future[Any]) -> _FutureAwait:
     return _FutureAwait(future)
+
+
+@pinned("async_sleep_timer")
+def _sleep_timer(due: float, args: tuple[Any, ...], cancelled: bool) -> asyncio.TimerHandle:
+    """An asyncio.sleep()'s timer on the restored loop, due at the same wall clock time."""
+    loop = _restoring().loop
+    handle = loop.call_at(loop.time() + max(0.0, due - clock().time()), _SLEEP_CALLBACK, *args)
+    if cancelled:
+        handle.cancel()
+    return handle
 
 
 @pinned("async_job_loop")
@@ -1730,6 +1766,7 @@ def _register() -> None:
     _dispatch.register_reducer(_Future, _reduce_future)
     _dispatch.register_reducer(_GatheringFuture, _reduce_gathering)
     _dispatch.register_reducer(JobLoop, _reduce_loop)
+    _dispatch.register_reducer(asyncio.TimerHandle, _reduce_timer)
     _dispatch.register_reducer(SnapshotPoint, _reduce_snapshot_point)
     _dispatch.register_reducer(EffectPoint, _reduce_effect_point)
     _dispatch.register_reducer(WaitPoint, _reduce_wait_point)

@@ -55,6 +55,7 @@ NAMES: dict[str, str] = {
     "async_gather_state": "snapstate.runtime._async:_gathering_state",
     "async_future_await": "snapstate.runtime._async:_future_await",
     "async_job_loop": "snapstate.runtime._async:_job_loop",
+    "async_sleep_timer": "snapstate.runtime._async:_sleep_timer",
     "async_snapshot_point": "snapstate.runtime._async:_snapshot_point",
     "async_effect_point": "snapstate.runtime._async:_effect_point",
     "async_wait_point": "snapstate.runtime._async:_wait_point",

@@ -578,14 +578,14 @@ REFUSAL_CASES = {
     # kind: (what the task's chain shows, what keeps the loop busy)
     "socket": ("read_silent() at ", ("1 socket(s) or pipe(s) are being read",)),
     "thread": ("sleep_in_thread() at ", ("1 call(s) run in an executor", "asyncio.to_thread()")),
-    "sleep": ("sleep_long() at ", ("1 timer(s) are scheduled", "asyncio.sleep()")),
+    "timer": ("wait_timer() at ", ("1 timer(s) are scheduled", "call_later()")),
 }
 
 
 @pytest.mark.parametrize("kind", sorted(REFUSAL_CASES))
 def test_a_snapshot_is_refused_while_a_task_awaits_foreign_io(tmp_path, provider, silent, kind):
     """A task reading a socket that never answers, running asyncio.to_thread(time.sleep,
-    5), or in asyncio.sleep(60) while main awaits snapshot(): after
+    5), or awaiting a call_later(60, ...) timer while main awaits snapshot(): after
     SNAPSTATE_ASYNC_SETTLE (0.5 s) the snapshot is refused with a SnapshotError naming
     the task (its id and name), its chain of coroutines (file:line), what keeps the
     loop busy and the fixes. The agent catches it and carries on: the next snapshot is
@@ -632,7 +632,7 @@ def test_earlier_snapshots_stay_valid_after_a_refusal(tmp_path, provider, silent
     The resume starts from snapshot 1 (taken before the refusal): the keyed order placed
     before the kill is served from the ledger, the snapshot is refused again in the
     resumed run, and the job finishes; one delivery per action."""
-    env = _refusal_env(provider, silent, "sleep", KILL_AFTER_REFUSAL="1")
+    env = _refusal_env(provider, silent, "timer", KILL_AFTER_REFUSAL="1")
     store = tmp_path / "s"
     killed = snaprun("run", "--store", store, "--job", "j", REFUSALS, cwd=tmp_path, env=env)
     assert killed.returncode == -9, killed.stderr
@@ -642,7 +642,7 @@ def test_earlier_snapshots_stay_valid_after_a_refusal(tmp_path, provider, silent
     assert final.returncode == 0, final.stderr
     assert "resumed from snapshot 1" in final.stderr
     assert final.stdout.startswith("placed po-1\nrefused: snapshot 2 (busy) was refused")
-    assert "(busy-sleep): busy() at" in final.stdout
+    assert "(busy-timer): busy() at" in final.stdout
     assert final.stdout.endswith("busy: cancelled\nsnapshot 2\nplaced po-2\ndone\n")
     assert provider.deliveries == Counter({"before": 1, "after": 1})
     assert provider.requests == Counter({"before": 1, "after": 1})

@@ -34,6 +34,7 @@ PROGRAMS = [
     "async_loop_settings",
     "async_aexit_traceback",
     "async_task_reprs",
+    "async_sleepers",
 ]
 
 # One task at a time (no two tasks reach a snapshot point together): under plain

@@ -35,6 +35,7 @@ STABLE_NAMES = [
     "async_gather",
     "async_gather_state",
     "async_job_loop",
+    "async_sleep_timer",
     "async_snapshot_point",
     "async_task",
     "async_task_state",

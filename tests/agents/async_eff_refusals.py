@@ -4,7 +4,8 @@ what another task is doing when main awaits snapshot("busy"):
     socket  reading from a TCP connection (asyncio.open_connection to SILENT_ADDR,
             host:port of a server that accepts and never answers)
     thread  running asyncio.to_thread(time.sleep, THREAD_SECONDS)
-    sleep   asyncio.sleep(60)
+    timer   awaiting a future a call_later(60, ...) timer completes (an asyncio.sleep()
+            is frozen with the job; a timer of another callback is not)
 
 main takes snapshot 1 ("first") and places an order through an async keyed effect
 (tests/providers.py at PROVIDER_URL), starts the busy task, awaits snapshot("busy")
@@ -50,8 +51,14 @@ async def sleep_in_thread(seconds):
     return "thread done"
 
 
-async def sleep_long():
-    await asyncio.sleep(60)
+async def wait_timer():
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    handle = loop.call_later(60, fut.set_result, None)  # a timer of the agent's callback
+    try:
+        await fut
+    finally:
+        handle.cancel()
 
 
 async def busy(kind):
@@ -60,7 +67,7 @@ async def busy(kind):
         return await read_silent(host, int(port))
     if kind == "thread":
         return await sleep_in_thread(float(os.environ.get("THREAD_SECONDS", "5")))
-    return await sleep_long()
+    return await wait_timer()
 
 
 async def main():
