@@ -3,7 +3,9 @@ progress is frozen with the job (its timer comes back due at the same wall clock
 instead of keeping every snapshot waiting."""
 
 import asyncio
+
 from snapstate import snapshot
+
 
 async def heartbeat(stop, beats):
     n = 0
@@ -12,6 +14,7 @@ async def heartbeat(stop, beats):
         n += 1
         beats.append(n)
     return n
+
 
 async def main():
     stop, beats = asyncio.Event(), []
