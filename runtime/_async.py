@@ -1606,7 +1606,7 @@ def _reduce_timer(handle: asyncio.TimerHandle) -> tuple[Any, ...]:
             "fire or cancel it before the snapshot"
         )
     due = clock().time() + (handle.when() - runner.loop.time())  # on the wall clock
-    return (_sleep_timer, (due, handle._args, handle.cancelled()))  # type: ignore[attr-defined]
+    return (_sleep_timer, (due, handle._args, handle.cancelled()))
 
 
 def _reduce_loop(loop: JobLoop) -> tuple[Any, ...]:
