@@ -585,6 +585,7 @@ class AsyncRunner:
         self.held: dict[EffectPoint, tuple[int, asyncio.Future[Any]]] = {}
         self.deadline: float | None = None  # loop time the pending snapshot waits until
         self.own: set[asyncio.TimerHandle] = set()
+        self.own_wakes: set[asyncio.Future[Any]] = set()  # what the runner's timers end
         self.bound: asyncio.TimerHandle | None = None
         self.effect_glets: set[greenlet.greenlet] = set()
         self.effect_depth = 0  # an effect's coroutine is running (nested: its depth)
@@ -662,7 +663,13 @@ class AsyncRunner:
         wake = self.loop.create_future()
         handle = self.loop.call_later(seconds, _set_if_pending, wake)
         self.own.add(handle)
-        wake.add_done_callback(lambda _f: self.own.discard(handle))
+        self.own_wakes.add(wake)
+
+        def done(_future: asyncio.Future[Any]) -> None:
+            self.own.discard(handle)
+            self.own_wakes.discard(wake)
+
+        wake.add_done_callback(done)
         return wake
 
     def wait_on(self, point: WaitPoint, outcome: _waits.NotYet) -> asyncio.Future[Any]:
@@ -883,7 +890,8 @@ class AsyncRunner:
 
     def _is_own_wake(self, future: asyncio.Future[Any]) -> bool:
         return (
-            any(f.wake is future for f in self.freezers)
+            future in self.own_wakes
+            or any(f.wake is future for f in self.freezers)
             or any(wake is future for _, wake in self.held.values())
             or any(wake is future for wake in self.waits.values())
         )
