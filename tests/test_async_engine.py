@@ -293,3 +293,21 @@ def test_traceback_held_as_a_value_keeps_its_identity():
     exc2, tb2 = roundtrip((exc, tb))
     assert exc2.__traceback__ is tb2
     assert traceback.format_tb(tb2) == traceback.format_tb(tb)
+
+
+def test_a_rate_limited_async_effect_does_not_hold_a_snapshot_back(tmp_path):
+    """Crash window: right after a snapshot taken while an async effect waits out its
+    rate limit in its task. The snapshot is taken (not refused); the resumed job sends
+    the effect again and returns what an uninterrupted run returns."""
+    agent = AGENTS / "aeng_ratelimit.py"
+    base = snaprun("run", "--store", tmp_path / "b", "--job", "j", agent, cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    assert base.result == "[5, 1]"
+    store = tmp_path / "k"
+    killed = snaprun(
+        "run", "--store", store, "--job", "j", agent, cwd=tmp_path, fault="after-snapshot:1"
+    )
+    assert killed.returncode == -9, killed.stderr
+    resumed = snaprun("resume", "--store", store, "j", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == base.stdout and resumed.result == base.result
