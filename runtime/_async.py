@@ -1114,6 +1114,8 @@ def _job_holder(holder: object, agent: set[str], depth: int = 0) -> bool:
         return isinstance(name, str) and (name in agent or name.startswith("asyncio"))
     if isinstance(holder, (types.CellType, types.FunctionType, types.MethodType)):
         return True
+    if isinstance(holder, types.ModuleType):  # a global of the agent's
+        return holder.__name__ in agent
     module = type(holder).__module__ or ""
     if module == "asyncio" or module.startswith("asyncio.") or module in agent:
         return True
