@@ -730,14 +730,14 @@ class AsyncRunner:
             if self.waits and self.loop.idle(self.own) is None:
                 self._maybe_hibernate()
             return
+        if self.effect_glets:  # effects in flight: waited for without a bound, as a job
+            self._extend_bound()  # of greenlet tasks waits for its calls in flight
+            return
         busy = self.loop.idle(self.own)
         if busy is None:
             self._freeze()
             return
         assert self.deadline is not None
-        if self.effect_glets:  # effects in flight: waited for without a bound, as a job
-            self._extend_bound()  # of greenlet tasks waits for its calls in flight
-            return
         # due as asyncio decides a timer is due: the bound's timer has run by then
         if self.loop.time() + self.loop._clock_resolution >= self.deadline:  # type: ignore[attr-defined]
             self._refuse(busy, waited=True)

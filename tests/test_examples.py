@@ -33,3 +33,27 @@ def test_the_purchase_example_waits_is_approved_and_orders_once(tmp_path):
     assert (tmp_path / "purchase_orders.txt").read_text() == "acme 4200\n"
     ls = json.loads(snaprun("ls", "--json", cwd=tmp_path).stdout)
     assert [(j["job"], j["status"]) for j in ls] == [("po", "done")]
+
+
+def test_the_async_example_resumes_every_task(tmp_path):
+    """Crash window: SIGKILL right after snapshot 1 of examples/async_research_agent.py
+    (three asyncio tasks in a TaskGroup, their look-ups in flight while one task asks
+    for the snapshot). The resume continues every task; the report and the result are
+    the uninterrupted run's, and each look-up is recorded once."""
+    agent = tmp_path / "async_research_agent.py"
+    shutil.copy(EXAMPLES / "async_research_agent.py", agent)
+    base = snaprun("run", "--store", tmp_path / "b", "--job", "r", agent, cwd=tmp_path)
+    assert base.returncode == 0, base.stderr
+    assert base.result == "6" and base.stdout.startswith("report on durable agents:\n")
+    store = tmp_path / "k"
+    killed = snaprun(
+        "run", "--store", store, "--job", "r", agent, cwd=tmp_path, fault="after-snapshot:1"
+    )
+    assert killed.returncode == -9, killed.stderr
+    resumed = snaprun("resume", "--store", store, "r", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    report = resumed.stdout[resumed.stdout.index("report on") :]
+    assert report == base.stdout and resumed.result == "6"
+    assert resumed.stdout.count("resumed from snapshot 1") == 3  # one per task
+    effects = snaprun("effects", "--store", store, "r", cwd=tmp_path)
+    assert effects.stdout.count("look_up(") == 6, effects.stdout
