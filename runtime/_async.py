@@ -727,8 +727,8 @@ class AsyncRunner:
 
     def between_iterations(self) -> None:
         if not self.freezers:
-            if self.waits and self.loop.idle(self.own) is None:
-                self._maybe_hibernate()
+            if self.waits and not self.effect_glets and self.loop.idle(self.own) is None:
+                self._maybe_hibernate()  # (never with an effect in flight)
             return
         if self.effect_glets:  # effects in flight: waited for without a bound, as a job
             self._extend_bound()  # of greenlet tasks waits for its calls in flight
