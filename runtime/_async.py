@@ -1225,11 +1225,20 @@ def _set_outcome(
         _Future.cancel(future, msg=value)
 
 
+def _cancel_message(future: asyncio.Future[Any]) -> Any:
+    """The message of a cancelled future's CancelledError (cancel(msg=...)), read
+    without taking it (_make_cancelled_error() would: the run goes on)."""
+    for ref in gc.get_referents(future):
+        if isinstance(ref, asyncio.CancelledError):
+            return ref.args[0] if ref.args else None
+    return getattr(future, "_cancel_message", None)
+
+
 def _outcome(future: asyncio.Future[Any]) -> tuple[str, Any] | None:
     if not future.done():
         return None
     if future.cancelled():
-        return ("cancelled", None)
+        return ("cancelled", _cancel_message(future))
     # read without marking an error retrieved (exception() would: the run goes on)
     error = future._exception
     return ("error", error) if error is not None else ("result", future._result)  # type: ignore[attr-defined]

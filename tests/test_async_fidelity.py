@@ -35,6 +35,7 @@ PROGRAMS = [
     "async_aexit_traceback",
     "async_task_reprs",
     "async_sleepers",
+    "async_cancel_message",
 ]
 
 # One task at a time (no two tasks reach a snapshot point together): under plain
