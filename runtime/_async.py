@@ -1033,7 +1033,7 @@ class AsyncRunner:
         try:
             for task, st in tasks:
                 info = _TaskInfo(**st["info"])
-                context = contextvars.Context()
+                context = st.get("context") or contextvars.Context()
                 if st["outcome"] is None:
                     task.__init__(st["coro"], loop=loop, name=st["name"], context=context)  # type: ignore[misc]
                     first_step[task] = loop.collecting[-1]
@@ -1568,7 +1568,9 @@ def _reduce_task(task: asyncio.Task[Any]) -> tuple[Any, ...]:
                 f"{what} is being cancelled; a snapshot cannot hold a cancellation in flight"
             )
         state["cancelling"] = task.cancelling()  # e.g. left at 1 by a TaskGroup (3.11)
-        _check_context(_context_of(task), what)
+        context = _context_of(task)
+        if context is not None and len(context):  # context variables the task set
+            state["context"] = context
         state["coro"] = task.get_coro()
         state["callbacks"] = _callbacks(task, what)
     return (_task_shell, (), state, None, None, _task_state)

@@ -13,6 +13,7 @@ builds the chain of morph frames and runs it in a fresh agent greenlet.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import os
 import secrets
@@ -297,6 +298,8 @@ class Job:
         self.no_naps = False  # a SIGTERM --grace came: hibernate at waits, never sleep
         # A restore at a wait: the wait, then (once polled ready) how it ends.
         self._restored_wait: _waits.Wait | None = None
+        # The agent greenlet's context variables at the snapshot restored from (a sync job)
+        self._restored_context: contextvars.Context | None = None
         self._ready: _waits.Ready | None = None
         # The hub's scheduler (runtime/_tasks.py): set by _loop, or by restore() for a
         # snapshot of several tasks.
@@ -541,6 +544,8 @@ class Job:
         outer = _context.active_job()
         self._hub = greenlet.getcurrent()
         self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
+        if self._restored_context is not None:  # the values it had at the snapshot
+            self._agent.gr_context, self._restored_context = self._restored_context, None
         scheduler = self._scheduler = self._scheduler or Scheduler(self)
         _context.set_active_job(self)
         try:
@@ -764,6 +769,9 @@ class Job:
             "wait": request.wait.as_dict() if request.wait is not None else None,
             "pins": dict(_pins.current(self)),
         }
+        context = self._agent.gr_context if request.async_state is None else None
+        if context is not None and len(context):  # context variables the agent set
+            state["context"] = context
         if tasks is not None:  # every task's state, pickled in the same pass
             state["tasks"] = tasks
         if request.async_state is not None:
@@ -843,6 +851,7 @@ class Job:
         roots.extend(_defstate.roots(state.get("defs", {})))
         roots.append(("the exception being handled", state["handled"]))
         roots.append(("the root logger's handlers", state.get("logging")))
+        roots.append(("the agent's context variables", state.get("context")))
         return roots
 
     # ------------------------------------------------------------------ restoring
@@ -898,6 +907,7 @@ class Job:
         _pins.restore(self, state.get("pins"))
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
+        self._restored_context = state.get("context")
         frames: list[FrameRecord] = state["frames"]
         self.seq = header["seq"]
         self._resumed = header

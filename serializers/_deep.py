@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._abi import pinned
 from ._pickler import FreezePickler
+from ._pickler import Rooted as _Root
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -111,13 +112,6 @@ def _call_flushed(func: Callable[..., object], args: tuple[Any, ...], _flushed: 
 @pinned("deep_applied")
 def _applied(obj: object) -> object:
     return obj
-
-
-class _Root:
-    __slots__ = ("value",)
-
-    def __init__(self, value: object):
-        self.value = value
 
 
 class _Flush:

@@ -41,6 +41,8 @@ __all__ = [
     "adapter_for",
     "is_stub",
     "code_position",
+    "register_dump_hooks",
+    "DUMP_HOOKS",
 ]
 
 # obj -> a pickle reduce tuple (callable, args, ...); any object: the agent's values
@@ -54,6 +56,16 @@ REDUCERS: dict[type, Reduce] = {}
 HANDLE_TYPES: tuple[type, ...] = (io.IOBase,)
 
 _ADAPTER_LOOKUPS: list[Callable[[type], Reduce | None]] = []
+
+# (before each dump, after it with a function returning the pickler's memo (id ->
+# (index, object)), after each load): the resources' weak-reference bookkeeping.
+DUMP_HOOKS: list[
+    tuple[
+        Callable[[], None],
+        Callable[[Callable[[], dict[int, Any]], object], None],
+        Callable[[], None],
+    ]
+] = []
 
 
 def _never_stub(code: types.CodeType) -> bool:
@@ -82,6 +94,18 @@ def register_adapters(
     if lookup not in _ADAPTER_LOOKUPS:
         _ADAPTER_LOOKUPS.append(lookup)
     HANDLE_TYPES = (*HANDLE_TYPES, *(t for t in handles if t not in HANDLE_TYPES))
+
+
+def register_dump_hooks(
+    start: Callable[[], None],
+    finish: Callable[[Callable[[], dict[int, Any]], object], None],
+    loaded: Callable[[], None],
+) -> None:
+    """start() before each dump; finish(memo, root) after the dump of root (memo() -> the
+    pickler's memo, id -> (index, object); it raises pickle.PicklingError to refuse the
+    dump); loaded()
+    after each load has returned its object."""
+    DUMP_HOOKS.append((start, finish, loaded))
 
 
 def register_code_stubs(

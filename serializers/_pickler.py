@@ -250,6 +250,15 @@ class FreezePickler(_CloudPickler):
         )
 
 
+class Rooted:
+    """The object a deep dump writes (serializers/_deep.py): `value` is the real root."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object):
+        self.value = value
+
+
 def _dump(obj: object, pickler_class: type[FreezePickler] | None = None) -> bytes:
     buf = io.BytesIO()
     pickler = (pickler_class or FreezePickler)(buf, protocol=5)
@@ -267,7 +276,11 @@ def _dump(obj: object, pickler_class: type[FreezePickler] | None = None) -> byte
             pickler = (pickler_class or FreezePickler)(buf, protocol=5)
     else:
         _refs.prepare(pickler, buf)  # module sentinel strings: memo seeded, preamble first
+    for start, _, _ in _dispatch.DUMP_HOOKS:
+        start()
     pickler.dump(obj)
+    for _, finish, _ in _dispatch.DUMP_HOOKS:
+        finish(pickler.memo.copy, obj.value if isinstance(obj, Rooted) else obj)
     return buf.getvalue()
 
 
@@ -387,7 +400,11 @@ class _Unpickler(pickle.Unpickler):
 
 
 def loads(data: bytes | bytearray) -> Any:  # the unpickled state
-    return _Unpickler(_Reader(data)).load()
+    try:
+        return _Unpickler(_Reader(data)).load()
+    finally:
+        for _, _, loaded in _dispatch.DUMP_HOOKS:
+            loaded()
 
 
 class UnpicklableError(Exception):

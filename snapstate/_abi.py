@@ -95,6 +95,15 @@ NAMES: dict[str, str] = {
     "new_csv_writer": "snapstate.resources._stdlib:_new_csv_writer",
     "new_csv_writer_on_std": "snapstate.resources._stdlib:_new_csv_writer_on_std",
     "new_thread_pool": "snapstate.resources._stdlib:_new_thread_pool",
+    # the interpreter's machinery inside library objects (resources/_python.py)
+    "new_contextvar": "snapstate.resources._python:_new_contextvar",
+    "new_context": "snapstate.resources._python:_new_context",
+    "new_weakref": "snapstate.resources._python:_new_ref",
+    "new_weak_method": "snapstate.resources._python:_new_weak_method",
+    "dead_weakref": "snapstate.resources._python:_dead_ref",
+    "new_weak_container": "snapstate.resources._python:_new_weak_container",
+    "new_thread_local": "snapstate.resources._python:_new_local",
+    "new_event_loop": "snapstate.resources._python:_new_loop",
     # credentials (resources/_secrets.py)
     "credential_from_env": "snapstate.resources._secrets:_from_env",
     "credential_unseal": "snapstate.resources._secrets:_unseal",

@@ -1,0 +1,355 @@
+"""Adapters for the interpreter's own machinery that libraries keep inside their objects:
+context variables, weak references, thread-locals and idle event loops (registered on
+import; resources._adapters imports this). Each comes back exactly or is refused.
+
+    contextvars.ContextVar     a module's variable is saved by reference (serializers._refs
+                               finds it first); any other one is created again with its
+                               name and default, one object for every reference to it
+                               (the pickle memo), so a library's instance-level variable
+                               (pydantic-ai's Agent._override_name) keeps its identity.
+    contextvars.Context        its (variable, value) pairs: a new context holding the same
+                               values for the same (restored) variables. The job keeps its
+                               own context this way: a sync job's agent greenlet's and each
+                               async task's (runtime/_job.py, runtime/_async.py).
+    weakref.ref, WeakMethod    the referent is saved in the same pass and the reference
+                               rebuilt to it; a dead reference comes back dead. The referent
+                               must be held strongly by something else the snapshot saves
+                               (a module's object counts: it is saved by reference), else
+                               the restored referent would have nothing holding it and die:
+                               checked after the dump (`check_referents`), refused by name.
+    WeakValueDictionary,       their live entries, rebuilt as the same class (subclasses'
+    WeakKeyDictionary, WeakSet own attributes kept), with the same referent rule.
+    threading.local            the attributes the job's thread sees (other threads' values
+                               are not the job's), on a new local of the same class.
+    asyncio event loop         one not running, not closed, with nothing scheduled (no ready
+                               callback, timer, reader, writer or executor work): a new loop
+                               of the same class (a provider's private loop). A closed loop
+                               comes back closed. Anything else is refused: its work cannot
+                               continue in another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import gc
+import pickle
+import threading
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from .._abi import pinned
+from ..serializers import _dispatch
+from ..serializers._describe import register_kind
+from ._adapters import Reduced, register_adapter
+
+__all__: list[str] = []
+
+_MISSING = object()
+_T = TypeVar("_T")
+
+
+# ------------------------------------------------------------------------ context variables
+def _default_of(var: contextvars.ContextVar[Any]) -> object:
+    """var's default (its value in an empty context), or _MISSING."""
+    try:
+        return contextvars.Context().run(var.get)
+    except LookupError:
+        return _MISSING
+
+
+def _reduce_contextvar(var: contextvars.ContextVar[Any]) -> Reduced:
+    default = _default_of(var)
+    if default is _MISSING:
+        return (_new_contextvar, (var.name,))
+    return (_new_contextvar, (var.name, True, default))
+
+
+@pinned("new_contextvar")
+def _new_contextvar(
+    name: str, has_default: bool = False, default: object = None
+) -> contextvars.ContextVar[Any]:
+    if has_default:
+        return contextvars.ContextVar(name, default=default)
+    return contextvars.ContextVar(name)
+
+
+def _reduce_context(ctx: contextvars.Context) -> Reduced:
+    return (_new_context, (list(ctx.items()),))
+
+
+@pinned("new_context")
+def _new_context(items: list[tuple[contextvars.ContextVar[Any], object]]) -> contextvars.Context:
+    ctx = contextvars.Context()
+    for var, value in items:
+        ctx.run(var.set, value)
+    return ctx
+
+
+_reduce_context.parts = lambda ctx: [  # type: ignore[attr-defined]  # read by the pickler
+    (f"[{var.name!r}]", value) for var, value in ctx.items()
+]
+register_adapter(contextvars.ContextVar, _reduce_contextvar)
+register_adapter(contextvars.Context, _reduce_context)
+
+
+# ------------------------------------------------------------------------ weak references
+# Saved by name (or by value with their module's globals): never held only weakly.
+_BY_NAME = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)
+
+# Referents reached only through weak references during the dump that is being written:
+# id -> (referent, where it was met). check_referents() runs after the dump.
+_WEAK: dict[int, tuple[object, str]] = {}
+
+
+_OWN: set[int] = set()  # ids of the containers the reductions below made themselves
+
+
+def _weakly(obj: object, what: str) -> object:
+    _WEAK.setdefault(id(obj), (obj, what))
+    return obj
+
+
+def _own(made: _T) -> _T:
+    """A tuple or list a reduction made to hold referents: not a strong holder."""
+    _OWN.add(id(made))
+    return made
+
+
+def _reduce_ref(ref: weakref.ref[Any]) -> Reduced:
+    if isinstance(ref, weakref.WeakMethod):
+        method = ref()
+        if method is None:
+            return (_dead_ref, ())
+        owner = _weakly(method.__self__, f"a weakref.WeakMethod to {method.__func__.__qualname__}")
+        return (_new_weak_method, _own((owner, method.__func__)))
+    if type(ref) is not weakref.ref and not isinstance(ref, weakref.KeyedRef):
+        # A subclass of the user's or a library's: its own attributes may matter.
+        if getattr(ref, "__dict__", None) or ref.__callback__ is not None:
+            raise pickle.PicklingError(
+                f"a weak reference of type {type(ref).__qualname__} with a callback or "
+                "attributes of its own cannot be saved exactly"
+            )
+    if ref.__callback__ is not None and not isinstance(ref, weakref.KeyedRef):
+        raise pickle.PicklingError(
+            "a weak reference with a callback (weakref.ref(obj, callback)) cannot be saved: "
+            "the callback is the code that runs when its referent dies"
+        )
+    target = ref()
+    if target is None:
+        return (_dead_ref, ())
+    return (_new_ref, _own((_weakly(target, f"a weak reference to {_name(target)}"),)))
+
+
+def _name(obj: object) -> str:
+    t = type(obj)
+    return f"{t.__module__}.{t.__qualname__}".removeprefix("builtins.")
+
+
+@pinned("new_weakref")
+def _new_ref(target: object) -> weakref.ref[Any]:
+    _KEEP.append(target)
+    return weakref.ref(target)
+
+
+@pinned("new_weak_method")
+def _new_weak_method(owner: object, func: Callable[..., Any]) -> weakref.WeakMethod[Any]:
+    _KEEP.append(owner)
+    return weakref.WeakMethod(func.__get__(owner))
+
+
+class _Gone:
+    """A referent that no longer exists: a dead weakref is made to one."""
+
+
+@pinned("dead_weakref")
+def _dead_ref() -> weakref.ref[Any]:
+    ref = weakref.ref(_Gone())
+    assert ref() is None  # CPython frees the object at once
+    return ref
+
+
+# Referents are kept alive while the snapshot loads: the objects that hold them strongly
+# may be rebuilt after the reference. The runtime calls release_loaded() after the load.
+_KEEP: list[object] = []
+
+
+def release_loaded() -> None:
+    _KEEP.clear()
+
+
+def _weak_container_attrs(obj: object, base: type) -> dict[str, Any]:
+    """A subclass's own attributes (not those the base class keeps for itself)."""
+    own = {k: v for k, v in vars(obj).items() if k not in _BASE_ATTRS[base]}
+    return own
+
+
+_BASE_ATTRS: dict[type, frozenset[str]] = {
+    cls: frozenset(vars(cls()).keys())
+    for cls in (weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)
+}
+
+
+def _reduce_weak_values(d: weakref.WeakValueDictionary[Any, Any]) -> Reduced:
+    items = _own(
+        [_own((k, _weakly(v, f"a value of a WeakValueDictionary (key {k!r})"))) for k, v in d.items()]
+    )
+    return (
+        _new_weak_container,
+        (type(d), weakref.WeakValueDictionary, items, _weak_container_attrs(d, weakref.WeakValueDictionary)),
+    )
+
+
+def _reduce_weak_keys(d: weakref.WeakKeyDictionary[Any, Any]) -> Reduced:
+    items = _own([_own((_weakly(k, "a key of a WeakKeyDictionary"), v)) for k, v in d.items()])
+    return (
+        _new_weak_container,
+        (type(d), weakref.WeakKeyDictionary, items, _weak_container_attrs(d, weakref.WeakKeyDictionary)),
+    )
+
+
+def _reduce_weak_set(s: weakref.WeakSet[Any]) -> Reduced:
+    items = _own([_weakly(v, "an item of a WeakSet") for v in s])
+    return (
+        _new_weak_container,
+        (type(s), weakref.WeakSet, items, _weak_container_attrs(s, weakref.WeakSet)),
+    )
+
+
+@pinned("new_weak_container")
+def _new_weak_container(cls: type, base: type, items: list[Any], attrs: dict[str, Any]) -> Any:
+    obj = cls.__new__(cls)
+    base.__init__(obj)
+    _KEEP.append(items)
+    if base is weakref.WeakSet:
+        for item in items:
+            obj.add(item)
+    else:
+        for key, value in items:
+            obj[key] = value
+    vars(obj).update(attrs)
+    return obj
+
+
+register_adapter(weakref.ref, _reduce_ref, subclasses=True)
+register_adapter(weakref.WeakValueDictionary, _reduce_weak_values, subclasses=True)
+register_adapter(weakref.WeakKeyDictionary, _reduce_weak_keys, subclasses=True)
+register_adapter(weakref.WeakSet, _reduce_weak_set, subclasses=True)
+
+
+def _start_dump() -> None:
+    _WEAK.clear()
+    _OWN.clear()
+
+
+def check_referents(memo: Callable[[], dict[int, Any]], root: object) -> None:
+    """After a dump: every referent reached through a weak reference is also held
+    strongly by an object the snapshot saved, or is a module's object (saved by
+    reference), or is the root object dumped. `memo()` returns the pickler's memo (id ->
+    (index, object))."""
+    if not _WEAK:
+        return
+    pending, own = dict(_WEAK), set(_OWN)
+    _WEAK.clear()
+    _OWN.clear()
+    from ..serializers import _refs
+
+    unsure = {
+        i: v
+        for i, v in pending.items()
+        if i not in _refs.INDEX and v[0] is not root and not isinstance(v[0], _BY_NAME)
+    }
+    if not unsure:
+        return
+    saved = memo()
+    weak_types = (weakref.ref, weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)
+    holders: dict[int, bool] = dict.fromkeys(unsure, False)
+    targets = [obj for obj, _ in unsure.values()]
+    for holder in gc.get_referrers(*targets):
+        if id(holder) not in saved or id(holder) in own or isinstance(holder, weak_types):
+            continue
+        for ref in gc.get_referents(holder):
+            if id(ref) in holders and ref is unsure[id(ref)][0]:
+                holders[id(ref)] = True
+    for key, held in holders.items():
+        if not held:
+            obj, what = unsure[key]
+            raise pickle.PicklingError(
+                f"{what} points at an object nothing else in the snapshot holds: after a "
+                "restore nothing would keep it alive and the reference would be dead. Keep "
+                "the object itself in a variable the snapshot saves, or drop the weak "
+                "reference before snapshot()"
+            )
+
+
+_dispatch.register_dump_hooks(_start_dump, check_referents, release_loaded)
+
+
+# ------------------------------------------------------------------------ thread-locals
+def _reduce_local(local: threading.local) -> Reduced:
+    return (_new_local, (type(local),), dict(vars(local)))
+
+
+@pinned("new_thread_local")
+def _new_local(cls: type[threading.local]) -> threading.local:
+    return cls.__new__(cls)
+
+
+register_adapter(threading.local, _reduce_local, subclasses=True)
+
+
+# ------------------------------------------------------------------------ idle event loops
+def _busy_loop(loop: asyncio.AbstractEventLoop) -> str | None:
+    """Why loop cannot be recreated as a new one, or None when it is idle."""
+    if loop.is_running():
+        return "it is running"
+    ready = getattr(loop, "_ready", ())
+    scheduled = [h for h in getattr(loop, "_scheduled", ()) if not h.cancelled()]
+    if ready or scheduled:
+        return f"it has {len(ready) + len(scheduled)} callback(s) or timer(s) scheduled"
+    selector = getattr(loop, "_selector", None)
+    if selector is not None:
+        own = getattr(loop, "_ssock", None)
+        own_fd = own.fileno() if own is not None else None
+        fds = [k.fileobj for k in selector.get_map().values() if k.fileobj not in (own, own_fd)]
+        if fds:
+            return f"it watches {len(fds)} socket(s) or file(s)"
+    executor = getattr(loop, "_default_executor", None)
+    if executor is not None and getattr(executor, "_work_queue", None) is not None:
+        if not executor._work_queue.empty():
+            return "its executor has work queued"
+    if any(t for t in asyncio.all_tasks(loop) if not t.done()):
+        return "it has tasks that have not finished"
+    return None
+
+
+def _reduce_loop(loop: asyncio.AbstractEventLoop) -> Reduced:
+    if loop.is_closed():
+        return (_new_loop, (type(loop), True, loop.get_debug()))
+    why = _busy_loop(loop)
+    if why is not None:
+        raise pickle.PicklingError(
+            f"an asyncio event loop ({_name(loop)}) cannot be saved: {why}; its work "
+            "cannot continue in another process"
+        )
+    return (_new_loop, (type(loop), False, loop.get_debug()))
+
+
+@pinned("new_event_loop")
+def _new_loop(
+    cls: type[asyncio.AbstractEventLoop], closed: bool, debug: bool
+) -> asyncio.AbstractEventLoop:
+    loop = cls()
+    loop.set_debug(debug)
+    if closed:
+        loop.close()
+    return loop
+
+
+register_adapter(asyncio.BaseEventLoop, _reduce_loop, subclasses=True)
+register_kind("_contextvars.ContextVar", "a contextvars.ContextVar", None)
+register_kind("_contextvars.Context", "a contextvars.Context", None)
+register_kind("weakref.ReferenceType", "a weak reference", None)
+register_kind("_weakref.ReferenceType", "a weak reference", None)
