@@ -458,4 +458,4 @@ register_adapter(tempfile._TemporaryFileWrapper, _reduce_named_temp)
 # (registered with register_optional, once the agent imported the library).
 # Standard-library adapters (logging handlers and loggers, sqlite3 cursors, csv writers)
 # live in their own module; importing it registers them.
-from . import _http, _python, _stdlib  # noqa: E402,F401
+from . import _frameworks, _http, _python, _stdlib  # noqa: E402,F401

@@ -129,6 +129,12 @@ def _from_env(name: str) -> str:
         ) from None
 
 
+@pinned("credential_from_env_bytes")
+def _from_env_bytes(name: str) -> bytes:
+    """A bytes value equal to the variable's (serializers._envsecrets), read again."""
+    return _from_env(name).encode("utf-8", "surrogateescape")
+
+
 @pinned("credential_unseal")
 def _unseal(blob: bytes) -> str:
     sealer = _sealer()

@@ -136,6 +136,8 @@ def explain(
 ) -> tuple[str, str | None]:
     """(message, fix) for a refusal. `chain` is the (path, object) pairs from the root the
     user named (a local or global) down to `culprit`, the part that cannot be saved."""
+    if culprit is None and not chain:  # the error is about the whole state
+        return str(error), None
     kind_name = type(culprit).__module__ + "." + type(culprit).__qualname__
     detail = f"{path} -> {kind_name.removeprefix('builtins.')}: {error}"
     if not chain:
@@ -178,9 +180,10 @@ def _client(obj: object) -> str:
 register_kind(
     "asyncio.events.AbstractEventLoop",
     "an asyncio event loop",
-    "An event loop, its tasks and its selector cannot be restored: close it "
-    "(loop.close()) before snapshot() and create a new one after it, or create it "
-    "after the snapshot (asyncio.run() in a function called after snapshot()).",
+    "An idle event loop is saved (a new one comes back), but work scheduled on one "
+    "cannot be restored: let it finish, or close it (loop.close()) before snapshot() "
+    "and create a new one after it, or create it after the snapshot (asyncio.run() in "
+    "a function called after snapshot()).",
 )
 _EXECUTOR_FIX = (
     "Work running in its threads or processes cannot be restored: wait for "

@@ -32,7 +32,7 @@ import dill
 
 from .._abi import UnpinnedGlobal, check_global, pinned
 from .._errors import IncompatibleSnapshot
-from . import _dispatch, _refs
+from . import _dispatch, _envsecrets, _refs
 from ._codeid import CodeRef, code_ref, find_code
 from ._describe import explain
 from ._tracebacks import Entry, rebuild_traceback, save_traceback
@@ -302,7 +302,10 @@ def _too_deep(error: object) -> bool:
     return isinstance(error, BaseException) and _deep.too_deep(error)
 
 
-_PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError)
+# Any error while saving an object is a refusal of that object, named in the user's words:
+# a library's own __reduce__ may raise anything (wrapt's NotImplementedError), and that
+# must never end the job with a foreign traceback.
+_PICKLE_ERRORS = (Exception,)
 
 
 _DIGESTING = False
@@ -327,7 +330,10 @@ def dumps(obj: object, *, roots: _Roots | None = None, digest: bool = False) -> 
             return _dumps(obj, roots)
         finally:
             _DIGESTING = before
-    return _dumps(obj, roots)
+    try:
+        return _envsecrets.scrub(_dumps(obj, roots))
+    except _envsecrets.SecretInState as exc:
+        raise UnpicklableError("value", None, exc) from None
 
 
 def _dumps(obj: object, roots: _Roots | None) -> bytes:

@@ -104,6 +104,11 @@ NAMES: dict[str, str] = {
     "new_weak_container": "snapstate.resources._python:_new_weak_container",
     "new_thread_local": "snapstate.resources._python:_new_local",
     "new_event_loop": "snapstate.resources._python:_new_loop",
+    "credential_from_env_bytes": "snapstate.resources._secrets:_from_env_bytes",
+    # framework objects whose own pickling is not exact (resources/_frameworks.py)
+    "pydantic_rebuild_secret": "snapstate.resources._frameworks:_rebuild_secret",
+    "new_instance": "snapstate.resources._frameworks:_new_instance",
+    "wrapt_rebuild_proxy": "snapstate.resources._frameworks:_rebuild_proxy",
     # credentials (resources/_secrets.py)
     "credential_from_env": "snapstate.resources._secrets:_from_env",
     "credential_unseal": "snapstate.resources._secrets:_unseal",

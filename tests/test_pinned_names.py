@@ -44,6 +44,7 @@ STABLE_NAMES = [
     "closed_named_temp",
     "closed_sqlite",
     "credential_from_env",
+    "credential_from_env_bytes",
     "credential_unseal",
     "dead_weakref",
     "deep_applied",
@@ -76,6 +77,7 @@ STABLE_NAMES = [
     "new_csv_writer_on_std",
     "new_cursor",
     "new_event_loop",
+    "new_instance",
     "new_log_handler",
     "new_thread_local",
     "new_thread_pool",
@@ -86,6 +88,7 @@ STABLE_NAMES = [
     "numpy_set_subclass_state",
     "openai_rebuild_client",
     "process_state",
+    "pydantic_rebuild_secret",
     "rebuild_async_step",
     "rebuild_function",
     "rebuild_generator",
@@ -105,6 +108,7 @@ STABLE_NAMES = [
     "set_log_handler_state",
     "set_logger_state",
     "task_handle",
+    "wrapt_rebuild_proxy",
 ]
 
 # snapstate classes with a __reduce__ of their own. One whose __reduce__ returns a str

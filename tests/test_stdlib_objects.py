@@ -163,8 +163,8 @@ def test_refusal_names_the_users_object_and_the_fitting_fix(refusals, case, name
 
 
 def test_refused_objects_leave_the_job_running(refusals):
-    """Only the refusals above were refused; a fully fetched cursor, an idle executor, a
-    done future and an executor after its `with` block were saved."""
+    """Only the refusals above were refused; a fully fetched cursor, an idle event loop, an
+    idle executor, a done future and an executor after its `with` block were saved."""
     run, messages = refusals
     assert sorted(messages) == sorted(
         [
@@ -179,6 +179,7 @@ def test_refused_objects_leave_the_job_running(refusals):
     )
     for saved in (
         "cursor-fetched",
+        "event-loop-idle",
         "thread-pool-idle",
         "done-future",
         "after-with-pool",

@@ -45,7 +45,9 @@ def main():
     del rows, conn
 
     loop = asyncio.new_event_loop()
-    attempt("event-loop")
+    attempt("event-loop-idle")  # saved: a new loop of the same class comes back
+    loop.call_later(3600, print, "never")
+    attempt("event-loop")  # refused: a timer is scheduled on it
     loop.close()
     del loop
 

@@ -1,0 +1,129 @@
+"""Adapters for objects agent frameworks keep, where the library's own pickling is not
+exact (registered with register_optional: loaded only once the agent imported the
+library; snapstate never imports it itself).
+
+    pydantic SecretStr,        the secret is never pickled in clear: saved as a reference
+    SecretBytes (v2 and v1)    to the environment variable holding exactly that value (read
+                               again after a restore), else sealed with the store's key.
+    tenacity Retrying,         the whole state, the retry statistics and iteration state
+    AsyncRetrying              in its threading.local included (tenacity's own pickling may
+                               drop them: `retrying.statistics` would be empty after a
+                               restore).
+    wrapt ObjectProxy and      a proxy whose class is importable: the class and the wrapped
+    its subclasses             object, plus the proxy's own `_self_` attributes; otherwise
+                               refused by name (wrapt's own error would end the job).
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from typing import Any
+
+from .._abi import pinned
+from ..serializers._describe import register_kind
+from ._adapters import Reduced, register_adapter, register_optional
+from ._http import sealed
+
+__all__: list[str] = []
+
+
+# ------------------------------------------------------------------------ pydantic secrets
+def _reduce_secret(secret: Any) -> Reduced:
+    value = secret.get_secret_value()
+    attrs = {k: v for k, v in getattr(secret, "__dict__", {}).items() if k != "_secret_value"}
+    return (_rebuild_secret, (type(secret), sealed(value)), attrs or None)
+
+
+@pinned("pydantic_rebuild_secret")
+def _rebuild_secret(cls: type, value: str | bytes) -> Any:
+    return cls(value)
+
+
+def _load_pydantic() -> None:
+    import pydantic
+
+    for name in ("SecretStr", "SecretBytes"):
+        register_adapter(getattr(pydantic, name), _reduce_secret, subclasses=True)
+    v1 = sys.modules.get("pydantic.v1")
+    if v1 is not None:
+        for name in ("SecretStr", "SecretBytes"):
+            register_adapter(getattr(v1, name), _reduce_secret, subclasses=True)
+
+
+register_optional("pydantic", _load_pydantic)
+
+
+# ------------------------------------------------------------------------ tenacity
+def _reduce_retrying(retrying: Any) -> Reduced:
+    return (_new_instance, (type(retrying),), dict(vars(retrying)))
+
+
+@pinned("new_instance")
+def _new_instance(cls: type) -> Any:
+    return cls.__new__(cls)
+
+
+def _load_tenacity() -> None:
+    import tenacity
+
+    register_adapter(tenacity.BaseRetrying, _reduce_retrying, subclasses=True)
+
+
+_reduce_retrying.parts = lambda r: [(f".{k}", v) for k, v in vars(r).items()]  # type: ignore[attr-defined]  # read by the pickler
+register_optional("tenacity", _load_tenacity)
+
+
+# ------------------------------------------------------------------------ wrapt proxies
+def _importable(cls: type) -> bool:
+    module = sys.modules.get(cls.__module__)
+    obj: object = module
+    for part in cls.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is cls
+
+
+def _reduce_proxy(proxy: Any) -> Reduced:
+    cls = type(proxy)
+    if not _importable(cls) or type(proxy).__init__ is not _PROXY_INIT[0]:
+        raise pickle.PicklingError(
+            f"a wrapt proxy ({cls.__module__}.{cls.__qualname__}) wrapping "
+            f"{type(proxy.__wrapped__).__qualname__} cannot be rebuilt: its class takes "
+            "other arguments than the wrapped object, or cannot be imported by its name"
+        )
+    own = {
+        k: v
+        for k, v in object.__getattribute__(proxy, "__dict__").items()
+        if k.startswith("_self_")
+    } if _has_own_dict(proxy) else {}
+    return (_rebuild_proxy, (cls, proxy.__wrapped__, own))
+
+
+def _has_own_dict(proxy: Any) -> bool:
+    try:
+        object.__getattribute__(proxy, "__dict__")
+        return True
+    except (AttributeError, TypeError):
+        return False
+
+
+@pinned("wrapt_rebuild_proxy")
+def _rebuild_proxy(cls: type, wrapped: object, own: dict[str, Any]) -> Any:
+    proxy = cls(wrapped)
+    for name, value in own.items():
+        setattr(proxy, name, value)
+    return proxy
+
+
+_PROXY_INIT: list[Any] = [None]
+
+
+def _load_wrapt() -> None:
+    import wrapt
+
+    _PROXY_INIT[0] = wrapt.ObjectProxy.__init__
+    register_adapter(wrapt.ObjectProxy, _reduce_proxy, subclasses=True)
+
+
+register_optional("wrapt", _load_wrapt)
+register_kind("wrapt.wrappers.ObjectProxy", "a wrapt proxy", None)

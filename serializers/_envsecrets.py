@@ -1,0 +1,113 @@
+"""Secrets found by value: a string in a snapshot equal to a secret environment variable's
+value is written as a reference to that variable, never in clear.
+
+The rule: an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD or
+CREDENTIAL (any case) and whose value is at least 8 characters long is secret. After a
+state is pickled, the payload is searched for each such value (its UTF-8 bytes; a
+search per variable, the common case ends there). Where one is found, the pickle is
+rewritten opcode by opcode (pickletools): every str or bytes object equal to the value
+becomes a call of `snapstate._abi.credential_from_env(NAME)` (the bytes encoded again),
+so after a restore the variable is read again and a rotated key is the one used; the
+memo slots stay where they were, so every other reference to that object still finds
+it. Frames are dropped (a pickle without them loads the same). A value still found
+after that is part of a longer string or byte string (a header "Bearer sk-...", a blob):
+the snapshot is refused with the variable's name, since writing it would put the secret
+in the file.
+
+Values that are not in the environment (a key read from a file, pydantic's SecretStr)
+are sealed by the adapters that know them (resources._secrets, resources._frameworks).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import pickletools
+import re
+import struct
+
+__all__ = ["scrub", "secret_variables", "SECRET_NAME", "SecretInState"]
+
+SECRET_NAME = re.compile("KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+MIN_LENGTH = 8
+
+_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+_BYTES = {"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"}
+_U32 = struct.Struct("<I")
+
+
+class SecretInState(pickle.PicklingError):
+    """A secret environment variable's value is part of a longer string in the state."""
+
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(
+            f"the value of the environment variable {name} is part of a longer string or "
+            "byte string in the job's state (for example an 'Authorization: Bearer ...' "
+            "header kept in a dict), and a snapshot never holds a secret in clear; keep the "
+            f"key on its own (a value read from os.environ[{name!r}] is saved as a "
+            "reference to the variable) or build the longer string after the snapshot"
+        )
+
+
+def secret_variables() -> dict[str, str]:
+    """name -> value of the environment variables the rule takes for secrets."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if len(value) >= MIN_LENGTH and SECRET_NAME.search(name)
+    }
+
+
+def scrub(payload: bytes) -> bytes:
+    """`payload` with every str/bytes equal to a secret variable's value replaced by a
+    reference to the variable (see the module doc); SecretInState when a value remains."""
+    found: dict[bytes, str] = {}
+    for name, value in secret_variables().items():
+        data = value.encode("utf-8", "surrogateescape")
+        if data in payload:
+            found.setdefault(data, name)
+    if not found:
+        return payload
+    payload = _rewrite(payload, found)
+    for data, name in found.items():
+        if data in payload:
+            raise SecretInState(name)
+    return payload
+
+
+def _call(name: str, as_bytes: bool) -> bytes:
+    target = "credential_from_env_bytes" if as_bytes else "credential_from_env"
+    text = name.encode("utf-8")
+    return (
+        pickle.GLOBAL
+        + f"snapstate._abi\n{target}\n".encode()
+        + pickle.BINUNICODE
+        + _U32.pack(len(text))
+        + text
+        + pickle.TUPLE1
+        + pickle.REDUCE
+    )
+
+
+def _rewrite(payload: bytes, found: dict[bytes, str]) -> bytes:
+    out: list[bytes] = []
+    ops = list(pickletools.genops(payload))
+    for i, (op, arg, pos) in enumerate(ops):
+        assert pos is not None
+        end = ops[i + 1][2] if i + 1 < len(ops) else len(payload)
+        assert end is not None
+        if op.name == "FRAME":
+            continue
+        if op.name in _STRINGS and isinstance(arg, str):
+            name = found.get(arg.encode("utf-8", "surrogateescape"))
+            if name is not None:
+                out.append(_call(name, False))
+                continue
+        elif op.name in _BYTES and isinstance(arg, bytes):
+            name = found.get(arg)
+            if name is not None:
+                out.append(_call(name, True))
+                continue
+        out.append(payload[pos:end])  # the last op, STOP, runs to the end
+    return b"".join(out)
