@@ -148,7 +148,7 @@ def explain(
     known = next(((p, o, k) for p, o in chain if (k := kind_of(o)) is not None), None)
     if known is None:
         head = f"{label} is {article(user_type_name(type(root)))}, which cannot be saved"
-        return f"{head}: {detail}", GENERIC_FIX
+        return f"{head}: {detail}", _adapter_fix(chain)
     where, obj, kind = known
     what = kind.name(obj)
     if obj is root:
@@ -160,6 +160,29 @@ def explain(
             f"{label}{inner}, which cannot be saved"
         )
     return f"{head}: {detail}", _fix(kind, obj)
+
+
+def _adapter_fix(chain: list[tuple[str, object]]) -> str:
+    """The generic fix, with a one-line register_adapter example for the innermost library
+    object on the path (a framework's object the user cannot change)."""
+    from ._refs import agent_module_names
+
+    agent = agent_module_names()
+    library = [
+        o
+        for _, o in chain
+        if type(o).__module__.split(".")[0] not in sys.stdlib_module_names
+        and type(o).__module__.split(".")[0] != "snapstate"
+        and type(o).__module__ not in agent
+    ]
+    if not library:
+        return GENERIC_FIX
+    name = user_type_name(type(library[-1]))
+    return (
+        f"{GENERIC_FIX} For {article(name)} the library made: "
+        f"snapstate.register_adapter({name}, lambda obj: (make_it_again, (obj.setting,)), "
+        "subclasses=True), where make_it_again(setting) builds an equal object."
+    )
 
 
 def _fix(kind: Kind, obj: object) -> str | None:

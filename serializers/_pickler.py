@@ -20,6 +20,7 @@ frames (self, cells, lists, module globals) keep their identity, and that
 
 from __future__ import annotations
 
+import copyreg
 import io
 import pickle
 import sys
@@ -139,6 +140,70 @@ def _from_dill(data: bytes) -> object:
     return dill.loads(data)
 
 
+@pinned("bare_new")
+def _bare_new(cls: type) -> object:
+    """An instance made without calling cls.__new__ (which needs arguments the default
+    reduction does not save): its whole state is set afterwards."""
+    return object.__new__(cls)
+
+
+@pinned("apply_default_state")
+def _apply_default_state(obj: object, state: object) -> None:
+    """pickle's default BUILD without looking anything up on obj first: a class whose
+    __getattr__ reads an attribute that is not set yet (a proxy delegating to
+    self.client) would recurse without end in pickle's own lookup of __setstate__."""
+    slots = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slots = state
+    if state:
+        object.__getattribute__(obj, "__dict__").update(state)  # type: ignore[call-overload]
+    if slots:
+        for name, value in slots.items():  # type: ignore[attr-defined]
+            setattr(obj, name, value)
+
+
+_HEAPTYPE = 1 << 9
+
+
+def _needs_args(t: type) -> bool:
+    """Whether t.__new__ is a Python function that takes arguments the default reduction
+    never passes (jinja2's Template.__new__(cls, source)), and object.__new__ can make t."""
+    new = t.__dict__.get("__new__") or next(
+        (c.__dict__["__new__"] for c in t.__mro__ if "__new__" in c.__dict__), None
+    )
+    func = getattr(new, "__func__", new)
+    if not isinstance(func, types.FunctionType):
+        return False
+    code = func.__code__
+    required = code.co_argcount - len(func.__defaults__ or ())
+    if required <= 1 and not (code.co_kwonlyargcount - len(func.__kwdefaults__ or {})):
+        return False
+    return all(c is object or c.__flags__ & _HEAPTYPE for c in t.__mro__)
+
+
+def _special_kind(t: type) -> int:
+    """0: pickle's default way is exact; 1: it needs the state set without lookups (a
+    __getattr__ of the class's own); 2: also made without calling __new__."""
+    try:
+        if (
+            issubclass(t, type)
+            or t.__reduce_ex__ is not object.__reduce_ex__
+            or t.__reduce__ is not object.__reduce__
+            or getattr(t, "__setstate__", None) is not None
+            or getattr(t, "__getnewargs_ex__", None) is not None
+            or getattr(t, "__getnewargs__", None) is not None
+        ):
+            return 0
+        if _needs_args(t):
+            return 2
+        return 1 if getattr(t, "__getattr__", None) is not None else 0
+    except Exception:  # a class whose attributes cannot even be looked up
+        return 0
+
+
+_SPECIAL: dict[type, int] = {}
+
+
 class _Unpinned(pickle.PicklingError):
     """snapstate's internal code saved by a path that is not pinned (snapstate/_abi.py)."""
 
@@ -218,6 +283,19 @@ class FreezePickler(_CloudPickler):
             if reduced is NotImplemented:  # saved by reference
                 _check_pinned(obj)
             return reduced
+        special = _SPECIAL.get(t)
+        if special is None:
+            special = _SPECIAL[t] = _special_kind(t)
+        if special:
+            rv = obj.__reduce_ex__(self.proto)
+            if (
+                isinstance(rv, tuple)
+                and rv[0] is copyreg.__newobj__  # type: ignore[attr-defined]  # not in typeshed
+                and rv[1] == (t,)
+            ):
+                full = tuple(rv) + (None,) * (5 - len(rv))
+                make = _bare_new if special == 2 else copyreg.__newobj__  # type: ignore[attr-defined]
+                return (make, (t,), full[2], full[3], full[4], _apply_default_state)
         return NotImplemented  # type: ignore[no-any-return]  # mypy types it Any (mypy#363)
 
     def _reduce_function(self, fn: types.FunctionType) -> Reduced:
@@ -433,7 +511,7 @@ class UnpicklableError(Exception):
 def _children(obj: object) -> Iterator[tuple[str, object]]:
     if isinstance(obj, dict):
         for k, v in list(obj.items()):
-            yield f"[{k!r}]", v
+            yield f"[{_key(k)}]", v
     elif isinstance(obj, (list, tuple, set, frozenset)):
         for i, v in enumerate(list(obj)):
             yield f"[{i}]", v
@@ -461,23 +539,39 @@ def _children(obj: object) -> Iterator[tuple[str, object]]:
                     yield f".{name}", getattr(obj, name)
 
 
+def _key(key: object) -> str:
+    """A dict key as a path step: short values as written, anything else by its type (a
+    repr may hold a memory address, or be long)."""
+    if isinstance(key, (str, int, float, bool, type(None))):
+        text = repr(key)
+        return text if len(text) <= 40 else text[:37] + "..."
+    if isinstance(key, tuple) and all(isinstance(k, (str, int, bool, type(None))) for k in key):
+        return _key(str(key)) if len(repr(key)) > 40 else repr(key)
+    return f"<{type(key).__qualname__}>"
+
+
 def find_unpicklable(
     roots: Iterable[tuple[str, object]],
     first_error: BaseException | None = None,
     _depth: int = 0,
     chain: list[tuple[str, object]] | None = None,
+    _seen: frozenset[int] = frozenset(),
 ) -> tuple[str, object, BaseException | None]:
     """(path, object, error) of the deepest object under `roots` that cannot be
     pickled, or (path, None, error) when no single culprit is found. `chain`, if
-    given, receives the (path, object) pairs from the root down to the culprit."""
+    given, receives the (path, object) pairs from the root down to the culprit. The
+    search never walks back into an object already on its path (a reference cycle): an
+    object that fails only through such a cycle is named only when nothing else is."""
+    fallback: tuple[str, object, BaseException | None, list[tuple[str, object]]] | None = None
     for path, obj in roots:
+        if id(obj) in _seen:
+            continue
         try:
             _dump_any(obj)
             continue
         except _PICKLE_ERRORS as exc:
             error = exc
-        except RecursionError as exc:  # pragma: no cover - pathological
-            return path, obj, exc
+        mark = len(chain) if chain is not None else 0
         if chain is not None:
             chain.append((path, obj))
         if _too_deep(error):
@@ -490,13 +584,22 @@ def find_unpicklable(
             or (adapter is not None and parts is None)
         ):
             return path, obj, error  # refused by its own adapter: it is the culprit
+        children = list(parts(obj) if parts else _children(obj))
+        seen = _seen | {id(obj)}
         deeper = find_unpicklable(
-            [(path + name, child) for name, child in (parts(obj) if parts else _children(obj))],
-            error,
-            _depth + 1,
-            chain,
+            [(path + name, child) for name, child in children], error, _depth + 1, chain, seen
         )
         if deeper[1] is not None:
             return deeper
+        if any(id(child) in seen for _, child in children):  # fails through a cycle?
+            if fallback is None:
+                fallback = (path, obj, error, chain[mark:] if chain is not None else [])
+            if chain is not None:
+                del chain[mark:]
+            continue
         return path, obj, error
+    if fallback is not None:
+        if chain is not None:
+            chain.extend(fallback[3])
+        return fallback[0], fallback[1], fallback[2]
     return "value", None, first_error

@@ -104,6 +104,11 @@ def bind(agent_modules: Iterable[types.ModuleType]) -> None:
         _WALKED[0] = None
 
 
+def agent_module_names() -> frozenset[str]:
+    """The modules bind() took for the agent's (and __main__)."""
+    return frozenset(_EXCLUDED)
+
+
 def _forget(name: str) -> None:
     if _SEEN.pop(name, None) is not None:
         for key in [k for k, v in INDEX.items() if v[0] == name]:

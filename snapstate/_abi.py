@@ -105,6 +105,9 @@ NAMES: dict[str, str] = {
     "new_thread_local": "snapstate.resources._python:_new_local",
     "new_event_loop": "snapstate.resources._python:_new_loop",
     "credential_from_env_bytes": "snapstate.resources._secrets:_from_env_bytes",
+    # objects pickle's default way cannot rebuild (serializers/_pickler.py)
+    "bare_new": "snapstate.serializers._pickler:_bare_new",
+    "apply_default_state": "snapstate.serializers._pickler:_apply_default_state",
     # framework objects whose own pickling is not exact (resources/_frameworks.py)
     "pydantic_rebuild_secret": "snapstate.resources._frameworks:_rebuild_secret",
     "new_instance": "snapstate.resources._frameworks:_new_instance",
