@@ -42,6 +42,7 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from functools import partial
 from types import NotImplementedType
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypedDict, TypeVar, cast
 
@@ -113,6 +114,10 @@ def _refuse(obj: object, what: str) -> NoReturn:
     raise pickle.PicklingError(f"{what} is a live handle that cannot be saved in a snapshot")
 
 
+def _refuse_as(obj: object, what: str) -> NoReturn:
+    _refuse(obj, what)
+
+
 def _load_optional() -> None:
     """Register the adapters of optional libraries the agent has imported since."""
     for module, loader in list(OPTIONAL_LOADERS.items()):
@@ -141,6 +146,10 @@ def reducer_for(t: type) -> Reducer | None:
         for base in t.__mro__[1:]:
             found = _SUBCLASS_ADAPTERS.get(base)
             if found is not None:
+                break
+            untracked = UNTRACKED.get(base)  # a subclass of a live handle (a library's Thread)
+            if untracked is not None:
+                found = partial(_refuse_as, what=untracked)
                 break
     _RESOLVED[t] = found
     return found

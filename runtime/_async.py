@@ -45,6 +45,7 @@ import os
 import pickle
 import sys
 import time
+import threading
 import types
 import warnings
 from collections.abc import Callable, Coroutine
@@ -1535,6 +1536,11 @@ def _callbacks(obj: asyncio.Future[Any], what: str) -> list[tuple[str, Any]]:
             continue
         if _is_wakeup(callback):
             kept.append(("wake", callback.__self__))
+            continue
+        if isinstance(getattr(callback, "__self__", None), threading.Thread):
+            # A library's idle worker thread stopping with the task (anyio's to_thread
+            # pool, kept per event loop): the thread is this process's; the restored
+            # loop starts its own pool when it needs one.
             continue
         _check_context(context, f"a done-callback of {what}")
         kept.append(("call", callback))
