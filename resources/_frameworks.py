@@ -9,6 +9,11 @@ library; snapstate never imports it itself).
     AsyncRetrying              in its threading.local included (tenacity's own pickling may
                                drop them: `retrying.statistics` would be empty after a
                                restore).
+    tiktoken Encoding          by its whole definition (tiktoken's own pickling names a
+                               registered encoding, which the new process would fetch from
+                               the network or a cache dir set only while the library loaded
+                               it: llama-index); the new process's registered encoding of
+                               that name is used when it is loaded and the same.
     wrapt ObjectProxy and      a proxy whose class is importable: the class and the wrapped
     its subclasses             object, plus the proxy's own `_self_` attributes; otherwise
                                refused by name (wrapt's own error would end the job).
@@ -72,6 +77,41 @@ def _load_tenacity() -> None:
 
 _reduce_retrying.parts = lambda r: [(f".{k}", v) for k, v in vars(r).items()]  # type: ignore[attr-defined]  # read by the pickler
 register_optional("tenacity", _load_tenacity)
+
+
+# ------------------------------------------------------------------------ tiktoken
+def _reduce_encoding(enc: Any) -> Reduced:
+    return (
+        _rebuild_encoding,
+        (enc.name, enc._pat_str, enc._mergeable_ranks, enc._special_tokens),
+    )
+
+
+@pinned("tiktoken_rebuild_encoding")
+def _rebuild_encoding(
+    name: str, pat_str: str, ranks: dict[bytes, int], special: dict[str, int]
+) -> Any:
+    import tiktoken
+    import tiktoken.registry
+
+    current = tiktoken.registry.ENCODINGS.get(name)
+    if (
+        current is not None
+        and current._pat_str == pat_str
+        and current._mergeable_ranks == ranks
+        and current._special_tokens == special
+    ):
+        return current
+    return tiktoken.Encoding(name, pat_str=pat_str, mergeable_ranks=ranks, special_tokens=special)
+
+
+def _load_tiktoken() -> None:
+    import tiktoken
+
+    register_adapter(tiktoken.Encoding, _reduce_encoding)
+
+
+register_optional("tiktoken", _load_tiktoken)
 
 
 # ------------------------------------------------------------------------ wrapt proxies

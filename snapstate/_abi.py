@@ -112,6 +112,7 @@ NAMES: dict[str, str] = {
     "pydantic_rebuild_secret": "snapstate.resources._frameworks:_rebuild_secret",
     "new_instance": "snapstate.resources._frameworks:_new_instance",
     "wrapt_rebuild_proxy": "snapstate.resources._frameworks:_rebuild_proxy",
+    "tiktoken_rebuild_encoding": "snapstate.resources._frameworks:_rebuild_encoding",
     # credentials (resources/_secrets.py)
     "credential_from_env": "snapstate.resources._secrets:_from_env",
     "credential_unseal": "snapstate.resources._secrets:_unseal",

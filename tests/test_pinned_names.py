@@ -110,6 +110,7 @@ STABLE_NAMES = [
     "set_log_handler_state",
     "set_logger_state",
     "task_handle",
+    "tiktoken_rebuild_encoding",
     "wrapt_rebuild_proxy",
 ]
 
