@@ -13,7 +13,9 @@ their own kinds with register_kind().
 
 from __future__ import annotations
 
+import site
 import sys
+import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -162,19 +164,32 @@ def explain(
     return f"{head}: {detail}", _fix(kind, obj)
 
 
+def _installed_library(t: type) -> bool:
+    """Whether t comes from an installed third-party package (its top-level module lives
+    in site-packages), not the standard library, snapstate or the agent's own code."""
+    top = t.__module__.split(".")[0]
+    if top in sys.stdlib_module_names or top == "snapstate" or "<locals>" in t.__qualname__:
+        return False
+    path = str(getattr(sys.modules.get(top), "__file__", None) or "")
+    return any(path.startswith(d) for d in _site_dirs())
+
+
+def _site_dirs() -> tuple[str, ...]:
+    if not _SITE:
+        paths = sysconfig.get_paths()
+        _SITE.extend(
+            {paths["purelib"], paths["platlib"], *getattr(site, "getsitepackages", list)()}
+        )
+    return tuple(_SITE)
+
+
+_SITE: list[str] = []
+
+
 def _adapter_fix(chain: list[tuple[str, object]]) -> str:
     """The generic fix, with a one-line register_adapter example for the innermost library
     object on the path (a framework's object the user cannot change)."""
-    from ._refs import agent_module_names
-
-    agent = agent_module_names()
-    library = [
-        o
-        for _, o in chain
-        if type(o).__module__.split(".")[0] not in sys.stdlib_module_names
-        and type(o).__module__.split(".")[0] != "snapstate"
-        and type(o).__module__ not in agent
-    ]
+    library = [o for _, o in chain if _installed_library(type(o))]
     if not library:
         return GENERIC_FIX
     name = user_type_name(type(library[-1]))
