@@ -14,6 +14,12 @@ library; snapstate never imports it itself).
                                the network or a cache dir set only while the library loaded
                                it: llama-index); the new process's registered encoding of
                                that name is used when it is loaded and the same.
+    mcp's request-state codec  (AESGCMRequestStateCodec: AES-GCM keys derived when an MCP
+                               server is built, never readable again) saved as references
+                               to the environment variables whose values derive exactly
+                               its keys (keys=[os.environ["MCP_STATE_KEY"]]), in ring order;
+                               otherwise refused (an ephemeral key generated at start-up,
+                               MCPServer's default, or a key in code: neither can be saved).
     wrapt ObjectProxy and      a proxy whose class is importable: the class and the wrapped
     its subclasses             object, plus the proxy's own `_self_` attributes; otherwise
                                refused by name (wrapt's own error would end the job).
@@ -21,6 +27,8 @@ library; snapstate never imports it itself).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
 import sys
 from typing import Any
@@ -114,6 +122,53 @@ def _load_tiktoken() -> None:
 register_optional("tiktoken", _load_tiktoken)
 
 
+# ------------------------------------------------------------------------ mcp
+def _reduce_mcp_codec(codec: Any) -> Reduced:
+    from mcp.server import request_state as rs
+
+    from ..serializers._envsecrets import secret_variables
+
+    def kid(secret: bytes) -> bytes:
+        return hashlib.sha256(rs._KID_INFO + rs._derive_key(secret)).digest()[: rs._KID_LEN]
+
+    by_kid: dict[bytes, str] = {}
+    for name, value in secret_variables().items():
+        if len(value.encode()) >= 32:
+            by_kid.setdefault(kid(value.encode()), name)
+    ring = list(codec._ring)
+    if codec._mint_kid in ring:  # the key that seals comes first, as keys[0]
+        ring.remove(codec._mint_kid)
+        ring.insert(0, codec._mint_kid)
+    names = [by_kid.get(k) for k in ring]
+    if not ring or None in names:
+        raise pickle.PicklingError(
+            "an MCP server's request-state keys (mcp RequestStateSecurity: AES-GCM keys "
+            "derived when the server was built, by default a random key of this process) "
+            "cannot be read back, so the server cannot be saved. Give it keys from the "
+            "environment, which are saved as references to their variables: "
+            "MCPServer(..., request_state_security=RequestStateSecurity(keys=[os.environ"
+            "['MCP_STATE_KEY']], audience='my-service')) with MCP_STATE_KEY at least 32 "
+            "characters; or build the server in a function called after the snapshot"
+        )
+    return (_rebuild_mcp_codec, (type(codec), [sealed(os.environ[n]) for n in names]))
+
+
+@pinned("mcp_rebuild_codec")
+def _rebuild_mcp_codec(cls: type, keys: list[str]) -> Any:
+    return cls(keys)
+
+
+def _load_mcp() -> None:
+    from mcp.server import request_state
+
+    codec = getattr(request_state, "AESGCMRequestStateCodec", None)
+    if codec is not None:
+        register_adapter(codec, _reduce_mcp_codec, subclasses=True)
+
+
+register_optional("mcp.server.request_state", _load_mcp)
+
+
 # ------------------------------------------------------------------------ wrapt proxies
 def _importable(cls: type) -> bool:
     module = sys.modules.get(cls.__module__)
@@ -131,11 +186,15 @@ def _reduce_proxy(proxy: Any) -> Reduced:
             f"{type(proxy.__wrapped__).__qualname__} cannot be rebuilt: its class takes "
             "other arguments than the wrapped object, or cannot be imported by its name"
         )
-    own = {
-        k: v
-        for k, v in object.__getattribute__(proxy, "__dict__").items()
-        if k.startswith("_self_")
-    } if _has_own_dict(proxy) else {}
+    own = (
+        {
+            k: v
+            for k, v in object.__getattribute__(proxy, "__dict__").items()
+            if k.startswith("_self_")
+        }
+        if _has_own_dict(proxy)
+        else {}
+    )
     return (_rebuild_proxy, (cls, proxy.__wrapped__, own))
 
 

@@ -194,11 +194,19 @@ _BASE_ATTRS: dict[type, frozenset[str]] = {
 
 def _reduce_weak_values(d: weakref.WeakValueDictionary[Any, Any]) -> Reduced:
     items = _own(
-        [_own((k, _weakly(v, f"a value of a WeakValueDictionary (key {k!r})"))) for k, v in d.items()]
+        [
+            _own((k, _weakly(v, f"a value of a WeakValueDictionary (key {k!r})")))
+            for k, v in d.items()
+        ]
     )
     return (
         _new_weak_container,
-        (type(d), weakref.WeakValueDictionary, items, _weak_container_attrs(d, weakref.WeakValueDictionary)),
+        (
+            type(d),
+            weakref.WeakValueDictionary,
+            items,
+            _weak_container_attrs(d, weakref.WeakValueDictionary),
+        ),
     )
 
 
@@ -206,7 +214,12 @@ def _reduce_weak_keys(d: weakref.WeakKeyDictionary[Any, Any]) -> Reduced:
     items = _own([_own((_weakly(k, "a key of a WeakKeyDictionary"), v)) for k, v in d.items()])
     return (
         _new_weak_container,
-        (type(d), weakref.WeakKeyDictionary, items, _weak_container_attrs(d, weakref.WeakKeyDictionary)),
+        (
+            type(d),
+            weakref.WeakKeyDictionary,
+            items,
+            _weak_container_attrs(d, weakref.WeakKeyDictionary),
+        ),
     )
 
 
@@ -264,7 +277,12 @@ def check_referents(memo: Callable[[], dict[int, Any]], root: object) -> None:
     if not unsure:
         return
     saved = memo()
-    weak_types = (weakref.ref, weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)
+    weak_types = (
+        weakref.ref,
+        weakref.WeakValueDictionary,
+        weakref.WeakKeyDictionary,
+        weakref.WeakSet,
+    )
     holders: dict[int, bool] = dict.fromkeys(unsure, False)
     targets = [obj for obj, _ in unsure.values()]
     for holder in gc.get_referrers(*targets):

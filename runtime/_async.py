@@ -44,8 +44,8 @@ import inspect
 import os
 import pickle
 import sys
-import time
 import threading
+import time
 import types
 import warnings
 from collections.abc import Callable, Coroutine

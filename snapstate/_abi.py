@@ -113,6 +113,7 @@ NAMES: dict[str, str] = {
     "new_instance": "snapstate.resources._frameworks:_new_instance",
     "wrapt_rebuild_proxy": "snapstate.resources._frameworks:_rebuild_proxy",
     "tiktoken_rebuild_encoding": "snapstate.resources._frameworks:_rebuild_encoding",
+    "mcp_rebuild_codec": "snapstate.resources._frameworks:_rebuild_mcp_codec",
     # credentials (resources/_secrets.py)
     "credential_from_env": "snapstate.resources._secrets:_from_env",
     "credential_unseal": "snapstate.resources._secrets:_unseal",

@@ -208,7 +208,11 @@ def chat_completion(body: dict) -> dict:
         "created": CREATED,
         "model": body.get("model", "stub"),
         "choices": [{"index": 0, "finish_reason": finish, "message": message, "logprobs": None}],
-        "usage": {"prompt_tokens": len(text), "completion_tokens": 7, "total_tokens": len(text) + 7},
+        "usage": {
+            "prompt_tokens": len(text),
+            "completion_tokens": 7,
+            "total_tokens": len(text) + 7,
+        },
     }
 
 
@@ -225,8 +229,12 @@ def chat_chunks(completion: dict) -> bytes:
     else:
         words = message["content"].split(" ")
         deltas += [{"content": w if i == 0 else " " + w} for i, w in enumerate(words)]
-    events = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
-    events.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    events = [
+        {**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas
+    ]
+    events.append(
+        {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]}
+    )
     events.append({**head, "choices": [], "usage": completion["usage"]})
     return ("".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode()
 
@@ -243,7 +251,11 @@ def response(body: dict) -> dict:
     else:
         last_message = {"role": last.get("role", "user"), "content": last.get("content")}
     text = _content_text(last_message["content"])
-    tools = [(t["name"], t.get("parameters")) for t in body.get("tools") or [] if t.get("type") == "function"]
+    tools = [
+        (t["name"], t.get("parameters"))
+        for t in body.get("tools") or []
+        if t.get("type") == "function"
+    ]
     plan = _plan(tools, None, last_message, text)
     n = len(items)
     if plan[0] == "tool":

@@ -69,6 +69,7 @@ STABLE_NAMES = [
     "llm_rebuild_raw_response",
     "llm_rebuild_stream",
     "make_cell",
+    "mcp_rebuild_codec",
     "module_attribute",
     "module_object",
     "module_object_setstate",

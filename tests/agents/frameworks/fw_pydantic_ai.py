@@ -10,7 +10,10 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from snapstate import snapshot
 
 model = OpenAIChatModel(
-    "gpt-stub", provider=OpenAIProvider(base_url=os.environ["LLM_URL"] + "/v1", api_key=os.environ["OPENAI_API_KEY"])
+    "gpt-stub",
+    provider=OpenAIProvider(
+        base_url=os.environ["LLM_URL"] + "/v1", api_key=os.environ["OPENAI_API_KEY"]
+    ),
 )
 agent = Agent(model, instructions="Be brief.")
 
