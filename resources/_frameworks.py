@@ -27,6 +27,7 @@ library; snapstate never imports it itself).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import pickle
@@ -167,6 +168,12 @@ def _load_mcp() -> None:
 
 
 register_optional("mcp.server.request_state", _load_mcp)
+# The codec's refusal says what to do (keys from the environment).
+register_kind(
+    "mcp.server.request_state.AESGCMRequestStateCodec",
+    "an MCP request-state codec (mcp RequestStateSecurity)",
+    None,
+)
 
 
 # ------------------------------------------------------------------------ wrapt proxies
@@ -186,24 +193,18 @@ def _reduce_proxy(proxy: Any) -> Reduced:
             f"{type(proxy.__wrapped__).__qualname__} cannot be rebuilt: its class takes "
             "other arguments than the wrapped object, or cannot be imported by its name"
         )
-    own = (
-        {
-            k: v
-            for k, v in object.__getattribute__(proxy, "__dict__").items()
-            if k.startswith("_self_")
-        }
-        if _has_own_dict(proxy)
-        else {}
-    )
+    own = _own_attributes(proxy)
     return (_rebuild_proxy, (cls, proxy.__wrapped__, own))
 
 
-def _has_own_dict(proxy: Any) -> bool:
-    try:
-        object.__getattribute__(proxy, "__dict__")
-        return True
-    except (AttributeError, TypeError):
-        return False
+def _own_attributes(proxy: Any) -> dict[str, Any]:
+    """The proxy's own `_self_` attributes. Its `__dict__` attribute is the wrapped
+    object's (wrapt forwards it); the proxy's own dict is among what it references."""
+    wrapped_dict = getattr(proxy.__wrapped__, "__dict__", None)
+    for ref in gc.get_referents(proxy):
+        if type(ref) is dict and ref is not wrapped_dict:
+            return {k: v for k, v in ref.items() if isinstance(k, str) and k.startswith("_self_")}
+    return {}
 
 
 @pinned("wrapt_rebuild_proxy")

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from types import NotImplementedType
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ..serializers._describe import user_type_name
 from ._adapters import Reduced, register_adapter, register_optional
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def _reduce_array(array: NDArray[Any]) -> Reduced | NotImplementedType:
 
     t = type(array)
     if t is not np.ndarray and not issubclass(t, _VIEW_SUBCLASSES):
-        name = f"{t.__module__}.{t.__qualname__}"
+        name = user_type_name(t)  # as the user writes it: numpy.ma.MaskedArray
         if isinstance(array, np.memmap):
             _refuse(array, f"is a {name} over a file")
         _refuse(

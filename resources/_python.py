@@ -17,6 +17,10 @@ import; resources._adapters imports this). Each comes back exactly or is refused
                                (a module's object counts: it is saved by reference), else
                                the restored referent would have nothing holding it and die:
                                checked after the dump (`check_referents`), refused by name.
+    weakref.finalize           a live one: a new finalizer of the same (restored) object,
+                               function, arguments and atexit flag (the object must be held
+                               strongly, as above); a called or detached one stays dead.
+    weakref.proxy              refused: its referent cannot be read from it.
     WeakValueDictionary,       their live entries, rebuilt as the same class (subclasses'
     WeakKeyDictionary, WeakSet own attributes kept), with the same referent rule.
     threading.local            the attributes the job's thread sees (other threads' values
@@ -126,11 +130,16 @@ def _reduce_ref(ref: weakref.ref[Any]) -> Reduced:
         owner = _weakly(method.__self__, f"a weakref.WeakMethod to {method.__func__.__qualname__}")
         return (_new_weak_method, _own((owner, method.__func__)))
     if type(ref) is not weakref.ref and not isinstance(ref, weakref.KeyedRef):
-        # A subclass of the user's or a library's: its own attributes may matter.
-        if getattr(ref, "__dict__", None) or ref.__callback__ is not None:
+        # A subclass of the user's or a library's: its own data (attributes, slots) and
+        # its callback would not come back on a plain weakref.
+        own = getattr(ref, "__dict__", None) or any(
+            "__slots__" in vars(c) for c in type(ref).__mro__ if c is not weakref.ref
+        )
+        if own or ref.__callback__ is not None:
             raise pickle.PicklingError(
-                f"a weak reference of type {type(ref).__qualname__} with a callback or "
-                "attributes of its own cannot be saved exactly"
+                f"a weak reference of type {type(ref).__qualname__} (a weakref.ref "
+                "subclass with a callback or data of its own) cannot be saved exactly; keep "
+                "a plain weakref.ref(obj) and the data beside it"
             )
     if ref.__callback__ is not None and not isinstance(ref, weakref.KeyedRef):
         raise pickle.PicklingError(
@@ -246,7 +255,53 @@ def _new_weak_container(cls: type, base: type, items: list[Any], attrs: dict[str
     return obj
 
 
+def _refuse_proxy(proxy: object) -> Reduced:
+    raise pickle.PicklingError(
+        "a weakref.proxy cannot be saved (its referent cannot be read from it, and saving "
+        "what it forwards to would make a strong copy); keep weakref.ref(obj) instead and "
+        "call it to reach the object"
+    )
+
+
+def _reduce_finalize(fin: weakref.finalize) -> Reduced:  # type: ignore[type-arg]  # generic in typeshed
+    info = fin._registry.get(fin)  # type: ignore[attr-defined]  # private: _Info or None
+    if info is None:  # called or detached: dead for good
+        return (_dead_finalize, ())
+    target = info.weakref()
+    if target is None:  # pragma: no cover - the registry drops it as the referent dies
+        return (_dead_finalize, ())
+    owner = _weakly(target, f"the object of a weakref.finalize ({_name(target)})")
+    return (
+        _new_finalize,
+        _own((owner, info.func, tuple(info.args), dict(info.kwargs or {}), bool(info.atexit))),
+    )
+
+
+@pinned("new_finalize")
+def _new_finalize(
+    target: object,
+    func: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    atexit: bool,
+) -> weakref.finalize:  # type: ignore[type-arg]
+    _KEEP.append(target)
+    fin = weakref.finalize(target, func, *args, **kwargs)
+    fin.atexit = atexit
+    return fin
+
+
+@pinned("dead_finalize")
+def _dead_finalize() -> weakref.finalize:  # type: ignore[type-arg]
+    fin = weakref.finalize(_Gone(), print)  # its object dies at once: never called
+    fin.detach()
+    return fin
+
+
 register_adapter(weakref.ref, _reduce_ref, subclasses=True)
+register_adapter(weakref.ProxyType, _refuse_proxy)
+register_adapter(weakref.CallableProxyType, _refuse_proxy)
+register_adapter(weakref.finalize, _reduce_finalize, subclasses=True)
 register_adapter(weakref.WeakValueDictionary, _reduce_weak_values, subclasses=True)
 register_adapter(weakref.WeakKeyDictionary, _reduce_weak_keys, subclasses=True)
 register_adapter(weakref.WeakSet, _reduce_weak_set, subclasses=True)

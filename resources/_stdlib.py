@@ -43,6 +43,7 @@ sqlite3 cursors, csv writers (registered on import; resources._adapters imports 
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.thread
 import contextlib
 import csv
 import gc
@@ -409,19 +410,33 @@ register_kind("_csv.reader", "a csv.reader", None)
 
 
 # ------------------------------------------------------------------------ executors, futures
+_WORKER_CODE = concurrent.futures.thread._worker.__code__  # type: ignore[attr-defined]  # private
+
+
 def _busy(pool: concurrent.futures.ThreadPoolExecutor) -> bool:
-    """Work queued or running in the pool. A worker counts itself idle (releases the
-    idle semaphore) just after it set its future's result, so a pool whose last result
-    was just read can look busy for an instant: give it up to 0.2 s to settle."""
+    """Work queued or running in the pool: an item in its queue, or a worker thread that
+    is not waiting in its loop for the next item (a waiting worker's innermost Python
+    frame is the pool's own _worker, blocked in the queue's C get; a running one is
+    deeper, in the work). Sampled until it holds twice in a row, for up to 0.2 s: a
+    worker that just took an item is for an instant still in _worker."""
     deadline = time.monotonic() + 0.2
+    idle_before = False
     while True:
-        alive = sum(t.is_alive() for t in pool._threads)
+        alive = [t for t in pool._threads if t.is_alive()]
         if pool._shutdown:  # its queue holds the wake-up sentinel
-            busy = alive > 0
+            busy = bool(alive)
         else:
-            busy = not pool._work_queue.empty() or pool._idle_semaphore._value < alive
-        if not busy or time.monotonic() > deadline:
-            return busy
+            frames = sys._current_frames()
+            busy = not pool._work_queue.empty() or any(
+                (frame := frames.get(t.ident)) is not None and frame.f_code is not _WORKER_CODE
+                for t in alive
+                if t.ident is not None
+            )
+        if not busy and idle_before:
+            return False
+        idle_before = not busy
+        if busy and time.monotonic() > deadline:
+            return True
         time.sleep(0.002)
 
 

@@ -896,9 +896,16 @@ class Job:
             ) from None
         except Exception as exc:
             _async.discard_restored()
+            seq = header.get("seq")
+            earlier = (
+                f"snaprun resume {self.job_id} --at {seq - 1} continues from the snapshot "
+                "before it (later ones are dropped)"
+                if isinstance(seq, int) and seq > 1
+                else "the job has no earlier snapshot: start it again"
+            )
             raise RestoreError(
-                f"{where} could not be unpickled ({type(exc).__name__}: {exc}); "
-                "resume from an earlier snapshot of the job."
+                f"{where} could not be unpickled ({type(exc).__name__}: {str(exc)[:300]}); "
+                f"nothing was changed. {earlier}."
             ) from None
         _agent.restore_globals(state["globals"])
         _defstate.restore(state.get("defs", {}), state["globals"])  # onto the fresh import

@@ -2,7 +2,9 @@
 value is written as a reference to that variable, never in clear.
 
 The rule: an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD or
-CREDENTIAL (any case) and whose value is at least 8 characters long is secret. After a
+CREDENTIAL (any case) and whose value is at least 8 characters long, and not a plain
+word of letters and underscores (SORT_KEY=created_at names a field: rewriting every
+"created_at" in the state, attribute names included, would be wrong), is secret. After a
 state is pickled, the payload is searched for each such value (its UTF-8 bytes; a
 search per variable, the common case ends there). Where one is found, the pickle is
 rewritten opcode by opcode (pickletools): every str or bytes object equal to the value
@@ -50,12 +52,18 @@ class SecretInState(pickle.PicklingError):
         )
 
 
+_WORD = re.compile(r"[A-Za-z_]+")
+
+
 def secret_variables() -> dict[str, str]:
     """name -> value of the environment variables the rule takes for secrets."""
     return {
         name: value
         for name, value in os.environ.items()
-        if len(value) >= MIN_LENGTH and SECRET_NAME.search(name)
+        if len(value) >= MIN_LENGTH
+        and SECRET_NAME.search(name)
+        and not _WORD.fullmatch(value)
+        and not name.startswith("SNAPSTATE_")
     }
 
 

@@ -143,8 +143,10 @@ def _from_dill(data: bytes) -> object:
 @pinned("bare_new")
 def _bare_new(cls: type) -> object:
     """An instance made without calling cls.__new__ (which needs arguments the default
-    reduction does not save): its whole state is set afterwards."""
-    return object.__new__(cls)
+    reduction does not save), by the __new__ of its nearest built-in base (object, dict,
+    list, set): its whole state (and items) is set afterwards."""
+    base = next(c for c in cls.__mro__ if not c.__flags__ & _HEAPTYPE)
+    return base.__new__(cls)  # type: ignore[no-any-return]
 
 
 @pinned("apply_default_state")
@@ -178,7 +180,9 @@ def _needs_args(t: type) -> bool:
     required = code.co_argcount - len(func.__defaults__ or ())
     if required <= 1 and not (code.co_kwonlyargcount - len(func.__kwdefaults__ or {})):
         return False
-    return all(c is object or c.__flags__ & _HEAPTYPE for c in t.__mro__)
+    # The nearest built-in base makes the instance: one whose __new__ takes no state.
+    base = next(c for c in t.__mro__ if not c.__flags__ & _HEAPTYPE)
+    return base in (object, dict, list, set)
 
 
 def _special_kind(t: type) -> int:
@@ -511,6 +515,8 @@ class UnpicklableError(Exception):
 def _children(obj: object) -> Iterator[tuple[str, object]]:
     if isinstance(obj, dict):
         for k, v in list(obj.items()):
+            if not isinstance(k, (str, int, float, bool, type(None), bytes)):
+                yield f"<key {_key(k)}>", k  # an object as a key may hold the culprit
             yield f"[{_key(k)}]", v
     elif isinstance(obj, (list, tuple, set, frozenset)):
         for i, v in enumerate(list(obj)):
@@ -520,6 +526,9 @@ def _children(obj: object) -> Iterator[tuple[str, object]]:
             yield ".cell_contents", obj.cell_contents
         except ValueError:
             pass
+    elif isinstance(obj, types.MethodType):
+        yield ".__self__", obj.__self__  # a bound method: what it is bound to
+        yield ".__func__", obj.__func__
     elif isinstance(obj, types.FunctionType):
         for i, cell in enumerate(obj.__closure__ or ()):
             yield f".<closure {obj.__code__.co_freevars[i]}>", cell
@@ -555,16 +564,29 @@ def find_unpicklable(
     first_error: BaseException | None = None,
     _depth: int = 0,
     chain: list[tuple[str, object]] | None = None,
-    _seen: frozenset[int] = frozenset(),
 ) -> tuple[str, object, BaseException | None]:
     """(path, object, error) of the deepest object under `roots` that cannot be
     pickled, or (path, None, error) when no single culprit is found. `chain`, if
     given, receives the (path, object) pairs from the root down to the culprit. The
     search never walks back into an object already on its path (a reference cycle): an
     object that fails only through such a cycle is named only when nothing else is."""
+    path, obj, error, _ = _search(roots, first_error, _depth, chain, frozenset())
+    return path, obj, error
+
+
+def _search(
+    roots: Iterable[tuple[str, object]],
+    first_error: BaseException | None,
+    depth: int,
+    chain: list[tuple[str, object]] | None,
+    seen: frozenset[int],
+) -> tuple[str, object, BaseException | None, bool]:
+    """find_unpicklable's walk; the last item says the culprit fails only through a
+    reference cycle back to an object on the path (a weak answer: a sibling may hold
+    the real culprit)."""
     fallback: tuple[str, object, BaseException | None, list[tuple[str, object]]] | None = None
     for path, obj in roots:
-        if id(obj) in _seen:
+        if id(obj) in seen:
             continue
         try:
             _dump_any(obj)
@@ -575,31 +597,32 @@ def find_unpicklable(
         if chain is not None:
             chain.append((path, obj))
         if _too_deep(error):
-            return path, obj, error  # its parts are as deep: name the outermost
+            return path, obj, error, False  # its parts are as deep: name the outermost
         adapter = _dispatch.adapter_for(type(obj))
         parts = getattr(adapter, "parts", None)  # what an adapter saves of obj, if it says
         if (
             isinstance(obj, _dispatch.HANDLE_TYPES)
-            or _depth > 40
+            or depth > 40
             or (adapter is not None and parts is None)
         ):
-            return path, obj, error  # refused by its own adapter: it is the culprit
+            return path, obj, error, False  # refused by its own adapter: it is the culprit
         children = list(parts(obj) if parts else _children(obj))
-        seen = _seen | {id(obj)}
-        deeper = find_unpicklable(
-            [(path + name, child) for name, child in children], error, _depth + 1, chain, seen
+        inner = seen | {id(obj)}
+        found = _search(
+            [(path + name, child) for name, child in children], error, depth + 1, chain, inner
         )
-        if deeper[1] is not None:
-            return deeper
-        if any(id(child) in seen for _, child in children):  # fails through a cycle?
-            if fallback is None:
-                fallback = (path, obj, error, chain[mark:] if chain is not None else [])
-            if chain is not None:
-                del chain[mark:]
-            continue
-        return path, obj, error
+        if found[1] is not None and not found[3]:
+            return found
+        weak = found[1] is not None or any(id(child) in inner for _, child in children)
+        if not weak:
+            return path, obj, error, False
+        if fallback is None:  # fails through a cycle: look at the siblings first
+            best = found[:3] if found[1] is not None else (path, obj, error)
+            fallback = (*best, chain[mark:] if chain is not None else [])
+        if chain is not None:
+            del chain[mark:]
     if fallback is not None:
         if chain is not None:
             chain.extend(fallback[3])
-        return fallback[0], fallback[1], fallback[2]
-    return "value", None, first_error
+        return fallback[0], fallback[1], fallback[2], True
+    return "value", None, first_error, False

@@ -104,6 +104,8 @@ NAMES: dict[str, str] = {
     "new_weak_container": "snapstate.resources._python:_new_weak_container",
     "new_thread_local": "snapstate.resources._python:_new_local",
     "new_event_loop": "snapstate.resources._python:_new_loop",
+    "new_finalize": "snapstate.resources._python:_new_finalize",
+    "dead_finalize": "snapstate.resources._python:_dead_finalize",
     "credential_from_env_bytes": "snapstate.resources._secrets:_from_env_bytes",
     # objects pickle's default way cannot rebuild (serializers/_pickler.py)
     "bare_new": "snapstate.serializers._pickler:_bare_new",

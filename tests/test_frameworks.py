@@ -313,7 +313,11 @@ def test_an_mcp_server_with_a_key_of_its_process_is_refused_by_name(stub, tmp_pa
     assert run.returncode == 0, run.stderr
     refused = [line for line in run.stdout.splitlines() if line.startswith("REFUSED")]
     assert len(refused) == 1, run.stdout
-    assert "global 'server' is a mcp.server.MCPServer" in refused[0]
+    assert (
+        "global 'server' (a mcp.server.MCPServer) holds an MCP request-state codec "
+        "(mcp RequestStateSecurity) at global 'server'._lowlevel_server.middleware[1]"
+        "._security.codec" in refused[0]
+    )
     assert "request_state_security=RequestStateSecurity(keys=[os.environ" in refused[0]
     assert "0x" not in refused[0]
     assert run.stdout.endswith("carried on\n")

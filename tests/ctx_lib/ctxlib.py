@@ -1,0 +1,11 @@
+"""A library outside the agent's directory (put on PYTHONPATH by
+tests/test_python_objects.py) that keeps a module-level ContextVar, as libraries do (a
+current-tenant variable read by the library's own functions)."""
+
+import contextvars
+
+CURRENT_TENANT = contextvars.ContextVar("current_tenant", default=None)
+
+
+def current_tenant():
+    return CURRENT_TENANT.get()
