@@ -785,7 +785,7 @@ def test_encrypted_snapshot_hides_the_agents_data(tmp_path):
     its body does not decompress; only decrypting it with the store's key (Home.read)
     gives a payload that holds the secret. Both jobs run to the same result."""
     secret = "SEC-" + secrets.token_hex(20)
-    env = dict(NO_ENV_KEY, SEC_SECRET=secret)
+    env = dict(NO_ENV_KEY, SEC_PAYLOAD=secret)
     plain, sealed = tmp_path / "plain", tmp_path / "sealed"
     assert snaprun("init", "--store", sealed, "--encrypt", cwd=tmp_path, env=env).returncode == 0
     for store in (plain, sealed):
