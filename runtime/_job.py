@@ -825,7 +825,7 @@ class Job:
         for t in state.get("tasks") or []:
             if t["id"] != "main":
                 stacks.append((t["id"], t["frames"] or []))
-            for what in ("result", "error", "handled"):
+            for what in ("result", "error", "handled", "context"):
                 if t.get(what) is not None:
                     roots.append((f"task {t['id']}, its {what}", t[what]))
         for task, records in stacks:

@@ -63,6 +63,7 @@ error to occur; as there, no task is cancelled.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import os
 import sys
 import time
@@ -305,6 +306,16 @@ class _TaskState:
     error: BaseException | None = None
     collected: bool = False
     frames: list[FrameRecord] = field(default_factory=list)  # restored, until started
+    context: contextvars.Context | None = None  # its context variables, when restored
+
+
+def _context_of(state: _TaskState) -> contextvars.Context | None:
+    """The task's context when it holds values (a task not run since its restore: the
+    context it was given)."""
+    if state.status in ("done", "failed") or state.glet is None:
+        return None
+    context = state.glet.gr_context
+    return context if context is not None and len(context) else None
 
 
 class _Stopped(Exception):
@@ -407,6 +418,7 @@ class Scheduler:
             state.meta = data.get("meta")
             state.result, state.error = data.get("result"), data.get("error")
             state.collected = bool(data.get("collected"))
+            state.context = data.get("context")
             if data.get("wait") is not None:
                 state.wait = _waits.Wait.from_dict(data["wait"])
             if data.get("join") is not None:
@@ -485,6 +497,8 @@ class Scheduler:
                     state.start = (fn, args, kwargs)
             elif state.status not in ("done", "failed"):
                 state.glet = greenlet.greenlet(_task_bootstrap, parent=job._hub)
+                if state.context is not None:  # the values it had at the snapshot
+                    state.glet.gr_context = state.context
             self._add(state)
             if state.status == "snapshot":
                 state.deliver = (
@@ -821,6 +835,8 @@ class Scheduler:
                     "result": state.result,
                     "error": state.error,
                     "collected": state.collected,
+                    # the context variables the task set (main's: the job's own)
+                    "context": _context_of(state) if state.id != MAIN else None,
                 }
             )
         return main_frames, saved

@@ -796,3 +796,17 @@ def test_async_task_context_variables_survive_a_kill_after_each_snapshot(tmp_pat
         "main main-again main-trace",
     ]
     assert plain.result == "'main-again'"
+
+
+def test_greenlet_task_context_variables_survive_a_kill_after_each_snapshot(tmp_path):
+    """A sync job with a spawned task: main and the task each set their own value of a
+    module-level and an instance-level ContextVar; the task snapshots while holding its
+    values. Killed right after each snapshot and resumed, each task reads its own values
+    (not main's, not the defaults), as in the uninterrupted run."""
+    plain = _crash_matches_plain(AGENTS / "contextvar_tasks.py", tmp_path, 2)
+    assert plain.stdout.splitlines() == [
+        "task w-user w-span",
+        "main main-user main-span w-user",
+        "main again main-user main-span",
+    ]
+    assert plain.result == "'w-user'"
