@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import json
 import os
 import secrets
 import sys
@@ -49,6 +50,7 @@ from ..resources._adapters import scratch_copies
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler, _refs
 from ..serializers._codeid import CodeRef, find_code, module_digest
+from ..serializers._envsecrets import secret_in
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import WaitRow
@@ -137,6 +139,13 @@ def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> Sn
     returns a record with seq None. Raises SnapshotError when this point cannot be
     frozen."""
     checked = _pins.check_meta(meta)
+    leaked = secret_in(label, json.dumps(checked) if checked else None)
+    if leaked is not None:
+        raise SnapshotError(
+            f"snapshot(): its label or meta holds the value of the environment variable "
+            f"{leaked}, and both are written in the snapshot's header and listed by snaprun "
+            "ls and inspect (in clear in a plain store); keep the secret out of them"
+        )
     if _async.in_coroutine(1):  # `await snapshot()`: an await point (runtime/_async.py)
         return _async.SnapshotPoint(label, checked)  # type: ignore[return-value]
     job = _context.active_job()

@@ -28,7 +28,7 @@ import pickletools
 import re
 import struct
 
-__all__ = ["scrub", "secret_variables", "SECRET_NAME", "SecretInState"]
+__all__ = ["scrub", "secret_variables", "secret_in", "SECRET_NAME", "SecretInState"]
 
 SECRET_NAME = re.compile("KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
 MIN_LENGTH = 8
@@ -65,6 +65,15 @@ def secret_variables() -> dict[str, str]:
         and not _WORD.fullmatch(value)
         and not name.startswith("SNAPSTATE_")
     }
+
+
+def secret_in(*texts: str | None) -> str | None:
+    """The name of a secret variable whose value appears in one of texts (a snapshot's
+    label, its meta as JSON, a pin), or None: those are written in the header."""
+    for name, value in secret_variables().items():
+        if any(text and value in text for text in texts):
+            return name
+    return None
 
 
 def scrub(payload: bytes) -> bytes:

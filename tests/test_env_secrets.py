@@ -337,3 +337,31 @@ def test_resume_with_the_key_variable_unset_fails_clearly_and_keeps_the_snapshot
     assert again.returncode == 0, again.stderr
     assert "resumed from snapshot 1" in again.stderr
     assert again.stdout.startswith(f"after-1 {_digest(NEW_KEY)}")
+
+
+def test_a_secret_in_a_label_or_meta_is_refused_and_kept_out_of_the_store(tmp_path):
+    """A label and meta are written in the snapshot's header and the catalog (in clear in
+    a plain store): one holding a secret variable's value is refused naming the variable,
+    never written; the job goes on and its clean snapshot holds no trace of the value."""
+    secret = "acme-key-" + "7f3e9b1c5d2a8064"
+    agent = AGENTS / "secret_label.py"
+    run = snaprun(
+        "run",
+        "--store",
+        tmp_path / "s",
+        "--job",
+        "job",
+        agent,
+        cwd=tmp_path,
+        env={"ACME_API_KEY": secret},
+    )
+    assert run.returncode == 0, run.stderr
+    refused = [line for line in run.stdout.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 2, run.stdout
+    for line in refused:
+        assert "the environment variable ACME_API_KEY" in line and secret not in line
+    assert run.stdout.endswith("done\n")
+    assert len(snapshot_files(tmp_path / "s", "job")) == 1
+    for path in (tmp_path / "s").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
