@@ -75,13 +75,14 @@ def _reduce_retrying(retrying: Any) -> Reduced:
 
 @pinned("new_instance")
 def _new_instance(cls: type) -> Any:
-    return cls.__new__(cls)
+    new: Any = cls.__new__
+    return new(cls)
 
 
 def _load_tenacity() -> None:
     import tenacity
 
-    register_adapter(tenacity.BaseRetrying, _reduce_retrying, subclasses=True)
+    register_adapter(tenacity.BaseRetrying, _reduce_retrying, subclasses=True)  # type: ignore[type-abstract]  # its subclasses are concrete
 
 
 _reduce_retrying.parts = lambda r: [(f".{k}", v) for k, v in vars(r).items()]  # type: ignore[attr-defined]  # read by the pickler
@@ -151,7 +152,7 @@ def _reduce_mcp_codec(codec: Any) -> Reduced:
             "['MCP_STATE_KEY']], audience='my-service')) with MCP_STATE_KEY at least 32 "
             "characters; or build the server in a function called after the snapshot"
         )
-    return (_rebuild_mcp_codec, (type(codec), [sealed(os.environ[n]) for n in names]))
+    return (_rebuild_mcp_codec, (type(codec), [sealed(os.environ[n]) for n in names if n]))
 
 
 @pinned("mcp_rebuild_codec")

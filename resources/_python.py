@@ -242,8 +242,9 @@ def _reduce_weak_set(s: weakref.WeakSet[Any]) -> Reduced:
 
 @pinned("new_weak_container")
 def _new_weak_container(cls: type, base: type, items: list[Any], attrs: dict[str, Any]) -> Any:
-    obj = cls.__new__(cls)
-    base.__init__(obj)
+    obj: Any = object.__new__(cls)  # weak containers are plain Python classes
+    init: Any = vars(base)["__init__"]
+    init(obj)
     _KEEP.append(items)
     if base is weakref.WeakSet:
         for item in items:

@@ -410,7 +410,7 @@ register_kind("_csv.reader", "a csv.reader", None)
 
 
 # ------------------------------------------------------------------------ executors, futures
-_WORKER_CODE = concurrent.futures.thread._worker.__code__  # type: ignore[attr-defined]  # private
+_WORKER_CODE = concurrent.futures.thread._worker.__code__
 
 
 def _busy(pool: concurrent.futures.ThreadPoolExecutor) -> bool:

@@ -146,7 +146,9 @@ def _bare_new(cls: type) -> object:
     reduction does not save), by the __new__ of its nearest built-in base (object, dict,
     list, set): its whole state (and items) is set afterwards."""
     base = next(c for c in cls.__mro__ if not c.__flags__ & _HEAPTYPE)
-    return base.__new__(cls)  # type: ignore[no-any-return]
+    new: Any = base.__new__  # the built-in's own: takes the class alone
+    made: object = new(cls)
+    return made
 
 
 @pinned("apply_default_state")
@@ -154,13 +156,14 @@ def _apply_default_state(obj: object, state: object) -> None:
     """pickle's default BUILD without looking anything up on obj first: a class whose
     __getattr__ reads an attribute that is not set yet (a proxy delegating to
     self.client) would recurse without end in pickle's own lookup of __setstate__."""
-    slots = None
+    slots: Any = None  # pickle's (dict state, slots dict) pair, or the dict state alone
+    attrs: Any = state
     if isinstance(state, tuple) and len(state) == 2:
-        state, slots = state
-    if state:
-        object.__getattribute__(obj, "__dict__").update(state)  # type: ignore[call-overload]
+        attrs, slots = state
+    if attrs:
+        object.__getattribute__(obj, "__dict__").update(attrs)
     if slots:
-        for name, value in slots.items():  # type: ignore[attr-defined]
+        for name, value in slots.items():
             setattr(obj, name, value)
 
 
