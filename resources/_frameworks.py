@@ -36,6 +36,7 @@ from typing import Any
 
 from .._abi import pinned
 from ..serializers._describe import register_kind
+from ..serializers._pickler import apply_default_state
 from ._adapters import Reduced, register_adapter, register_optional
 from ._http import sealed
 
@@ -70,7 +71,9 @@ register_optional("pydantic", _load_pydantic)
 
 # ------------------------------------------------------------------------ tenacity
 def _reduce_retrying(retrying: Any) -> Reduced:
-    return (_new_instance, (type(retrying),), dict(vars(retrying)))
+    # State put back as it was, never through tenacity's own __setstate__ (9.x), which
+    # would replace the thread-local holding the statistics with an empty one.
+    return (_new_instance, (type(retrying),), dict(vars(retrying)), None, None, apply_default_state)
 
 
 @pinned("new_instance")

@@ -152,7 +152,7 @@ def _bare_new(cls: type) -> object:
 
 
 @pinned("apply_default_state")
-def _apply_default_state(obj: object, state: object) -> None:
+def apply_default_state(obj: object, state: object) -> None:
     """pickle's default BUILD without looking anything up on obj first: a class whose
     __getattr__ reads an attribute that is not set yet (a proxy delegating to
     self.client) would recurse without end in pickle's own lookup of __setstate__."""
@@ -302,7 +302,7 @@ class FreezePickler(_CloudPickler):
             ):
                 full = tuple(rv) + (None,) * (5 - len(rv))
                 make = _bare_new if special == 2 else copyreg.__newobj__  # type: ignore[attr-defined]
-                return (make, (t,), full[2], full[3], full[4], _apply_default_state)
+                return (make, (t,), full[2], full[3], full[4], apply_default_state)
         return NotImplemented  # type: ignore[no-any-return]  # mypy types it Any (mypy#363)
 
     def _reduce_function(self, fn: types.FunctionType) -> Reduced:

@@ -19,14 +19,15 @@ path, JSON body, Authorization header) are the plain run's, in order.
 Secrets: the API key (OPENAI_API_KEY, a distinctive value) is in no file of any store
 of the matrix: neither in the raw bytes nor in a snapshot's decompressed body.
 
-An agent whose framework is not installed is skipped (found with importlib.util.find_spec,
-not imported: see _missing). The runs
+An agent whose framework is not installed is skipped (its distribution looked up, not
+imported: see _missing); the whole module when none is. The runs
 are kept offline: no telemetry, no tracing export, no model-cost or tokenizer download
 (see _env).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import struct
@@ -43,13 +44,15 @@ MCP_KEY = "mcp-state-SECRET-5b7d0f3a9e214c68b1d2"
 JOB = "job"
 
 # agent -> (the modules it needs, the snapshots it takes)
+# agent -> (the distributions it needs, the snapshots it takes). Distributions, not
+# modules: tests/agents is itself importable as `agents`, the OpenAI Agents SDK's name.
 MATRIX: dict[str, tuple[tuple[str, ...], int]] = {
-    "fw_pydantic_ai": (("pydantic_ai", "openai"), 3),
-    "fw_pydantic_ai_async": (("pydantic_ai", "openai"), 3),
-    "fw_openai_agents": (("agents", "openai"), 3),
+    "fw_pydantic_ai": (("pydantic-ai-slim", "openai"), 3),
+    "fw_pydantic_ai_async": (("pydantic-ai-slim", "openai"), 3),
+    "fw_openai_agents": (("openai-agents", "openai"), 3),
     "fw_smolagents": (("smolagents", "openai"), 3),
-    "fw_langgraph": (("langgraph", "langchain_openai"), 3),
-    "fw_llama_index": (("llama_index.core", "llama_index.llms.openai"), 3),
+    "fw_langgraph": (("langgraph", "langchain-openai"), 3),
+    "fw_llama_index": (("llama-index-core", "llama-index-llms-openai"), 3),
     "fw_instructor": (("instructor", "openai"), 3),
     "fw_litellm": (("litellm",), 3),
     "fw_mcp": (("mcp", "openai"), 2),
@@ -73,21 +76,6 @@ OFFLINE = {
     "OTEL_SDK_DISABLED": "true",
     "TOKENIZERS_PARALLELISM": "false",
 }
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-if not any(_installed(modules[0]) for modules, _ in MATRIX.values()):
-    pytest.skip(
-        "no agent framework is installed: the matrix runs in an environment of its own "
-        '(pip install -e ".[test,frameworks]"; see the README, "Tests")',
-        allow_module_level=True,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +126,25 @@ def _describe(run) -> str:
     return "\n".join(run.stderr.splitlines()[-5:])
 
 
-def _missing(modules: tuple[str, ...]) -> str | None:
-    """The first of modules that is not installed. Found, not imported: importing
-    llama-index or litellm in the test process would set environment variables
-    (TIKTOKEN_CACHE_DIR...) every snaprun child then inherits, and try downloads."""
-    for module in modules:
+def _missing(distributions: tuple[str, ...]) -> str | None:
+    """The first of the distributions that is not installed. Looked up, not imported:
+    importing llama-index or litellm in the test process would set environment
+    variables (TIKTOKEN_CACHE_DIR...) every snaprun child then inherits, and try
+    downloads."""
+    for name in distributions:
         try:
-            if importlib.util.find_spec(module) is None:
-                return module
-        except (ImportError, ValueError):
-            return module
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            return name
     return None
+
+
+if all(_missing(distributions) for distributions, _ in MATRIX.values()):
+    pytest.skip(
+        "no agent framework is installed: the matrix runs in an environment of its own "
+        '(pip install -e ".[test,frameworks]"; see the README, "Tests")',
+        allow_module_level=True,
+    )
 
 
 def _runs(name: str, stub, tmp: Path, *, every_kill: bool) -> dict:
