@@ -609,7 +609,10 @@ def _search(
             or (adapter is not None and parts is None)
         ):
             return path, obj, error, False  # refused by its own adapter: it is the culprit
-        children = list(parts(obj) if parts else _children(obj))
+        try:
+            children = list(parts(obj) if parts else _children(obj))
+        except Exception:  # an object whose attributes cannot even be read: the culprit
+            return path, obj, error, False
         inner = seen | {id(obj)}
         found = _search(
             [(path + name, child) for name, child in children], error, depth + 1, chain, inner
