@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .._abi import pinned
 from .._errors import ResourceReopenError, SnapshotError
 from ..resources._secrets import credential
+from ..serializers import _envsecrets
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -111,6 +112,7 @@ def _revert_env(baseline: dict[str, str]) -> None:
 # compare cannot see a variable set to the value it already had; these numbers can.
 _WRITES: dict[str, int] = {}
 _TICK = itertools.count(1)
+_LAST_WRITE = [0]  # the number of the last write
 
 
 if TYPE_CHECKING:
@@ -125,11 +127,20 @@ class _TrackedEnviron(_Environ):
 
     def __setitem__(self, key: str, value: str) -> None:
         super().__setitem__(key, value)
-        _WRITES[key] = next(_TICK)
+        _WRITES[key] = _LAST_WRITE[0] = next(_TICK)
 
     def __delitem__(self, key: str) -> None:
         super().__delitem__(key)
-        _WRITES[key] = next(_TICK)
+        _WRITES[key] = _LAST_WRITE[0] = next(_TICK)
+
+
+def _generation() -> int | None:
+    """A number that changes with every write to os.environ, once writes are counted
+    (serializers/_envsecrets.py looks the secret variables up again only then)."""
+    return _LAST_WRITE[0] if type(os.environ) is _TrackedEnviron else None
+
+
+_envsecrets.register_generation(_generation)
 
 
 def _track() -> int:

@@ -27,6 +27,7 @@ import pickle
 import pickletools
 import re
 import struct
+from collections.abc import Callable
 
 __all__ = ["scrub", "secret_variables", "secret_in", "SECRET_NAME", "SecretInState"]
 
@@ -54,10 +55,26 @@ class SecretInState(pickle.PicklingError):
 
 _WORD = re.compile(r"[A-Za-z_]+")
 
+# The environment's write count (the runtime counts writes through os.environ,
+# runtime/_process.py), or None when it does not: the secret variables are looked up
+# again only when it changed. [count function, (count, secret variables) of the last]
+_GENERATION: list[Callable[[], int | None]] = [lambda: None]
+_CACHE: list[tuple[int, dict[str, str]] | None] = [None]
+
+
+def register_generation(count: Callable[[], int | None]) -> None:
+    """count() -> a number that changes with every write to os.environ, or None."""
+    _GENERATION[0] = count
+    _CACHE[0] = None
+
 
 def secret_variables() -> dict[str, str]:
     """name -> value of the environment variables the rule takes for secrets."""
-    return {
+    generation = _GENERATION[0]()
+    cached = _CACHE[0]
+    if generation is not None and cached is not None and cached[0] == generation:
+        return cached[1]
+    found = {
         name: value
         for name, value in os.environ.items()
         if len(value) >= MIN_LENGTH
@@ -65,6 +82,9 @@ def secret_variables() -> dict[str, str]:
         and not _WORD.fullmatch(value)
         and not name.startswith("SNAPSTATE_")
     }
+    if generation is not None:
+        _CACHE[0] = (generation, found)
+    return found
 
 
 def secret_in(*texts: str | None) -> str | None:
