@@ -1,20 +1,23 @@
 """Secrets found by value: a string in a snapshot equal to a secret environment variable's
 value is written as a reference to that variable, never in clear.
 
-The rule: an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD or
-CREDENTIAL (any case) and whose value is at least 8 characters long, and not a plain
-word of letters and underscores (SORT_KEY=created_at names a field: rewriting every
-"created_at" in the state, attribute names included, would be wrong), is secret. After a
-state is pickled, the payload is searched for each such value (its UTF-8 bytes; a
-search per variable, the common case ends there). Where one is found, the pickle is
-rewritten opcode by opcode (pickletools): every str or bytes object equal to the value
-becomes a call of `snapstate._abi.credential_from_env(NAME)` (the bytes encoded again),
-so after a restore the variable is read again and a rotated key is the one used; the
-memo slots stay where they were, so every other reference to that object still finds
-it. Frames are dropped (a pickle without them loads the same). A value still found
-after that is part of a longer string or byte string (a header "Bearer sk-...", a blob):
-the snapshot is refused with the variable's name, since writing it would put the secret
-in the file.
+The rule: an environment variable whose name has KEY, APIKEY, TOKEN, SECRET, PASSWORD or
+CREDENTIAL(S) as one of its underscore-separated words (any case: OPENAI_API_KEY,
+github_token; not TOKENIZER_NAME), and whose value looks like one: at least 8
+characters, no whitespace, and a digit or at least 20 characters (SORT_KEY=-created_at
+names a field: rewriting every "-created_at" in the state would be wrong). After a
+state is pickled, the payload is searched for each such value (its bytes as pickle
+writes a str; a search per variable, the common case ends there). Where one is found,
+the pickle is rewritten around it: frames (pickle's 64 KiB blocks) that hold no
+occurrence are copied as they are, the others are read opcode by opcode (pickletools)
+and written without their frame header (a pickle loads the same without them), every
+str or bytes object equal to the value replaced by a call of
+`snapstate._abi.credential_from_env(NAME)` (the bytes encoded again), so after a
+restore the variable is read again and a rotated key is the one used; the memo slots
+stay where they were, so every other reference to that object still finds it. A value
+still found after that is part of a longer string or byte string (a header "Bearer
+sk-...", a blob): the snapshot is refused with the variable's name, since writing it
+would put the secret in the file.
 
 Values that are not in the environment (a key read from a file, pydantic's SecretStr)
 are sealed by the adapters that know them (resources._secrets, resources._frameworks).
@@ -22,6 +25,8 @@ are sealed by the adapters that know them (resources._secrets, resources._framew
 
 from __future__ import annotations
 
+import bisect
+import io
 import os
 import pickle
 import pickletools
@@ -31,8 +36,11 @@ from collections.abc import Callable
 
 __all__ = ["scrub", "secret_variables", "secret_in", "SECRET_NAME", "SecretInState"]
 
-SECRET_NAME = re.compile("KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|CREDENTIALS?)(?:_|$)", re.IGNORECASE
+)
 MIN_LENGTH = 8
+_LONG = 20  # a value this long needs no digit to look like a secret
 
 _STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
 _BYTES = {"SHORT_BINBYTES", "BINBYTES", "BINBYTES8"}
@@ -53,7 +61,15 @@ class SecretInState(pickle.PicklingError):
         )
 
 
-_WORD = re.compile(r"[A-Za-z_]+")
+_DIGIT = re.compile(r"\d")
+
+
+def _looks_secret(value: str) -> bool:
+    return (
+        len(value) >= MIN_LENGTH
+        and not any(c.isspace() for c in value)
+        and (len(value) >= _LONG or _DIGIT.search(value) is not None)
+    )
 
 # The environment's write count (the runtime counts writes through os.environ,
 # runtime/_process.py), or None when it does not: the secret variables are looked up
@@ -77,10 +93,7 @@ def secret_variables() -> dict[str, str]:
     found = {
         name: value
         for name, value in os.environ.items()
-        if len(value) >= MIN_LENGTH
-        and SECRET_NAME.search(name)
-        and not _WORD.fullmatch(value)
-        and not name.startswith("SNAPSTATE_")
+        if not name.startswith("SNAPSTATE_") and SECRET_NAME.search(name) and _looks_secret(value)
     }
     if generation is not None:
         _CACHE[0] = (generation, found)
@@ -101,7 +114,7 @@ def scrub(payload: bytes) -> bytes:
     reference to the variable (see the module doc); SecretInState when a value remains."""
     found: dict[bytes, str] = {}
     for name, value in secret_variables().items():
-        data = value.encode("utf-8", "surrogateescape")
+        data = value.encode("utf-8", "surrogatepass")  # as pickle writes a str
         if data in payload:
             found.setdefault(data, name)
     if not found:
@@ -128,23 +141,47 @@ def _call(name: str, as_bytes: bool) -> bytes:
 
 
 def _rewrite(payload: bytes, found: dict[bytes, str]) -> bytes:
+    hits: list[int] = []
+    for data in found:
+        at = payload.find(data)
+        while at != -1:
+            hits.append(at)
+            at = payload.find(data, at + 1)
+    hits.sort()
     out: list[bytes] = []
-    ops = list(pickletools.genops(payload))
-    for i, (op, arg, pos) in enumerate(ops):
-        assert pos is not None
-        end = ops[i + 1][2] if i + 1 < len(ops) else len(payload)
-        assert end is not None
+    f = io.BytesIO(payload)
+    pos, size, frame_end = 0, len(payload), -1
+    while pos < size:
+        f.seek(pos)
+        op, arg, _ = next(pickletools.genops(f))
+        end = f.tell()
         if op.name == "FRAME":
+            assert isinstance(arg, int)
+            frame_end = end + arg
+            i = bisect.bisect_left(hits, end)
+            if i == len(hits) or hits[i] >= frame_end:  # no occurrence: copied whole
+                out.append(payload[pos:frame_end])
+                pos = frame_end
+            else:
+                pos = end  # its ops are read one by one, written without the header
             continue
-        if op.name in _STRINGS and isinstance(arg, str):
-            name = found.get(arg.encode("utf-8", "surrogateescape"))
-            if name is not None:
-                out.append(_call(name, False))
-                continue
-        elif op.name in _BYTES and isinstance(arg, bytes):
-            name = found.get(arg)
-            if name is not None:
-                out.append(_call(name, True))
-                continue
-        out.append(payload[pos:end])  # the last op, STOP, runs to the end
+        out.append(_replaced(op.name, arg, found) or payload[pos:end])
+        pos = end
+        if op.name == "STOP":
+            out.append(payload[pos:])
+            break
     return b"".join(out)
+
+
+def _replaced(kind: str, arg: object, found: dict[bytes, str]) -> bytes | None:
+    """The call that replaces a str or bytes op equal to a secret, or None."""
+    if kind in _STRINGS and isinstance(arg, str):
+        try:
+            name = found.get(arg.encode("utf-8", "surrogatepass"))
+        except UnicodeEncodeError:  # pragma: no cover - surrogatepass encodes any str
+            return None
+        return None if name is None else _call(name, False)
+    if kind in _BYTES and isinstance(arg, bytes):
+        name = found.get(arg)
+        return None if name is None else _call(name, True)
+    return None

@@ -573,7 +573,7 @@ def find_unpicklable(
     given, receives the (path, object) pairs from the root down to the culprit. The
     search never walks back into an object already on its path (a reference cycle): an
     object that fails only through such a cycle is named only when nothing else is."""
-    path, obj, error, _ = _search(roots, first_error, _depth, chain, frozenset())
+    path, obj, error, _ = _search(roots, first_error, _depth, chain, frozenset(), set())
     return path, obj, error
 
 
@@ -583,14 +583,18 @@ def _search(
     depth: int,
     chain: list[tuple[str, object]] | None,
     seen: frozenset[int],
+    explored: set[int],
 ) -> tuple[str, object, BaseException | None, bool]:
     """find_unpicklable's walk; the last item says the culprit fails only through a
     reference cycle back to an object on the path (a weak answer: a sibling may hold
-    the real culprit)."""
+    the real culprit). `seen`: the objects on the path; `explored`: every object already
+    tried anywhere, each dumped once (a graph of shared nodes is walked in linear
+    time)."""
     fallback: tuple[str, object, BaseException | None, list[tuple[str, object]]] | None = None
     for path, obj in roots:
-        if id(obj) in seen:
+        if id(obj) in seen or id(obj) in explored:
             continue
+        explored.add(id(obj))
         try:
             _dump_any(obj)
             continue
@@ -615,7 +619,12 @@ def _search(
             return path, obj, error, False
         inner = seen | {id(obj)}
         found = _search(
-            [(path + name, child) for name, child in children], error, depth + 1, chain, inner
+            [(path + name, child) for name, child in children],
+            error,
+            depth + 1,
+            chain,
+            inner,
+            explored,
         )
         if found[1] is not None and not found[3]:
             return found
