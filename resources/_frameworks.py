@@ -36,7 +36,7 @@ from typing import Any
 
 from .._abi import pinned
 from ..serializers._describe import register_kind
-from ..serializers._pickler import apply_default_state
+from ..serializers._pickler import apply_default_state, bare_new
 from ._adapters import Reduced, register_adapter, register_optional
 from ._http import sealed
 
@@ -67,6 +67,23 @@ def _load_pydantic() -> None:
 
 
 register_optional("pydantic", _load_pydantic)
+
+
+# ------------------------------------------------------------------------ jinja2
+def _reduce_template(template: Any) -> Reduced:
+    # Template.__new__(cls, source, ...) compiles the source into a new Template and
+    # keeps nothing else (no cache of instances): the compiled state is the template.
+    return (bare_new, (type(template),), dict(vars(template)), None, None, apply_default_state)
+
+
+def _load_jinja2() -> None:
+    import jinja2
+
+    register_adapter(jinja2.Template, _reduce_template, subclasses=True)
+
+
+_reduce_template.parts = lambda t: [(f".{k}", v) for k, v in vars(t).items()]  # type: ignore[attr-defined]  # read by the pickler
+register_optional("jinja2", _load_jinja2)
 
 
 # ------------------------------------------------------------------------ tenacity

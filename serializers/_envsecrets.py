@@ -71,6 +71,7 @@ def _looks_secret(value: str) -> bool:
         and (len(value) >= _LONG or _DIGIT.search(value) is not None)
     )
 
+
 # The environment's write count (the runtime counts writes through os.environ,
 # runtime/_process.py), or None when it does not: the secret variables are looked up
 # again only when it changed. [count function, (count, secret variables) of the last]

@@ -141,7 +141,7 @@ def _from_dill(data: bytes) -> object:
 
 
 @pinned("bare_new")
-def _bare_new(cls: type) -> object:
+def bare_new(cls: type) -> object:
     """An instance made without calling cls.__new__ (which needs arguments the default
     reduction does not save), by the __new__ of its nearest built-in base (object, dict,
     list, set): its whole state (and items) is set afterwards."""
@@ -190,10 +190,13 @@ def _needs_args(t: type) -> bool:
 
 def _special_kind(t: type) -> int:
     """0: pickle's default way is exact; 1: it needs the state set without lookups (a
-    __getattr__ of the class's own); 2: also made without calling __new__."""
+    __getattr__ of the class's own); 2: its __new__ needs arguments the default way never
+    saves (refused: an adapter that knows the class, such as jinja2's Template, makes it
+    with bare_new)."""
     try:
         if (
             issubclass(t, type)
+            or t in copyreg.dispatch_table  # taught to pickle by copyreg.pickle()
             or t.__reduce_ex__ is not object.__reduce_ex__
             or t.__reduce__ is not object.__reduce__
             or getattr(t, "__setstate__", None) is not None
@@ -293,6 +296,14 @@ class FreezePickler(_CloudPickler):
         special = _SPECIAL.get(t)
         if special is None:
             special = _SPECIAL[t] = _special_kind(t)
+        if special == 2:
+            raise pickle.PicklingError(
+                f"{t.__module__}.{t.__qualname__}.__new__ takes arguments that pickle's "
+                "default way never saves: rebuilding the object would fail, or would skip "
+                "__new__ and whatever it does (an instance cache, a registry). Give the "
+                "class a __getnewargs__ that returns those arguments, or teach snapstate: "
+                f"snapstate.register_adapter({t.__qualname__}, lambda obj: (rebuild, (...)))"
+            )
         if special:
             rv = obj.__reduce_ex__(self.proto)
             if (
@@ -301,7 +312,7 @@ class FreezePickler(_CloudPickler):
                 and rv[1] == (t,)
             ):
                 full = tuple(rv) + (None,) * (5 - len(rv))
-                make = _bare_new if special == 2 else copyreg.__newobj__  # type: ignore[attr-defined]
+                make = copyreg.__newobj__  # type: ignore[attr-defined]  # not in typeshed
                 return (make, (t,), full[2], full[3], full[4], apply_default_state)
         return NotImplemented  # type: ignore[no-any-return]  # mypy types it Any (mypy#363)
 

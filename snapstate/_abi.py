@@ -108,7 +108,7 @@ NAMES: dict[str, str] = {
     "dead_finalize": "snapstate.resources._python:_dead_finalize",
     "credential_from_env_bytes": "snapstate.resources._secrets:_from_env_bytes",
     # objects pickle's default way cannot rebuild (serializers/_pickler.py)
-    "bare_new": "snapstate.serializers._pickler:_bare_new",
+    "bare_new": "snapstate.serializers._pickler:bare_new",
     "apply_default_state": "snapstate.serializers._pickler:apply_default_state",
     # framework objects whose own pickling is not exact (resources/_frameworks.py)
     "pydantic_rebuild_secret": "snapstate.resources._frameworks:_rebuild_secret",
