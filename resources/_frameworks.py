@@ -32,6 +32,7 @@ import hashlib
 import os
 import pickle
 import sys
+from functools import partial
 from typing import Any
 
 from .._abi import pinned
@@ -55,18 +56,14 @@ def _rebuild_secret(cls: type, value: str | bytes) -> Any:
     return cls(value)
 
 
-def _load_pydantic() -> None:
-    import pydantic
-
+def _load_pydantic(module: str) -> None:
+    library = sys.modules[module]
     for name in ("SecretStr", "SecretBytes"):
-        register_adapter(getattr(pydantic, name), _reduce_secret, subclasses=True)
-    v1 = sys.modules.get("pydantic.v1")
-    if v1 is not None:
-        for name in ("SecretStr", "SecretBytes"):
-            register_adapter(getattr(v1, name), _reduce_secret, subclasses=True)
+        register_adapter(getattr(library, name), _reduce_secret, subclasses=True)
 
 
-register_optional("pydantic", _load_pydantic)
+register_optional("pydantic", partial(_load_pydantic, "pydantic"))
+register_optional("pydantic.v1", partial(_load_pydantic, "pydantic.v1"))  # may come later
 
 
 # ------------------------------------------------------------------------ jinja2

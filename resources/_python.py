@@ -36,8 +36,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import decimal
 import gc
+import importlib
 import pickle
+import sys
 import threading
 import types
 import weakref
@@ -65,10 +68,67 @@ def _default_of(var: contextvars.ContextVar[Any]) -> object:
 
 
 def _reduce_contextvar(var: contextvars.ContextVar[Any]) -> Reduced:
+    home = _class_home(var)
+    if home is not None:  # a library class's attribute: that class's variable
+        return (_class_attribute, home)
+    # Created again: it must be one only the job's objects hold (an agent's, or a
+    # library object's saved with the job), else the library's own reference to it would
+    # read another variable than the restored values are set on (checked after the dump).
+    _weakly(
+        var,
+        f"a contextvars.ContextVar {var.name!r} that a library keeps where a snapshot "
+        "cannot find it again (not a module or class attribute; e.g. in C code or a "
+        "library's own dict), so the values set for it",
+    )
     default = _default_of(var)
     if default is _MISSING:
         return (_new_contextvar, (var.name,))
     return (_new_contextvar, (var.name, True, default))
+
+
+_HOMES: dict[int, tuple[contextvars.ContextVar[Any], tuple[str, str, str] | None]] = {}
+
+
+def _class_home(var: contextvars.ContextVar[Any]) -> tuple[str, str, str] | None:
+    """(module, class qualname, attribute) when var is a class attribute of an importable
+    class outside the agent's modules (found through the garbage collector once per
+    variable), else None."""
+    cached = _HOMES.get(id(var))
+    if cached is not None and cached[0] is var:
+        return cached[1]
+    from ..serializers._refs import agent_module_names
+
+    found = None
+    agent = agent_module_names()
+    for namespace in gc.get_referrers(var):
+        if type(namespace) is not dict:
+            continue
+        for cls in gc.get_referrers(namespace):
+            if not isinstance(cls, type) or cls.__module__ in agent:
+                continue
+            attr = next((k for k, v in vars(cls).items() if v is var), None)
+            if attr is not None and _importable(cls):
+                found = (cls.__module__, cls.__qualname__, attr)
+                break
+        if found:
+            break
+    _HOMES[id(var)] = (var, found)
+    return found
+
+
+def _importable(cls: type) -> bool:
+    obj: object = sys.modules.get(cls.__module__)
+    for part in cls.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is cls
+
+
+@pinned("class_attribute")
+def _class_attribute(module: str, qualname: str, attr: str) -> object:
+    obj: object = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return getattr(obj, attr)
 
 
 @pinned("new_contextvar")
@@ -81,14 +141,34 @@ def _new_contextvar(
 
 
 def _reduce_context(ctx: contextvars.Context) -> Reduced:
-    return (_new_context, (list(ctx.items()),))
+    items: list[tuple[object, object]] = []
+    for var, value in ctx.items():
+        if var.name == "decimal_context" and isinstance(value, decimal.Context):
+            # decimal keeps its variable in C: its context is set the way decimal sets it
+            items.append((_DECIMAL, value))
+        else:
+            items.append(_own((var, value)))  # holds the variable for the reduction only
+    return (_new_context, (_own(items),))
+
+
+class _Decimal:
+    """The marker of decimal's own context variable (decimal.setcontext sets it)."""
+
+    def __reduce__(self) -> str:
+        return "DECIMAL_CONTEXT"
+
+
+_DECIMAL = pinned("DECIMAL_CONTEXT")(_Decimal())
 
 
 @pinned("new_context")
-def _new_context(items: list[tuple[contextvars.ContextVar[Any], object]]) -> contextvars.Context:
+def _new_context(items: list[tuple[Any, object]]) -> contextvars.Context:
     ctx = contextvars.Context()
     for var, value in items:
-        ctx.run(var.set, value)
+        if var is _DECIMAL:
+            ctx.run(decimal.setcontext, value)  # type: ignore[arg-type]
+        else:
+            ctx.run(var.set, value)
     return ctx
 
 
@@ -103,23 +183,40 @@ register_adapter(contextvars.Context, _reduce_context)
 # Saved by name (or by value with their module's globals): never held only weakly.
 _BY_NAME = (type, types.FunctionType, types.BuiltinFunctionType, types.ModuleType)
 
-# Referents reached only through weak references during the dump that is being written:
-# id -> (referent, where it was met). check_referents() runs after the dump.
-_WEAK: dict[int, tuple[object, str]] = {}
+
+# Per dump being written (a stack: an adapter may pickle something while the outer dump
+# runs): the referents reached only through weak references, id -> (referent, where it
+# was met); the ids of the tuples and lists the reductions below made to hold them (no
+# strong holders); the ids of objects a reduction holds strongly itself (a
+# WeakKeyDictionary's values, a WeakValueDictionary's keys). check_referents() runs
+# after the dump.
+class _Dump:
+    __slots__ = ("weak", "own", "strong")
+
+    def __init__(self) -> None:
+        self.weak: dict[int, tuple[object, str]] = {}
+        self.own: set[int] = set()
+        self.strong: set[int] = set()
 
 
-_OWN: set[int] = set()  # ids of the containers the reductions below made themselves
+_DUMPS: list[_Dump] = [_Dump()]
 
 
 def _weakly(obj: object, what: str) -> object:
-    _WEAK.setdefault(id(obj), (obj, what))
+    _DUMPS[-1].weak.setdefault(id(obj), (obj, what))
     return obj
 
 
 def _own(made: _T) -> _T:
     """A tuple or list a reduction made to hold referents: not a strong holder."""
-    _OWN.add(id(made))
+    _DUMPS[-1].own.add(id(made))
     return made
+
+
+def _strongly(obj: _T) -> _T:
+    """An object a weak container holds strongly (saved with it)."""
+    _DUMPS[-1].strong.add(id(obj))
+    return obj
 
 
 def _reduce_ref(ref: weakref.ref[Any]) -> Reduced:
@@ -132,15 +229,11 @@ def _reduce_ref(ref: weakref.ref[Any]) -> Reduced:
     if type(ref) is not weakref.ref and not isinstance(ref, weakref.KeyedRef):
         # A subclass of the user's or a library's: its own data (attributes, slots) and
         # its callback would not come back on a plain weakref.
-        own = getattr(ref, "__dict__", None) or any(
-            "__slots__" in vars(c) for c in type(ref).__mro__ if c is not weakref.ref
+        raise pickle.PicklingError(
+            f"a weak reference of type {type(ref).__qualname__} (a weakref.ref subclass: "
+            "its methods, data or callback would not come back on a plain weakref) cannot "
+            "be saved; keep a plain weakref.ref(obj) and what the subclass adds beside it"
         )
-        if own or ref.__callback__ is not None:
-            raise pickle.PicklingError(
-                f"a weak reference of type {type(ref).__qualname__} (a weakref.ref "
-                "subclass with a callback or data of its own) cannot be saved exactly; keep "
-                "a plain weakref.ref(obj) and the data beside it"
-            )
     if ref.__callback__ is not None and not isinstance(ref, weakref.KeyedRef):
         raise pickle.PicklingError(
             "a weak reference with a callback (weakref.ref(obj, callback)) cannot be saved: "
@@ -204,7 +297,7 @@ _BASE_ATTRS: dict[type, frozenset[str]] = {
 def _reduce_weak_values(d: weakref.WeakValueDictionary[Any, Any]) -> Reduced:
     items = _own(
         [
-            _own((k, _weakly(v, f"a value of a WeakValueDictionary (key {k!r})")))
+            _own((_strongly(k), _weakly(v, f"a value of a WeakValueDictionary (key {k!r})")))
             for k, v in d.items()
         ]
     )
@@ -220,7 +313,9 @@ def _reduce_weak_values(d: weakref.WeakValueDictionary[Any, Any]) -> Reduced:
 
 
 def _reduce_weak_keys(d: weakref.WeakKeyDictionary[Any, Any]) -> Reduced:
-    items = _own([_own((_weakly(k, "a key of a WeakKeyDictionary"), v)) for k, v in d.items()])
+    items = _own(
+        [_own((_weakly(k, "a key of a WeakKeyDictionary"), _strongly(v))) for k, v in d.items()]
+    )
     return (
         _new_weak_container,
         (
@@ -309,40 +404,42 @@ register_adapter(weakref.WeakSet, _reduce_weak_set, subclasses=True)
 
 
 def _start_dump() -> None:
-    _WEAK.clear()
-    _OWN.clear()
+    _DUMPS.append(_Dump())
 
 
-def check_referents(memo: Callable[[], dict[int, Any]], root: object) -> None:
+def check_referents(memo: Callable[[], dict[int, Any]] | None, root: object) -> None:
     """After a dump: every referent reached through a weak reference is also held
-    strongly by an object the snapshot saved, or is a module's object (saved by
-    reference), or is the root object dumped. `memo()` returns the pickler's memo (id ->
-    (index, object))."""
-    if not _WEAK:
+    strongly by an object the snapshot saved (a weak container's strong side counts; a
+    context variable's Context does not), or is a module's object (saved by reference),
+    or is the root object dumped. `memo()` returns the pickler's memo (id -> (index,
+    object))."""
+    dump = _DUMPS.pop() if len(_DUMPS) > 1 else _DUMPS[0]
+    if dump is _DUMPS[0]:  # a dump that did not start through the hooks
+        _DUMPS[0] = _Dump()
+    if memo is None or not dump.weak:
         return
-    pending, own = dict(_WEAK), set(_OWN)
-    _WEAK.clear()
-    _OWN.clear()
-    from ..serializers import _refs
-
     unsure = {
         i: v
-        for i, v in pending.items()
-        if i not in _refs.INDEX and v[0] is not root and not isinstance(v[0], _BY_NAME)
+        for i, v in dump.weak.items()
+        if not _by_reference(i, v[0])
+        and v[0] is not root
+        and not isinstance(v[0], _BY_NAME)
+        and i not in dump.strong
     }
     if not unsure:
         return
     saved = memo()
-    weak_types = (
+    not_holders = (
         weakref.ref,
         weakref.WeakValueDictionary,
         weakref.WeakKeyDictionary,
         weakref.WeakSet,
+        contextvars.Context,
     )
     holders: dict[int, bool] = dict.fromkeys(unsure, False)
     targets = [obj for obj, _ in unsure.values()]
     for holder in gc.get_referrers(*targets):
-        if id(holder) not in saved or id(holder) in own or isinstance(holder, weak_types):
+        if id(holder) not in saved or id(holder) in dump.own or isinstance(holder, not_holders):
             continue
         for ref in gc.get_referents(holder):
             if id(ref) in holders and ref is unsure[id(ref)][0]:
@@ -356,6 +453,17 @@ def check_referents(memo: Callable[[], dict[int, Any]], root: object) -> None:
                 "the object itself in a variable the snapshot saves, or drop the weak "
                 "reference before snapshot()"
             )
+
+
+def _by_reference(key: int, obj: object) -> bool:
+    """Whether obj is a module's attribute (saved by reference: the new process's)."""
+    from ..serializers import _refs
+
+    where = _refs.INDEX.get(key)
+    if where is None:
+        return False
+    module = sys.modules.get(where[0])
+    return module is not None and getattr(module, where[1], None) is obj
 
 
 _dispatch.register_dump_hooks(_start_dump, check_referents, release_loaded)
@@ -400,7 +508,12 @@ def _busy_loop(loop: asyncio.AbstractEventLoop) -> str | None:
 
 
 def _reduce_loop(loop: asyncio.AbstractEventLoop) -> Reduced:
-    if loop.is_closed():
+    settings = {
+        "exception_handler": loop.get_exception_handler(),
+        "task_factory": loop.get_task_factory(),
+        "slow_callback_duration": getattr(loop, "slow_callback_duration", 0.1),
+    }
+    if loop.is_closed():  # nothing runs on it again: its settings do not matter
         return (_new_loop, (type(loop), True, loop.get_debug()))
     why = _busy_loop(loop)
     if why is not None:
@@ -408,7 +521,8 @@ def _reduce_loop(loop: asyncio.AbstractEventLoop) -> Reduced:
             f"an asyncio event loop ({_name(loop)}) cannot be saved: {why}; its work "
             "cannot continue in another process"
         )
-    return (_new_loop, (type(loop), False, loop.get_debug()))
+    args = (type(loop), False, loop.get_debug())
+    return (_new_loop, args, settings, None, None, _loop_settings)
 
 
 @pinned("new_event_loop")
@@ -420,6 +534,14 @@ def _new_loop(
     if closed:
         loop.close()
     return loop
+
+
+@pinned("event_loop_settings")
+def _loop_settings(loop: asyncio.AbstractEventLoop, settings: dict[str, Any]) -> None:
+    """The loop's exception handler, task factory and slow-callback threshold."""
+    loop.set_exception_handler(settings["exception_handler"])
+    loop.set_task_factory(settings["task_factory"])
+    loop.slow_callback_duration = settings["slow_callback_duration"]
 
 
 register_adapter(asyncio.BaseEventLoop, _reduce_loop, subclasses=True)

@@ -123,9 +123,9 @@ def _from_env(name: str) -> str:
         return os.environ[name]
     except KeyError:
         raise ResourceReopenError(
-            f"the environment variable {name} is not set; a client in this snapshot took its "
-            f"key from {name}, and the key is never saved. Set {name} and resume the job "
-            "again (the snapshot is intact)."
+            f"the environment variable {name} is not set; a value in this snapshot was "
+            f"{name}'s (a key or another secret), and it is never saved. Set {name} and "
+            "resume the job again (the snapshot is intact)."
         ) from None
 
 

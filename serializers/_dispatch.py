@@ -62,7 +62,7 @@ _ADAPTER_LOOKUPS: list[Callable[[type], Reduce | None]] = []
 DUMP_HOOKS: list[
     tuple[
         Callable[[], None],
-        Callable[[Callable[[], dict[int, Any]], object], None],
+        Callable[[Callable[[], dict[int, Any]] | None, object], None],
         Callable[[], None],
     ]
 ] = []
@@ -98,12 +98,12 @@ def register_adapters(
 
 def register_dump_hooks(
     start: Callable[[], None],
-    finish: Callable[[Callable[[], dict[int, Any]], object], None],
+    finish: Callable[[Callable[[], dict[int, Any]] | None, object], None],
     loaded: Callable[[], None],
 ) -> None:
     """start() before each dump; finish(memo, root) after the dump of root (memo() -> the
     pickler's memo, id -> (index, object); it raises pickle.PicklingError to refuse the
-    dump); loaded()
+    dump; memo is None when the dump itself failed); loaded()
     after each load has returned its object."""
     DUMP_HOOKS.append((start, finish, loaded))
 

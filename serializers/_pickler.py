@@ -374,7 +374,12 @@ def _dump(obj: object, pickler_class: type[FreezePickler] | None = None) -> byte
         _refs.prepare(pickler, buf)  # module sentinel strings: memo seeded, preamble first
     for start, _, _ in _dispatch.DUMP_HOOKS:
         start()
-    pickler.dump(obj)
+    try:
+        pickler.dump(obj)
+    except BaseException:
+        for _, finish, _ in _dispatch.DUMP_HOOKS:
+            finish(None, obj)  # the dump failed: nothing to check
+        raise
     for _, finish, _ in _dispatch.DUMP_HOOKS:
         finish(pickler.memo.copy, obj.value if isinstance(obj, Rooted) else obj)
     return buf.getvalue()

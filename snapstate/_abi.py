@@ -105,6 +105,9 @@ NAMES: dict[str, str] = {
     "new_thread_local": "snapstate.resources._python:_new_local",
     "new_event_loop": "snapstate.resources._python:_new_loop",
     "new_finalize": "snapstate.resources._python:_new_finalize",
+    "class_attribute": "snapstate.resources._python:_class_attribute",
+    "event_loop_settings": "snapstate.resources._python:_loop_settings",
+    "DECIMAL_CONTEXT": "snapstate.resources._python:_DECIMAL",
     "dead_finalize": "snapstate.resources._python:_dead_finalize",
     "credential_from_env_bytes": "snapstate.resources._secrets:_from_env_bytes",
     # objects pickle's default way cannot rebuild (serializers/_pickler.py)

@@ -24,6 +24,7 @@ from snapstate.serializers import _pickler
 # Add names at the end of a release's list; never change or remove one.
 STABLE_NAMES = [
     "CodeRef",
+    "DECIMAL_CONTEXT",
     "FrameRecord",
     "Handle",
     "NULL",
@@ -42,6 +43,7 @@ STABLE_NAMES = [
     "async_task_state",
     "async_wait_point",
     "bare_new",
+    "class_attribute",
     "closed_file",
     "closed_named_temp",
     "closed_sqlite",
@@ -53,6 +55,7 @@ STABLE_NAMES = [
     "deep_applied",
     "deep_call_flushed",
     "deep_first",
+    "event_loop_settings",
     "exhausted_generator",
     "fill_cell",
     "finished_coroutine",
@@ -129,6 +132,7 @@ OWN_REDUCE = {
     "snapstate.resources._http.SavedResponse",
     "snapstate.resources._http._Part",
     "snapstate.resources._http._SealedBytes",
+    "snapstate._abi._Decimal",
     "snapstate.resources._secrets.Credential",
     "snapstate.runtime._process.ProcessState",
     "snapstate.serializers._sealing.KeyedDigest",

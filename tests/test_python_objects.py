@@ -804,10 +804,10 @@ def test_sync_job_context_variables_survive_a_kill_after_each_snapshot(tmp_path)
         AGENTS / "contextvar_sync.py", tmp_path, 2, env={"PYTHONPATH": str(CTX_LIB)}
     )
     assert plain.stdout.splitlines() == [
-        "before req-42 span-A 3 True span-A acme",
-        "after-1 req-42 span-A 3 True span-A acme",
-        "after-2 req-42 span-B 3 True span-B acme",
-        "incremented req-42 span-B 4 True span-B acme",
+        "before req-42 span-A 3 True span-A acme trace-7 0.33333",
+        "after-1 req-42 span-A 3 True span-A acme trace-7 0.33333",
+        "after-2 req-42 span-B 3 True span-B acme trace-7 0.33333",
+        "incremented req-42 span-B 4 True span-B acme trace-7 0.33333",
     ]
     assert plain.result == "'req-42/span-B/4/acme'"
 
@@ -838,3 +838,19 @@ def test_greenlet_task_context_variables_survive_a_kill_after_each_snapshot(tmp_
         "main again main-user main-span",
     ]
     assert plain.result == "'w-user'"
+
+
+def test_a_library_context_variable_nothing_can_find_again_is_refused(tmp_path, monkeypatch):
+    """A ContextVar a library keeps where a snapshot cannot find it again (a private
+    dict: no module or class attribute) with a value set in the job's context: created
+    again, its value would be set on a copy the library never reads, so it is refused."""
+    monkeypatch.syspath_prepend(str(CTX_LIB))
+    import ctxlib
+
+    ctx = contextvars.Context()
+    ctx.run(ctxlib.hidden_var().set, "mine")
+    with pytest.raises(_pickler.UnpicklableError) as info:
+        _pickler.dumps({"context": ctx})
+    assert "a contextvars.ContextVar 'hidden' that a library keeps where a snapshot" in str(
+        info.value
+    )

@@ -6,6 +6,7 @@ library's own function). Values are set before snapshot 1, one is changed betwee
 snapshot 1 and 2, one is set again after snapshot 2; every read is printed."""
 
 import contextvars
+import decimal
 
 import ctxlib
 
@@ -29,6 +30,8 @@ def show(step, tracer, holders):
         holders["span"] is tracer.span,
         holders["span"].get("<unset>"),
         ctxlib.current_tenant(),
+        ctxlib.Tracer.current.get(),
+        decimal.Decimal(1) / 3,
         flush=True,
     )
 
@@ -40,6 +43,8 @@ def main():
     tracer.span.set("span-A")
     tracer.depth.set(3)
     ctxlib.CURRENT_TENANT.set("acme")
+    ctxlib.Tracer.current.set("trace-7")  # a library class's attribute
+    decimal.getcontext().prec = 5  # decimal keeps its context variable in C
     show("before", tracer, holders)
     snapshot("values set")
     show("after-1", tracer, holders)

@@ -9,3 +9,17 @@ CURRENT_TENANT = contextvars.ContextVar("current_tenant", default=None)
 
 def current_tenant():
     return CURRENT_TENANT.get()
+
+
+class Tracer:
+    """A library class keeping its ContextVar as a class attribute."""
+
+    current = contextvars.ContextVar("tracer_current", default=None)
+
+
+_HIDDEN = {"var": contextvars.ContextVar("hidden", default="unset")}
+
+
+def hidden_var():
+    """A ContextVar the library keeps in a private dict (no module or class attribute)."""
+    return _HIDDEN["var"]
