@@ -1075,6 +1075,10 @@ class AsyncRunner:
                         handle = first_step.pop(value, None)
                         if handle is not None:
                             order.append(handle)
+                    elif kind == "call-in":  # with the context it was added in
+                        callback, context = value
+                        add = functools.partial(obj.add_done_callback, callback, context=context)
+                        order.append(asyncio.Handle(add, (), loop, None))
                     else:
                         order.append(asyncio.Handle(obj.add_done_callback, (value,), loop, None))
             order.extend(first_step.values())  # at snapstate's await points: task order
@@ -1517,19 +1521,11 @@ def _context_of(obj: object) -> contextvars.Context | None:
     return None
 
 
-def _check_context(context: contextvars.Context | None, what: str) -> None:
-    if context is not None and len(context):
-        names = ", ".join(sorted(var.name for var in context))
-        raise pickle.PicklingError(
-            f"{what} runs with context variables set ({names}), which a snapshot cannot "
-            "restore yet; keep that value in a local or an attribute instead of a ContextVar"
-        )
-
-
 def _callbacks(obj: asyncio.Future[Any], what: str) -> list[tuple[str, Any]]:
     """A pending future's callbacks, in order: ("wake", task) for a task awaiting it
     (its first step after a restore re-makes that wakeup, in this order), ("call", fn)
-    for a done-callback; a gather's own bookkeeping is re-made by its rebuild."""
+    for a done-callback, ("call-in", (fn, context)) for one added with context variables
+    set; a gather's own bookkeeping is re-made by its rebuild."""
     kept: list[tuple[str, Any]] = []
     for callback, context in getattr(obj, "_callbacks", None) or []:
         if getattr(callback, "__code__", None) is _GATHER_CALLBACK:
@@ -1542,8 +1538,10 @@ def _callbacks(obj: asyncio.Future[Any], what: str) -> list[tuple[str, Any]]:
             # pool, kept per event loop): the thread is this process's; the restored
             # loop starts its own pool when it needs one.
             continue
-        _check_context(context, f"a done-callback of {what}")
-        kept.append(("call", callback))
+        if context is not None and len(context):  # runs with context variables set
+            kept.append(("call-in", (callback, context)))
+        else:
+            kept.append(("call", callback))
     return kept
 
 

@@ -854,3 +854,13 @@ def test_a_library_context_variable_nothing_can_find_again_is_refused(tmp_path, 
     assert "a contextvars.ContextVar 'hidden' that a library keeps where a snapshot" in str(
         info.value
     )
+
+
+def test_task_group_done_callbacks_keep_their_context(tmp_path):
+    """A TaskGroup in a task with a ContextVar set: its done-callbacks on the children
+    were added in that context; they are saved with it (not refused) and every task
+    reads its value after a kill after each snapshot and a resume."""
+    # both children await snapshot() while the other waits too: one snapshot holds both
+    plain = _crash_matches_plain(AGENTS / "contextvar_async_group.py", tmp_path, 1)
+    assert plain.stdout == "after alice 1:alice 2:alice\n"
+    assert plain.result == "'alice'"
