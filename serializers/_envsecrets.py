@@ -50,11 +50,13 @@ _U32 = struct.Struct("<I")
 class SecretInState(pickle.PicklingError):
     """A secret environment variable's value is part of a longer string in the state."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, value: str, where: str | None = None):
+        self.name, self.value = name, value
+        at = f" at {where}" if where else ""
         super().__init__(
-            f"the value of the environment variable {name} is part of a longer string or "
-            "byte string in the job's state (for example an 'Authorization: Bearer ...' "
+            f"the value of the environment variable {name} is part of a longer string, a "
+            f"byte string or a bytearray{at} in the job's state (for example an "
+            "'Authorization: Bearer ...' "
             "header kept in a dict), and a snapshot never holds a secret in clear; keep the "
             f"key on its own (a value read from os.environ[{name!r}] is saved as a "
             "reference to the variable) or build the longer string after the snapshot"
@@ -123,7 +125,7 @@ def scrub(payload: bytes) -> bytes:
     payload = _rewrite(payload, found)
     for data, name in found.items():
         if data in payload:
-            raise SecretInState(name)
+            raise SecretInState(name, os.environ.get(name, ""))
     return payload
 
 

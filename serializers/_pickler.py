@@ -20,6 +20,7 @@ frames (self, cells, lists, module globals) keep their identity, and that
 
 from __future__ import annotations
 
+import collections
 import copyreg
 import io
 import pickle
@@ -434,7 +435,36 @@ def dumps(obj: object, *, roots: _Roots | None = None, digest: bool = False) -> 
     try:
         return _envsecrets.scrub(_dumps(obj, roots))
     except _envsecrets.SecretInState as exc:
-        raise UnpicklableError("value", None, exc) from None
+        where = _holding(roots() if roots else [("value", obj)], exc.value)
+        raise UnpicklableError(
+            "value", None, _envsecrets.SecretInState(exc.name, exc.value, where)
+        ) from None
+
+
+def _holding(roots: Iterable[tuple[str, object]], secret: str, limit: int = 200_000) -> str | None:
+    """The path to a string, byte string or bytearray holding `secret` (breadth first,
+    each object once, at most `limit` objects), for the refusal; None if not found."""
+    data = secret.encode("utf-8", "surrogatepass")
+    queue = collections.deque(roots)
+    seen: set[int] = set()
+    while queue and len(seen) < limit:
+        path, obj = queue.popleft()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, str):
+            if secret and secret in obj:
+                return path
+            continue
+        if isinstance(obj, (bytes, bytearray)):
+            if data and data in obj:
+                return path
+            continue
+        try:
+            queue.extend((path + name, child) for name, child in _children(obj))
+        except Exception:
+            continue
+    return None
 
 
 def _dumps(obj: object, roots: _Roots | None) -> bytes:
