@@ -48,6 +48,7 @@ import threading
 import time
 import types
 import warnings
+import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -56,7 +57,7 @@ import greenlet
 
 from .._abi import pinned
 from .._errors import SnapshotError, SnapstateError
-from ..serializers import _dispatch
+from ..serializers import _dispatch, _refs
 from ..serializers._codeid import code_ref, find_code
 from . import _context, _pins, _waits
 from ._clock import clock
@@ -1571,6 +1572,15 @@ def _reduce_task(task: asyncio.Task[Any]) -> tuple[Any, ...]:
             raise pickle.PicklingError(
                 f"{what} is being cancelled; a snapshot cannot hold a cancellation in flight"
             )
+        tracker = _foreign_tracker(task)
+        if tracker is not None:
+            raise pickle.PicklingError(
+                f"{what} is tracked by {tracker}, which keeps a weak reference to the task "
+                "(a library's task group, cancel scope or session, e.g. an anyio task group "
+                "or an MCP client session held open): a restored task is a new object that "
+                "library has never seen. Leave the library's `async with` block (close the "
+                "session) before the snapshot, and open it again after it"
+            )
         state["cancelling"] = task.cancelling()  # e.g. left at 1 by a TaskGroup (3.11)
         context = _context_of(task)
         if context is not None and len(context):  # context variables the task set
@@ -1578,6 +1588,32 @@ def _reduce_task(task: asyncio.Task[Any]) -> tuple[Any, ...]:
         state["coro"] = task.get_coro()
         state["callbacks"] = _callbacks(task, what)
     return (_task_shell, (), state, None, None, _task_state)
+
+
+def _foreign_tracker(task: asyncio.Task[Any]) -> str | None:
+    """What, other than asyncio's own set of tasks, holds a weak reference to the task
+    (a library's WeakKeyDictionary keyed by tasks), named as well as it can be; None."""
+    registry = getattr(asyncio.tasks, "_scheduled_tasks", None)
+    if registry is None:
+        registry = getattr(asyncio.tasks, "_all_tasks", None)
+    own = getattr(registry, "data", None)
+    refs = weakref.getweakrefs(task)
+    if len(refs) <= 1:
+        return None  # the common case: asyncio's own registration only
+    for ref in refs:
+        holders = [h for h in gc.get_referrers(ref) if h is not own and h is not refs]
+        for holder in holders:
+            if isinstance(holder, types.FrameType):
+                continue
+            owner = next(
+                (o for o in gc.get_referrers(holder) if getattr(o, "data", None) is holder),
+                holder,
+            )
+            where = _refs.INDEX.get(id(owner))
+            if where is not None:
+                return f"{where[0]}.{where[1]}"
+            return f"a {type(owner).__module__}.{type(owner).__qualname__}"
+    return None
 
 
 def _reduce_future(future: asyncio.Future[Any]) -> tuple[Any, ...]:

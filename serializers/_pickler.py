@@ -26,6 +26,7 @@ import io
 import pickle
 import sys
 import types
+import warnings
 from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -489,7 +490,9 @@ def _dumps(obj: object, roots: _Roots | None) -> bytes:
             ):  # refused by its adapter
                 raise UnpicklableError(path, culprit, error, chain) from None
             try:
-                dill.loads(dill.dumps(culprit, protocol=5))
+                with warnings.catch_warnings():  # dill warns as it gives up: not the user's
+                    warnings.simplefilter("ignore")
+                    dill.loads(dill.dumps(culprit, protocol=5))
             except Exception:
                 raise UnpicklableError(path, culprit, error, chain) from None
             _DILL_TYPES.add(type(culprit))

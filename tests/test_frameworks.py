@@ -334,6 +334,25 @@ def test_an_mcp_server_with_a_key_of_its_process_is_refused_by_name(stub, tmp_pa
     assert run.stdout.endswith("carried on\n")
 
 
+def test_an_mcp_session_held_open_across_a_snapshot_is_refused(stub, tmp_path):
+    """An MCP client session open at `await snapshot()`: its tasks are tracked by anyio
+    (a weak reference per task), which a restore cannot give the restored tasks, so the
+    snapshot is refused naming the tracker and the fix (close the session first); the
+    job carries on and uses the session."""
+    if _missing(("mcp",)):
+        pytest.skip("mcp is not installed")
+    agent = FRAMEWORKS / "fw_mcp_open_session.py"
+    env = _env(stub, tmp_path)
+    run = snaprun("run", "--store", tmp_path / "s", "--job", JOB, agent, cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    refused = [line for line in run.stdout.splitlines() if line.startswith("REFUSED")]
+    assert len(refused) == 1, run.stdout
+    assert "is tracked by anyio._backends._asyncio._task_states" in refused[0]
+    assert "close the session" in refused[0]
+    assert run.stdout.endswith("after after\n")
+    assert "PicklingWarning" not in run.stderr
+
+
 # ------------------------------------------------------------------------ secrets
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 SNAP_MAGIC = b"SNAPSTATE\0"
