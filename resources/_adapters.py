@@ -102,6 +102,7 @@ def register_adapter(
     else:
         _SUBCLASS_ADAPTERS.pop(cls, None)
     _RESOLVED.clear()
+    _dispatch.adapters_changed()
 
 
 def register_optional(module: str, loader: Callable[[], None]) -> None:
@@ -125,6 +126,7 @@ def _load_optional() -> None:
             _OPTIONAL_LOADED.add(module)
             loader()
             _RESOLVED.clear()
+            _dispatch.adapters_changed()
 
 
 def reducer_for(t: type) -> Reducer | None:

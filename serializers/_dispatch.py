@@ -42,6 +42,8 @@ __all__ = [
     "is_stub",
     "code_position",
     "register_dump_hooks",
+    "adapters_changed",
+    "ORDINARY",
     "DUMP_HOOKS",
 ]
 
@@ -56,6 +58,10 @@ REDUCERS: dict[type, Reduce] = {}
 HANDLE_TYPES: tuple[type, ...] = (io.IOBase,)
 
 _ADAPTER_LOOKUPS: list[Callable[[type], Reduce | None]] = []
+
+# Types the pickler found need nothing of its own (no reducer, adapter or special
+# reduction): pickle's way, at once. Emptied whenever a reducer or adapter is added.
+ORDINARY: set[type] = set()
 
 # (before each dump, after it with a function returning the pickler's memo (id ->
 # (index, object)), after each load): the resources' weak-reference bookkeeping.
@@ -83,6 +89,7 @@ _position: Callable[[types.CodeType, int], tuple[types.CodeType, int]] = _same_p
 def register_reducer(cls: type, reduce: Reduce) -> None:
     """Save objects of exactly type `cls` as reduce(obj), a pickle reduce tuple."""
     REDUCERS[cls] = reduce
+    ORDINARY.clear()
 
 
 def register_adapters(
@@ -93,6 +100,7 @@ def register_adapters(
     global HANDLE_TYPES
     if lookup not in _ADAPTER_LOOKUPS:
         _ADAPTER_LOOKUPS.append(lookup)
+    ORDINARY.clear()
     HANDLE_TYPES = (*HANDLE_TYPES, *(t for t in handles if t not in HANDLE_TYPES))
 
 
@@ -106,6 +114,12 @@ def register_dump_hooks(
     dump; memo is None when the dump itself failed); loaded()
     after each load has returned its object."""
     DUMP_HOOKS.append((start, finish, loaded))
+
+
+def adapters_changed() -> None:
+    """An adapter was added (or an optional library's adapters loaded): types found
+    ordinary so far are looked at again."""
+    ORDINARY.clear()
 
 
 def register_code_stubs(

@@ -253,6 +253,8 @@ class FreezePickler(_CloudPickler):
         if where is not None and (reduced := _refs.reduce(obj, where)) is not None:
             return reduced
         t = type(obj)
+        if t in _dispatch.ORDINARY:  # seen before: nothing of ours to do
+            return NotImplemented  # type: ignore[no-any-return]  # mypy types it Any (mypy#363)
         if t is types.CellType:
             try:
                 state = (True, obj.cell_contents)
@@ -316,6 +318,8 @@ class FreezePickler(_CloudPickler):
                 full = tuple(rv) + (None,) * (5 - len(rv))
                 make = copyreg.__newobj__  # type: ignore[attr-defined]  # not in typeshed
                 return (make, (t,), full[2], full[3], full[4], apply_default_state)
+        else:
+            _dispatch.ORDINARY.add(t)
         return NotImplemented  # type: ignore[no-any-return]  # mypy types it Any (mypy#363)
 
     def _reduce_function(self, fn: types.FunctionType) -> Reduced:
@@ -496,6 +500,7 @@ def _dumps(obj: object, roots: _Roots | None) -> bytes:
             except Exception:
                 raise UnpicklableError(path, culprit, error, chain) from None
             _DILL_TYPES.add(type(culprit))
+            _dispatch.ORDINARY.discard(type(culprit))
     raise UnpicklableError("value", obj, "too many object types needed the dill fallback")
 
 
