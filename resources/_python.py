@@ -86,34 +86,43 @@ def _reduce_contextvar(var: contextvars.ContextVar[Any]) -> Reduced:
     return (_new_contextvar, (var.name, True, default))
 
 
-_HOMES: dict[int, tuple[contextvars.ContextVar[Any], tuple[str, str, str] | None]] = {}
+# id(var) -> (var, (module, class qualname, attribute)): the ContextVars kept as class
+# attributes of the classes of imported modules, indexed again when sys.modules grew.
+_CLASS_VARS: dict[int, tuple[contextvars.ContextVar[Any], tuple[str, str, str]]] = {}
+_INDEXED = [0]  # len(sys.modules) when indexed
 
 
 def _class_home(var: contextvars.ContextVar[Any]) -> tuple[str, str, str] | None:
     """(module, class qualname, attribute) when var is a class attribute of an importable
-    class outside the agent's modules (found through the garbage collector once per
-    variable), else None."""
-    cached = _HOMES.get(id(var))
-    if cached is not None and cached[0] is var:
-        return cached[1]
+    class outside the agent's modules, else None."""
+    if _INDEXED[0] != len(sys.modules):
+        _index_class_vars()
+    found = _CLASS_VARS.get(id(var))
+    if found is None or found[0] is not var:
+        return None
     from ..serializers._refs import agent_module_names
 
-    found = None
-    agent = agent_module_names()
-    for namespace in gc.get_referrers(var):
-        if type(namespace) is not dict:
+    return None if found[1][0] in agent_module_names() else found[1]
+
+
+def _index_class_vars() -> None:
+    _CLASS_VARS.clear()
+    for name, module in list(sys.modules.items()):
+        try:
+            attrs = list(vars(module).values())
+        except TypeError:
             continue
-        for cls in gc.get_referrers(namespace):
-            if not isinstance(cls, type) or cls.__module__ in agent:
+        for cls in attrs:
+            if not isinstance(cls, type) or getattr(cls, "__module__", None) != name:
                 continue
-            attr = next((k for k, v in vars(cls).items() if v is var), None)
-            if attr is not None and _importable(cls):
-                found = (cls.__module__, cls.__qualname__, attr)
-                break
-        if found:
-            break
-    _HOMES[id(var)] = (var, found)
-    return found
+            try:
+                members = list(vars(cls).items())
+            except TypeError:
+                continue
+            for attr, value in members:
+                if type(value) is contextvars.ContextVar and _importable(cls):
+                    _CLASS_VARS.setdefault(id(value), (value, (name, cls.__qualname__, attr)))
+    _INDEXED[0] = len(sys.modules)
 
 
 def _importable(cls: type) -> bool:
@@ -428,7 +437,6 @@ def check_referents(memo: Callable[[], dict[int, Any]] | None, root: object) -> 
     }
     if not unsure:
         return
-    saved = memo()
     not_holders = (
         weakref.ref,
         weakref.WeakValueDictionary,
@@ -436,16 +444,18 @@ def check_referents(memo: Callable[[], dict[int, Any]] | None, root: object) -> 
         weakref.WeakSet,
         contextvars.Context,
     )
-    holders: dict[int, bool] = dict.fromkeys(unsure, False)
-    targets = [obj for obj, _ in unsure.values()]
-    for holder in gc.get_referrers(*targets):
-        if id(holder) not in saved or id(holder) in dump.own or isinstance(holder, not_holders):
+    # What every saved object refers to (the snapshot's objects, not the whole heap).
+    remaining = set(unsure)
+    for _, holder in memo().values():
+        if id(holder) in dump.own or isinstance(holder, not_holders):
             continue
         for ref in gc.get_referents(holder):
-            if id(ref) in holders and ref is unsure[id(ref)][0]:
-                holders[id(ref)] = True
-    for key, held in holders.items():
-        if not held:
+            if id(ref) in remaining and ref is unsure[id(ref)][0]:
+                remaining.discard(id(ref))
+        if not remaining:
+            return
+    for key in unsure:
+        if key in remaining:
             obj, what = unsure[key]
             raise pickle.PicklingError(
                 f"{what} points at an object nothing else in the snapshot holds: after a "

@@ -387,7 +387,10 @@ def _dump(obj: object, pickler_class: type[FreezePickler] | None = None) -> byte
             finish(None, obj)  # the dump failed: nothing to check
         raise
     for _, finish, _ in _dispatch.DUMP_HOOKS:
-        finish(pickler.memo.copy, obj.value if isinstance(obj, Rooted) else obj)
+        # While the culprit of a failed dump is searched for, each part is dumped alone:
+        # what holds a weak reference's referent may be another part (not checked then).
+        memo = None if _SEARCHING[0] else pickler.memo.copy
+        finish(memo, obj.value if isinstance(obj, Rooted) else obj)
     return buf.getvalue()
 
 
@@ -481,6 +484,11 @@ def _dumps(obj: object, roots: _Roots | None) -> bytes:
             path, culprit, error = find_unpicklable(
                 roots() if roots else [("value", obj)], exc, chain=chain
             )
+            if culprit is None:  # only the whole fails: a weak reference's referent
+                chain = []
+                path, culprit, error = find_unpicklable(
+                    roots() if roots else [("value", obj)], exc, chain=chain, whole=True
+                )
             if _too_deep(error):  # never worth the dill fallback
                 from . import _deep
 
@@ -621,14 +629,24 @@ def find_unpicklable(
     first_error: BaseException | None = None,
     _depth: int = 0,
     chain: list[tuple[str, object]] | None = None,
+    whole: bool = False,
 ) -> tuple[str, object, BaseException | None]:
     """(path, object, error) of the deepest object under `roots` that cannot be
     pickled, or (path, None, error) when no single culprit is found. `chain`, if
     given, receives the (path, object) pairs from the root down to the culprit. The
     search never walks back into an object already on its path (a reference cycle): an
-    object that fails only through such a cycle is named only when nothing else is."""
-    path, obj, error, _ = _search(roots, first_error, _depth, chain, frozenset(), set())
+    object that fails only through such a cycle is named only when nothing else is.
+    Each part is dumped alone, without the check that a weak reference's referent is
+    held by another part (it may be another root's); `whole`: with it."""
+    searching, _SEARCHING[0] = _SEARCHING[0], not whole
+    try:
+        path, obj, error, _ = _search(roots, first_error, _depth, chain, frozenset(), set())
+    finally:
+        _SEARCHING[0] = searching
     return path, obj, error
+
+
+_SEARCHING = [False]  # inside find_unpicklable
 
 
 def _search(
