@@ -1611,9 +1611,28 @@ def _foreign_tracker(task: asyncio.Task[Any]) -> str | None:
             )
             where = _refs.INDEX.get(id(owner))
             if where is not None:
-                return f"{where[0]}.{where[1]}"
+                name = f"{where[0]}.{where[1]}"
+                harmless = _UNTRACKED_IF.get(name)
+                if harmless is not None and harmless(owner, task):
+                    continue
+                return name
             return f"a {type(owner).__module__}.{type(owner).__qualname__}"
     return None
+
+
+def _anyio_outside_scopes(states: Any, task: asyncio.Task[Any]) -> bool:
+    """anyio keeps a TaskState for every task it has seen (a thread call, a cancel
+    scope); one with no cancel scope open is made again, the same, the first time anyio
+    meets the restored task. Inside a scope or task group it is not."""
+    state = states.get(task)
+    return state is not None and getattr(state, "cancel_scope", True) is None
+
+
+# "module.attribute" of a library's registry of tasks -> whether its entry for a task
+# is one the library makes again by itself for a new task (then not a tracker)
+_UNTRACKED_IF: dict[str, Callable[[Any, asyncio.Task[Any]], bool]] = {
+    "anyio._backends._asyncio._task_states": _anyio_outside_scopes,
+}
 
 
 def _reduce_future(future: asyncio.Future[Any]) -> tuple[Any, ...]:
