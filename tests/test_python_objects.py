@@ -864,3 +864,11 @@ def test_task_group_done_callbacks_keep_their_context(tmp_path):
     plain = _crash_matches_plain(AGENTS / "contextvar_async_group.py", tmp_path, 1)
     assert plain.stdout == "after alice 1:alice 2:alice\n"
     assert plain.result == "'alice'"
+
+
+def test_an_idle_thread_pool_is_accepted_at_every_snapshot(tmp_path):
+    """A ThreadPoolExecutor whose map() returned is idle: accepted at the first snapshot
+    and at the second (its idle count used to make it look busy once its threads had
+    run work), killed after each and resumed, with the uninterrupted run's output."""
+    plain = _crash_matches_plain(AGENTS / "idle_pool.py", tmp_path, 2)
+    assert plain.stdout == "total 320\n"
