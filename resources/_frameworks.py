@@ -20,6 +20,10 @@ library; snapstate never imports it itself).
                                its keys (keys=[os.environ["MCP_STATE_KEY"]]), in ring order;
                                otherwise refused (an ephemeral key generated at start-up,
                                MCPServer's default, or a key in code: neither can be saved).
+    cryptography keys          a private key is saved as its PKCS#8 bytes sealed with the
+                               store's key (never in clear), a public key by its DER bytes;
+                               an AEAD cipher object (AESGCM, ChaCha20Poly1305...) is
+                               refused: its key cannot be read back from it.
     wrapt ObjectProxy and      a proxy whose class is importable: the class and the wrapped
     its subclasses             object, plus the proxy's own `_self_` attributes; otherwise
                                refused by name (wrapt's own error would end the job).
@@ -192,6 +196,77 @@ register_kind(
     "an MCP request-state codec (mcp RequestStateSecurity)",
     None,
 )
+
+
+# ------------------------------------------------------------------------ cryptography keys
+def _reduce_private_key(key: Any) -> Reduced:
+    from cryptography.hazmat.primitives import serialization as s
+
+    data = key.private_bytes(s.Encoding.DER, s.PrivateFormat.PKCS8, s.NoEncryption())
+    return (_load_private_key, (sealed(data, from_env=False),))
+
+
+@pinned("crypto_private_key")
+def _load_private_key(data: bytes) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
+    return serialization.load_der_private_key(data, password=None)
+
+
+def _reduce_public_key(key: Any) -> Reduced:
+    from cryptography.hazmat.primitives import serialization as s
+
+    data = key.public_bytes(s.Encoding.DER, s.PublicFormat.SubjectPublicKeyInfo)
+    return (_load_public_key, (data,))
+
+
+@pinned("crypto_public_key")
+def _load_public_key(data: bytes) -> Any:
+    from cryptography.hazmat.primitives import serialization
+
+    return serialization.load_der_public_key(data)
+
+
+def _refuse_cipher(cipher: Any) -> Reduced:
+    raise pickle.PicklingError(
+        f"the {type(cipher).__name__} cipher object cannot be saved: its key cannot be read "
+        "back from it. Keep the key itself (bytes, read from the environment or a file) "
+        f"and make the cipher after the snapshot ({type(cipher).__name__}(key))"
+    )
+
+
+def _register_cryptography() -> None:
+    try:
+        from cryptography.hazmat.bindings._rust import openssl
+    except ImportError:  # pragma: no cover - another cryptography layout
+        return
+    for module, names in (
+        ("rsa", ("RSA",)),
+        ("ec", ("EC",)),
+        ("dsa", ("DSA",)),
+        ("dh", ("DH",)),
+        ("ed25519", ("Ed25519",)),
+        ("ed448", ("Ed448",)),
+        ("x25519", ("X25519",)),
+        ("x448", ("X448",)),
+    ):
+        kinds = getattr(openssl, module, None)
+        for prefix in names:
+            private = getattr(kinds, f"{prefix}PrivateKey", None)
+            public = getattr(kinds, f"{prefix}PublicKey", None)
+            if isinstance(private, type):
+                register_adapter(private, _reduce_private_key)
+            if isinstance(public, type):
+                register_adapter(public, _reduce_public_key)
+    aead = getattr(openssl, "aead", None)
+    for name in ("AESGCM", "AESCCM", "AESGCMSIV", "AESOCB3", "AESSIV", "ChaCha20Poly1305"):
+        cipher = getattr(aead, name, None)
+        if isinstance(cipher, type):
+            register_adapter(cipher, _refuse_cipher)
+            register_kind(f"{cipher.__module__}.{cipher.__qualname__}", f"an {name} cipher", None)
+
+
+_register_cryptography()  # a dependency of snapstate's own: always imported
 
 
 # ------------------------------------------------------------------------ wrapt proxies

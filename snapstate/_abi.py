@@ -119,6 +119,8 @@ NAMES: dict[str, str] = {
     "wrapt_rebuild_proxy": "snapstate.resources._frameworks:_rebuild_proxy",
     "tiktoken_rebuild_encoding": "snapstate.resources._frameworks:_rebuild_encoding",
     "mcp_rebuild_codec": "snapstate.resources._frameworks:_rebuild_mcp_codec",
+    "crypto_private_key": "snapstate.resources._frameworks:_load_private_key",
+    "crypto_public_key": "snapstate.resources._frameworks:_load_public_key",
     # credentials (resources/_secrets.py)
     "credential_from_env": "snapstate.resources._secrets:_from_env",
     "credential_unseal": "snapstate.resources._secrets:_unseal",

@@ -50,6 +50,8 @@ STABLE_NAMES = [
     "credential_from_env",
     "credential_from_env_bytes",
     "credential_unseal",
+    "crypto_private_key",
+    "crypto_public_key",
     "dead_finalize",
     "dead_weakref",
     "deep_applied",

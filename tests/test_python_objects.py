@@ -872,3 +872,34 @@ def test_an_idle_thread_pool_is_accepted_at_every_snapshot(tmp_path):
     run work), killed after each and resumed, with the uninterrupted run's output."""
     plain = _crash_matches_plain(AGENTS / "idle_pool.py", tmp_path, 2)
     assert plain.stdout == "total 320\n"
+
+
+def test_cryptography_private_keys_are_sealed_and_ciphers_refused(tmp_path):
+    """A private key is saved sealed with the store's key (its raw bytes are not in the
+    payload) and signs the same after a load; a public key comes back equal; an AESGCM
+    cipher object, whose key cannot be read back, is refused with the fix."""
+    from cryptography.hazmat.primitives import serialization as s
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from snapstate.resources import _secrets
+    from snapstate.serializers._home import Home
+
+    home = Home(str(tmp_path / "store"))
+    _secrets.bind(home.keys)
+    try:
+        key = ed25519.Ed25519PrivateKey.generate()
+        data = _pickler.dumps({"key": key, "public": key.public_key()})
+        raw = key.private_bytes(s.Encoding.Raw, s.PrivateFormat.Raw, s.NoEncryption())
+        assert raw not in data
+        back = _pickler.loads(data)
+        assert back["key"].sign(b"order 42") == key.sign(b"order 42")
+        assert back["public"] == key.public_key()
+        cipher = AESGCM(AESGCM.generate_key(bit_length=128))
+        with pytest.raises(_pickler.UnpicklableError) as info:
+            _pickler.dumps({"c": cipher}, roots=lambda: [("local 'cipher'", cipher)])
+        assert "local 'cipher' is an AESGCM cipher" in str(info.value)
+        assert "make the cipher after the snapshot" in str(info.value)
+    finally:
+        _secrets.bind(None)
+        home.close()
