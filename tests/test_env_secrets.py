@@ -12,12 +12,11 @@ the original (raw, in any zstd frame, or in a snapshot's decompressed body)."""
 
 from __future__ import annotations
 
-import json
-import struct
 from pathlib import Path
 
 import pytest
 from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from store_bytes import snapshot_body, zstd_frames
 
 from snapstate.serializers import _pickler, _refs
 
@@ -185,58 +184,12 @@ def test_resume_without_the_variable_fails_clearly(monkeypatch):
 AGENT = AGENTS / "env_secret_agent.py"
 KEY = "acme-ORIGINAL-key-5f2e9c1d"
 NEW_KEY = "acme-ROTATED-key-a8b7c6d5"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-SNAP_MAGIC = b"SNAPSTATE\0"
 
 
 def _digest(value: str) -> str:
     import hashlib
 
     return hashlib.sha256(value.encode()).hexdigest()[:16]
-
-
-def _zstd_frames(data: bytes) -> list[bytes]:
-    """Whatever decompresses from each zstd magic number found in data."""
-    import zstandard
-
-    out = []
-    start = data.find(ZSTD_MAGIC)
-    while start != -1:
-        try:
-            out.append(zstandard.ZstdDecompressor().decompressobj().decompress(data[start:]))
-        except zstandard.ZstdError:
-            pass
-        start = data.find(ZSTD_MAGIC, start + 1)
-    return out
-
-
-def _snapshot_body(data: bytes) -> bytes | None:
-    """A snapshot file's decompressed body (magic, u16 version, u32 header length,
-    header, u32-length chunks ended by a zero length), or None when encrypted or not
-    recognised."""
-    import zstandard
-
-    if not data.startswith(SNAP_MAGIC):
-        return None
-    try:
-        at = len(SNAP_MAGIC)
-        _, length = struct.unpack_from("<HI", data, at)
-        at += 6
-        header = json.loads(data[at : at + length])
-        at += length
-        chunks = []
-        while True:
-            (size,) = struct.unpack_from("<I", data, at)
-            at += 4
-            if size == 0:
-                break
-            chunks.append(data[at : at + size])
-            at += size
-        if "aes-256-gcm" in header.get("codecs", ()):
-            return None
-        return zstandard.ZstdDecompressor().decompressobj().decompress(b"".join(chunks))
-    except (ValueError, struct.error, zstandard.ZstdError):
-        return None
 
 
 def _payload(store: Path, path: Path) -> bytes:
@@ -256,9 +209,9 @@ def _files_holding(store: Path, secret: bytes) -> list[str]:
         data = path.read_bytes()
         if secret in data:
             found.append(f"raw: {path}")
-        if any(secret in frame for frame in _zstd_frames(data)):
+        if any(secret in frame for frame in zstd_frames(data)):
             found.append(f"zstd frame: {path}")
-        body = _snapshot_body(data) if path.suffix == ".snap" else None
+        body = snapshot_body(data) if path.suffix == ".snap" else None
         if body is not None and secret in body:
             found.append(f"body: {path}")
     return found

@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
-import struct
 from pathlib import Path
 
 import pytest
 from conftest import AGENTS, snaprun, snapshot_files
 from framework_stub import FrameworkStub
+from store_bytes import snapshot_body, zstd_frames
 
 FRAMEWORKS = AGENTS / "frameworks"
 KEY = "sk-fw-matrix-SECRET-6c1e"
@@ -354,54 +353,6 @@ def test_an_mcp_session_held_open_across_a_snapshot_is_refused(stub, tmp_path):
 
 
 # ------------------------------------------------------------------------ secrets
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-SNAP_MAGIC = b"SNAPSTATE\0"
-
-
-def _zstd_frames(data: bytes) -> list[bytes]:
-    """Whatever decompresses from each zstd magic number found in data."""
-    import zstandard
-
-    out = []
-    start = data.find(ZSTD_MAGIC)
-    while start != -1:
-        try:
-            out.append(zstandard.ZstdDecompressor().decompressobj().decompress(data[start:]))
-        except zstandard.ZstdError:
-            pass
-        start = data.find(ZSTD_MAGIC, start + 1)
-    return out
-
-
-def _snapshot_body(data: bytes) -> bytes | None:
-    """A snapshot file's decompressed body (serializers/_snapfile.py: magic, u16 version,
-    u32 header length, header, then u32-length chunks ended by a zero length), or None
-    when the body is encrypted or the layout is not recognised."""
-    import zstandard
-
-    if not data.startswith(SNAP_MAGIC):
-        return None
-    try:
-        at = len(SNAP_MAGIC)
-        _, length = struct.unpack_from("<HI", data, at)
-        at += 6
-        header = json.loads(data[at : at + length])
-        at += length
-        chunks = []
-        while True:
-            (size,) = struct.unpack_from("<I", data, at)
-            at += 4
-            if size == 0:
-                break
-            chunks.append(data[at : at + size])
-            at += size
-        if "aes-256-gcm" in header.get("codecs", ()):
-            return None
-        return zstandard.ZstdDecompressor().decompressobj().decompress(b"".join(chunks))
-    except (ValueError, struct.error, zstandard.ZstdError):
-        return None
-
-
 def _payload_via_store(store: Path, path: Path) -> bytes | None:
     """The payload as the store itself reads it (decrypted, verified), when it can."""
     try:
@@ -429,10 +380,10 @@ def _check_secrets(stores: list[Path], snapshots: int, plain_ok: bool) -> list[s
             continue
         for path in sorted(p for p in store.rglob("*") if p.is_file()):
             data = path.read_bytes()
-            frames = _zstd_frames(data)
+            frames = zstd_frames(data)
             body = payload = None
             if path.suffix == ".snap":
-                body = _snapshot_body(data)
+                body = snapshot_body(data)
                 payload = _payload_via_store(store, path)
                 bodies += body is not None or payload is not None
             for secret in (KEY.encode(), MCP_KEY.encode()):
