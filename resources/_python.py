@@ -86,17 +86,15 @@ def _reduce_contextvar(var: contextvars.ContextVar[Any]) -> Reduced:
     return (_new_contextvar, (var.name, True, default))
 
 
-# id(var) -> (var, (module, class qualname, attribute)): the ContextVars kept as class
-# attributes of the classes of imported modules, indexed again when sys.modules grew.
+# id(var) -> (var, (module, class qualname, attribute)): ContextVars found to be a library
+# class's attribute. Looked for only when a variable would otherwise be refused (the
+# search walks the heap twice): check_referents finds it, and the dump is made again.
 _CLASS_VARS: dict[int, tuple[contextvars.ContextVar[Any], tuple[str, str, str]]] = {}
-_INDEXED = [0]  # len(sys.modules) when indexed
 
 
 def _class_home(var: contextvars.ContextVar[Any]) -> tuple[str, str, str] | None:
-    """(module, class qualname, attribute) when var is a class attribute of an importable
-    class outside the agent's modules, else None."""
-    if _INDEXED[0] != len(sys.modules):
-        _index_class_vars()
+    """(module, class qualname, attribute) when var is known to be a class attribute of
+    an importable class outside the agent's modules, else None."""
     found = _CLASS_VARS.get(id(var))
     if found is None or found[0] is not var:
         return None
@@ -105,24 +103,20 @@ def _class_home(var: contextvars.ContextVar[Any]) -> tuple[str, str, str] | None
     return None if found[1][0] in agent_module_names() else found[1]
 
 
-def _index_class_vars() -> None:
-    _CLASS_VARS.clear()
-    for name, module in list(sys.modules.items()):
-        try:
-            attrs = list(vars(module).values())
-        except TypeError:
+def _find_class_home(var: contextvars.ContextVar[Any]) -> bool:
+    """Look for var among the attributes of the classes holding it (through the garbage
+    collector); remember and say whether it is one."""
+    for namespace in gc.get_referrers(var):
+        if type(namespace) is not dict:
             continue
-        for cls in attrs:
-            if not isinstance(cls, type) or getattr(cls, "__module__", None) != name:
+        for cls in gc.get_referrers(namespace):
+            if not isinstance(cls, type) or vars(cls) != namespace:
                 continue
-            try:
-                members = list(vars(cls).items())
-            except TypeError:
-                continue
-            for attr, value in members:
-                if type(value) is contextvars.ContextVar and _importable(cls):
-                    _CLASS_VARS.setdefault(id(value), (value, (name, cls.__qualname__, attr)))
-    _INDEXED[0] = len(sys.modules)
+            attr = next((k for k, v in namespace.items() if v is var), None)
+            if attr is not None and _importable(cls):
+                _CLASS_VARS[id(var)] = (var, (cls.__module__, cls.__qualname__, attr))
+                return _class_home(var) is not None
+    return False
 
 
 def _importable(cls: type) -> bool:
@@ -454,6 +448,13 @@ def check_referents(memo: Callable[[], dict[int, Any]] | None, root: object) -> 
                 remaining.discard(id(ref))
         if not remaining:
             return
+    homes = [
+        unsure[key][0]
+        for key in remaining
+        if type(unsure[key][0]) is contextvars.ContextVar and _find_class_home(unsure[key][0])
+    ]
+    if homes:  # library classes' variables: saved by reference the next time
+        raise _dispatch.DumpAgain()
     for key in unsure:
         if key in remaining:
             obj, what = unsure[key]

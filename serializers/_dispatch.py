@@ -42,6 +42,7 @@ __all__ = [
     "is_stub",
     "code_position",
     "register_dump_hooks",
+    "DumpAgain",
     "adapters_changed",
     "ORDINARY",
     "DUMP_HOOKS",
@@ -102,6 +103,12 @@ def register_adapters(
         _ADAPTER_LOOKUPS.append(lookup)
     ORDINARY.clear()
     HANDLE_TYPES = (*HANDLE_TYPES, *(t for t in handles if t not in HANDLE_TYPES))
+
+
+class DumpAgain(Exception):
+    """Raised by a dump hook that has learned, after the dump, how to save one of its
+    objects better (a ContextVar that is a library class's attribute): the caller dumps
+    again."""
 
 
 def register_dump_hooks(

@@ -479,6 +479,8 @@ def _dumps(obj: object, roots: _Roots | None) -> bytes:
     for _ in range(20):
         try:
             return _dump_any(obj)
+        except _dispatch.DumpAgain:  # a hook learned how to save something: once more
+            continue
         except _PICKLE_ERRORS as exc:
             chain: list[tuple[str, object]] = []
             path, culprit, error = find_unpicklable(
