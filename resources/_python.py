@@ -448,12 +448,11 @@ def check_referents(memo: Callable[[], dict[int, Any]] | None, root: object) -> 
                 remaining.discard(id(ref))
         if not remaining:
             return
-    homes = [
-        unsure[key][0]
-        for key in remaining
-        if type(unsure[key][0]) is contextvars.ContextVar and _find_class_home(unsure[key][0])
+    variables = [
+        var for key in remaining if isinstance(var := unsure[key][0], contextvars.ContextVar)
     ]
-    if homes:  # library classes' variables: saved by reference the next time
+    if [var for var in variables if _find_class_home(var)]:
+        # library classes' variables: saved by reference the next time
         raise _dispatch.DumpAgain()
     for key in unsure:
         if key in remaining:
