@@ -117,9 +117,10 @@ def _address(root: NDArray[Any] | bytes | bytearray) -> int:
 def _reduce_array(array: NDArray[Any]) -> Reduced | NotImplementedType:
     if array.base is None:
         t = type(array)
+        if t is _NDARRAY:
+            return _reduce_owner(array)
         if (
-            t is _NDARRAY
-            or not getattr(array, "__dict__", None)
+            not getattr(array, "__dict__", None)
             or (t.__reduce__, t.__reduce_ex__) != _NDARRAY_REDUCE
         ):
             return NotImplemented  # type: ignore[no-any-return]  # owns its data: numpy pickles it
@@ -137,6 +138,14 @@ def _reduce_array(array: NDArray[Any]) -> Reduced | NotImplementedType:
             "cannot be rebuilt around the shared memory)",
             _SUBCLASS_COPY,
         )
+    base = array.base
+    if type(base) is np.ndarray and not isinstance(base.base, np.ndarray) and array.size:
+        # Over the array it was taken from (its .base: one owning its data, or one over
+        # bytes, where numpy stops collapsing a view's base chain), so .base is that array
+        # again: the restored owner lies over its bytes, not over another array.
+        rebuilt = _over(array, base, t)
+        if rebuilt is not None:
+            return rebuilt
     root = _root(array)
     offset = array.__array_interface__["data"][0] - _address(root) if array.size else 0
     shape, strides, dtype = array.shape, array.strides, array.dtype
@@ -151,6 +160,53 @@ def _reduce_array(array: NDArray[Any]) -> Reduced | NotImplementedType:
         rebuild_view,
         (root, dtype, shape, strides, offset, writeable, None if t is np.ndarray else t),
     )
+
+
+def _over(array: NDArray[Any], base: NDArray[Any], t: type) -> Reduced | None:
+    """The view as one of `base` (an ndarray over memory no other ndarray holds), or
+    None when its layout cannot be rebuilt over it."""
+    import numpy as np
+
+    offset = array.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    shape, strides, dtype = array.shape, array.strides, array.dtype
+    writeable = array.flags.writeable
+    try:
+        probe = rebuild_view(base, dtype, shape, strides, offset, writeable, np.ndarray)
+    except (TypeError, ValueError, BufferError):
+        return None
+    if probe.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
+        return None
+    return (
+        rebuild_view,
+        (base, dtype, shape, strides, offset, writeable, None if t is np.ndarray else t),
+    )
+
+
+def _reduce_owner(array: NDArray[Any]) -> Reduced | NotImplementedType:
+    """An ndarray owning its data: its bytes in the pickle stream (in-band, no copy made
+    to write them), rebuilt as an array over them: a bytearray when it was writable, so a
+    view of it is rebuilt with .base being it (numpy's own unpickling puts the array over
+    another array over the bytes, and a view's base would then skip it). Object arrays
+    and ones in neither C nor Fortran order are left to numpy."""
+    if array.dtype.hasobject:
+        return NotImplemented  # type: ignore[no-any-return]  # numpy pickles the objects
+    if array.flags.c_contiguous:
+        order = "C"
+    elif array.flags.f_contiguous:
+        order = "F"
+    else:  # pragma: no cover - an array owning its data is laid out in one of both
+        return NotImplemented  # type: ignore[no-any-return]
+    return (rebuild_owner, (pickle.PickleBuffer(array), array.dtype, array.shape, order))
+
+
+@pinned("numpy_rebuild_owner")
+def rebuild_owner(
+    data: bytes | bytearray, dtype: np.dtype[Any], shape: tuple[int, ...], order: str
+) -> NDArray[Any]:
+    """The array over its restored bytes (read-only when they are bytes: it was)."""
+    import numpy as np
+
+    return np.ndarray(shape, dtype=dtype, buffer=data, order=order)  # type: ignore[call-overload, no-any-return]
 
 
 def _reduce_subclass(array: NDArray[Any]) -> Reduced:

@@ -126,6 +126,7 @@ NAMES: dict[str, str] = {
     "credential_unseal": "snapstate.resources._secrets:_unseal",
     # numpy views (resources/_numpy.py)
     "numpy_rebuild_view": "snapstate.resources._numpy:rebuild_view",
+    "numpy_rebuild_owner": "snapstate.resources._numpy:rebuild_owner",
     "numpy_set_subclass_state": "snapstate.resources._numpy:_set_subclass_state",
     # HTTP clients (resources/_http.py)
     "http_join": "snapstate.resources._http:_join",

@@ -137,3 +137,31 @@ def test_views_of_foreign_memory_are_refused_naming_the_base_and_the_fix(tmp_pat
     del view
     gc.collect()  # the refusal's traceback held the view (a cycle)
     region.close()
+
+
+def test_a_view_keeps_the_array_it_was_taken_from_as_its_base():
+    """`.base` is the array a view was taken from after a restore, as before it: a view of
+    an array owning its data (flat = arr.flatten(); inner = flat[2:5]), a view of an
+    array over bytes (np.frombuffer), a Fortran-ordered owner's column; read-only owners
+    stay read-only, and writes still reach the base."""
+    arr = np.arange(12.0).reshape(3, 4)
+    flat = arr.flatten()  # owns its data
+    inner = flat[2:5]
+    over = np.frombuffer(bytes(range(16)), dtype=np.uint8)
+    part = over[3:9]
+    fortran = np.asfortranarray(np.arange(6.0).reshape(2, 3))
+    column = fortran[:, 1]
+    frozen = np.arange(4)
+    frozen.flags.writeable = False
+    state = {"flat": flat, "inner": inner, "over": over, "part": part}
+    state.update(fortran=fortran, column=column, frozen=frozen, window=frozen[1:3])
+    assert inner.base is flat and part.base is over and column.base is fortran
+    back = _round_trip(state)
+    assert back["inner"].base is back["flat"]
+    assert back["part"].base is back["over"]
+    assert back["column"].base is back["fortran"]
+    assert back["window"].base is back["frozen"]
+    assert not back["frozen"].flags.writeable and not back["window"].flags.writeable
+    assert back["fortran"].flags.f_contiguous and back["column"].tolist() == [1.0, 4.0]
+    back["inner"][0] = -1.0
+    assert back["flat"][2] == -1.0

@@ -94,6 +94,7 @@ STABLE_NAMES = [
     "new_weak_container",
     "new_weak_method",
     "new_weakref",
+    "numpy_rebuild_owner",
     "numpy_rebuild_view",
     "numpy_set_subclass_state",
     "openai_rebuild_client",
