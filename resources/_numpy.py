@@ -15,8 +15,12 @@ kind of base and the fix. Views of ndarray subclasses are rebuilt for np.matrix 
 np.recarray (no state beyond the array) and refused for others (a masked array keeps
 a mask beside its data); subclass instances owning their data pickle as numpy
 pickles them, plus their own attributes (__dict__, which numpy's pickling drops), unless
-the subclass pickles itself (its own __reduce__). Arrays owning their data are left to
-numpy's pickling (the fast path: one attribute check).
+the subclass pickles itself (its own __reduce__). A plain ndarray owning its data is
+saved as its bytes (written in-band, no copy) and rebuilt over them, and a view as one
+of the array it was taken from when that array owns its data or lies over bytes (where
+numpy stops collapsing a view's base chain): `.base` is that array again after a
+restore. numpy's own unpickling would put the array over another array over the bytes.
+Object arrays are left to numpy's pickling.
 """
 
 from __future__ import annotations
