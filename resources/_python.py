@@ -3,14 +3,21 @@ context variables, weak references, thread-locals and idle event loops (register
 import; resources._adapters imports this). Each comes back exactly or is refused.
 
     contextvars.ContextVar     a module's variable is saved by reference (serializers._refs
-                               finds it first); any other one is created again with its
-                               name and default, one object for every reference to it
-                               (the pickle memo), so a library's instance-level variable
-                               (pydantic-ai's Agent._override_name) keeps its identity.
+                               finds it first), a library class's attribute by its class
+                               (looked for only when the variable would otherwise be
+                               refused: the dump is then made again); any other one is
+                               created again with its name and default, one object for
+                               every reference to it (the pickle memo), so a library's
+                               instance-level variable (pydantic-ai's
+                               Agent._override_name) keeps its identity, provided the
+                               job's objects hold it (the weak-referent rule below): one a
+                               library hides (a private dict) is refused.
     contextvars.Context        its (variable, value) pairs: a new context holding the same
-                               values for the same (restored) variables. The job keeps its
-                               own context this way: a sync job's agent greenlet's and each
-                               async task's (runtime/_job.py, runtime/_async.py).
+                               values for the same (restored) variables; decimal's own
+                               variable (kept in C) through decimal.setcontext. The job
+                               keeps its contexts this way: a sync job's agent greenlet's,
+                               each greenlet task's and each async task's (runtime/_job.py,
+                               runtime/_tasks.py, runtime/_async.py).
     weakref.ref, WeakMethod    the referent is saved in the same pass and the reference
                                rebuilt to it; a dead reference comes back dead. The referent
                                must be held strongly by something else the snapshot saves
@@ -27,9 +34,10 @@ import; resources._adapters imports this). Each comes back exactly or is refused
                                are not the job's), on a new local of the same class.
     asyncio event loop         one not running, not closed, with nothing scheduled (no ready
                                callback, timer, reader, writer or executor work): a new loop
-                               of the same class (a provider's private loop). A closed loop
-                               comes back closed. Anything else is refused: its work cannot
-                               continue in another process.
+                               of the same class (a provider's private loop), with its
+                               exception handler, task factory and slow-callback threshold.
+                               A closed loop comes back closed. Anything else is refused:
+                               its work cannot continue in another process.
 """
 
 from __future__ import annotations
