@@ -135,6 +135,12 @@ def _from_env_bytes(name: str) -> bytes:
     return _from_env(name).encode("utf-8", "surrogateescape")
 
 
+@pinned("credential_from_env_bytearray")
+def _from_env_bytearray(name: str) -> bytearray:
+    """A bytearray equal to the variable's value (serializers._envsecrets), read again."""
+    return bytearray(_from_env_bytes(name))
+
+
 @pinned("credential_unseal")
 def _unseal(blob: bytes) -> str:
     sealer = _sealer()

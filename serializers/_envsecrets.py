@@ -11,7 +11,7 @@ writes a str; a search per variable, the common case ends there). Where one is f
 the pickle is rewritten around it: frames (pickle's 64 KiB blocks) that hold no
 occurrence are copied as they are, the others are read opcode by opcode (pickletools)
 and written without their frame header (a pickle loads the same without them), every
-str or bytes object equal to the value replaced by a call of
+str, bytes or bytearray object equal to the value replaced by a call of
 `snapstate._abi.credential_from_env(NAME)` (the bytes encoded again), so after a
 restore the variable is read again and a rotated key is the one used; the memo slots
 stay where they were, so every other reference to that object still finds it. A value
@@ -129,8 +129,15 @@ def scrub(payload: bytes) -> bytes:
     return payload
 
 
-def _call(name: str, as_bytes: bool) -> bytes:
-    target = "credential_from_env_bytes" if as_bytes else "credential_from_env"
+_TARGETS = {
+    str: "credential_from_env",
+    bytes: "credential_from_env_bytes",
+    bytearray: "credential_from_env_bytearray",
+}
+
+
+def _call(name: str, kind: type) -> bytes:
+    target = _TARGETS[kind]
     text = name.encode("utf-8")
     return (
         pickle.GLOBAL
@@ -183,8 +190,11 @@ def _replaced(kind: str, arg: object, found: dict[bytes, str]) -> bytes | None:
             name = found.get(arg.encode("utf-8", "surrogatepass"))
         except UnicodeEncodeError:  # pragma: no cover - surrogatepass encodes any str
             return None
-        return None if name is None else _call(name, False)
+        return None if name is None else _call(name, str)
     if kind in _BYTES and isinstance(arg, bytes):
         name = found.get(arg)
-        return None if name is None else _call(name, True)
+        return None if name is None else _call(name, bytes)
+    if kind == "BYTEARRAY8" and isinstance(arg, (bytes, bytearray)):
+        name = found.get(bytes(arg))
+        return None if name is None else _call(name, bytearray)
     return None

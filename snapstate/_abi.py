@@ -110,6 +110,7 @@ NAMES: dict[str, str] = {
     "DECIMAL_CONTEXT": "snapstate.resources._python:_DECIMAL",
     "dead_finalize": "snapstate.resources._python:_dead_finalize",
     "credential_from_env_bytes": "snapstate.resources._secrets:_from_env_bytes",
+    "credential_from_env_bytearray": "snapstate.resources._secrets:_from_env_bytearray",
     # objects pickle's default way cannot rebuild (serializers/_pickler.py)
     "bare_new": "snapstate.serializers._pickler:bare_new",
     "apply_default_state": "snapstate.serializers._pickler:apply_default_state",

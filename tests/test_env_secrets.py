@@ -42,9 +42,9 @@ def _fresh(text: str) -> str:
 # ------------------------------------------------------------------------ in-process
 def test_secret_values_are_written_as_references_and_read_again(monkeypatch):
     """A state holding a secret variable's value as one str object twice, as an equal
-    copy and as bytes: the payload holds none of them in clear but names the variable;
-    loaded after the variable changed, every one is the new value (str stays str, bytes
-    bytes) and the shared object is still one object."""
+    copy, as bytes and as a bytearray: the payload holds none of them in clear but names
+    the variable; loaded after the variable changed, every one is the new value (str stays
+    str, bytes bytes, bytearray bytearray) and the shared object is still one object."""
     monkeypatch.setenv("MY_SERVICE_TOKEN", VALUE)
     token = _fresh(VALUE)
     state = {
@@ -52,6 +52,7 @@ def test_secret_values_are_written_as_references_and_read_again(monkeypatch):
         "config": {"auth": token},
         "copy": _fresh(VALUE),
         "raw": VALUE.encode(),
+        "buffer": bytearray(VALUE.encode()),
         "as_key": {_fresh(VALUE): 1},
         "other": "unrelated-value",
     }
@@ -63,6 +64,7 @@ def test_secret_values_are_written_as_references_and_read_again(monkeypatch):
     assert back["token"] == back["config"]["auth"] == back["copy"] == ROTATED
     assert type(back["token"]) is str
     assert back["raw"] == ROTATED.encode() and type(back["raw"]) is bytes
+    assert back["buffer"] == bytearray(ROTATED.encode()) and type(back["buffer"]) is bytearray
     assert back["as_key"] == {ROTATED: 1}
     assert back["other"] == "unrelated-value"
     assert back["token"] is back["config"]["auth"]

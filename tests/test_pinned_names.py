@@ -48,6 +48,7 @@ STABLE_NAMES = [
     "closed_named_temp",
     "closed_sqlite",
     "credential_from_env",
+    "credential_from_env_bytearray",
     "credential_from_env_bytes",
     "credential_unseal",
     "crypto_private_key",
