@@ -28,7 +28,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable
 from types import NotImplementedType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from ..serializers._describe import user_type_name
 from ._adapters import Reduced, register_adapter, register_optional
@@ -194,6 +194,7 @@ def _reduce_owner(array: NDArray[Any]) -> Reduced | NotImplementedType:
     and ones in neither C nor Fortran order are left to numpy."""
     if array.dtype.hasobject:
         return NotImplemented  # type: ignore[no-any-return]  # numpy pickles the objects
+    order: Literal["C", "F"]
     if array.flags.c_contiguous:
         order = "C"
     elif array.flags.f_contiguous:
@@ -205,12 +206,13 @@ def _reduce_owner(array: NDArray[Any]) -> Reduced | NotImplementedType:
 
 @pinned("numpy_rebuild_owner")
 def rebuild_owner(
-    data: bytes | bytearray, dtype: np.dtype[Any], shape: tuple[int, ...], order: str
+    data: bytes | bytearray, dtype: np.dtype[Any], shape: tuple[int, ...], order: Literal["C", "F"]
 ) -> NDArray[Any]:
     """The array over its restored bytes (read-only when they are bytes: it was)."""
     import numpy as np
 
-    return np.ndarray(shape, dtype=dtype, buffer=data, order=order)  # type: ignore[call-overload, no-any-return]
+    array: NDArray[Any] = np.ndarray(shape, dtype=dtype, buffer=data, order=order)
+    return array
 
 
 def _reduce_subclass(array: NDArray[Any]) -> Reduced:

@@ -129,7 +129,7 @@ def scrub(payload: bytes) -> bytes:
     return payload
 
 
-_TARGETS = {
+_TARGETS: dict[type, str] = {
     str: "credential_from_env",
     bytes: "credential_from_env_bytes",
     bytearray: "credential_from_env_bytearray",
