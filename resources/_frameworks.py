@@ -40,7 +40,9 @@ from functools import partial
 from typing import Any
 
 from .._abi import pinned
+from ..serializers import _refs
 from ..serializers._describe import register_kind
+from ..serializers._envsecrets import secret_variables
 from ..serializers._pickler import apply_default_state, bare_new
 from ._adapters import Reduced, register_adapter, register_optional
 from ._http import sealed
@@ -148,8 +150,6 @@ register_optional("tiktoken", _load_tiktoken)
 # ------------------------------------------------------------------------ mcp
 def _reduce_mcp_codec(codec: Any) -> Reduced:
     from mcp.server import request_state as rs
-
-    from ..serializers._envsecrets import secret_variables
 
     def kid(secret: bytes) -> bytes:
         return hashlib.sha256(rs._KID_INFO + rs._derive_key(secret)).digest()[: rs._KID_LEN]
@@ -270,17 +270,9 @@ _register_cryptography()  # a dependency of snapstate's own: always imported
 
 
 # ------------------------------------------------------------------------ wrapt proxies
-def _importable(cls: type) -> bool:
-    module = sys.modules.get(cls.__module__)
-    obj: object = module
-    for part in cls.__qualname__.split("."):
-        obj = getattr(obj, part, None)
-    return obj is cls
-
-
 def _reduce_proxy(proxy: Any) -> Reduced:
     cls = type(proxy)
-    if not _importable(cls) or type(proxy).__init__ is not _PROXY_INIT[0]:
+    if not _refs.importable(cls) or type(proxy).__init__ is not _PROXY_INIT[0]:
         raise pickle.PicklingError(
             f"a wrapt proxy ({cls.__module__}.{cls.__qualname__}) wrapping "
             f"{type(proxy.__wrapped__).__qualname__} cannot be rebuilt: its class takes "

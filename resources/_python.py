@@ -43,12 +43,12 @@ import; resources._adapters imports this). Each comes back exactly or is refused
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import decimal
 import gc
 import importlib
 import pickle
-import sys
 import threading
 import types
 import weakref
@@ -56,9 +56,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._abi import pinned
-from ..serializers import _dispatch
+from ..serializers import _dispatch, _refs
 from ..serializers._describe import register_kind
 from ._adapters import Reduced, register_adapter
+from ._stdlib import _busy
 
 __all__: list[str] = []
 
@@ -106,9 +107,7 @@ def _class_home(var: contextvars.ContextVar[Any]) -> tuple[str, str, str] | None
     found = _CLASS_VARS.get(id(var))
     if found is None or found[0] is not var:
         return None
-    from ..serializers._refs import agent_module_names
-
-    return None if found[1][0] in agent_module_names() else found[1]
+    return None if found[1][0] in _refs.agent_module_names() else found[1]
 
 
 def _find_class_home(var: contextvars.ContextVar[Any]) -> bool:
@@ -121,17 +120,10 @@ def _find_class_home(var: contextvars.ContextVar[Any]) -> bool:
             if not isinstance(cls, type) or vars(cls) != namespace:
                 continue
             attr = next((k for k, v in namespace.items() if v is var), None)
-            if attr is not None and _importable(cls):
+            if attr is not None and _refs.importable(cls):
                 _CLASS_VARS[id(var)] = (var, (cls.__module__, cls.__qualname__, attr))
                 return _class_home(var) is not None
     return False
-
-
-def _importable(cls: type) -> bool:
-    obj: object = sys.modules.get(cls.__module__)
-    for part in cls.__qualname__.split("."):
-        obj = getattr(obj, part, None)
-    return obj is cls
 
 
 @pinned("class_attribute")
@@ -295,8 +287,7 @@ def release_loaded() -> None:
 
 def _weak_container_attrs(obj: object, base: type) -> dict[str, Any]:
     """A subclass's own attributes (not those the base class keeps for itself)."""
-    own = {k: v for k, v in vars(obj).items() if k not in _BASE_ATTRS[base]}
-    return own
+    return {k: v for k, v in vars(obj).items() if k not in _BASE_ATTRS[base]}
 
 
 _BASE_ATTRS: dict[type, frozenset[str]] = {
@@ -432,7 +423,7 @@ def check_referents(memo: Callable[[], dict[int, Any]] | None, root: object) -> 
     unsure = {
         i: v
         for i, v in dump.weak.items()
-        if not _by_reference(i, v[0])
+        if _refs.indexed(v[0]) is None
         and v[0] is not root
         and not isinstance(v[0], _BY_NAME)
         and i not in dump.strong
@@ -473,17 +464,6 @@ def check_referents(memo: Callable[[], dict[int, Any]] | None, root: object) -> 
             )
 
 
-def _by_reference(key: int, obj: object) -> bool:
-    """Whether obj is a module's attribute (saved by reference: the new process's)."""
-    from ..serializers import _refs
-
-    where = _refs.INDEX.get(key)
-    if where is None:
-        return False
-    module = sys.modules.get(where[0])
-    return module is not None and getattr(module, where[1], None) is obj
-
-
 _dispatch.register_dump_hooks(_start_dump, check_referents, release_loaded)
 
 
@@ -517,9 +497,8 @@ def _busy_loop(loop: asyncio.AbstractEventLoop) -> str | None:
         if fds:
             return f"it watches {len(fds)} socket(s) or file(s)"
     executor = getattr(loop, "_default_executor", None)
-    if executor is not None and getattr(executor, "_work_queue", None) is not None:
-        if not executor._work_queue.empty():
-            return "its executor has work queued"
+    if isinstance(executor, concurrent.futures.ThreadPoolExecutor) and _busy(executor):
+        return "its executor has work queued or running"
     if any(t for t in asyncio.all_tasks(loop) if not t.done()):
         return "it has tasks that have not finished"
     return None

@@ -1534,10 +1534,11 @@ def _callbacks(obj: asyncio.Future[Any], what: str) -> list[tuple[str, Any]]:
         if _is_wakeup(callback):
             kept.append(("wake", callback.__self__))
             continue
-        if isinstance(getattr(callback, "__self__", None), threading.Thread):
-            # A library's idle worker thread stopping with the task (anyio's to_thread
-            # pool, kept per event loop): the thread is this process's; the restored
-            # loop starts its own pool when it needs one.
+        worker = getattr(callback, "__self__", None)
+        if isinstance(worker, threading.Thread) and type(worker).__module__.startswith("anyio."):
+            # anyio's idle worker thread stopping with the task (its to_thread pool, kept
+            # per event loop): the thread is this process's, and the restored loop starts
+            # its own pool when it needs one. Any other thread is refused by name.
             continue
         if context is not None and len(context):  # runs with context variables set
             kept.append(("call-in", (callback, context)))
@@ -1609,7 +1610,7 @@ def _foreign_tracker(task: asyncio.Task[Any]) -> str | None:
                 (o for o in gc.get_referrers(holder) if getattr(o, "data", None) is holder),
                 holder,
             )
-            where = _refs.INDEX.get(id(owner))
+            where = _refs.indexed(owner)
             if where is not None:
                 name = f"{where[0]}.{where[1]}"
                 harmless = _UNTRACKED_IF.get(name)

@@ -174,10 +174,9 @@ _HEAPTYPE = 1 << 9
 
 def _needs_args(t: type) -> bool:
     """Whether t.__new__ is a Python function that takes arguments the default reduction
-    never passes (jinja2's Template.__new__(cls, source)), and object.__new__ can make t."""
-    new = t.__dict__.get("__new__") or next(
-        (c.__dict__["__new__"] for c in t.__mro__ if "__new__" in c.__dict__), None
-    )
+    never passes (jinja2's Template.__new__(cls, source)), and t's nearest built-in base
+    (object, dict, list, set) can make an instance without them (bare_new)."""
+    new = next((c.__dict__["__new__"] for c in t.__mro__ if "__new__" in c.__dict__), None)
     func = getattr(new, "__func__", new)
     if not isinstance(func, types.FunctionType):
         return False
@@ -232,17 +231,6 @@ def _check_pinned(obj: object) -> None:
         check_global(module, str(name), saving=True)
     except UnpinnedGlobal as exc:
         raise _Unpinned(str(exc)) from None
-
-
-def _is_importable(fn: types.FunctionType) -> bool:
-    module = sys.modules.get(fn.__module__)
-    obj: object = module
-    try:
-        for part in fn.__qualname__.split("."):
-            obj = getattr(obj, part)
-    except AttributeError:
-        return False
-    return obj is fn
 
 
 class FreezePickler(_CloudPickler):
@@ -331,7 +319,7 @@ class FreezePickler(_CloudPickler):
             or module == "__main__"
             or module not in sys.modules
             or sys.modules[module].__dict__ is not fn.__globals__
-            or _is_importable(fn)
+            or _refs.importable(fn)
         ):
             reduced = super().reducer_override(fn)
             if reduced is NotImplemented:  # saved by reference

@@ -51,7 +51,16 @@ if TYPE_CHECKING:
 
 from .._abi import pinned
 
-__all__ = ["INDEX", "bind", "prepare", "reduce", "module_attribute", "module_string"]
+__all__ = [
+    "INDEX",
+    "bind",
+    "prepare",
+    "reduce",
+    "module_attribute",
+    "module_string",
+    "importable",
+    "indexed",
+]
 
 # id(obj) -> (module name, attribute name): attributes of non-agent modules.
 INDEX: dict[int, tuple[str, str]] = {}
@@ -107,6 +116,27 @@ def bind(agent_modules: Iterable[types.ModuleType]) -> None:
 def agent_module_names() -> frozenset[str]:
     """The modules bind() took for the agent's (and __main__)."""
     return frozenset(_EXCLUDED)
+
+
+def importable(obj: Any) -> bool:
+    """Whether obj (a class or function) is what its module and qualified name find."""
+    found: object = sys.modules.get(getattr(obj, "__module__", None) or "")
+    try:
+        for part in obj.__qualname__.split("."):
+            found = getattr(found, part)
+    except AttributeError:
+        return False
+    return found is obj
+
+
+def indexed(obj: object) -> tuple[str, str] | None:
+    """(module, attribute) when obj is that attribute of a non-agent module (saved by
+    reference), checked against the module itself: an id in the index may be stale."""
+    where = INDEX.get(id(obj))
+    if where is None:
+        return None
+    module = sys.modules.get(where[0])
+    return where if module is not None and module.__dict__.get(where[1]) is obj else None
 
 
 def _forget(name: str) -> None:
