@@ -22,7 +22,7 @@ import time
 from snapstate import effect
 from snapstate.runtime import _agent, _job
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 CALLS, WARMUP = 300, 20
 
@@ -57,7 +57,7 @@ def agent(db, samples):
 
 def measure(synchronous: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="snapstate-ledger-", dir=os.getcwd()) as tmp:
-        home = Home(tmp, catalog=SqliteStore(tmp, synchronous=synchronous))
+        home = Home(tmp, catalog=SqliteCatalog(tmp, synchronous=synchronous))
         db = sqlite3.connect(os.path.join(tmp, "baseline.db"), isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={synchronous}")

@@ -77,7 +77,8 @@ from .._errors import (
     StoreFailure,
     TamperedSnapshot,
 )
-from ..serializers._store import EffectKind, EffectRow, EffectState, Store
+from ..serializers._catalog import Catalog
+from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _context
 from ._clock import clock
 from ._faults import fault_point
@@ -1114,7 +1115,7 @@ class Ledger:
         self._last: dict[str, int] = {}  # task id -> catalog ordinal of its latest row
 
     @property
-    def catalog(self) -> Store:
+    def catalog(self) -> Catalog:
         return self.job.home.catalog
 
     def identity_key(self, ordinal: int, explicit: str | None) -> str:

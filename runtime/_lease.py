@@ -20,7 +20,8 @@ import time
 from collections.abc import Callable
 
 from .._errors import LeaseHeld, SnapstateError, StaleWriter
-from ..serializers._store import LeaseRow, Owner, Store
+from ..serializers._catalog import Catalog
+from ..serializers._store import LeaseRow, Owner
 
 __all__ = ["Lease", "DEFAULT_TTL", "lease_ttl", "dispatch_margin", "send_guard", "silent"]
 
@@ -67,7 +68,7 @@ def silent(lease: LeaseRow, now: float) -> bool:
 class Lease:
     def __init__(
         self,
-        catalog: Store,
+        catalog: Catalog,
         job_id: str,
         ttl: float | None = None,
         say: Callable[[str], None] | None = None,

@@ -31,11 +31,12 @@ from typing import Any
 
 from .._errors import JobParked, SnapstateError, StoreDamaged, StoreError
 from ..serializers import _binding, _fs, _identity, _sealing, _snapfile
+from ..serializers._catalog import Catalog
 from ..serializers._home import Home, _job_header
 from ..serializers._ids import is_valid_job_id
 from ..serializers._keys import KeyRing
-from ..serializers._sqlite import SqliteStore
-from ..serializers._store import JobRow, SnapshotRow, Store
+from ..serializers._sqlite import SqliteCatalog
+from ..serializers._store import JobRow, SnapshotRow
 
 __all__ = ["MARK", "RebuiltJob", "RepairReport", "repair", "accept", "check_accepted"]
 
@@ -75,7 +76,7 @@ def parked_message(job_id: str, latest: int, when: float) -> str:
     )
 
 
-def check_accepted(catalog: Store, job_id: str) -> None:
+def check_accepted(catalog: Catalog, job_id: str) -> None:
     """JobParked (exit 4) for a job rebuilt by repair that the user has not accepted."""
     if catalog.metrics(job_id).get(MARK):
         latest = catalog.latest(job_id)
@@ -108,7 +109,7 @@ def _catalog_healthy(directory: str) -> bool:
     if _identity.catalog_problem(directory):
         return False
     try:
-        catalog = SqliteStore(directory, create=False, writable=False)
+        catalog = SqliteCatalog(directory, create=False, writable=False)
     except StoreDamaged:
         return False
     try:
@@ -281,7 +282,7 @@ def repair(directory: str) -> RepairReport:
         now = time.time()
         scratch = os.path.join(directory, f"{_SCRATCH}{os.getpid()}")
         # In an encrypted store the rebuilt rows are sealed like every other row.
-        catalog = SqliteStore(
+        catalog = SqliteCatalog(
             scratch, sealer=_sealing.Sealer(keys, _load_config_encrypt(directory))
         )
         try:

@@ -30,7 +30,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .._errors import StaleWriter
-from ..serializers._sqlite import SqliteStore
+from ..serializers._sqlite import SqliteCatalog
 from ._clock import SleepInterrupted
 
 if TYPE_CHECKING:
@@ -149,8 +149,8 @@ class SigtermHandler:
 
 def _record_stop(job: Job, detail: str) -> None:
     catalog = job.home.catalog
-    if isinstance(catalog, SqliteStore):  # a connection of its own, no shared state
-        catalog = SqliteStore(
+    if isinstance(catalog, SqliteCatalog):  # a connection of its own, no shared state
+        catalog = SqliteCatalog(
             catalog.directory,
             clock=catalog.clock,
             synchronous=catalog.synchronous,

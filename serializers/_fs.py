@@ -22,6 +22,8 @@ __all__ = [
     "writer_is_gone",
     "make_private_dir",
     "create_private_file",
+    "process_start",
+    "pid_alive",
 ]
 
 TEMP_SUFFIX = ".tmp"
@@ -59,14 +61,37 @@ class FileSystem:
 OS = FileSystem()
 
 
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of /proc/<pid>/stat after the command name (field 3, the state,
+    first), or None if the process or its stat file is gone (the one /proc reader)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_start(pid: int) -> int:
     """A process's start time in clock ticks since boot (0 if unknown): with the pid,
     it names a process uniquely even when pids are reused."""
+    fields = _stat(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return int(f.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(fields[19]) if fields is not None else 0
+    except (IndexError, ValueError):
         return 0
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this host with this pid exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (killed, not yet reaped by its parent) is dead for our purposes.
+    fields = _stat(pid)
+    return not fields or fields[0] not in (b"Z", b"X")
 
 
 def temp_path(path: str) -> str:

@@ -36,10 +36,11 @@ from .._errors import (
     StoreError,
 )
 from . import _binding, _fs, _identity, _sealing, _snapfile
+from ._catalog import Catalog
 from ._ids import validate_job_id
 from ._keys import KeyRing
-from ._sqlite import SCHEMA_VERSION, SqliteStore
-from ._store import SnapshotRow, Store
+from ._sqlite import SCHEMA_VERSION, SqliteCatalog
+from ._store import SnapshotRow
 
 __all__ = ["Home", "default_home"]
 
@@ -51,7 +52,7 @@ def default_home(store: str | None = None) -> str:
 
 
 class Home:
-    catalog: Store
+    catalog: Catalog
     keys: KeyRing
     identity: _identity.StoreIdentity | None  # None: no store.json (opened read-only)
     config: dict[str, Any]
@@ -61,7 +62,7 @@ class Home:
         directory: str,
         *,
         fs: _fs.FileSystem = _fs.OS,
-        catalog: Store | None = None,
+        catalog: Catalog | None = None,
         create: bool = True,
         writable: bool | None = None,
     ):
@@ -86,15 +87,15 @@ class Home:
         if self.writable:
             self.sweep_temp_files()
 
-    def _create(self, catalog: Store | None) -> None:
+    def _create(self, catalog: Catalog | None) -> None:
         """A new store: catalog and keys first, store.json last (its presence means the
         store is complete); all under the store lock."""
         _fs.make_private_dir(os.path.join(self.directory, "snapshots"))
-        self.catalog = catalog or SqliteStore(self.directory)
+        self.catalog = catalog or SqliteCatalog(self.directory)
         self.keys = KeyRing(self.directory)
         self.identity = _identity.create(self.directory, self._fingerprints())
 
-    def _open_existing(self, catalog: Store | None) -> None:
+    def _open_existing(self, catalog: Catalog | None) -> None:
         directory = self.directory
         if catalog is None:
             problem = _identity.catalog_problem(directory)
@@ -119,7 +120,7 @@ class Home:
             self.keys = KeyRing(directory)
             self._check_keys()
         try:
-            self.catalog = catalog or SqliteStore(
+            self.catalog = catalog or SqliteCatalog(
                 directory, create=False, writable=self.writable and identity is not None
             )
         except StoreDamaged as exc:
@@ -153,7 +154,7 @@ class Home:
         identity = _identity.create(self.directory, self._fingerprints(keys))
         if own_catalog and version != SCHEMA_VERSION:  # now upgrade the schema
             self.catalog.close()
-            self.catalog = SqliteStore(self.directory, create=False, writable=True)
+            self.catalog = SqliteCatalog(self.directory, create=False, writable=True)
         return identity
 
     def _fingerprints(self, keys: KeyRing | None = None) -> dict[str, str]:

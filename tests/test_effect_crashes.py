@@ -56,7 +56,7 @@ from conftest import AGENTS, Run, snaprun
 from providers import Provider
 
 from snapstate.runtime._cli import cli
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 FX_ORDERS = AGENTS / "fx_orders.py"
 SHOP = AGENTS / "shop.py"
@@ -241,7 +241,7 @@ def seeded_kills(mode: str, window: str, count: int, salt: str, shop: bool = Fal
 # ------------------------------------------------------------------------ helpers
 def read_ledger(store: Path, job: str):
     """(effect rows by ordinal, metrics, job row), read from the catalog in-process."""
-    catalog = SqliteStore(str(store))
+    catalog = SqliteCatalog(str(store))
     try:
         return (
             {e.ordinal: e for e in catalog.effects(job)},

@@ -36,7 +36,7 @@ from conftest import AGENTS, snaprun
 from providers import Provider
 
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 FX_ORDERS = AGENTS / "fx_orders.py"
 FX_CLOCK = AGENTS / "fx_clock.py"
@@ -147,7 +147,7 @@ def orders_env(provider, mode="keyed", orders=3, **extra) -> dict:
 
 def catalog_view(store: Path, job: str):
     """Everything a replay must leave untouched: rows, metrics, files."""
-    catalog = SqliteStore(str(store))
+    catalog = SqliteCatalog(str(store))
     try:
         row = catalog.get_job(job)
         return (

@@ -36,7 +36,7 @@ from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
 from snapstate.runtime._lease import DEFAULT_TTL, dispatch_margin, lease_ttl, send_guard, silent
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 from snapstate.serializers._store import EffectRow, Owner
 
 TTL = 2.0
@@ -101,7 +101,7 @@ def wait_until(
 
 def catalog_state(store: Path, job: str = "job") -> tuple:
     """Everything the catalog holds about the job."""
-    c = SqliteStore(str(store))
+    c = SqliteCatalog(str(store))
     try:
         return (
             c.get_job(job),
@@ -116,7 +116,7 @@ def catalog_state(store: Path, job: str = "job") -> tuple:
 
 
 def lease_of(store: Path, job: str = "job"):
-    c = SqliteStore(str(store))
+    c = SqliteCatalog(str(store))
     try:
         return c.get_lease(job)
     finally:
@@ -368,7 +368,7 @@ def test_dispatch_transaction_refuses_a_lease_near_or_past_its_deadline(tmp_path
     margin, past it, or a stale epoch: StaleWriter naming the effect, and nothing
     changed (no row, the lease's expiry and heartbeat as they were)."""
     now = [1000.0]
-    store = SqliteStore(str(tmp_path), clock=lambda: now[0])
+    store = SqliteCatalog(str(tmp_path), clock=lambda: now[0])
     try:
         store.create_job("job", {"module": "agent", "function": "main"}, [])
         epoch = store.acquire_lease("job", Owner("other-host", 1), 10)  # expires 1010

@@ -26,7 +26,7 @@ import pytest
 from conftest import AGENTS, Run, snaprun, snapshot_files
 
 from snapstate.serializers import _keys, _snapfile
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 NO_ENV_KEY = {"SNAPSTATE_KEY": ""}  # the store's own keys.json signs and verifies
 NO_PYC = dict(NO_ENV_KEY, PYTHONDONTWRITEBYTECODE="1")  # edits never hidden by a stale .pyc
@@ -300,7 +300,7 @@ def compat(_compat_run, tmp_path) -> CompatJob:
     agent's original sources in place (restored again after the test)."""
     src, pristine, snap = _compat_run
     shutil.copytree(pristine, tmp_path / "store")
-    catalog = SqliteStore(str(tmp_path / "store"))
+    catalog = SqliteCatalog(str(tmp_path / "store"))
     catalog.set_status("job", "interrupted")
     catalog.close()
     agent, helper = src / "compat_agent.py", src / "compat_helper.py"

@@ -25,9 +25,10 @@ from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
 from snapstate.runtime._lease import DEFAULT_TTL
 from snapstate.serializers import _fs
+from snapstate.serializers._fs import pid_alive
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteStore
-from snapstate.serializers._store import Owner, SnapshotRow, pid_alive
+from snapstate.serializers._sqlite import SqliteCatalog
+from snapstate.serializers._store import Owner, SnapshotRow
 
 HOST = socket.gethostname()
 AGENT = AGENTS / "lease_gate.py"
@@ -87,7 +88,7 @@ def take_over(store: Path, job: str) -> int:
     has stopped for longer than the ttl: through a store whose clock is DEFAULT_TTL + 1
     seconds ahead, without force. Returns the new epoch."""
     late = time.time() + DEFAULT_TTL + 1
-    other = SqliteStore(str(store), clock=lambda: late)
+    other = SqliteCatalog(str(store), clock=lambda: late)
     try:
         return other.acquire_lease(job, Owner("other-host", 4242), DEFAULT_TTL, resuming=True)
     finally:

@@ -22,7 +22,7 @@ from conftest import AGENTS, SNAPRUN, snaprun
 from snapstate.runtime._agent import EntryPoint, EntryPointError
 from snapstate.runtime._job import Job
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 STEPS = AGENTS / "life_steps.py"
 # What life_steps.py prints and returns when it runs uninterrupted (plain Python or
@@ -53,8 +53,8 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 60) -> None:
         time.sleep(0.005)
 
 
-def catalog(tmp_path: Path) -> SqliteStore:
-    return SqliteStore(str(tmp_path / ".snapstate"))
+def catalog(tmp_path: Path) -> SqliteCatalog:
+    return SqliteCatalog(str(tmp_path / ".snapstate"))
 
 
 def assert_stopped_by_sigterm(

@@ -33,7 +33,7 @@ from snapstate.runtime._clock import FakeClock, set_clock
 from snapstate.runtime._effects import RECOVERY, Action, Recovery
 from snapstate.runtime._job import Job
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 from snapstate.serializers._store import EffectState
 
 ORDERS = AGENTS / "rl_orders.py"
@@ -72,7 +72,7 @@ def _in_process(tmp_path, path, job_id="r", function="main"):
 
 
 def _effects(store, job):
-    catalog = SqliteStore(str(store))
+    catalog = SqliteCatalog(str(store))
     try:
         return catalog.effects(job), catalog.get_job(job).status, catalog.get_wait(job)
     finally:

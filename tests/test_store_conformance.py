@@ -35,6 +35,8 @@ from snapstate._errors import (
     StaleWriter,
     StoreError,
 )
+from snapstate.serializers._catalog import Catalog as Store
+from snapstate.serializers._fs import pid_alive, process_start
 from snapstate.serializers._store import (
     EffectRow,
     EventRow,
@@ -42,9 +44,6 @@ from snapstate.serializers._store import (
     LeaseRow,
     Owner,
     SnapshotRow,
-    Store,
-    pid_alive,
-    process_start,
 )
 
 HOST = socket.gethostname()
@@ -79,7 +78,7 @@ class Backend:
 
 
 def _sqlite(tmp_path: Path) -> Backend:
-    return Backend("sqlite", "snapstate.serializers._sqlite:SqliteStore", str(tmp_path / "store"))
+    return Backend("sqlite", "snapstate.serializers._sqlite:SqliteCatalog", str(tmp_path / "store"))
 
 
 # A PostgreSQL backend goes here: a function of tmp_path that creates a fresh database

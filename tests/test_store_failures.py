@@ -24,7 +24,7 @@ from conftest import AGENTS, snaprun
 from test_lifecycle import start, wait_for
 
 from snapstate._errors import StoreFailure
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 AGENT = AGENTS / "life_store.py"
 
@@ -83,7 +83,7 @@ def assert_store_failed(
 
 
 def assert_interrupted(store: Path, job: str) -> None:
-    catalog = SqliteStore(str(store))
+    catalog = SqliteCatalog(str(store))
     row = catalog.get_job(job)
     assert catalog.effective_status(row, time.time()) == "interrupted", row
     assert row.status != "failed" and not any(e.kind == "failed" for e in catalog.events(job))
@@ -174,7 +174,7 @@ def test_sqlite_failures_map_to_store_failure_in_process(tmp_path):
     one (SQLite then fails with SQLITE_READONLY, the error a read-only file system
     gives), so recording a status raises StoreFailure naming the store, never a bare
     sqlite3.OperationalError, and nothing changes."""
-    store = SqliteStore(str(tmp_path / "s"))
+    store = SqliteCatalog(str(tmp_path / "s"))
     store.create_job("j", {"module": "m", "function": "main", "path": None}, [])
     store.close()
     store._local.db = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, isolation_level=None)
@@ -184,6 +184,6 @@ def test_sqlite_failures_map_to_store_failure_in_process(tmp_path):
     ):
         store.set_status("j", "done")
     store.close()
-    again = SqliteStore(str(tmp_path / "s"))
+    again = SqliteCatalog(str(tmp_path / "s"))
     assert again.get_job("j").status == "running"
     again.close()

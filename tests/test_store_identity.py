@@ -338,9 +338,9 @@ def test_creation_cut_short_is_finished_not_refused(tmp_path):
     """A store whose creation was cut short (catalog made, no keys.json, no store.json,
     no job, no snapshot) is finished by the next writable open instead of being
     refused; read-only opening still creates nothing."""
-    from snapstate.serializers._sqlite import SqliteStore
+    from snapstate.serializers._sqlite import SqliteCatalog
 
-    SqliteStore(str(tmp_path / "s")).close()
+    SqliteCatalog(str(tmp_path / "s")).close()
     before = tree(tmp_path / "s")
     with pytest.raises(StoreDamaged):
         Home(str(tmp_path / "s"), create=False)

@@ -21,7 +21,7 @@ from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._clock import FakeClock, set_clock
 from snapstate.runtime._job import Job
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 TIMER = AGENTS / "timer_agent.py"
 UNINTERRUPTED = "step 1\nstep 2 slept enough: True\ndone\n"
@@ -48,7 +48,7 @@ def _run_in_process(tmp_path, function="main", job_id="t"):
 
 
 def _status(store, job):
-    catalog = SqliteStore(str(store))
+    catalog = SqliteCatalog(str(store))
     try:
         return catalog.get_job(job).status, catalog.get_wait(job)
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import snaprun, snapshot_files
 
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 
 AGENT = textwrap.dedent(
     """
@@ -42,12 +42,12 @@ def write_agent(path: Path, short: float = 0.2) -> Path:
     return agent
 
 
-_OPEN: list[SqliteStore] = []
+_OPEN: list[SqliteCatalog] = []
 
 
-def reader(path: Path) -> SqliteStore:
+def reader(path: Path) -> SqliteCatalog:
     """The store's catalog opened read-only, closed after the test (autouse fixture)."""
-    catalog = SqliteStore(str(path / ".snapstate"), create=False, writable=False)
+    catalog = SqliteCatalog(str(path / ".snapstate"), create=False, writable=False)
     _OPEN.append(catalog)
     return catalog
 

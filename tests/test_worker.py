@@ -29,7 +29,7 @@ from providers import Provider
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._worker import backoff
 from snapstate.serializers._fs import process_start
-from snapstate.serializers._sqlite import SqliteStore
+from snapstate.serializers._sqlite import SqliteCatalog
 from snapstate.serializers._store import Owner
 
 AGENT = AGENTS / "wk_agent.py"
@@ -53,8 +53,8 @@ def agent_env(tmp: Path, provider: Provider, **extra: str) -> dict[str, str]:
     }
 
 
-def catalog(tmp: Path) -> SqliteStore:
-    return SqliteStore(str(tmp / ".snapstate"), create=False)
+def catalog(tmp: Path) -> SqliteCatalog:
+    return SqliteCatalog(str(tmp / ".snapstate"), create=False)
 
 
 def job_row(tmp: Path, job: str):
@@ -386,10 +386,10 @@ def test_a_job_whose_snapshot_cannot_be_restored_is_not_retried_in_a_loop(tmp_pa
 
 
 def test_claims_keep_two_workers_apart_and_die_with_their_worker(tmp_path):
-    """The catalog's advisory claims (SqliteStore.claim_job): another live worker's
+    """The catalog's advisory claims (SqliteCatalog.claim_job): another live worker's
     claim blocks, one's own is renewed, a dead worker's or an expired one is taken
     over, a released one is free; give_up_job never touches a job a live runner holds."""
-    store = SqliteStore(str(tmp_path / "store"))
+    store = SqliteCatalog(str(tmp_path / "store"))
     store.create_job("j", {"module": "m", "function": "main", "path": None}, [])
     me = Owner.me()
     parent = Owner(me.host, os.getppid(), process_start(os.getppid()))  # alive

@@ -1,0 +1,395 @@
+"""The SQLite catalog's one connection and transaction helper: the schema and its
+upgrades, opening (and checking) the catalog file, one connection per thread with its
+pragmas (WAL, synchronous), `_tx()` (BEGIN IMMEDIATE ... COMMIT, a failing disk mapped
+to StoreFailure and a damaged file to StoreDamaged), and the checks every fenced write
+makes inside its transaction: the lease epoch, a live lease, a dispatch's deadline.
+Each capability module (_jobs.py, _leases.py, ...) is a mixin over `SqliteBase`."""
+
+from __future__ import annotations
+
+import errno
+import os
+import sqlite3
+import threading
+import time
+import types
+import urllib.parse
+from collections.abc import Callable
+from typing import Literal, NoReturn
+
+from ..._errors import SnapstateError, StaleWriter, StoreDamaged, StoreError, StoreFailure
+from .. import _fs
+from .._sealing import PLAIN, Sealer
+from .._store import LeaseRow
+from ._rows import LEASE_COLUMNS, lease_row, select_snapshots
+
+__all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES"]
+
+# The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
+# table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
+SCHEMA_VERSION = 3
+_WAIT_TABLES = """
+CREATE TABLE IF NOT EXISTS waits (
+    job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, reason TEXT NOT NULL, due REAL,
+    since REAL NOT NULL, seq INTEGER NOT NULL, approval_id TEXT);
+CREATE TABLE IF NOT EXISTS approvals (
+    job_id TEXT NOT NULL, approval_id TEXT NOT NULL, name TEXT NOT NULL, scope TEXT NOT NULL,
+    digest TEXT NOT NULL, requested REAL NOT NULL, expires REAL, approvers TEXT,
+    state TEXT NOT NULL, decided_by TEXT, decided_at REAL, note TEXT, site TEXT NOT NULL,
+    PRIMARY KEY (job_id, approval_id))
+"""
+# Upgrades, applied in order by the first writable open: version 1 lacks the snapshots'
+# digest and origin columns; version 2 the waits and approvals tables.
+_UPGRADES = {
+    1: (
+        "ALTER TABLE snapshots ADD COLUMN digest TEXT",
+        "ALTER TABLE snapshots ADD COLUMN origin TEXT",
+    ),
+    2: tuple(s for s in _WAIT_TABLES.split(";") if s.strip()),
+}
+_TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
+# The tables holding a job's rows besides `jobs` (deleting a job deletes from each).
+JOB_TABLES = ("snapshots", "leases", "events", "effects", "metrics", "waits", "approvals")
+
+_SCHEMA = (
+    """
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id TEXT PRIMARY KEY, entry TEXT NOT NULL, argv TEXT NOT NULL, status TEXT NOT NULL,
+    created REAL NOT NULL, updated REAL NOT NULL, resume_count INTEGER NOT NULL DEFAULT 0,
+    parent TEXT, fork_seq INTEGER, error TEXT, epoch INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS snapshots (
+    job_id TEXT NOT NULL, seq INTEGER NOT NULL, label TEXT, file TEXT NOT NULL,
+    size INTEGER NOT NULL, created REAL NOT NULL, epoch INTEGER NOT NULL,
+    digest TEXT, origin TEXT, PRIMARY KEY (job_id, seq));
+CREATE TABLE IF NOT EXISTS leases (
+    job_id TEXT PRIMARY KEY, host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, expires REAL NOT NULL, heartbeat REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, at REAL NOT NULL,
+    kind TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, id);
+CREATE TABLE IF NOT EXISTS effects (
+    job_id TEXT NOT NULL, ordinal INTEGER NOT NULL, key TEXT NOT NULL, name TEXT NOT NULL,
+    call_site TEXT NOT NULL, args_digest TEXT NOT NULL, args_repr TEXT NOT NULL,
+    kind TEXT NOT NULL, state TEXT NOT NULL, result BLOB, external_id TEXT,
+    attempts INTEGER NOT NULL, created REAL NOT NULL, updated REAL NOT NULL, note TEXT NOT NULL,
+    PRIMARY KEY (job_id, ordinal));
+CREATE INDEX IF NOT EXISTS effects_by_key ON effects (job_id, key);
+CREATE TABLE IF NOT EXISTS metrics (
+    job_id TEXT NOT NULL, name TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (job_id, name));
+"""
+    + _WAIT_TABLES
+)
+
+
+# SQLite messages of a failing store (the disk, the file system, permissions): the
+# store failed, not the agent, and the job stays resumable once the cause is fixed.
+_FAILURE_MESSAGES = (
+    "database or disk is full",
+    "disk i/o error",
+    "readonly database",
+    "unable to open database file",
+    "read-only file system",
+)
+# Messages of a catalog that is not (or no longer) a SQLite database: damage.
+_DAMAGE_MESSAGES = ("file is not a database", "database disk image is malformed")
+_FAILURE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EROFS,
+    errno.EIO,
+    errno.EDQUOT,
+    errno.EFBIG,
+    errno.EACCES,
+    errno.EPERM,
+}
+
+
+def store_failure(exc: BaseException, path: str) -> SnapstateError | None:
+    """The snapstate error for a low-level failure of the catalog at `path`, or None
+    when `exc` is no store failure (e.g. "database is locked": the busy timeout and
+    the callers handle that)."""
+    if isinstance(exc, sqlite3.DatabaseError):
+        text = str(exc).lower()
+        if any(m in text for m in _DAMAGE_MESSAGES):
+            return StoreDamaged(
+                f"the catalog {path} is damaged or unreadable ({exc}); nothing "
+                "was changed. Restore it from a backup, or run `snaprun "
+                "repair`."
+            )
+        if not isinstance(exc, sqlite3.OperationalError) or not any(
+            m in text for m in _FAILURE_MESSAGES
+        ):
+            return None
+        reason = str(exc)
+    elif isinstance(exc, OSError) and exc.errno in _FAILURE_ERRNOS:
+        reason = exc.strerror or str(exc)
+    else:
+        return None
+    return StoreFailure(
+        f"the store failed: {reason} at {os.path.dirname(path)}; the job is left resumable: "
+        "free space / make it writable, then `snaprun resume JOB`"
+    )
+
+
+class _Tx:
+    """A transaction; a failing disk or file system surfaces as StoreFailure (a
+    damaged catalog as StoreDamaged), never as a bare sqlite3 error."""
+
+    def __init__(self, db: sqlite3.Connection, immediate: bool, path: str):
+        self.db, self.immediate, self.path = db, immediate, path
+
+    def __enter__(self) -> sqlite3.Connection:
+        try:
+            self.db.execute("BEGIN IMMEDIATE" if self.immediate else "BEGIN")
+        except (sqlite3.DatabaseError, OSError) as exc:
+            self._raise_mapped(exc)
+        return self.db
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> Literal[False]:
+        if kind is None:
+            try:
+                self.db.execute("COMMIT")
+                return False
+            except (sqlite3.DatabaseError, OSError) as commit_error:
+                exc = commit_error
+        assert exc is not None  # the body's exception, or the COMMIT's
+        # SQLite may have rolled back by itself (e.g. on SQLITE_FULL).
+        if self.db.in_transaction:
+            try:
+                self.db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+        mapped = store_failure(exc, self.path)
+        if mapped is not None:
+            raise mapped from exc
+        if kind is None:
+            raise exc  # a COMMIT that failed otherwise (e.g. busy)
+        return False
+
+    def _raise_mapped(self, exc: BaseException) -> NoReturn:
+        mapped = store_failure(exc, self.path)
+        if mapped is None:
+            raise exc
+        raise mapped from exc
+
+
+class SqliteBase:
+    """The catalog file, its connections and transactions. `sealer` seals what the
+    agent produced on write and opens it on read (a pass-through in a plaintext store).
+    `create=False`: the catalog must already exist with its schema (an existing
+    store's catalog is never re-created: StoreDamaged instead). `writable=False`: open
+    for reading only (no schema upgrade)."""
+
+    directory: str
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        synchronous: str = "FULL",
+        sealer: Sealer = PLAIN,
+        create: bool = True,
+        writable: bool = True,
+    ):
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError("synchronous must be FULL or NORMAL")
+        self.synchronous = synchronous
+        self.sealer = sealer
+        self.directory = os.path.abspath(directory)
+        if create:
+            _fs.make_private_dir(self.directory)
+        self.path = os.path.join(self.directory, "catalog.db")
+        if not create and not os.path.isfile(self.path):
+            raise StoreDamaged(f"the catalog {self.path} is missing")
+        if create:
+            _fs.create_private_file(self.path)  # before SQLite: -wal and -shm get its mode
+        self.clock = clock
+        self._local = threading.local()
+        self._snapshot_extra = "digest, origin"
+        self._no_waits = False  # an older catalog opened read-only has no waits tables
+        self._create = create
+        self._writable = writable
+        self._checked = create  # switch to WAL only once the file is known ours
+        # Several processes may open a new store at once: the schema is checked and
+        # created in one write transaction.
+        try:
+            with self._tx(immediate=writable) as db:
+                version = db.execute("PRAGMA user_version").fetchone()[0]
+                self.schema_version = version if version else SCHEMA_VERSION
+                names = {
+                    r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                }
+                if not names and not create:
+                    raise StoreDamaged(
+                        f"the catalog {self.path} holds no tables (it was emptied or re-created)"
+                    )
+                if names and not _TABLES <= names:
+                    raise StoreDamaged(
+                        f"the catalog {self.path} lacks the tables "
+                        f"{', '.join(sorted(_TABLES - names))}"
+                    )
+                if names and version not in (SCHEMA_VERSION, *_UPGRADES):
+                    raise StoreError(
+                        f"the catalog {self.path} has schema version {version}; this "
+                        f"snapstate uses {SCHEMA_VERSION}. Use the snapstate release that "
+                        "created it, or start a new store (--store DIR)."
+                    )
+                if not names:
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                elif version != SCHEMA_VERSION and writable:
+                    for step in range(version, SCHEMA_VERSION):
+                        for statement in _UPGRADES[step]:
+                            db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    self.schema_version = SCHEMA_VERSION
+                elif version != SCHEMA_VERSION:
+                    if version < 2:
+                        self._snapshot_extra = "NULL, NULL"  # read-only over version 1
+                    self._no_waits = True  # read-only over version 1 or 2: nothing waits
+            if not create:
+                self._checked = True  # WAL is persistent: usually already set
+                if writable:
+                    self._wal(self._db())
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise StoreDamaged(f"the catalog {self.path} is damaged ({exc})") from None
+        except BaseException:
+            self.close()
+            raise
+
+    # One connection per thread (the lease heartbeat runs in its own thread).
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            try:
+                db = self._connect()
+            except (sqlite3.DatabaseError, OSError) as exc:
+                mapped = store_failure(exc, self.path)
+                if mapped is None:
+                    raise
+                raise mapped from exc
+            self._local.db = db
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._create:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        else:  # an existing store's catalog: never create the file; a read-only
+            # opening never writes it either (no checkpoint when it closes)
+            mode = "rw" if self._writable else "ro"
+            db = sqlite3.connect(
+                f"file:{urllib.parse.quote(self.path)}?mode={mode}",
+                uri=True,
+                timeout=30,
+                isolation_level=None,
+            )
+        try:
+            if self._checked and self._writable:
+                self._wal(db)
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
+            db.execute("PRAGMA foreign_keys=ON")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _wal(self, db: sqlite3.Connection) -> None:
+        for attempt in range(200):  # switching to WAL is not covered by the busy timeout
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or attempt == 199:
+                    if store_failure(exc, self.path) is not None:
+                        raise
+                    raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
+                time.sleep(0.01)
+
+    def _tx(self, immediate: bool = True) -> _Tx:
+        return _Tx(self._db(), immediate, self.path)
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
+
+    @property
+    def _select_snapshots(self) -> str:
+        return select_snapshots(self._snapshot_extra)
+
+    # ------------------------------------------------ inside a transaction
+    def _event(self, db: sqlite3.Connection, job_id: str, kind: str, detail: str) -> None:
+        """Append to the job's timeline, in the caller's transaction."""
+        at = float(self.clock())
+        db.execute(
+            "INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
+            (
+                job_id,
+                at,
+                kind,
+                self.sealer.seal(detail, "events", "detail", job_id, kind, repr(at)),
+            ),
+        )
+
+    def _check_epoch(self, db: sqlite3.Connection, job_id: str, epoch: int | None) -> None:
+        """The fence: StaleWriter unless `epoch` holds the job's lease."""
+        row = db.execute("SELECT epoch FROM leases WHERE job_id = ?", (job_id,)).fetchone()
+        if row is None or row[0] != epoch:
+            current = row[0] if row else "none"
+            raise StaleWriter(
+                f"job {job_id}: this runner's lease epoch {epoch} is no longer current "
+                f"(current: {current}); another runner took the job over. This runner's write "
+                "was rejected; nothing changed."
+            )
+
+    def _live_lease(self, db: sqlite3.Connection, job_id: str) -> LeaseRow | None:
+        """The job's lease if it is live (an admin operation is refused then)."""
+        row = db.execute(
+            f"SELECT {LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        lease = lease_row(row) if row else None
+        return lease if lease is not None and lease.is_live(self.clock()) else None
+
+    def _fence_dispatch(
+        self,
+        db: sqlite3.Connection,
+        job_id: str,
+        epoch: int | None,
+        ttl: float,
+        margin: float,
+        what: str,
+    ) -> float:
+        """Inside a dispatch's transaction: the epoch holds the lease and its deadline is
+        more than `margin` seconds away; renew it (a heartbeat) and return the new one."""
+        now = self.clock()  # inside the transaction: after any wait for the lock
+        self._check_epoch(db, job_id, epoch)
+        expires: float = db.execute(
+            "SELECT expires FROM leases WHERE job_id = ?", (job_id,)
+        ).fetchone()[0]
+        if expires - now <= margin:
+            raise StaleWriter(
+                f"job {job_id}: {what} was not sent: this runner's lease (epoch {epoch}) "
+                + (
+                    f"expired {now - expires:.1f}s ago"
+                    if expires <= now
+                    else f"expires in {expires - now:.1f}s"
+                )
+                + f", under the {margin:.1f}s a request needs (the runner was paused or its "
+                "heartbeats were delayed), so another runner may take the job over. This "
+                "runner stops; nothing was sent or recorded."
+            )
+        deadline = now + ttl
+        db.execute(
+            "UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?", (deadline, now, job_id)
+        )
+        return deadline

@@ -1,0 +1,114 @@
+"""Rewriting every sealed column of the SQLite catalog (`snaprun keys` turning
+encryption on or off): not part of the catalog contract, a SQLite catalog's own."""
+
+from __future__ import annotations
+
+import json
+
+from .._sealing import Sealer
+from ._db import SqliteBase
+from ._rows import (
+    APPROVAL_COLUMNS,
+    APPROVAL_PLACES,
+    EFFECT_COLUMNS,
+    EFFECT_PLACES,
+    JOB_COLUMNS,
+    WAIT_COLUMNS,
+    approval_row,
+    approval_values,
+    effect_row,
+    effect_values,
+    job_row,
+    sealed_label,
+    snapshot_row,
+    wait_row,
+)
+
+__all__ = ["SqliteReseal"]
+
+
+class SqliteReseal(SqliteBase):
+    def reseal(self, sealer: Sealer) -> None:
+        """Rewrite every sealed column with `sealer` in one transaction (encryption
+        turned on or off for a store that has rows; values already in the new form are
+        taken as they are), then compact the catalog and empty its WAL, so no earlier
+        form of a value stays in the files."""
+        reader = Sealer(
+            sealer.keys if sealer.enabled else self.sealer.keys,
+            sealer.enabled or self.sealer.enabled,
+            tolerant=True,
+        )
+        old = self.sealer
+        try:
+            with self._tx() as db:
+                jobs = [
+                    job_row(reader, r)
+                    for r in db.execute(f"SELECT {JOB_COLUMNS} FROM jobs").fetchall()
+                ]
+                snaps = [
+                    snapshot_row(reader, r) for r in db.execute(self._select_snapshots).fetchall()
+                ]
+                effects = [
+                    effect_row(reader, self.path, r)
+                    for r in db.execute(f"SELECT {EFFECT_COLUMNS} FROM effects").fetchall()
+                ]
+                events = [
+                    (
+                        i,
+                        job_id,
+                        at,
+                        kind,
+                        reader.open(detail, "events", "detail", job_id, kind, repr(at)),
+                    )
+                    for i, job_id, at, kind, detail in db.execute(
+                        "SELECT id, job_id, at, kind, detail FROM events"
+                    ).fetchall()
+                ]
+                waits = [
+                    wait_row(reader, r)
+                    for r in db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
+                ]
+                approvals = [
+                    approval_row(reader, r)
+                    for r in db.execute(f"SELECT {APPROVAL_COLUMNS} FROM approvals").fetchall()
+                ]
+                self.sealer = sealer
+                for w in waits:
+                    db.execute(
+                        "UPDATE waits SET reason = ? WHERE job_id = ?",
+                        (sealer.seal(w.reason, "waits", "reason", w.job_id), w.job_id),
+                    )
+                db.executemany(
+                    f"INSERT OR REPLACE INTO approvals ({APPROVAL_COLUMNS}) VALUES "
+                    f"{APPROVAL_PLACES}",
+                    [approval_values(sealer, a) for a in approvals],
+                )
+                for job in jobs:
+                    db.execute(
+                        "UPDATE jobs SET argv = ?, error = ? WHERE job_id = ?",
+                        (
+                            sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
+                            sealer.seal(job.error, "jobs", "error", job.job_id),
+                            job.job_id,
+                        ),
+                    )
+                for snap in snaps:
+                    db.execute(
+                        "UPDATE snapshots SET label = ? WHERE job_id = ? AND seq = ?",
+                        (sealed_label(sealer, snap), snap.job_id, snap.seq),
+                    )
+                for i, job_id, at, kind, detail in events:
+                    db.execute(
+                        "UPDATE events SET detail = ? WHERE id = ?",
+                        (sealer.seal(detail, "events", "detail", job_id, kind, repr(at)), i),
+                    )
+                db.executemany(
+                    f"INSERT OR REPLACE INTO effects ({EFFECT_COLUMNS}) VALUES {EFFECT_PLACES}",
+                    [effect_values(sealer, r) for r in effects],
+                )
+        except BaseException:
+            self.sealer = old
+            raise
+        db = self._db()
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

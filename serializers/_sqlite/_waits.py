@@ -1,0 +1,136 @@
+"""The SQLite catalog's waits (WaitCatalog) and what `snaprun worker` asks of it
+(WorkerCatalog): which jobs may run now, the worker's advisory claims, giving up on a
+job whose runners keep dying."""
+
+from __future__ import annotations
+
+from .._catalog import WaitCatalog, WorkerCatalog
+from .._store import LeaseRow, Owner, WaitRow
+from ._db import SqliteBase
+from ._rows import LEASE_COLUMNS, WAIT_COLUMNS, lease_row, wait_row
+
+__all__ = ["SqliteWaits", "SqliteWorker"]
+
+# The worker's claims (runtime/_worker.py): a short note that a worker is starting a
+# child for a job, so that two workers do not both start one. Correctness comes from
+# the job's lease, which the child takes; a claim only saves a wasted child. The
+# table is created on first use (no schema change: older snapstates ignore it).
+_CLAIMS = (
+    "CREATE TABLE IF NOT EXISTS claims (job_id TEXT PRIMARY KEY, host TEXT NOT NULL, "
+    "pid INTEGER NOT NULL, started INTEGER NOT NULL, expires REAL NOT NULL)"
+)
+
+
+class SqliteWaits(SqliteBase, WaitCatalog):
+    def hibernate(self, wait: WaitRow, *, epoch: int) -> None:
+        with self._tx() as db:
+            self._check_epoch(db, wait.job_id, epoch)
+            db.execute(
+                f"INSERT OR REPLACE INTO waits ({WAIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    wait.job_id,
+                    wait.kind,
+                    self.sealer.seal(wait.reason, "waits", "reason", wait.job_id),
+                    wait.due,
+                    wait.since,
+                    wait.seq,
+                    wait.approval_id,
+                ),
+            )
+            db.execute(
+                "UPDATE jobs SET status = 'waiting', error = NULL, updated = ? WHERE job_id = ?",
+                (self.clock(), wait.job_id),
+            )
+            self._event(db, wait.job_id, "waiting", wait.reason)
+
+    def get_wait(self, job_id: str) -> WaitRow | None:
+        if self._no_waits:
+            return None
+        row = (
+            self._db()
+            .execute(f"SELECT {WAIT_COLUMNS} FROM waits WHERE job_id = ?", (job_id,))
+            .fetchone()
+        )
+        return wait_row(self.sealer, row) if row else None
+
+    def waits(self) -> list[WaitRow]:
+        if self._no_waits:
+            return []
+        rows = self._db().execute(f"SELECT {WAIT_COLUMNS} FROM waits ORDER BY since")
+        return [wait_row(self.sealer, r) for r in rows.fetchall()]
+
+
+class SqliteWorker(SqliteBase, WorkerCatalog):
+    def runnable_jobs(self, now: float) -> list[str]:
+        if self._no_waits:
+            return []
+        db = self._db()
+        waiting = db.execute(
+            "SELECT w.job_id FROM waits w JOIN jobs j ON j.job_id = w.job_id "
+            "WHERE j.status = 'waiting' AND ((w.due IS NOT NULL AND w.due <= ?) OR "
+            "(w.approval_id IS NOT NULL AND EXISTS (SELECT 1 FROM approvals a WHERE "
+            "a.job_id = w.job_id AND a.approval_id = w.approval_id AND a.state != 'pending')))"
+            " ORDER BY COALESCE(w.due, w.since)",
+            (now,),
+        ).fetchall()
+        running = db.execute(
+            "SELECT job_id FROM jobs WHERE status = 'running' ORDER BY updated"
+        ).fetchall()
+        out = [r[0] for r in waiting]
+        for (job_id,) in running:
+            row = db.execute(
+                f"SELECT {LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,)
+            ).fetchone()
+            if row is None or not lease_row(row).is_live(now):
+                out.append(job_id)
+        return out
+
+    def stopped_jobs(self) -> list[str]:
+        rows = self._db().execute(
+            "SELECT job_id FROM jobs WHERE status = 'interrupted' ORDER BY updated"
+        )
+        return [r[0] for r in rows.fetchall()]
+
+    def claim_job(self, job_id: str, owner: Owner, ttl: float) -> bool:
+        now = self.clock()
+        with self._tx() as db:
+            db.execute(_CLAIMS)
+            row = db.execute(
+                "SELECT host, pid, started, expires FROM claims WHERE job_id = ?", (job_id,)
+            ).fetchone()
+            if row is not None:
+                holder = Owner(row[0], row[1], row[2])
+                if holder != owner and LeaseRow(job_id, holder, 0, row[3], now).is_live(now):
+                    return False
+            db.execute(
+                "INSERT OR REPLACE INTO claims (job_id, host, pid, started, expires) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (job_id, owner.host, owner.pid, owner.started, now + ttl),
+            )
+        return True
+
+    def release_claims(self, owner: Owner, job_id: str | None = None) -> None:
+        with self._tx() as db:
+            db.execute(_CLAIMS)
+            db.execute(
+                "DELETE FROM claims WHERE host = ? AND pid = ? AND started = ?"
+                + (" AND job_id = ?" if job_id is not None else ""),
+                (owner.host, owner.pid, owner.started) + ((job_id,) if job_id is not None else ()),
+            )
+
+    def give_up_job(self, job_id: str, error: str) -> bool:
+        now = self.clock()
+        with self._tx() as db:
+            job = db.execute("SELECT status FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if job is None or job[0] not in ("running", "interrupted"):
+                return False
+            lease = self._live_lease(db, job_id)
+            if lease is not None:
+                return False  # a runner holds it (again): not abandoned
+            db.execute(
+                "UPDATE jobs SET status = 'failed', error = ?, updated = ? WHERE job_id = ?",
+                (self.sealer.seal(error, "jobs", "error", job_id), now, job_id),
+            )
+            db.execute("DELETE FROM leases WHERE job_id = ?", (job_id,))
+            self._event(db, job_id, "failed", error)
+        return True
