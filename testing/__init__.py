@@ -1,0 +1,96 @@
+"""The catalog conformance suite: what every catalog backend (serializers/_catalog.py's
+`Catalog`) must do, so the runtime can rely on it, as pytest specs a backend runs
+unchanged against itself. One spec module per capability (`Capability`): spec_jobs,
+spec_leases, spec_snapshots, spec_events (the base every backend implements), spec_ledger,
+spec_approvals, spec_waits, spec_worker, spec_admin; spec_concurrency races threads and
+real processes over the base. It needs pytest; nothing in snapstate imports it.
+
+A backend runs it from a test module of its own (pytest collects the inherited specs):
+
+    import pytest
+    from snapstate.testing import Capability, CatalogBackend, CatalogConformance
+
+    class TestPostgresCatalog(CatalogConformance):
+        @pytest.fixture
+        def make_catalog_backend(self):
+            def make(scratch):                   # a pathlib.Path, fresh per call
+                dsn = create_empty_database()    # the backend's own
+                return CatalogBackend(
+                    factory="mypackage.catalog:PostgresCatalog",
+                    location=dsn,
+                    capabilities=frozenset(Capability),   # what it implements
+                    cleanup=lambda: drop_database(dsn),
+                )
+            return make
+
+`make_catalog_backend` (the fixture, defined in the class or in a conftest.py) returns
+a function that makes the backend of a fresh, empty catalog: `factory` is
+"module:Class", importable in another process, and `Class(location)` and
+`Class(location, clock=callable)` open the catalog there (the specs inject a clock, so
+lease expiry is tested without sleeping). `capabilities` must hold BASE_CAPABILITIES;
+the specs of a capability it leaves out are skipped, saying which. To run a part,
+subclass the spec classes you want (`class TestMine(JobsSpec, LeasesSpec)`) instead.
+
+Lease owners in the specs are real processes of this host (a live `sleep` and a
+finished one), so "live" and "dead" come from the operating system, not from a flag.
+examples/store_backend/test_sqlite_conformance.py runs the suite against SQLite.
+"""
+
+from __future__ import annotations
+
+from ._support import (
+    ALL_CAPABILITIES,
+    BASE_CAPABILITIES,
+    BackendMaker,
+    Capability,
+    CatalogBackend,
+    FakeClock,
+    Spec,
+)
+from .spec_admin import AdminSpec
+from .spec_approvals import ApprovalsSpec
+from .spec_concurrency import ConcurrencySpec
+from .spec_events import EventsSpec
+from .spec_jobs import JobsSpec
+from .spec_leases import LeasesSpec
+from .spec_ledger import LedgerSpec
+from .spec_snapshots import SnapshotsSpec
+from .spec_waits import WaitsSpec
+from .spec_worker import WorkerSpec
+
+__all__ = [
+    "ALL_CAPABILITIES",
+    "BASE_CAPABILITIES",
+    "BackendMaker",
+    "Capability",
+    "CatalogBackend",
+    "CatalogConformance",
+    "FakeClock",
+    "Spec",
+    "AdminSpec",
+    "ApprovalsSpec",
+    "ConcurrencySpec",
+    "EventsSpec",
+    "JobsSpec",
+    "LeasesSpec",
+    "LedgerSpec",
+    "SnapshotsSpec",
+    "WaitsSpec",
+    "WorkerSpec",
+]
+
+
+class CatalogConformance(
+    JobsSpec,
+    LeasesSpec,
+    SnapshotsSpec,
+    EventsSpec,
+    LedgerSpec,
+    ApprovalsSpec,
+    WaitsSpec,
+    WorkerSpec,
+    AdminSpec,
+    ConcurrencySpec,
+):
+    """Every spec. Subclass it as `Test...` and define the `make_catalog_backend`
+    fixture; each spec runs under its own capability (see the module docstring)."""
