@@ -170,7 +170,7 @@ class Spec:
         those it `requires`."""
         name = request.function.__name__
         owner = next(c for c in type(self).__mro__ if name in vars(c))
-        needed = {owner.capability}
+        needed = {getattr(owner, "capability", self.capability)}
         needed |= set(getattr(request.function, "snapstate_requires", ()))
         missing = needed - catalog_backend.capabilities
         if missing:

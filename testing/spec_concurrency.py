@@ -22,6 +22,7 @@ from ._support import (
     Capability,
     CatalogBackend,
     Spec,
+    lease,
     make_job,
     row,
 )
@@ -183,8 +184,8 @@ class ConcurrencySpec(Spec):
         for r in results:
             if r[0] == "held":
                 assert f"pid {winners[0].pid} on {HOST}" in r[1]
-        lease = catalog.get_lease("job")
-        assert (lease.owner.pid, lease.epoch) == (winners[0].pid, 1)
+        found = lease(catalog)
+        assert (found.owner.pid, found.epoch) == (winners[0].pid, 1)
         assert [e.kind for e in catalog.events("job")] == ["created", "lease"]
 
     def test_processes_racing_to_commit_each_seq_is_committed_once(

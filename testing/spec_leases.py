@@ -19,6 +19,7 @@ from snapstate._errors import (
 from snapstate.serializers._catalog import Catalog
 from snapstate.serializers._fs import pid_alive, process_start
 from snapstate.serializers._store import (
+    JobRow,
     LeaseRow,
     Owner,
 )
@@ -29,6 +30,7 @@ from ._support import (
     Capability,
     FakeClock,
     Spec,
+    lease,
     live_owner,
     make_job,
     state,
@@ -60,7 +62,7 @@ class LeasesSpec(Spec):
         epochs.append(catalog.acquire_lease("job", me, 30))
         assert epochs == sorted(set(epochs)) and len(epochs) == 4
         assert catalog.get_job("job").resume_count == 2
-        assert catalog.get_lease("job").epoch == epochs[-1]
+        assert lease(catalog).epoch == epochs[-1]
         other = make_job(catalog, "other")
         assert other.resume_count == 0
         assert catalog.acquire_lease("other", me, 30) >= 1
@@ -73,8 +75,8 @@ class LeasesSpec(Spec):
         owner = live_owner(live_pid)
         epoch = catalog.acquire_lease("job", owner, 30)
         assert catalog.get_lease("job") == LeaseRow("job", owner, epoch, T0 + 30, T0)
-        assert catalog.get_lease("job").is_live(T0 + 29)
-        assert not catalog.get_lease("job").is_live(T0 + 30)
+        assert lease(catalog).is_live(T0 + 29)
+        assert not lease(catalog).is_live(T0 + 30)
 
     def test_lease_held_while_another_owner_holds_a_live_lease(
         self, catalog: Catalog, clock: FakeClock, live_pid: int
@@ -130,14 +132,14 @@ class LeasesSpec(Spec):
                 with pytest.raises(LeaseHeld):
                     catalog.acquire_lease("job", Owner.me(), 30)
                 clock.advance(30)
-            assert not catalog.get_lease("job").is_live(clock())
+            assert not lease(catalog).is_live(clock())
             second = catalog.acquire_lease("job", Owner.me(), 30, resuming=True)
         finally:
             if zombie is not None:
                 zombie.wait()
         assert second == first + 1
-        lease = catalog.get_lease("job")
-        assert (lease.owner, lease.epoch) == (Owner.me(), second)
+        held = lease(catalog, "job")
+        assert (held.owner, held.epoch) == (Owner.me(), second)
         assert catalog.effective_status(catalog.get_job("job"), clock()) == "running"
 
     def test_force_never_takes_over_a_live_lease(
@@ -160,20 +162,20 @@ class LeasesSpec(Spec):
             catalog.acquire_lease("job", Owner.me(), 30, force=True)
         catalog.heartbeat("job", first, 100)  # heartbeat at T0 + 20
         clock.advance(68)  # 68 s old: two beats missed
-        assert catalog.get_lease("job").is_live(clock())
+        assert lease(catalog).is_live(clock())
         for force in (True, False):
             with pytest.raises(LeaseHeld):
                 catalog.acquire_lease("job", Owner.me(), 30, force=force)
         clock.advance(31.9)  # expires in 0.1 s
         with pytest.raises(LeaseHeld):
             catalog.acquire_lease("job", Owner.me(), 30, force=True)
-        lease = catalog.get_lease("job")
-        assert (lease.owner, lease.epoch, lease.heartbeat) == (holder, first, T0 + 20)
+        held = lease(catalog, "job")
+        assert (held.owner, held.epoch, held.heartbeat) == (holder, first, T0 + 20)
         assert catalog.events("job") == before[2]  # refusals left no trace
         clock.advance(0.1)  # expired
         second = catalog.acquire_lease("job", Owner.me(), 30, force=True)
         assert second == first + 1
-        assert catalog.get_lease("job").owner == Owner.me()
+        assert lease(catalog).owner == Owner.me()
         assert "forced, after the previous lease expired" in catalog.events("job")[-1].detail
 
     def test_heartbeat_extends_the_lease(
@@ -188,8 +190,8 @@ class LeasesSpec(Spec):
         catalog.acquire_lease("silent", holder, 10)
         clock.advance(8)
         catalog.heartbeat("beating", beating, 10)
-        lease = catalog.get_lease("beating")
-        assert (lease.expires, lease.heartbeat) == (T0 + 18, T0 + 8)
+        held = lease(catalog, "beating")
+        assert (held.expires, held.heartbeat) == (T0 + 18, T0 + 8)
         clock.advance(7)  # T0 + 15: silent expired, beating not
         with pytest.raises(LeaseHeld):
             catalog.acquire_lease("beating", live_owner(live_pid), 10)
@@ -204,11 +206,11 @@ class LeasesSpec(Spec):
         old = catalog.acquire_lease("job", Owner("other-host", 4242), 10)
         clock.advance(11)
         new = catalog.acquire_lease("job", live_owner(live_pid), 10)
-        lease = catalog.get_lease("job")
+        held = lease(catalog, "job")
         clock.advance(1)
         with pytest.raises(StaleWriter, match=f"epoch {old}"):
             catalog.heartbeat("job", old, 10)
-        assert catalog.get_lease("job") == lease
+        assert catalog.get_lease("job") == held
         catalog.heartbeat("job", new, 10)
         catalog.release_lease("job", new)
         with pytest.raises(StaleWriter):
@@ -225,7 +227,7 @@ class LeasesSpec(Spec):
         clock.advance(11)
         new = catalog.acquire_lease("job", live_owner(live_pid), 10)
         catalog.release_lease("job", old)
-        assert catalog.get_lease("job").epoch == new
+        assert lease(catalog).epoch == new
         catalog.release_lease("job", new)
         assert catalog.get_lease("job") is None
         assert catalog.effective_status(catalog.get_job("job"), clock()) == "interrupted"
@@ -238,7 +240,10 @@ class LeasesSpec(Spec):
         an expired one, or one held by a dead process of this host it is 'interrupted'.
         Every other status is shown as stored."""
         make_job(catalog)
-        job = lambda: catalog.get_job("job")  # noqa: E731
+
+        def job() -> JobRow:
+            return catalog.get_job("job")
+
         assert catalog.effective_status(job(), clock()) == "interrupted"  # no lease
         epoch = catalog.acquire_lease("job", Owner("other-host", 1), 30)
         assert catalog.effective_status(job(), clock()) == "running"

@@ -5,6 +5,7 @@ job."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from snapstate._errors import (
 )
 from snapstate.serializers._catalog import Catalog
 from snapstate.serializers._store import (
+    EffectKind,
+    EffectState,
     Owner,
 )
 
@@ -85,14 +88,18 @@ class LedgerSpec(Spec):
             [
                 effect(1, state="ambiguous"),
                 effect(2, state="confirmed"),
-                dataclasses.replace(effect(3, state="ambiguous"), kind="value"),
+                dataclasses.replace(effect(3, state="ambiguous"), kind=EffectKind.VALUE),
             ],
             epoch=None,
         )
         epoch = catalog.acquire_lease("job", live_owner(live_pid), 30)
         catalog.set_status("job", "parked", epoch=epoch)
         before = state(catalog), catalog.effects("job"), catalog.metrics("job")
-        args = dict(state="confirmed", result=b"sealed", note="by hand")
+        args: dict[str, Any] = {
+            "state": EffectState.CONFIRMED,
+            "result": b"sealed",
+            "note": "by hand",
+        }
         with pytest.raises(LeaseHeld):
             catalog.reconcile_effect("job", 1, **args)
         assert (state(catalog), catalog.effects("job"), catalog.metrics("job")) == before
