@@ -213,27 +213,33 @@ class ConcurrencySpec(Spec):
         labels = {r.seq: r.label for r in catalog.snapshots("job")}
         assert labels == {**{s: "p0" for s in wins[0]}, **{s: "p1" for s in wins[1]}}
 
-    def test_processes_opening_a_new_store_at_once_all_succeed(
+    def test_processes_opening_a_new_catalog_at_once_all_succeed(
         self, make_catalog_backend: BackendMaker, tmp_path: Path
     ) -> None:
-        """Stores are created on first use, so two runners may well create the same catalog
-        at the same moment. Four processes open the same brand-new catalog at once, 8 rounds
-        (a new catalog each round): every open succeeds, and the catalog then works."""
+        """Catalogs are created on first use, so two runners may well create the same
+        catalog at the same moment. Four processes open the same brand-new catalog at
+        once, 8 rounds (a new catalog each round): every open succeeds, and the catalog
+        then works."""
         fresh = [make_catalog_backend(tmp_path / f"fresh-{r}") for r in range(8)]
-        procs = _racers(
-            fresh[0], tmp_path / "gate", "open", "-", [[b.location for b in fresh]] * 4, go=False
-        )
         try:
-            results = []
-            for r in range(len(fresh)):
-                (tmp_path / "gate" / f"go-{r}").touch()
-                results.append([json.loads(_line(p)) for p in procs])
+            procs = _racers(
+                fresh[0], tmp_path / "gate", "open", "-", [[b.location for b in fresh]] * 4, False
+            )
+            try:
+                results = []
+                for r in range(len(fresh)):
+                    (tmp_path / "gate" / f"go-{r}").touch()
+                    results.append([json.loads(_line(p)) for p in procs])
+            finally:
+                _finish(procs)
+            failed = [
+                (r, res) for r, round_ in enumerate(results) for res in round_ if res != ["ok"]
+            ]
+            assert failed == []
+            for b in fresh:
+                catalog = b.open()
+                make_job(catalog)
+                assert catalog.acquire_lease("job", Owner.me(), 30) == 1
         finally:
-            _finish(procs)
-        failed = [(r, res) for r, round_ in enumerate(results) for res in round_ if res != ["ok"]]
-        assert failed == []
-        for b in fresh:
-            catalog = b.open()
-            make_job(catalog)
-            assert catalog.acquire_lease("job", Owner.me(), 30) == 1
-            b.close_all()
+            for b in fresh:
+                b.close_all()
