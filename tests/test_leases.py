@@ -1,5 +1,6 @@
 """One runner per job, with real processes: leases, epochs and the compare-and-swap
-commit (serializers/_store.py, runtime/_lease.py) seen through `snaprun` and Job.
+commit (serializers/_sqlite/_leases.py and _snapshots.py, runtime/_lease.py) seen
+through `snaprun` and Job.
 
 The agent tests/agents/lease_gate.py takes snapshot 1, then waits at a gate (a file the
 test creates) before snapshot 2, so a runner holds its lease for as long as a test

@@ -1,4 +1,4 @@
-"""A failing store is reported as such (serializers/_sqlite.py maps SQLite's and the
+"""A failing store is reported as such (serializers/_sqlite/_db.py maps SQLite's and the
 file system's failures to StoreFailure; runtime/_job.py and the CLI keep the job
 interrupted): exit 1, "the store failed: … at STORE", never "job X failed:
 OperationalError", never status failed, every earlier snapshot and ledger row intact,
