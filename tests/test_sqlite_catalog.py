@@ -149,3 +149,18 @@ def test_a_backend_outside_the_repository_runs_the_suite_unchanged(tmp_path: Pat
     assert "does not declare jobs" not in out and "error" not in out.lower()
     counts = re.search(r"(\d+) passed, (\d+) skipped", out)
     assert counts is not None and int(counts[1]) >= 25 and int(counts[2]) >= 15, out
+
+
+def test_snapstate_never_loads_the_conformance_suite_or_pytest() -> None:
+    """Importing snapstate and every layer (as snaprun does) loads neither
+    snapstate.testing nor pytest: a user needs no test dependency (the import-linter
+    contracts check the imports statically; this checks what actually loads)."""
+    script = (
+        "import sys, snapstate, snapstate.runtime._cli, snapstate.serializers._sqlite\n"
+        "print(sorted(m for m in sys.modules if m == 'pytest' or m.startswith('snapstate.testing')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
