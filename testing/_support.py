@@ -98,6 +98,7 @@ class CatalogBackend:
         return catalog
 
     def close_all(self) -> None:
+        """Close every catalog opened, then clean up."""
         for catalog in self.opened:
             catalog.close()
         self.opened.clear()
@@ -126,12 +127,14 @@ class FakeClock:
     """An injectable catalog clock: time moves only when a test moves it."""
 
     def __init__(self, now: float = 1_000_000.0):
-        self.now = now
+        self.now: float = now
 
     def __call__(self) -> float:
+        """The current time."""
         return self.now
 
     def advance(self, seconds: float) -> float:
+        """Move the time by `seconds` (backwards if negative) and return it."""
         self.now += seconds
         return self.now
 
@@ -157,6 +160,7 @@ class Spec:
     def catalog_backend(
         self, make_catalog_backend: BackendMaker, tmp_path: Path
     ) -> Iterator[CatalogBackend]:
+        """The backend of a fresh, empty catalog for this test (closed after it)."""
         backend = make_catalog_backend(tmp_path / "catalog")
         try:
             yield backend
@@ -181,10 +185,12 @@ class Spec:
 
     @pytest.fixture
     def clock(self) -> FakeClock:
+        """The injectable clock the `catalog` fixture is opened with, at T0."""
         return FakeClock(T0)
 
     @pytest.fixture
     def catalog(self, catalog_backend: CatalogBackend, clock: FakeClock) -> Catalog:
+        """A fresh, empty catalog of the backend, on the injectable clock."""
         return catalog_backend.open(clock=clock)
 
     @pytest.fixture(scope="class")

@@ -37,6 +37,8 @@ __all__ = ["AdminSpec"]
 
 
 class AdminSpec(Spec):
+    """The specs of AdminCatalog."""
+
     capability = Capability.ADMIN
 
     @requires(Capability.LEDGER)

@@ -33,6 +33,8 @@ def approval(approval_id: str = "a1", job_id: str = "job", **kw: Any) -> Approva
 
 
 class ApprovalsSpec(Spec):
+    """The specs of ApprovalCatalog."""
+
     capability = Capability.APPROVALS
 
     def test_add_approval_round_trips_and_keeps_the_first_request(

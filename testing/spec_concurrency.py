@@ -121,6 +121,8 @@ def _finish(procs: list[subprocess.Popen[str]]) -> None:
 
 
 class ConcurrencySpec(Spec):
+    """The base capabilities raced by threads and processes."""
+
     capability = Capability.SNAPSHOTS  # and leases: both base capabilities
 
     def test_threads_committing_the_same_seq_exactly_one_wins(

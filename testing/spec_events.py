@@ -22,6 +22,8 @@ __all__ = ["EventsSpec"]
 
 
 class EventsSpec(Spec):
+    """The specs of EventCatalog."""
+
     capability = Capability.EVENTS
 
     def test_events_are_kept_in_order(self, catalog_backend: CatalogBackend) -> None:

@@ -33,6 +33,8 @@ __all__ = ["JobsSpec"]
 
 
 class JobsSpec(Spec):
+    """The specs of JobCatalog."""
+
     capability = Capability.JOBS
 
     def test_create_and_get_job(self, catalog: Catalog, clock: FakeClock) -> None:

@@ -40,6 +40,8 @@ __all__ = ["LeasesSpec"]
 
 
 class LeasesSpec(Spec):
+    """The specs of LeaseCatalog."""
+
     capability = Capability.LEASES
 
     def test_acquire_returns_increasing_epochs(

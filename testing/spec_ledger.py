@@ -38,6 +38,8 @@ __all__ = ["LedgerSpec"]
 
 
 class LedgerSpec(Spec):
+    """The specs of LedgerCatalog."""
+
     capability = Capability.LEDGER
 
     def test_record_effects_round_trip_and_are_fenced(

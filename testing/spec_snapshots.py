@@ -30,6 +30,8 @@ __all__ = ["SnapshotsSpec"]
 
 
 class SnapshotsSpec(Spec):
+    """The specs of SnapshotCatalog."""
+
     capability = Capability.SNAPSHOTS
 
     @pytest.mark.smoke

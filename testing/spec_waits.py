@@ -19,6 +19,8 @@ def wait(job_id: str = "job", due: float | None = T0 + 60, since: float = T0) ->
 
 
 class WaitsSpec(Spec):
+    """The specs of WaitCatalog."""
+
     capability = Capability.WAITS
 
     def test_hibernate_records_the_wait_and_the_status_together(

@@ -22,6 +22,8 @@ __all__ = ["WorkerSpec"]
 
 
 class WorkerSpec(Spec):
+    """The specs of WorkerCatalog."""
+
     capability = Capability.WORKER
 
     @requires(Capability.WAITS, Capability.APPROVALS)
