@@ -40,14 +40,12 @@ import collections
 import contextvars
 import functools
 import gc
-import inspect
 import os
 import pickle
 import sys
 import threading
 import time
 import types
-import warnings
 import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -56,26 +54,28 @@ from typing import TYPE_CHECKING, Any
 import greenlet
 
 from .._abi import pinned
-from .._errors import SnapshotError, SnapstateError
+from .._errors import EffectOutsideJob, SnapshotError, SnapstateError
+from ..resources._registry import close_all_for_snapshot
 from ..serializers import _dispatch, _refs
 from ..serializers._codeid import code_ref, find_code
-from . import _context, _pins, _waits
+from . import _agent, _pins, _waits
 from ._clock import clock
+from ._effects_async import EffectPoint, async_spec_of
+from ._frames import local_names_for_header
 from ._layout import replace_stack_top, set_task_cancelling
 from ._morph import unmorph
+from ._points import SnapshotPoint, runner_or_none
 from ._reducers import ASEND_TYPE
+from ._switch import FreezeRequest, SnapshotInfo
+from ._waits import WaitPoint
 
 if TYPE_CHECKING:
-    from ._job import Job, SnapshotInfo
+    from ._job import Job
 
 __all__ = [
     "JobLoop",
     "AsyncRunner",
-    "SnapshotPoint",
-    "EffectPoint",
-    "WaitPoint",
     "entry",
-    "in_coroutine",
     "settle_seconds",
     "begin_restore",
     "take_restored",
@@ -119,12 +119,6 @@ def settle_seconds() -> float:
             f"unset it (default {DEFAULT_SETTLE:g}) or give one"
         )
     return value
-
-
-def in_coroutine(depth: int) -> bool:
-    """The function `depth` frames up is a coroutine (or async generator) body."""
-    flags = sys._getframe(depth + 1).f_code.co_flags
-    return bool(flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR))
 
 
 # ------------------------------------------------------------------------ the loop
@@ -252,319 +246,6 @@ def _timer_kind(handle: asyncio.TimerHandle) -> str:
     return f"a call_later()/call_at() of {name or repr(callback)}"
 
 
-# ------------------------------------------------------------------------ points
-class _Point:
-    """An awaitable that is its own iterator: `await point` runs no snapstate frame."""
-
-    wake: asyncio.Future[Any] | None = None
-    state = "new"
-    restored = False  # rebuilt by a restore: awaited when its task next runs
-
-    def __del__(self) -> None:
-        if self.state == "new" and not self.restored:  # as Python warns of a coroutine
-            warnings.warn(
-                f"{self!r} was never awaited: nothing was done (add `await`)",
-                RuntimeWarning,
-                stacklevel=1,
-                source=self,
-            )
-
-    def __await__(self) -> _Point:
-        return self
-
-    def __iter__(self) -> _Point:
-        return self
-
-    def __next__(self) -> Any:
-        return self.send(None)
-
-    def send(self, value: Any) -> Any:
-        raise NotImplementedError
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        exc = typ if isinstance(typ, BaseException) else (typ() if val is None else val)
-        self._withdraw()
-        raise exc
-
-    def close(self) -> None:
-        self._withdraw()
-
-    def _withdraw(self) -> None:
-        pass
-
-    def _block(self, wake: asyncio.Future[Any]) -> asyncio.Future[Any]:
-        self.wake = wake
-        wake._asyncio_future_blocking = True  # what Future.__await__ does
-        return wake
-
-
-class SnapshotPoint(_Point):
-    """`await snapshot(label, meta=...)`."""
-
-    def __init__(self, label: str | None, meta: dict[str, Any] | None) -> None:
-        self.label, self.meta = label, meta
-        self.state = "new"  # new -> waiting -> done; "restored" after a restore
-
-    def __repr__(self) -> str:
-        return f"snapshot({self.label!r})"
-
-    def send(self, value: Any) -> Any:
-        if self.state == "waiting":
-            assert self.wake is not None
-            if not self.wake.done():
-                return self._block(self.wake)
-            self.state = "done"
-            raise StopIteration(self.wake.result())
-        if self.state == "restored":
-            self.state = "done"
-            raise StopIteration(_running_runner().resumed_info(self.label, self.meta))
-        if self.state != "new":
-            raise RuntimeError("cannot reuse an already awaited snapshot()")
-        runner = _point_runner(f"snapshot({self.label!r})")
-        if runner is None:  # plain Python (asyncio.run without snaprun): nothing to do
-            from ._job import SnapshotInfo
-
-            self.state = "done"
-            raise StopIteration(SnapshotInfo(False, 0.0, None, self.label, self.meta, _pins.pins()))
-        self.state = "waiting"
-        return self._block(runner.request_freeze(self))
-
-    def _withdraw(self) -> None:
-        runner = _runner_or_none()
-        if self.state == "waiting" and runner is not None:
-            runner.withdraw(self)
-        self.state = "done"
-
-
-class EffectPoint(_Point):
-    """`await effect_fn(...)` for an `async def` effect: the ledger's code runs in a
-    greenlet of its own, the effect's coroutine in the awaiting task."""
-
-    def __init__(
-        self,
-        spec: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        key: str | None,
-        site: str,
-        declared: Callable[..., Any] | None,
-        options: dict[str, Any] | None,
-    ) -> None:
-        self.spec, self.args, self.kwargs, self.key = spec, args, kwargs, key
-        self.site, self.declared, self.options = site, declared, options
-        self.state = "new"  # new -> held -> sending <-> waiting (rate limit) -> done
-        self.glet: greenlet.greenlet | None = None
-        self.coro: Any = None
-        self.refusals = 0
-
-    def __repr__(self) -> str:
-        return f"the async effect {self.spec.name} called at {self.site}"
-
-    def send(self, value: Any) -> Any:
-        if self.state == "sending":
-            return self._forward("send", value)
-        if self.state == "plain":
-            return self._forward_plain("send", value)
-        if self.state in ("held", "waiting"):
-            assert self.wake is not None
-            if not self.wake.done():
-                return self._block(self.wake)
-            self.wake.result()
-            self.state = "new"
-        if self.state != "new":
-            raise RuntimeError("cannot reuse an already awaited effect call")
-        from .._errors import EffectOutsideJob
-
-        runner = _point_runner(
-            f"the async effect {self.spec.name} at {self.site}", EffectOutsideJob
-        )
-        if runner is None:  # plain Python: no ledger
-            from ._effects import call_plain_async
-
-            self.state = "plain"
-            self.coro = call_plain_async(self.spec, self.args, self.kwargs)
-            return self._forward_plain("send", None)
-        if runner.freezing():  # sent after the snapshot (or after a restore)
-            self.state = "held"
-            return self._block(runner.hold(self))
-        return self._start(runner)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        exc = typ if isinstance(typ, BaseException) else (typ() if val is None else val)
-        if self.state == "sending":
-            return self._forward("throw", exc)
-        if self.state == "plain":
-            return self._forward_plain("throw", exc)
-        self._withdraw()
-        raise exc
-
-    def close(self) -> None:
-        if self.state in ("sending", "plain") and self.coro is not None:
-            self.coro.close()
-        self._withdraw()
-
-    def _withdraw(self) -> None:
-        runner = _runner_or_none()
-        if runner is not None:
-            runner.unhold(self)
-        self.state = "done"
-
-    def _start(self, runner: AsyncRunner) -> Any:
-        from ._effects import ledger_call
-
-        job = runner.job
-        glet = greenlet.greenlet(ledger_call)
-        runner.effect_glets.add(glet)
-        self.glet = glet
-        try:
-            message = glet.switch(job, self.spec, self.args, self.kwargs, self.key, self.site)
-        except BaseException:
-            runner.effect_glets.discard(glet)
-            self.glet, self.state = None, "done"
-            raise
-        return self._handle(message)
-
-    def _forward_plain(self, method: str, value: Any) -> Any:
-        try:
-            return getattr(self.coro, method)(value)
-        except BaseException:
-            self.state, self.coro = "done", None
-            raise
-
-    def _handle(self, message: tuple[str, Any]) -> Any:
-        """What the ledger's greenlet said: send this coroutine, done, or refused."""
-        kind, value = message
-        if kind == "await":
-            self.state, self.coro = "sending", value
-            return self._forward("send", None)
-        runner = _running_runner()
-        assert self.glet is not None
-        runner.effect_glets.discard(self.glet)
-        self.glet = None
-        if kind == "refused":  # a rate limit: wait in the task, then send it again
-            from ._effects import _wait_seconds
-
-            self.refusals += 1
-            seconds = _wait_seconds(value, self.refusals)
-            self.state = "waiting"
-            return self._block(runner.timer(seconds))
-        self.state = "done"
-        raise StopIteration(value)
-
-    def _forward(self, method: str, value: Any) -> Any:
-        runner = _running_runner()
-        runner.effect_depth += 1  # tasks created meanwhile are the effect's own
-        try:
-            return getattr(self.coro, method)(value)
-        except StopIteration as stop:
-            outcome: tuple[str, Any] = ("value", stop.value)
-        except BaseException as exc:  # the effect's error (a cancellation too)
-            outcome = ("error", exc)
-        finally:
-            runner.effect_depth -= 1
-        self.coro = None
-        assert self.glet is not None
-        try:
-            message = self.glet.switch(outcome)
-        except BaseException:
-            _running_runner().effect_glets.discard(self.glet)
-            self.glet, self.state = None, "done"
-            raise
-        return self._handle(message)
-
-
-class WaitPoint(_Point):
-    """`await sleep(...)`, `await request_approval(...)`: a wait (runtime/_waits.py)
-    polled in the task; not ready, the task waits on a timer of the runner's until it
-    is due (a long wait with every task idle hibernates the job)."""
-
-    def __init__(self, wait: _waits.Wait) -> None:
-        self.wait = wait
-        self.state = "new"  # new -> waiting -> (polled again) ... -> done
-        self.outcome: _waits.NotYet | None = None
-
-    def __repr__(self) -> str:
-        return f"the {self.wait.kind} wait at {self.wait.site}"
-
-    def send(self, value: Any) -> Any:
-        if self.state == "waiting":
-            assert self.wake is not None
-            if not self.wake.done():
-                return self._block(self.wake)
-            self.wake.result()
-            self.state = "new"
-        if self.state != "new":
-            raise RuntimeError("cannot reuse an already awaited wait")
-        runner = _point_runner(f"the wait at {self.wait.site}")
-        if runner is None:
-            raise RuntimeError("a wait's await point outside a job")
-        outcome = _waits.poll(runner.job, self.wait)
-        if isinstance(outcome, _waits.Ready):
-            self.state = "done"
-            runner.waits.pop(self, None)
-            if outcome.error is not None:
-                raise outcome.error
-            raise StopIteration(outcome.value)
-        self.state, self.outcome = "waiting", outcome
-        return self._block(runner.wait_on(self, outcome))
-
-    def _withdraw(self) -> None:
-        runner = _runner_or_none()
-        if runner is not None:
-            runner.waits.pop(self, None)
-        self.state = "done"
-
-
-def awaited(outcome: tuple[str, Any]) -> Any:
-    if outcome[0] == "error":
-        raise outcome[1]
-    return outcome[1]
-
-
-def await_in_task(coro: Any) -> Any:
-    """Called by the ledger's greenlet where it sends an async effect (or looks one up):
-    the awaiting task runs `coro`; its outcome comes back here."""
-    parent = greenlet.getcurrent().parent
-    assert parent is not None, "the ledger's greenlet runs under the task's"
-    return awaited(parent.switch(("await", coro)))
-
-
-# ------------------------------------------------------------------------ the runner
-def _runner_or_none() -> AsyncRunner | None:
-    job = _context.active_job()
-    runner = getattr(job, "_async", None) if job is not None else None
-    return runner
-
-
-def _point_runner(what: str, error: type[Exception] = SnapshotError) -> AsyncRunner | None:
-    """The job's runner when an await point runs on the job's own loop; None in plain
-    Python (no job); refused in any other event loop while a job runs (its await could
-    be neither frozen nor recorded)."""
-    job = _context.active_job()
-    if job is None:
-        return None
-    runner = job._async
-    try:
-        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-    except RuntimeError:
-        loop = None
-    if runner is None or loop is not runner.loop:
-        raise error(
-            f"{what} was awaited in an event loop job {job.job_id} does not own (asyncio.run() "
-            "called inside the job, or another thread's loop): it can be neither frozen nor "
-            "recorded, so nothing was done. Make main() an async def and await it in the "
-            "job's own coroutines"
-        )
-    return runner
-
-
-def _running_runner() -> AsyncRunner:
-    runner = _runner_or_none()
-    if runner is None:
-        raise RuntimeError("snapstate's await points run only in a job's event loop")
-    return runner
-
-
 @dataclass
 class _Freezer:
     task: asyncio.Task[Any]
@@ -641,8 +322,6 @@ class AsyncRunner:
             return None  # a callback of the loop's: main's identities, in callback order
         info = self.info.get(current)
         if info is not None and info.internal:
-            from .._errors import EffectOutsideJob
-
             raise EffectOutsideJob(
                 f"an effect or recorded value was called by task {current.get_name()}, which "
                 "an effect's own code started: effects must not call snapstate (a restore "
@@ -650,8 +329,6 @@ class AsyncRunner:
                 "the agent's own tasks"
             )
         if info is None:
-            from .._errors import EffectOutsideJob
-
             raise EffectOutsideJob(
                 f"an effect or recorded value was called by task {current.get_name()}, which "
                 "was not created through the job's event loop (asyncio.Task() called "
@@ -772,14 +449,12 @@ class AsyncRunner:
         return False
 
     def _freeze(self) -> None:
-        from ._job import SnapshotInfo, _FreezeRequest
-
         foreign = self._foreign_waits()  # (while the freezers' own wakes are known)
         freezers = sorted(self.freezers, key=lambda f: self.info[f.task].index)
         self.freezers = []
         first = freezers[0].point
         state = self._state()
-        request = _FreezeRequest(first.label, None, meta=first.meta, async_state=state)
+        request = FreezeRequest(first.label, None, meta=first.meta, async_state=state)
         hub = self.job._hub
         assert hub is not None  # the job runs
         try:
@@ -807,8 +482,6 @@ class AsyncRunner:
         """Every task waits (on a snapstate wait, or on the job's own tasks): a wait
         due within SNAPSTATE_HIBERNATE_AFTER is slept through by the loop; otherwise
         the job is frozen here and the run ends (JobWaiting, exit 3)."""
-        from ._job import _FreezeRequest
-
         points = [p for p, wake in self.waits.items() if not wake.done()]
         if not points:
             return
@@ -823,15 +496,13 @@ class AsyncRunner:
         job = self.job
         if job.ledger.replay:
             job.end_replay(f"the job waits at {point.wait.site} ({outcome.reason})")
-        from ..resources._registry import close_all_for_snapshot
-
         seq = job.seq + 1
         close_all_for_snapshot()
         label = f"waiting: {outcome.reason}"
         state = self._state()
         try:
             header, payload = job._freeze(
-                _FreezeRequest(label, None, point.wait, async_state=state), seq
+                FreezeRequest(label, None, point.wait, async_state=state), seq
             )
         except SnapshotError as exc:
             for p in points:  # raised at the waits: the job carries on
@@ -847,8 +518,6 @@ class AsyncRunner:
         restore would bring back pending forever. A future the job can complete is held
         by asyncio's primitives (Queue, Event, Lock, TaskGroup, ...) or by the agent's
         own code and objects."""
-        from . import _agent
-
         waiting: dict[int, tuple[asyncio.Task[Any], asyncio.Future[Any]]] = {}
         problems: list[str] = []
         for task in self.order:
@@ -951,8 +620,6 @@ class AsyncRunner:
         self._end_freeze()
 
     def resumed_info(self, label: str | None, meta: dict[str, Any] | None) -> SnapshotInfo:
-        from ._job import SnapshotInfo
-
         assert self._resumed is not None, "a restored snapshot point runs after a restore"
         created_at, seq = self._resumed
         return SnapshotInfo(
@@ -1298,9 +965,7 @@ def frame_headers(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dic
     """The header's frames of main's chain of coroutines and every pending task's
     (innermost first, as for greenlet tasks): checked against the agent's code before a
     restore, shown by `snaprun inspect`."""
-    from ._job import _names_for_header
-
-    runner = _runner_or_none()
+    runner = runner_or_none()
     main: list[dict[str, Any]] = []
     tasks: list[dict[str, Any]] = []
     for task in state["tasks"]:
@@ -1319,7 +984,7 @@ def frame_headers(state: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dic
                     "digest": ref.digest,
                     "filename": ref.filename,
                     "lineno": frame.f_lineno,
-                    "locals": _names_for_header(ref),
+                    "locals": local_names_for_header(ref),
                 }
             )
         frames.reverse()  # innermost first
@@ -1367,7 +1032,7 @@ def _chain_frames(coro: Any) -> list[types.FrameType]:
 
 def roots(state: dict[str, Any]) -> list[tuple[str, object]]:
     """Where each value of the tasks' frames comes from, for naming an unpicklable one."""
-    runner = _runner_or_none()
+    runner = runner_or_none()
 
     def info(task: asyncio.Task[Any]) -> str:
         known = runner.info.get(task) if runner is not None else None
@@ -1498,7 +1163,7 @@ def discard_restored() -> None:
 
 
 def _capturing() -> AsyncRunner:
-    runner = _runner_or_none()
+    runner = runner_or_none()
     if runner is None:
         raise pickle.PicklingError(
             "an asyncio task or future outside an async job's run cannot be frozen"
@@ -1801,8 +1466,6 @@ def _effect_point(
     key: str | None,
     site: str,
 ) -> EffectPoint:
-    from ._effects import async_spec_of
-
     spec = async_spec_of(effect_fn, options, site)
     declared = effect_fn if options is None else None
     point = EffectPoint(spec, args, kwargs, key, site, declared, options)

@@ -76,19 +76,12 @@ import greenlet
 
 from .._abi import pinned
 from .._errors import SnapshotError, SnapstateError
+from ..resources._registry import close_all_for_snapshot
 from . import _context, _pins, _waits
 from ._clock import clock
-from ._effects import TASK_ORDINAL_BASE, on_pool
-from ._job import (
-    _PARKED_AGENTS,
-    _SWITCH_CODES,
-    SnapshotInfo,
-    _Done,
-    _FreezeRequest,
-    _Stop,
-    _WaitRequest,
-    wait_api,
-)
+from ._effect_spec import TASK_ORDINAL_BASE, on_pool
+from ._switch import PARKED_AGENTS, SWITCH_CODES, Done, FreezeRequest, SnapshotInfo, Stop
+from ._waits import WaitRequest, wait_api
 
 if TYPE_CHECKING:
     from ._frames import FrameRecord
@@ -273,7 +266,7 @@ def _join_point(ids: tuple[str, ...], single: bool) -> Any:
     return job._hub.switch(_JoinRequest(ids, single, sys.exception()))
 
 
-_SWITCH_CODES.add(_join_point.__code__)
+SWITCH_CODES.add(_join_point.__code__)
 
 
 def _task_bootstrap(
@@ -319,9 +312,9 @@ def _context_of(state: _TaskState) -> contextvars.Context | None:
 
 
 class _Stopped(Exception):
-    """The run stopped (a _Stop message): carries the message out of the loop."""
+    """The run stopped (a Stop message): carries the message out of the loop."""
 
-    def __init__(self, stop: _Stop) -> None:
+    def __init__(self, stop: Stop) -> None:
         super().__init__(stop.reason)
         self.stop = stop
 
@@ -604,14 +597,14 @@ class Scheduler:
         job = self.job
         while True:
             if not self.active and state.id == MAIN:  # no task ever: exactly as before
-                if isinstance(message, _FreezeRequest):
+                if isinstance(message, FreezeRequest):
                     message = job._take_snapshot(message)
                     continue
-                if isinstance(message, _WaitRequest):
+                if isinstance(message, WaitRequest):
                     message = job._wait(message)
                     continue
             break
-        if isinstance(message, _Done):
+        if isinstance(message, Done):
             state.status, state.result = "done", message.value
             self._ended(state)
         elif isinstance(message, _TaskEnd):
@@ -620,13 +613,13 @@ class Scheduler:
             else:
                 state.status, state.result = "done", message.value
             self._ended(state)
-        elif isinstance(message, _FreezeRequest):
+        elif isinstance(message, FreezeRequest):
             state.status, state.label, state.handled = "snapshot", message.label, message.handled
             state.meta = message.meta
             if not self.freezers:
                 self._during_freeze = 0
             self.freezers.append(state)
-        elif isinstance(message, _WaitRequest):
+        elif isinstance(message, WaitRequest):
             state.status, state.wait, state.handled = "wait", message.wait, message.handled
         elif isinstance(message, _JoinRequest):
             state.status, state.handled = "join", message.handled
@@ -639,7 +632,7 @@ class Scheduler:
         elif isinstance(message, _EffectRequest):
             state.status = "effect"
             self.inflight[message.future] = state
-        elif isinstance(message, _Stop):
+        elif isinstance(message, Stop):
             raise _Stopped(message)
         else:
             raise AssertionError(f"task {state.id} sent the hub {message!r}")
@@ -736,7 +729,7 @@ class Scheduler:
         state, outcome = min(timed, key=lambda p: p[1].due or 0.0) if timed else pending[0]
         assert state.wait is not None
         if job.ledger.replay:
-            raise _Stopped(_Stop(None, f"the job waits at {state.wait.site} ({outcome.reason})"))
+            raise _Stopped(Stop(None, f"the job waits at {state.wait.site} ({outcome.reason})"))
         seq = job.seq
         if self.dirty:
             label = f"waiting: {outcome.reason}"
@@ -756,12 +749,10 @@ class Scheduler:
         meta: dict[str, Any] | None = None,
     ) -> int:
         """Freeze every task (all paused at switch points) and commit; the seq."""
-        from ..resources._registry import close_all_for_snapshot
-
         job = self.job
         seq = job.seq + 1
         close_all_for_snapshot()
-        header, payload = job._freeze(_FreezeRequest(label, handled, meta=meta), seq)
+        header, payload = job._freeze(FreezeRequest(label, handled, meta=meta), seq)
         if job.ledger.replay:
             job.seq = seq
             return seq
@@ -846,8 +837,8 @@ class Scheduler:
         calls in flight finish on their threads (their rows stay as recorded)."""
         for state in self.tasks.values():
             if state.glet is not None and not state.glet.dead:
-                if not any(g is state.glet for g in _PARKED_AGENTS):
-                    _PARKED_AGENTS.append(state.glet)
+                if not any(g is state.glet for g in PARKED_AGENTS):
+                    PARKED_AGENTS.append(state.glet)
         self.runnable.clear()
 
     def close(self) -> None:

@@ -43,7 +43,7 @@ NAMES: dict[str, str] = {
     "rebuild_generator": "snapstate.runtime._morph:rebuild_generator",
     "rebuild_async_step": "snapstate.runtime._morph:rebuild_async_step",
     "process_state": "snapstate.runtime._process:_loaded",
-    "redacted_secret": "snapstate.runtime._effects:_redacted",
+    "redacted_secret": "snapstate.runtime._effect_args:_redacted",
     "task_handle": "snapstate.runtime._tasks:_task_handle",
     # async jobs (runtime/_async.py): asyncio tasks, futures, gathers, the job's loop,
     # snapstate's await points
