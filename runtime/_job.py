@@ -52,7 +52,18 @@ from ..serializers._envsecrets import secret_in
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import WaitRow
-from . import _agent, _async, _context, _defstate, _pins, _process, _rootlog, _waits
+from . import (
+    _agent,
+    _async,
+    _async_describe,
+    _async_pickle,
+    _context,
+    _defstate,
+    _pins,
+    _process,
+    _rootlog,
+    _waits,
+)
 from ._capture import capture_stack, describe
 from ._clock import SleepInterrupted, clock
 from ._faults import fault_point
@@ -710,7 +721,7 @@ class Job:
             header["wait"] = {"kind": request.wait.kind, "site": request.wait.site}
         if request.async_state is not None:  # main's coroutines, and every task's
             header["async"] = True
-            header["frames"], header["tasks"] = _async.frame_headers(request.async_state)
+            header["frames"], header["tasks"] = _async_describe.frame_headers(request.async_state)
         return header, payload
 
     @staticmethod
@@ -743,7 +754,7 @@ class Job:
             for name, value in values.items():
                 roots.append((f"module {module}, global {name!r}", value))
         if state.get("async") is not None:
-            roots.extend(_async.roots(state["async"]))
+            roots.extend(_async_describe.roots(state["async"]))
         roots.extend(_defstate.roots(state.get("defs", {})))
         roots.append(("the exception being handled", state["handled"]))
         roots.append(("the root logger's handlers", state.get("logging")))
@@ -778,20 +789,20 @@ class Job:
         try:
             _secrets.bind(self.home.keys)
             if header.get("async"):
-                _async.begin_restore()
+                _async_pickle.begin_restore()
             state = _pickler.loads(payload)
-            restored = _async.take_restored()  # an async job's tasks and futures
+            restored = _async_pickle.take_restored()  # an async job's tasks and futures
         except SnapstateError:
-            _async.discard_restored()
+            _async_pickle.discard_restored()
             raise
         except (ImportError, AttributeError) as exc:
-            _async.discard_restored()
+            _async_pickle.discard_restored()
             raise IncompatibleSnapshot(
                 f"{where} refers to code that no longer exists ({type(exc).__name__}: {exc}). "
                 "Restore the original source to resume this job."
             ) from None
         except Exception as exc:
-            _async.discard_restored()
+            _async_pickle.discard_restored()
             seq = header.get("seq")
             earlier = (
                 f"snaprun resume {self.job_id} --at {seq - 1} continues from the snapshot "

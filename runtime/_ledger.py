@@ -84,7 +84,7 @@ from ._switch import await_in_task
 
 if TYPE_CHECKING:
     from ..serializers._keys import KeyRing
-    from ._async import _TaskInfo
+    from ._async_loop import TaskInfo
     from ._job import Job
     from ._tasks import _TaskState
 
@@ -224,7 +224,7 @@ class Ledger:
             self.catalog.record_effects(rows, epoch=self.job.epoch)
 
     # -------------------------------------------------------------- tasks
-    def _spawned(self) -> _TaskState | _TaskInfo | None:
+    def _spawned(self) -> _TaskState | TaskInfo | None:
         """The spawned task calling (None for the main task: ordinals as before)."""
         runner = self.job._async
         if runner is not None:  # an async job: the asyncio task calling
