@@ -9,6 +9,11 @@ the snapshot() call; the job carries on and earlier snapshots stay valid.
 Restoring imports the agent's modules, checks the interpreter, the libraries and
 every frame's code against the snapshot's header before a byte is unpickled, then
 builds the chain of morph frames and runs it in a fresh agent greenlet.
+
+Why this module is long: `Job` is one state machine (create, lease, run loop, freeze,
+hibernate, restore, finish) whose steps share the lease, the ledger and the switch
+protocol's invariants; the parts that stand alone live beside it (the switch messages in
+runtime/_switch.py, waits in runtime/_waits.py, capture and morph, the schedulers).
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ from ._ledger import Ledger, explain_ambiguous
 from ._morph import build_resume_chain
 from ._points import SnapshotPoint
 from ._repair import check_accepted
+from ._scheduler import Scheduler
 from ._switch import (
     PARKED_AGENTS,
     SWITCH_CODES,
@@ -82,14 +88,13 @@ from ._switch import (
     Stop,
     in_coroutine,
 )
-from ._tasks import Scheduler, _task_bootstrap
+from ._tasks import task_bootstrap
 from ._waits import API_CODES, WaitRequest, wait_api
 
 if TYPE_CHECKING:
     import logging
 
     from ..serializers._store import EffectRow
-    from ._tasks import Scheduler
 
 __all__ = ["snapshot", "Job", "runtime_versions"]
 
@@ -636,7 +641,7 @@ class Job:
             )
         while top.f_back is not None and top.f_back.f_code in API_CODES:
             top = top.f_back  # the task's call receives the wait's outcome
-        stop = _bootstrap.__code__ if glet is self._agent else _task_bootstrap.__code__
+        stop = _bootstrap.__code__ if glet is self._agent else task_bootstrap.__code__
         try:
             return capture_stack(top, stop, handled)
         except SnapshotError as exc:

@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from ..serializers._keys import KeyRing
     from ._async_loop import TaskInfo
     from ._job import Job
-    from ._tasks import _TaskState
+    from ._scheduler import _TaskState
 
 __all__ = ["Ledger", "Action", "RECOVERY", "seal", "unseal", "explain_ambiguous"]
 
