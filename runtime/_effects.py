@@ -1,40 +1,17 @@
-"""The effect ledger: at-most-once side effects across crashes, restores, retries and
-forks.
+"""Effects: @effect and call_effect, at most once across crashes, restores and forks.
 
-Every outbound call goes through @effect (or call_effect). Its logical identity is
-the job id plus the effect's ordinal along the job's path; the ordinal counter is
-part of the frozen state, so code re-executed after a restore produces the same
-identities and the n-th effect finds its own ledger row. The idempotency key given
-to the provider is derived from that identity (a fork has a new job id, so new keys).
-
-Two durable writes per effect: the row, in state "dispatched", is committed before the
-call is sent (it says: this action may have happened); the outcome (confirmed with
-the signed result, or failed with the error) right after the response. On
-re-execution a confirmed row returns its recorded result and nothing is sent; a
-dispatched row means the outcome is unknown and is reconciled: retried with the same
-key when the provider honours keys, asked for with lookup(key) when it can be
-queried, otherwise marked ambiguous and the job parks until `snaprun reconcile`.
-
-Fencing at the moment of sending: the transaction that records an attempt as
-dispatched also requires the runner's lease epoch to be current and its deadline to
-be more than dispatch_margin(ttl) away, and renews it; right before the call the
-deadline (less send_guard(ttl)) is checked again in-process, and what is left is the
-request's timeout (timeout_param=, effect_time_left()). A runner that fails either
-check sends nothing and stops (StaleWriter). fencing_token=True passes the lease epoch.
+Every outbound call goes through @effect (or call_effect): this module builds the
+call's spec (runtime/_effect_spec.py), checks a required approval, and sends it through
+the job's ledger (runtime/_ledger.py: identities, the two durable writes, recovery of an
+unknown outcome, fencing at the moment of sending). In plain Python there is no ledger:
+the function is simply called.
 
 A provider's "not now" (RateLimited, an HTTP 429 with Retry-After: resources/_ratelimit.py)
-means the action did not happen: the attempt is recorded not-committed and the task
-waits (runtime/_timers.py, kind "rate-limit"; long waits hibernate the job), then calls
+means the action did not happen: the ledger records the attempt not-committed and the
+task waits here (the "rate-limit" wait kind; long waits hibernate the job), then calls
 the same action again: same ordinal, same key, same arguments (see "rate limits" below).
-
-snapstate.now(), random() and uuid4() are recorded in the same ledger, so code
-between a snapshot and a crash re-executes identically; their rows are batched into
-the next durable write.
-
-This module holds the declarations: @effect and call_effect, the call of a plain effect
-through the ledger (runtime/_ledger.py), and the wait of a rate-limited one (the
-"rate-limit" wait kind). Async effects are in runtime/_effects_async.py, recorded
-values in runtime/_recorded.py.
+Async effects are in runtime/_effects_async.py, recorded values (now(), random(),
+uuid4()) in runtime/_recorded.py.
 """
 
 from __future__ import annotations

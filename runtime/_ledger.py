@@ -24,8 +24,8 @@ check sends nothing and stops (StaleWriter). fencing_token=True passes the lease
 
 A provider's "not now" (RateLimited, an HTTP 429 with Retry-After: resources/_ratelimit.py)
 means the action did not happen: the attempt is recorded not-committed and the task
-waits (runtime/_timers.py, kind "rate-limit"; long waits hibernate the job), then calls
-the same action again: same ordinal, same key, same arguments (see "rate limits" below).
+waits (the "rate-limit" wait kind, runtime/_effects.py), then calls the same action
+again: same ordinal, same key, same arguments.
 
 snapstate.now(), random() and uuid4() are recorded in the same ledger, so code
 between a snapshot and a crash re-executes identically; their rows are batched into
