@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 
 from bench_freeze import plain_state  # noqa: E402
 
-from snapstate.runtime import _agent, _job  # noqa: E402
+from snapstate.runtime import _agent, _job, _switch  # noqa: E402
 from snapstate.serializers import _snapfile  # noqa: E402
 from snapstate.serializers._home import Home  # noqa: E402
 
@@ -80,7 +80,7 @@ class DurableJob(_job.Job):
                     samples[name].append(value * 1e3)
         DurableJob.results = {k: statistics.median(v) for k, v in samples.items()}
         DurableJob.results["bytes"] = os.path.getsize(self.home.absolute(row.file))
-        return self._agent.switch(_job.SnapshotInfo(False, 0.0, self.seq, request.label))
+        return self._agent.switch(_switch.SnapshotInfo(False, 0.0, self.seq, request.label))
 
 
 def measure(encrypt: bool) -> dict:

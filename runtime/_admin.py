@@ -274,7 +274,7 @@ def reconcile(
 ) -> EffectRow:
     """Say what happened to an effect whose outcome is unknown, so the job can resume:
     refused while a live runner holds the job, with the ledger unchanged."""
-    from ._effects import seal
+    from ._ledger import seal
 
     validate_job_id(job_id)
     note = ("reconciled: committed" if committed else "reconciled: not committed") + " by hand"

@@ -6,6 +6,13 @@ A script is imported under its own module name (not __main__, so an
 with its directory first on sys.path. The agent's own modules are the script and the
 modules imported from its directory, or, for `package.module:function`, the modules
 of that top-level package; never the standard library, site-packages or snapstate.
+
+Only modules the job itself imported belong to it: never `__main__` (a host program
+that runs jobs through the Python API, even from the agent's folder), and no module
+loaded before the entry module (sys.modules keeps import order: what the entry module
+imports comes after it, even when a host imported it before starting the job) unless
+the agent's own modules refer to it. A host's own modules keep their globals: a
+snapshot does not hold them and a resume in the host's process does not overwrite them.
 """
 
 from __future__ import annotations
@@ -121,8 +128,9 @@ class EntryPoint:
         return fn
 
     def owns(self, module: types.ModuleType) -> bool:
+        """The module lives where the agent's code does (its folder, or its package)."""
         name = module.__name__
-        if name.split(".")[0] == _OWN_PACKAGE:
+        if name.split(".")[0] == _OWN_PACKAGE or name == "__main__":
             return False
         if self.path is None:
             return name.split(".")[0] == self.module.split(".")[0]
@@ -146,16 +154,63 @@ def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
     """The agent's own modules among those loaded (decided once per module: resolving
     paths of every loaded module at each snapshot would dominate its cost)."""
     out: list[types.ModuleType] = []
-    loaded: list[object] = list(sys.modules.values())  # not always modules
-    for module in loaded:
-        if not isinstance(module, types.ModuleType):
+    earlier: list[types.ModuleType] = []  # in the agent's folder, loaded before the entry
+    loaded: list[tuple[str, object]] = list(sys.modules.items())  # in import order
+    before = entry.module in sys.modules  # until the entry module's place in that order
+    for name, module in loaded:
+        if name == entry.module:
+            before = False
+        if not isinstance(module, types.ModuleType):  # not always modules
             continue
         hit = _OWNED.get((entry, id(module)))
         if hit is None or hit[0] is not module:
             hit = _OWNED[(entry, id(module))] = (module, entry.owns(module))
-        if hit[1]:
+        if not hit[1]:
+            continue
+        if before and not entry.module.startswith(name + "."):  # (its packages are its own)
+            earlier.append(module)
+        else:
             out.append(module)
+    if earlier:
+        out.extend(_referred(out, earlier))
     return out
+
+
+def _referred(
+    own: list[types.ModuleType], earlier: list[types.ModuleType]
+) -> list[types.ModuleType]:
+    """The modules of `earlier` the agent's modules refer to, directly or through each
+    other: a module bound to a global, the module of a function or class bound to one
+    (`from helpers import step`), or a module holding the same mutable object as one
+    of theirs (`from settings import CONFIG`: both must come back as one object)."""
+    found: dict[str, types.ModuleType] = {}
+    rest = {m.__name__: m for m in earlier}
+    queue = list(own)
+    while queue and rest:
+        module = queue.pop()
+        names: set[str] = set()
+        shared: set[int] = set()
+        for key, value in list(vars(module).items()):
+            if key.startswith("__"):  # __builtins__ is shared by every module
+                continue
+            if isinstance(value, types.ModuleType):
+                names.add(value.__name__)
+            elif isinstance(value, (types.FunctionType, type)):
+                name = getattr(value, "__module__", None)
+                if isinstance(name, str):
+                    names.add(name)
+            elif not isinstance(value, _IMMUTABLE):
+                shared.add(id(value))
+        for name, candidate in list(rest.items()):
+            values = [v for k, v in list(vars(candidate).items()) if not k.startswith("__")]
+            if name in names or any(id(v) in shared for v in values):
+                found[name] = candidate
+                queue.append(candidate)
+                del rest[name]
+    return list(found.values())
+
+
+_IMMUTABLE = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset)
 
 
 def _rebound_on_import(module: types.ModuleType, name: str, value: object) -> bool:

@@ -411,7 +411,7 @@ def check_settings() -> None:
     """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER, SNAPSTATE_CLOCK_OFFSET,
     SNAPSTATE_EFFECT_THREADS or SNAPSTATE_ASYNC_SETTLE before any job runs (a
     SnapstateError naming the variable); the CLI maps it to exit 2."""
-    from ._async import settle_seconds
+    from ._async_loop import settle_seconds
     from ._tasks import effect_threads
 
     lease_ttl()

@@ -58,9 +58,10 @@ from ..serializers._ids import validate_job_id
 from ..serializers._store import ApprovalRow
 from . import _context, _waits
 from ._clock import clock
-from ._effects import now
+from ._effect_args import args_repr
 from ._faults import fault_point
-from ._job import wait_api, wait_point
+from ._recorded import now
+from ._waits import wait_api, wait_point
 
 if TYPE_CHECKING:
     from ..serializers._home import Home
@@ -686,8 +687,6 @@ def check_scope(
             f"checking the call against {label}, scope {row.scope}: nothing was sent"
         ) from None
     if not ok:
-        from ._effects import args_repr
-
         raise ApprovalScopeError(
             f"effect {effect}({args_repr(args, kwargs)}) lies outside the scope of {label}: "
             f"{row.scope}. Nothing was sent. A wider scope needs a new approval."

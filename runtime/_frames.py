@@ -4,12 +4,23 @@ reads. Kept apart from both so the pickler can name it without importing either.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import CodeType
 from typing import Any
 
 from .._abi import pinned
-from ..serializers._codeid import CodeRef
+from ..serializers._codeid import CodeRef, find_code
+from ._layout import nlocalsplus
 
-__all__ = ["FrameRecord", "CALL", "GENERATOR", "GENERATOR_CREATED", "VALUE", "INSTANCE"]
+__all__ = [
+    "local_names",
+    "local_names_for_header",
+    "FrameRecord",
+    "CALL",
+    "GENERATOR",
+    "GENERATOR_CREATED",
+    "VALUE",
+    "INSTANCE",
+]
 
 # kinds
 CALL = "call"  # paused in a call; resumes when the callee returns
@@ -39,3 +50,18 @@ class FrameRecord:
     @property
     def where(self) -> str:
         return f"{self.code.qualname}() at {self.code.filename}:{self.lineno}"
+
+
+def local_names(code: CodeType) -> list[str]:
+    names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
+    names += list(code.co_freevars)
+    return names[: nlocalsplus(code)]
+
+
+def local_names_for_header(ref: CodeRef) -> list[str] | None:
+    """A frame's local slot names, kept in the header so `inspect` can name locals
+    without importing the agent's code."""
+    try:
+        return local_names(find_code(ref))
+    except Exception:
+        return None

@@ -9,6 +9,11 @@ the snapshot() call; the job carries on and earlier snapshots stay valid.
 Restoring imports the agent's modules, checks the interpreter, the libraries and
 every frame's code against the snapshot's header before a byte is unpickled, then
 builds the chain of morph frames and runs it in a fresh agent greenlet.
+
+Why this module is long: `Job` is one state machine (create, lease, run loop, freeze,
+hibernate, restore, finish) whose steps share the lease, the ledger and the switch
+protocol's invariants; the parts that stand alone live beside it (the switch messages in
+runtime/_switch.py, waits in runtime/_waits.py, capture and morph, the schedulers).
 """
 
 from __future__ import annotations
@@ -22,9 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from types import CodeType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import cloudpickle
 import greenlet
@@ -54,80 +57,46 @@ from ..serializers._envsecrets import secret_in
 from ..serializers._home import JOB_HEADER_FIELDS, Home
 from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import WaitRow
-from . import _agent, _async, _context, _defstate, _pins, _process, _rootlog, _waits
-from ._capture import capture_stack
+from . import (
+    _agent,
+    _async,
+    _async_describe,
+    _async_pickle,
+    _context,
+    _defstate,
+    _pins,
+    _process,
+    _rootlog,
+    _waits,
+)
+from ._capture import capture_stack, describe
 from ._clock import SleepInterrupted, clock
-from ._effects import Ledger
 from ._faults import fault_point
-from ._frames import FrameRecord
-from ._layout import nlocalsplus
+from ._frames import FrameRecord, local_names, local_names_for_header
 from ._lease import Lease
+from ._ledger import Ledger, explain_ambiguous
 from ._morph import build_resume_chain
+from ._points import SnapshotPoint
 from ._repair import check_accepted
+from ._scheduler import Scheduler
+from ._switch import (
+    PARKED_AGENTS,
+    SWITCH_CODES,
+    Done,
+    FreezeRequest,
+    SnapshotInfo,
+    Stop,
+    in_coroutine,
+)
+from ._tasks import task_bootstrap
+from ._waits import API_CODES, WaitRequest, wait_api
 
 if TYPE_CHECKING:
     import logging
 
     from ..serializers._store import EffectRow
-    from ._tasks import Scheduler
 
-__all__ = ["SnapshotInfo", "snapshot", "wait_point", "wait_api", "Job", "runtime_versions"]
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """What snapshot() returns.
-
-    resumed:    True when execution just continued from this snapshot in a restore
-    frozen_for: seconds between taking the snapshot and resuming it (0.0 when live)
-    seq:        the snapshot's sequence number (None outside a job)
-    label:      the label given to snapshot()
-    meta:       the meta dict given to snapshot() (a JSON copy), or None
-    pins:       the job's pinned values when the snapshot was taken (pin())
-    """
-
-    resumed: bool
-    frozen_for: float
-    seq: int | None
-    label: str | None
-    meta: dict[str, Any] | None = None
-    pins: dict[str, Any] = field(default_factory=dict)
-
-
-# A SnapshotInfo pickled before meta and pins existed (a local of a frozen frame) has
-# neither in its __dict__: it reads these class-level defaults.
-setattr(SnapshotInfo, "pins", {})  # noqa: B010 (never mutated: pins() returns copies)
-
-
-@dataclass(frozen=True)
-class _FreezeRequest:
-    label: str | None
-    handled: BaseException | None
-    wait: _waits.Wait | None = None  # a snapshot taken to hibernate at this wait
-    meta: dict[str, Any] | None = None  # snapshot(meta=...), checked (runtime/_pins.py)
-    async_state: dict[str, Any] | None = None  # an async job's tasks (runtime/_async.py)
-
-
-@dataclass(frozen=True)
-class _WaitRequest:
-    """The agent waits (runtime/_waits.py): the hub polls, sleeps or hibernates."""
-
-    wait: _waits.Wait
-    handled: BaseException | None
-
-
-@dataclass(frozen=True)
-class _Done:
-    value: object
-
-
-@dataclass(frozen=True)
-class _Stop:
-    """The agent asks the hub to stop the run here, leaving it paused: park or end
-    of a replay."""
-
-    error: BaseException | None
-    reason: str
+__all__ = ["snapshot", "Job", "runtime_versions"]
 
 
 def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> SnapshotInfo:
@@ -146,8 +115,8 @@ def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> Sn
             f"{leaked}, and both are written in the snapshot's header and listed by snaprun "
             "ls and inspect (in clear in a plain store); keep the secret out of them"
         )
-    if _async.in_coroutine(1):  # `await snapshot()`: an await point (runtime/_async.py)
-        return _async.SnapshotPoint(label, checked)  # type: ignore[return-value]
+    if in_coroutine(1):  # `await snapshot()`: an await point (runtime/_points.py)
+        return SnapshotPoint(label, checked)  # type: ignore[return-value]
     job = _context.active_job()
     if job is None:
         return SnapshotInfo(False, 0.0, None, label, checked, _pins.pins())
@@ -165,60 +134,17 @@ def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> Sn
         )
     # The hub switches back the SnapshotInfo of this snapshot (or throws into it).
     assert job._hub is not None  # set with _agent while the job runs
-    info: SnapshotInfo = job._hub.switch(_FreezeRequest(label, sys.exception(), meta=checked))
+    info: SnapshotInfo = job._hub.switch(FreezeRequest(label, sys.exception(), meta=checked))
     return info
 
 
-def wait_point(wait: _waits.Wait) -> Any:  # what the wait's poller made ready
-    """The agent's side of a wait: switch to the hub, which returns the value the wait
-    ends with (or throws its error here) once its poller says the task may go on. A
-    snapshot taken to hibernate is taken with the agent paused right here."""
-    job = _context.active_job()
-    if job is None:
-        raise RuntimeError("wait_point() outside a job: the caller handles plain Python")
-    if job._async is not None:  # an async job: the agent awaits the wait
-        caller = sys._getframe(1)
-        while caller.f_back is not None and caller.f_code in _API_CODES:
-            caller = caller.f_back
-        if not caller.f_code.co_flags & (inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
-            raise SnapshotError(
-                f"a wait at {wait.site} was called in {caller.f_code.co_qualname}(), a plain "
-                "function of an async job; await it (`await sleep(...)`, `await "
-                "request_approval(...)`) in the async def instead"
-            )
-        return _async.WaitPoint(wait)
-    if not job._is_task(greenlet.getcurrent()):
-        raise SnapshotError(
-            f"a wait at {wait.site} was called from a greenlet or thread the job did not "
-            "start; call it from the agent's own code"
-        )
-    assert job._hub is not None  # set with _agent while the job runs
-    return job._hub.switch(_WaitRequest(wait, sys.exception()))
-
-
-# The functions a task is paused in when the hub freezes it (runtime/_tasks.py adds its
-# join point).
-_SWITCH_CODES: set[CodeType] = {snapshot.__code__, wait_point.__code__}
-# snapstate's public wait functions (sleep(), request_approval(), ...) between the agent's
-# frame and wait_point(): they return exactly what wait_point() returns, so they are not
-# captured; after a restore the agent's call receives the wait's outcome directly, and a
-# newer snapstate can resume a job that hibernated in an older one's wait function.
-_API_CODES: set[CodeType] = set()
-
-_Fn = TypeVar("_Fn", bound=Callable[..., Any])
-
-
-def wait_api(fn: _Fn) -> _Fn:
-    """Mark a public wait function (or a helper between it and wait_point()): it must
-    return wait_point()'s value unchanged."""
-    _API_CODES.add(fn.__code__)
-    return fn
+SWITCH_CODES.add(snapshot.__code__)
 
 
 def _bootstrap(
     fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
-) -> _Done:
-    return _Done(fn(*args, **kwargs))
+) -> Done:
+    return Done(fn(*args, **kwargs))
 
 
 def runtime_versions() -> dict[str, str]:
@@ -253,21 +179,6 @@ def check_versions(header: dict[str, Any], where: str) -> None:
             f"the interpreter and library versions it was taken with "
             f"(Python {then.get('python_full')})."
         )
-
-
-def _local_names(code: CodeType) -> list[str]:
-    names = list(code.co_varnames) + [c for c in code.co_cellvars if c not in code.co_varnames]
-    names += list(code.co_freevars)
-    return names[: nlocalsplus(code)]
-
-
-def _names_for_header(ref: CodeRef) -> list[str] | None:
-    """A frame's local slot names, kept in the header so `inspect` can name locals
-    without importing the agent's code."""
-    try:
-        return _local_names(find_code(ref))
-    except Exception:
-        return None
 
 
 class Job:
@@ -391,26 +302,24 @@ class Job:
 
     # called by the ledger, in the agent's greenlet
     def park(self, row: EffectRow, call_site: str) -> None:
-        from ._effects import explain_ambiguous
-
         assert self._hub is not None  # called by the agent, so the job runs
-        self._hub.switch(_Stop(JobParked(explain_ambiguous(self.job_id, row)), "parked"))
+        self._hub.switch(Stop(JobParked(explain_ambiguous(self.job_id, row)), "parked"))
 
     def fenced(self, error: StaleWriter) -> None:
         """This runner may no longer send (its lease is lost or about to be): the run
         stops here, the agent stays paused (no agent code runs after it)."""
         assert self._hub is not None  # called by the agent, so the job runs
-        self._hub.switch(_Stop(error, "stale"))
+        self._hub.switch(Stop(error, "stale"))
 
     def end_replay(self, reason: str) -> None:
         assert self._hub is not None  # called by the agent, so the job runs
-        self._hub.switch(_Stop(None, reason))
+        self._hub.switch(Stop(None, reason))
 
     def store_failed(self, exc: StoreFailure) -> None:
         """The store failed under the agent (recording an effect): stop the run here,
         the agent paused, so none of its code (except/finally blocks) runs after it."""
         assert self._hub is not None  # called by the agent, so the job runs
-        self._hub.switch(_Stop(exc, "the store failed"))
+        self._hub.switch(Stop(exc, "the store failed"))
 
     def progressed(self) -> None:
         """The first new durable progress after a restart: record how long it took."""
@@ -548,8 +457,6 @@ class Job:
     def _loop(
         self, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
     ) -> object:
-        from ._tasks import Scheduler
-
         outer = _context.active_job()
         self._hub = greenlet.getcurrent()
         self._agent = greenlet.greenlet(_bootstrap, parent=self._hub)
@@ -582,7 +489,7 @@ class Job:
             scheduler.close()
             self._scheduler = None  # a later run (a replay) starts or restores its own
 
-    def _take_snapshot(self, request: _FreezeRequest) -> object:
+    def _take_snapshot(self, request: FreezeRequest) -> object:
         """Freeze, write and commit; returns what the agent sends the hub next."""
         agent = self._agent
         assert agent is not None  # the agent asked for this snapshot
@@ -601,7 +508,7 @@ class Job:
         return agent.switch(self._live_info(seq, request, header))
 
     @staticmethod
-    def _live_info(seq: int, request: _FreezeRequest, header: dict[str, Any]) -> SnapshotInfo:
+    def _live_info(seq: int, request: FreezeRequest, header: dict[str, Any]) -> SnapshotInfo:
         return SnapshotInfo(False, 0.0, seq, request.label, request.meta, dict(header["pins"]))
 
     def _commit(self, seq: int, label: str | None, header: dict[str, Any], payload: bytes) -> None:
@@ -622,7 +529,7 @@ class Job:
             # Fatal for this run: the agent stays paused and is never resumed here.
             self._hub_error = exc
             if agent is not None:
-                _PARKED_AGENTS.append(agent)
+                PARKED_AGENTS.append(agent)
             raise
         self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
         fault_point("after-snapshot", seq)
@@ -653,7 +560,7 @@ class Job:
                 self.napping = False
                 return outcome
 
-    def _wait(self, request: _WaitRequest) -> object:
+    def _wait(self, request: WaitRequest) -> object:
         """The agent waits: deliver what the wait ends with once it is ready, or take a
         snapshot right here and hibernate (JobWaiting). Returns the agent's next
         message."""
@@ -665,19 +572,17 @@ class Job:
                 return agent.throw(outcome.error)
             return agent.switch(outcome.value)
         if self.ledger.replay:  # a replay writes nothing: it ends where the run waited
-            _PARKED_AGENTS.append(agent)
-            return _Stop(None, f"the job waits at {request.wait.site} ({outcome.reason})")
+            PARKED_AGENTS.append(agent)
+            return Stop(None, f"the job waits at {request.wait.site} ({outcome.reason})")
         seq = self.seq + 1
         close_all_for_snapshot()
         label = f"waiting: {outcome.reason}"
         try:
-            header, payload = self._freeze(
-                _FreezeRequest(label, request.handled, request.wait), seq
-            )
+            header, payload = self._freeze(FreezeRequest(label, request.handled, request.wait), seq)
         except SnapshotError as exc:
             return agent.throw(exc)  # raised at the wait: the job carries on
         self._commit(seq, label, header, payload)
-        _PARKED_AGENTS.append(agent)  # its state is in the file; this run ends here
+        PARKED_AGENTS.append(agent)  # its state is in the file; this run ends here
         self._hibernate(request.wait, outcome, seq)
 
     def _hibernate(self, wait: _waits.Wait, outcome: _waits.NotYet, seq: int) -> NoReturn:
@@ -725,26 +630,24 @@ class Job:
         self, name: str, glet: greenlet.greenlet, handled: BaseException | None, label: str
     ) -> list[FrameRecord]:
         """The frames of a task of a job with several tasks, paused at a switch point."""
-        from ._capture import describe
-        from ._tasks import _task_bootstrap
 
         top = glet.gr_frame
-        if top is None or top.f_code not in _SWITCH_CODES:
+        if top is None or top.f_code not in SWITCH_CODES:
             where = f" (its frame: {describe(top)})" if top is not None else ""
             raise SnapshotError(
                 f"{label} failed: task {name} is not paused at a switch point (snapshot(), an "
                 f"effect, a wait, gather() or result()){where}: it runs code the job did not "
                 "start (a raw greenlet switch?). Let the task reach a snapstate switch point."
             )
-        while top.f_back is not None and top.f_back.f_code in _API_CODES:
+        while top.f_back is not None and top.f_back.f_code in API_CODES:
             top = top.f_back  # the task's call receives the wait's outcome
-        stop = _bootstrap.__code__ if glet is self._agent else _task_bootstrap.__code__
+        stop = _bootstrap.__code__ if glet is self._agent else task_bootstrap.__code__
         try:
             return capture_stack(top, stop, handled)
         except SnapshotError as exc:
             raise SnapshotError(f"{label} failed: task {name}: {exc}") from None
 
-    def _freeze(self, request: _FreezeRequest, seq: int) -> tuple[dict[str, Any], bytes]:
+    def _freeze(self, request: FreezeRequest, seq: int) -> tuple[dict[str, Any], bytes]:
         assert self._agent is not None  # the agent asked for this snapshot
         label = f"snapshot {seq}" + (f" ({request.label})" if request.label else "")
         tasks: list[dict[str, Any]] | None = None
@@ -757,9 +660,9 @@ class Job:
             )
         else:
             top = self._agent.gr_frame
-            if top is None or top.f_code not in _SWITCH_CODES:
+            if top is None or top.f_code not in SWITCH_CODES:
                 raise SnapshotError("the job is not paused in snapshot() or at a wait")
-            while top.f_back is not None and top.f_back.f_code in _API_CODES:
+            while top.f_back is not None and top.f_back.f_code in API_CODES:
                 top = top.f_back  # the agent's call receives the wait's outcome
             try:
                 frames = capture_stack(top, _bootstrap.__code__, request.handled)
@@ -823,7 +726,7 @@ class Job:
             header["wait"] = {"kind": request.wait.kind, "site": request.wait.site}
         if request.async_state is not None:  # main's coroutines, and every task's
             header["async"] = True
-            header["frames"], header["tasks"] = _async.frame_headers(request.async_state)
+            header["frames"], header["tasks"] = _async_describe.frame_headers(request.async_state)
         return header, payload
 
     @staticmethod
@@ -840,7 +743,7 @@ class Job:
         for task, records in stacks:
             for rec in records:
                 try:
-                    names = _local_names(find_code(rec.code))
+                    names = local_names(find_code(rec.code))
                 except Exception:
                     names = []
                 for i, value in enumerate(rec.slots):
@@ -856,7 +759,7 @@ class Job:
             for name, value in values.items():
                 roots.append((f"module {module}, global {name!r}", value))
         if state.get("async") is not None:
-            roots.extend(_async.roots(state["async"]))
+            roots.extend(_async_describe.roots(state["async"]))
         roots.extend(_defstate.roots(state.get("defs", {})))
         roots.append(("the exception being handled", state["handled"]))
         roots.append(("the root logger's handlers", state.get("logging")))
@@ -891,20 +794,20 @@ class Job:
         try:
             _secrets.bind(self.home.keys)
             if header.get("async"):
-                _async.begin_restore()
+                _async_pickle.begin_restore()
             state = _pickler.loads(payload)
-            restored = _async.take_restored()  # an async job's tasks and futures
+            restored = _async_pickle.take_restored()  # an async job's tasks and futures
         except SnapstateError:
-            _async.discard_restored()
+            _async_pickle.discard_restored()
             raise
         except (ImportError, AttributeError) as exc:
-            _async.discard_restored()
+            _async_pickle.discard_restored()
             raise IncompatibleSnapshot(
                 f"{where} refers to code that no longer exists ({type(exc).__name__}: {exc}). "
                 "Restore the original source to resume this job."
             ) from None
         except Exception as exc:
-            _async.discard_restored()
+            _async_pickle.discard_restored()
             seq = header.get("seq")
             earlier = (
                 f"snaprun resume {self.job_id} --at {seq - 1} continues from the snapshot "
@@ -941,8 +844,6 @@ class Job:
             raise RestoreError(f"{where} holds asyncio tasks but is not an async job's")
         tasks = state.get("tasks")
         if tasks is not None:  # several tasks: each resumes with its own pending value
-            from ._tasks import Scheduler
-
             scheduler = self._scheduler = Scheduler(self)
             scheduler.restore(
                 tasks, build_resume_chain, header["created_at"], header["seq"], frames
@@ -1008,7 +909,7 @@ def _frame_headers(frames: list[FrameRecord]) -> list[dict[str, Any]]:
             "digest": f.code.digest,
             "filename": f.code.filename,
             "lineno": f.lineno,
-            "locals": _names_for_header(f.code),
+            "locals": local_names_for_header(f.code),
         }
         for f in frames
     ]
@@ -1037,9 +938,3 @@ def _refuse_leftover_files(home: Home, job_id: str) -> None:
             "backup). Nothing was created; `snaprun repair` rebuilds lost jobs from their files, "
             "or choose another id."
         )
-
-
-# Agents whose run stopped on a fatal store error stay paused forever: letting them be
-# garbage-collected would throw GreenletExit into agent code and run its finally
-# blocks (side effects after the job stopped).
-_PARKED_AGENTS: list[greenlet.greenlet] = []

@@ -1,4 +1,4 @@
-"""Durable timers: sleep() and sleep_until(), and the waits of rate-limited effects.
+"""Durable timers: sleep() and sleep_until().
 
 A wait due within hibernate_after() seconds (SNAPSTATE_HIBERNATE_AFTER, default 60) is
 slept through in the process; a longer one snapshots the job right at the call and
@@ -7,25 +7,21 @@ The due time is computed from snapstate.now(), a value recorded in the ledger, s
 re-executed after a crash waits for the same moment, not a new full interval. All time
 goes through the clock seam (runtime/_clock.py).
 
-A rate-limited effect (RateLimited, an HTTP 429: runtime/_effects.py) waits the same
-way, with a Wait of kind "rate-limit" that holds the call as plain data; once it is due,
-the poller's Ready(Then(...)) sends the same action again in the agent's task."""
+A rate-limited effect waits the same way (the "rate-limit" wait kind, runtime/_effects.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as _datetime
-import functools
 import math
-from typing import Any
 
-from . import _context, _effects, _waits
-from ._async import in_coroutine
+from . import _context, _waits
 from ._clock import clock
-from ._effects import now
-from ._job import wait_api, wait_point
+from ._recorded import now
+from ._switch import in_coroutine
+from ._waits import wait_api, wait_point
 
-__all__ = ["sleep", "sleep_until", "rate_limit_wait"]
+__all__ = ["sleep", "sleep_until"]
 
 # Longer waits (or later moments) leave what datetime and time_t represent.
 _MAX_WAIT = 100 * 366 * 86400.0
@@ -99,33 +95,3 @@ def _poll_timer(job: object, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
 
 
 _waits.register("timer", _poll_timer)
-
-
-# ------------------------------------------------------------------------ rate limits
-def rate_limit_wait(
-    name: str, call: dict[str, Any], seconds: float, default: bool, site: str
-) -> _waits.Wait:
-    """The wait of effect `name` refused at `site`: due `seconds` from now (the clock);
-    `call` (runtime/_effects.py) is what is sent again. `default`: the provider named no
-    wait, so the default backoff is used."""
-    due = clock().time() + seconds
-    args = {"due": due, "seconds": seconds, "default": default, "effect": name, "call": call}
-    return _waits.Wait("rate-limit", args, site)
-
-
-def _poll_rate_limit(job: object, wait: _waits.Wait) -> _waits.Ready | _waits.NotYet:
-    due = float(wait.args["due"])
-    if clock().time() >= due:
-        resend = functools.partial(_effects._resend, wait.args["call"], wait.site)
-        return _waits.Ready(_waits.Then(resend))
-    asked = (
-        f"no Retry-After given, backing off {wait.args['seconds']:g}s"
-        if wait.args.get("default")
-        else f"retry after {wait.args['seconds']:g}s"
-    )
-    return _waits.NotYet(due, f"rate limited: {wait.args['effect']} at {wait.site} ({asked})")
-
-
-_waits.register("rate-limit", _poll_rate_limit)
-for _fn in _effects.wait_api_functions():  # between the agent's call and wait_point()
-    wait_api(_fn)

@@ -36,7 +36,7 @@ from providers import Provider
 
 from snapstate import Secret
 from snapstate._errors import StoreDamaged
-from snapstate.runtime._effects import args_digest
+from snapstate.runtime._effect_args import args_digest
 from snapstate.serializers import _snapfile
 from snapstate.serializers._home import Home
 from snapstate.serializers._store import EffectRow, SnapshotRow

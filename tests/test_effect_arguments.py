@@ -12,7 +12,7 @@ import threading
 import pytest
 from conftest import snaprun
 
-from snapstate.runtime import _effects
+from snapstate.runtime import _effect_args
 
 openai = pytest.importorskip("openai", reason="the integrations extra is not installed")
 httpx = pytest.importorskip("httpx")
@@ -97,7 +97,7 @@ def test_argument_digest_ignores_credentials_and_keeps_configuration():
     b = openai.OpenAI(api_key="sk-two-87654321", base_url="http://127.0.0.1:9/v1")
     c = openai.OpenAI(api_key="sk-one-12345678", base_url="http://127.0.0.1:8/v1")
     try:
-        digests = [_effects.args_digest("ask", (x, "hi"), {}) for x in (a, b, c)]
+        digests = [_effect_args.args_digest("ask", (x, "hi"), {}) for x in (a, b, c)]
     finally:
         for x in (a, b, c):
             x.close()
@@ -111,6 +111,6 @@ def test_unsaveable_argument_is_refused_naming_it_and_the_fix():
     lock = threading.Lock()
     with lock:
         with pytest.raises(TypeError) as caught:
-            _effects.args_digest("ask", ("hi",), {"guard": lock})
+            _effect_args.args_digest("ask", ("hi",), {"guard": lock})
     message = str(caught.value)
     assert "effect ask: its argument 'guard'" in message and "global or a closure" in message

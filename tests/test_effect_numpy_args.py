@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from snapstate.runtime._effects import args_digest
+from snapstate.runtime._effect_args import args_digest
 
 np = pytest.importorskip("numpy", reason="the integrations extra is not installed")
 

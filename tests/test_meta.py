@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import snapstate
-from snapstate.runtime._job import SnapshotInfo
+from snapstate.runtime._switch import SnapshotInfo
 from snapstate.serializers import _sealing, _snapfile
 from snapstate.serializers._home import Home
 

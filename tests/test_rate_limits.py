@@ -30,8 +30,9 @@ import snapstate
 from snapstate.resources._ratelimit import NOT_GIVEN, retry_after
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._clock import FakeClock, set_clock
-from snapstate.runtime._effects import RECOVERY, Action, Recovery
+from snapstate.runtime._effect_spec import Recovery
 from snapstate.runtime._job import Job
+from snapstate.runtime._ledger import RECOVERY, Action
 from snapstate.serializers._home import Home
 from snapstate.serializers._sqlite import SqliteCatalog
 from snapstate.serializers._store import EffectState

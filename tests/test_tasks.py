@@ -24,8 +24,9 @@ from providers import Provider
 import snapstate
 from snapstate import gather, spawn
 from snapstate.runtime._agent import EntryPoint
-from snapstate.runtime._effects import TASK_ORDINAL_BASE, Ledger
+from snapstate.runtime._effect_spec import TASK_ORDINAL_BASE
 from snapstate.runtime._job import Job
+from snapstate.runtime._ledger import Ledger
 from snapstate.runtime._tasks import Task
 from snapstate.serializers._home import Home
 

@@ -14,7 +14,7 @@ import threading
 import uuid
 import warnings
 
-from snapstate.runtime import _effects
+from snapstate.runtime import _recorded
 
 
 def _stream(stream):
@@ -98,7 +98,7 @@ def main():
         "pid": os.getpid(),
         "ppid": os.getppid(),
         "random": random.random(),
-        "snapstate_random": _effects._VALUES.random(),
+        "snapstate_random": _recorded._VALUES.random(),
         "uuid4": str(uuid.uuid4()),
         "hash": hash("snapstate"),
     }
