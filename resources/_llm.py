@@ -60,8 +60,8 @@ __all__: list[str] = []
 
 T = TypeVar("T")
 # SDK objects read through attributes that differ between SDKs and versions (an openai
-# or anthropic client in a shared helper, its HTTP client, a stream, a raw response) are
-# typed Any; the clients' own adapters use the SDK's types.
+# or anthropic client, its HTTP client, a stream, a raw response) are typed Any: one
+# loader serves both SDKs, driven by a spec per SDK (_OPENAI, _ANTHROPIC).
 
 _RESOURCE_FIX = (
     "create the client in a module-level function passed to snapstate.resource() "
