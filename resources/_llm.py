@@ -467,6 +467,8 @@ def _rebuild(
     extras: dict[str, Any],
     closed: bool,
 ) -> object:
+    """A client from what _reduce_client saved (the arguments after `spec`: snapshot
+    files hold them in this order, so it never changes)."""
     client = object.__new__(cls)
     # The SDK's own constructor on the saved class (a subclass's __init__ may take other
     # arguments; its own attributes come back from `extras`).
@@ -480,27 +482,15 @@ def _rebuild(
 
 
 @pinned("openai_rebuild_client")
-def _rebuild_openai(
-    cls: type[Any],
-    base: type[Any],
-    kwargs: dict[str, Any],
-    attrs: dict[str, Any],
-    extras: dict[str, Any],
-    closed: bool,
-) -> object:
-    return _rebuild(_OPENAI, cls, base, kwargs, attrs, extras, closed)
+def _rebuild_openai(*saved: Any) -> object:
+    """The rebuild snapshot files name for an openai client: _rebuild with _OPENAI."""
+    return _rebuild(_OPENAI, *saved)
 
 
 @pinned("anthropic_rebuild_client")
-def _rebuild_anthropic(
-    cls: type[Any],
-    base: type[Any],
-    kwargs: dict[str, Any],
-    attrs: dict[str, Any],
-    extras: dict[str, Any],
-    closed: bool,
-) -> object:
-    return _rebuild(_ANTHROPIC, cls, base, kwargs, attrs, extras, closed)
+def _rebuild_anthropic(*saved: Any) -> object:
+    """The rebuild snapshot files name for an anthropic client: _rebuild with _ANTHROPIC."""
+    return _rebuild(_ANTHROPIC, *saved)
 
 
 # ------------------------------------------------------------------------ openai
