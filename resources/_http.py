@@ -632,14 +632,7 @@ def _reduce_client(lib: types.ModuleType, base: type, client: object) -> Reduced
         "state": attrs["_state"].name,
         "extras": extras,
     }
-    return (
-        _new_shell,
-        (type(client),),
-        state,
-        None,
-        None,
-        partial(_configure_client, lib.__name__, base.__name__),
-    )
+    return _shell(client, state, partial(_configure_client, lib.__name__, base.__name__))
 
 
 _SLOTS: dict[tuple[type, type], tuple[str, ...]] = {}
@@ -675,6 +668,12 @@ def _set_extras(obj: object, extras: dict[str, object]) -> None:
             object.__setattr__(obj, name, value)
         else:
             obj.__dict__[name] = value
+
+
+def _shell(obj: object, state: object, configure: Callable[[Any, Any], object]) -> Reduced:
+    """`obj` saved as an empty instance of its class that `configure(obj, state)` (pickle's
+    state setter) configures once the state is loaded."""
+    return (_new_shell, (type(obj),), state, None, None, configure)
 
 
 @pinned("http_new_shell")
@@ -843,14 +842,7 @@ def _reduce_session(base: type[requests.Session], session: requests.Session) -> 
     extras = {k: v for k, v in session.__dict__.items() if k not in _SESSION_ATTRS}
     for name, value in extras.items():
         _check(what, f"attribute {name!r}", value)
-    return (
-        _new_shell,
-        (type(session),),
-        {"state": state, "extras": extras},
-        None,
-        None,
-        _configure_session,
-    )
+    return _shell(session, {"state": state, "extras": extras}, _configure_session)
 
 
 @pinned("requests_rebuild_headers")
@@ -934,14 +926,7 @@ def _reduce_http_adapter(adapter: requests.adapters.HTTPAdapter) -> Reduced:
 
     state = requests.adapters.HTTPAdapter.__getstate__(adapter)
     extras = {k: v for k, v in adapter.__dict__.items() if k not in _ADAPTER_ATTRS}
-    return (
-        _new_shell,
-        (type(adapter),),
-        {"state": state, "extras": extras},
-        None,
-        None,
-        _configure_http_adapter,
-    )
+    return _shell(adapter, {"state": state, "extras": extras}, _configure_http_adapter)
 
 
 @pinned("requests_configure_adapter")
