@@ -8,7 +8,7 @@
                                the re-executed code. A closed file restores closed.
     sqlite3.Connection         reopened by path; refused inside an open transaction
     httpx/httpx2 clients,      rebuilt from their whole configuration, subclasses too
-    requests.Session           (resources/_http.py; loaded only once the library is imported)
+    requests.Session           (resources/_requests.py; loaded only once the library is imported)
     tempfile.TemporaryDirectory  the same directory, recreated if missing
     tempfile.NamedTemporaryFile  the same path reopened at its position, still deleted
                                on close (ResourceReopenError if it is gone)
@@ -465,8 +465,8 @@ register_adapter(tempfile._TemporaryFileWrapper, _reduce_named_temp)
 
 
 # ------------------------------------------------------------------------ HTTP clients
-# httpx/httpx2 clients, requests sessions, their auths, responses and cookies: _http.py
+# httpx/httpx2 clients, their auths, responses and cookies: _http.py; requests: _requests.py
 # (registered with register_optional, once the agent imported the library).
 # Standard-library adapters (logging handlers and loggers, sqlite3 cursors, csv writers)
 # live in their own module; importing it registers them.
-from . import _frameworks, _http, _python, _stdlib  # noqa: E402,F401
+from . import _frameworks, _http, _python, _requests, _stdlib  # noqa: E402,F401

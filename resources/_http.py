@@ -44,12 +44,10 @@ Registered with register_optional: snapstate never imports httpx, httpx2 or requ
 from __future__ import annotations
 
 import datetime
-import hashlib
 import http.cookiejar
 import importlib
 import os
 import pickle
-import ssl
 import sys
 import types
 import urllib.parse
@@ -62,7 +60,8 @@ from ._adapters import Reduced, register_adapter, register_optional
 from ._secrets import Credential, credential
 
 if TYPE_CHECKING:
-    import requests
+    pass
+from ._http_checks import FIX, Refused, check, describe, type_name, verify_of
 
 T = TypeVar("T")
 # httpx and httpx2 objects (clients, transports, responses) are typed Any: the same API
@@ -117,7 +116,7 @@ _CLIENT_ATTRS = frozenset(
         "max_redirects",
     }
 )
-_SESSION_ATTRS = frozenset(
+SESSION_ATTRS = frozenset(
     {
         "adapters",
         "auth",
@@ -133,7 +132,6 @@ _SESSION_ATTRS = frozenset(
         "verify",
     }
 )
-_FIX = "create the client after the snapshot (or inside snapstate.resource())"
 
 
 # ------------------------------------------------------------------------ secrets
@@ -166,7 +164,7 @@ def seal_param(name: object, value: object) -> object:
     return value
 
 
-def seal_url(url: T) -> T | _Part:
+def seal_url(url: T) -> T | Part:
     """A URL (str) as it is saved: the password in it and the values of credential query
     parameters sealed, every other character kept; it unpickles as the same str."""
     if not isinstance(url, str) or ("@" not in url and "?" not in url):
@@ -190,7 +188,7 @@ def seal_url(url: T) -> T | _Part:
     pieces += [hash_, fragment]
     if all(isinstance(p, str) for p in pieces):
         return url
-    return _Part(_join, (pieces,))
+    return Part(_join, (pieces,))
 
 
 def _query_pieces(query: str) -> list[object]:
@@ -216,7 +214,7 @@ def _join_bytes(pieces: Iterable[str]) -> bytes:
     return "".join(pieces).encode("latin-1")
 
 
-def seal_form(body: T, headers: Mapping[Any, Any]) -> T | _Part:
+def seal_form(body: T, headers: Mapping[Any, Any]) -> T | Part:
     """A request body as it is saved: a form (application/x-www-form-urlencoded, as
     OAuth token requests send client_secret=, password=) with its credential values
     sealed; any other body as it is. It unpickles as the same str or bytes."""
@@ -233,7 +231,7 @@ def seal_form(body: T, headers: Mapping[Any, Any]) -> T | _Part:
     pieces = _query_pieces(text)
     if all(isinstance(p, str) for p in pieces):
         return body
-    return _Part(_join_bytes if isinstance(body, bytes) else _join, (pieces,))
+    return Part(_join_bytes if isinstance(body, bytes) else _join, (pieces,))
 
 
 class _SealedBytes:
@@ -287,7 +285,7 @@ def sealed(value: str | bytes | None, *, from_env: bool = True) -> Credential | 
     return credential(value, env=_env_names(value))
 
 
-def _seal_items(
+def seal_items(
     items: Iterable[tuple[str | bytes, str | bytes]],
 ) -> list[tuple[str | bytes, object]]:
     """Header (name, value) pairs with the sensitive values sealed (Cookie and
@@ -308,19 +306,19 @@ def _lower(name: str | bytes) -> str:
 
 
 @pinned("http_rebuild_state")
-def _rebuild_state(cls: type[T], state: dict[str, Any]) -> T:
+def rebuild_state(cls: type[T], state: dict[str, Any]) -> T:
     obj = object.__new__(cls)
     obj.__dict__.update(state)
     return obj
 
 
-def _reduce_with_secrets(obj: object, secrets: tuple[str, ...], from_env: bool = True) -> Reduced:
+def reduce_with_secrets(obj: object, secrets: tuple[str, ...], from_env: bool = True) -> Reduced:
     """type(obj) rebuilt from its __dict__, the attributes named in `secrets` sealed."""
     state = dict(obj.__dict__)
     for name in secrets:
         if state.get(name) is not None:
             state[name] = sealed(state[name], from_env=from_env)
-    return (_rebuild_state, (type(obj), state))
+    return (rebuild_state, (type(obj), state))
 
 
 def _reduce_whole_sealed(obj: object) -> Reduced:
@@ -336,157 +334,8 @@ def _unseal_object(data: bytes) -> object:
 # Cookies anywhere (an httpx jar, a requests jar, a bare CookieJar): the value sealed,
 # every other field (domain, path, expiry, flags, rest) kept as it is.
 register_adapter(
-    http.cookiejar.Cookie, partial(_reduce_with_secrets, secrets=("value",), from_env=False)
+    http.cookiejar.Cookie, partial(reduce_with_secrets, secrets=("value",), from_env=False)
 )
-
-
-# ------------------------------------------------------------------------ checks
-_CHECKING = [0]  # > 0 while a part is test-pickled (its own clients are not re-checked)
-
-
-class _Refused(pickle.PicklingError):
-    pass
-
-
-def _describe(obj: object, base: type) -> str:
-    lib = base.__module__.split(".")[0]
-    what = f"an {lib}.{base.__name__}" if lib[0] in "aeiouh" else f"a {lib}.{base.__name__}"
-    cls = type(obj)
-    if cls is not base:
-        what += f" (subclass {cls.__module__}.{cls.__qualname__})"
-    return what
-
-
-def _check(what: str, part: str, value: object) -> None:
-    """Refuse naming the client and the part unless `value` pickles (with the
-    snapshot's own pickler, so functions go by reference)."""
-    if _CHECKING[0]:
-        return
-    from ..serializers import _pickler  # import here: the pickler imports the adapters
-
-    _CHECKING[0] += 1
-    try:
-        _pickler.dumps(value)
-    except _pickler.UnpicklableError as exc:
-        raise _Refused(
-            f"{what} whose {part} is a {_type_name(value)} that cannot be saved "
-            f"({exc.error}); {_FIX}, or give it a {part} that pickles"
-        ) from None
-    finally:
-        _CHECKING[0] -= 1
-
-
-def _type_name(value: object) -> str:
-    t = type(value)
-    return (
-        t.__qualname__
-        if t.__module__ in ("builtins", "__main__")
-        else f"{t.__module__}.{t.__qualname__}"
-    )
-
-
-# ------------------------------------------------------------------------ SSL contexts
-_REFERENCE: dict[tuple[object, ...], tuple[object, ...]] = {}
-
-
-def _fingerprint(ctx: ssl.SSLContext) -> tuple[object, ...]:
-    """Everything observable about an SSL context (a client certificate is not: see
-    _has_client_cert)."""
-    return (
-        type(ctx),
-        ctx.protocol,
-        ctx.verify_mode,
-        ctx.check_hostname,
-        int(ctx.options),
-        ctx.minimum_version,
-        ctx.maximum_version,
-        int(ctx.verify_flags),
-        ctx.post_handshake_auth,
-        ctx.hostname_checks_common_name,
-        getattr(ctx, "keylog_filename", None),
-        ctx.sni_callback,
-        tuple(c["name"] for c in ctx.get_ciphers()),
-        tuple(sorted(ctx.cert_store_stats().items())),
-        hashlib.sha256(b"".join(ctx.get_ca_certs(binary_form=True))).digest(),
-    )
-
-
-def _reference(lib: str, verify: bool, trust_env: bool) -> tuple[object, ...]:
-    key = (lib, verify, trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-    found = _REFERENCE.get(key)
-    if found is None:
-        config = importlib.import_module(f"{lib}._config")
-        found = _REFERENCE[key] = _fingerprint(
-            config.create_ssl_context(verify=verify, trust_env=trust_env)
-        )
-    return found
-
-
-# (the ctypes module, SSL_CTX_get0_certificate, SSL_CTX_get_options)
-_Probe = tuple[types.ModuleType, Callable[[int], int | None], Callable[[int], int]]
-
-
-def _ssl_probe() -> _Probe | None:
-    """SSL_CTX_get0_certificate from the libssl the ssl module uses, or None."""
-    try:
-        import _ssl
-        import ctypes
-
-        lib = ctypes.CDLL(_ssl.__file__)
-        get_cert, get_options = lib.SSL_CTX_get0_certificate, lib.SSL_CTX_get_options
-    except (OSError, AttributeError, ImportError):
-        return None
-    get_cert.restype, get_cert.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
-    get_options.restype, get_options.argtypes = ctypes.c_uint64, [ctypes.c_void_p]
-    return ctypes, get_cert, get_options
-
-
-_PROBE: list[_Probe | None] = []
-
-
-def _has_client_cert(ctx: ssl.SSLContext) -> bool | None:
-    """Whether a client certificate is loaded (cert=... or load_cert_chain), read from
-    the OpenSSL context behind `ctx`; None when that cannot be read safely."""
-    if not _PROBE:
-        _PROBE.append(_ssl_probe())
-    probe = _PROBE[0]
-    if probe is None:
-        return None
-    ctypes, get_cert, get_options = probe
-    # CPython's PySSLContext is {PyObject_HEAD; SSL_CTX *ctx; ...}: checked through the
-    # options OpenSSL reports for it before the pointer is trusted.
-    pointer = ctypes.c_void_p.from_address(id(ctx) + object.__basicsize__).value
-    if not pointer or get_options(pointer) != int(ctx.options):
-        return None
-    return bool(get_cert(pointer))
-
-
-def _verify_of(lib: str, ctx: ssl.SSLContext | None, what: str, part: str) -> tuple[bool, bool]:
-    """(verify, trust_env) that make an SSL context equal to `ctx`, or a refusal."""
-    has_cert = _has_client_cert(ctx) if ctx is not None else False
-    if has_cert:
-        raise _Refused(
-            f"{what} whose {part} has a client certificate (cert=... or an "
-            "SSLContext with load_cert_chain), which cannot be read back from its "
-            f"SSL context; {_FIX}"
-        )
-    if has_cert is None:  # the fingerprint below cannot see a client certificate
-        raise _Refused(
-            f"{what} whose {part} has an SSL context that could not be verified "
-            "to hold no client certificate (cert=... or load_cert_chain; this "
-            f"Python's ssl module cannot be inspected), so it cannot be saved; {_FIX}"
-        )
-    if ctx is not None:
-        seen = _fingerprint(ctx)
-        for verify, trust_env in ((True, True), (True, False), (False, True)):
-            if seen == _reference(lib, verify, trust_env):
-                return verify, trust_env
-    raise _Refused(
-        f"{what} whose {part} uses an SSL context built by the user (verify=<"
-        "ssl.SSLContext> or a CA bundle path), which cannot be saved; "
-        + _FIX
-        + ", or use verify=True/False"
-    )
 
 
 # ------------------------------------------------------------------------ httpx, httpx2
@@ -504,26 +353,26 @@ def _reduce_transport(lib: types.ModuleType, what: str, part: str, transport: An
         return None
     cls = type(transport)
     if cls is not lib.HTTPTransport and cls is not lib.AsyncHTTPTransport:
-        _check(what, part, transport)
+        check(what, part, transport)
         return transport
     pool = transport._pool
     kind = type(pool).__name__.removeprefix("Async")
     if kind == "SOCKSProxy":
-        raise _Refused(
+        raise Refused(
             f"{what} whose {part} goes through a SOCKS proxy, which this adapter "
-            f"cannot rebuild; {_FIX}"
+            f"cannot rebuild; {FIX}"
         )
     if kind not in ("ConnectionPool", "HTTPProxy") or getattr(pool, "_proxy", None) is not None:
-        raise _Refused(
+        raise Refused(
             f"{what} whose {part} has a connection pool of unknown kind "
-            f"({type(pool).__qualname__}); {_FIX}"
+            f"({type(pool).__qualname__}); {FIX}"
         )
     if not _pool_backend_ok(pool):
-        raise _Refused(
+        raise Refused(
             f"{what} whose {part} uses a custom network backend "
-            f"({_type_name(pool._network_backend)}), which cannot be saved; {_FIX}"
+            f"({type_name(pool._network_backend)}), which cannot be saved; {FIX}"
         )
-    verify, trust_env = _verify_of(lib.__name__, pool._ssl_context, what, part)
+    verify, trust_env = verify_of(lib.__name__, pool._ssl_context, what, part)
     unlimited = sys.maxsize
     config = {
         "verify": verify,
@@ -544,17 +393,17 @@ def _reduce_transport(lib: types.ModuleType, what: str, part: str, transport: An
     }
     if kind == "HTTPProxy":
         if pool._proxy_ssl_context is not None:
-            raise _Refused(
+            raise Refused(
                 f"{what} whose {part} has a proxy SSL context built by the user, "
-                f"which cannot be saved; {_FIX}"
+                f"which cannot be saved; {FIX}"
             )
         url = pool._proxy_url
         port = f":{url.port}" if url.port is not None else ""
         config["proxy"] = (
             seal_url(f"{url.scheme.decode()}://{url.host.decode()}{port}{url.target.decode()}"),
-            _seal_items(pool._proxy_headers),
+            seal_items(pool._proxy_headers),
         )
-    return _Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
+    return Part(_rebuild_transport, (lib.__name__, cls is lib.AsyncHTTPTransport, config))
 
 
 @pinned("http_rebuild_transport")
@@ -575,7 +424,7 @@ def _rebuild_transport(libname: str, is_async: bool, config: dict[str, Any]) -> 
     return cls(**config)
 
 
-class _Part:
+class Part:
     """A (callable, args) reduction nested inside a client's state."""
 
     __slots__ = ("reduced",)
@@ -590,19 +439,19 @@ class _Part:
 def _reduce_client(lib: types.ModuleType, base: type, client: object) -> Reduced:
     """httpx/httpx2 Client or AsyncClient (or a subclass) -> a shell of type(client)
     configured by _configure_client from the state read here."""
-    what = _describe(client, base)
+    what = describe(client, base)
     attrs = client.__dict__
     auth = attrs["_auth"]
     if auth is not None and not isinstance(auth, (lib.BasicAuth, lib.DigestAuth, lib.NetRCAuth)):
-        _check(what, "auth", auth)
+        check(what, "auth", auth)
     hooks = {}
     for event, functions in attrs["_event_hooks"].items():
         for i, hook in enumerate(functions):
-            _check(what, f"event_hooks[{event!r}][{i}]", hook)
+            check(what, f"event_hooks[{event!r}][{i}]", hook)
         hooks[event] = list(functions)
     encoding = attrs["_default_encoding"]
     if not isinstance(encoding, str):
-        _check(what, "default_encoding", encoding)
+        check(what, "default_encoding", encoding)
     timeout = attrs["_timeout"]
     mounts = {
         pattern.pattern: _reduce_transport(lib, what, f"mount {pattern.pattern!r}", t)
@@ -624,22 +473,15 @@ def _reduce_client(lib: types.ModuleType, base: type, client: object) -> Reduced
     extras = {k: v for k, v in attrs.items() if k not in _CLIENT_ATTRS}
     extras.update(_slot_values(client, base))
     for name, value in extras.items():
-        _check(what, f"attribute {name!r}", value)
+        check(what, f"attribute {name!r}", value)
     state = {
         "config": config,
-        "headers": _seal_items(attrs["_headers"].raw),
+        "headers": seal_items(attrs["_headers"].raw),
         "cookies": attrs["_cookies"].jar,
         "state": attrs["_state"].name,
         "extras": extras,
     }
-    return (
-        _new_shell,
-        (type(client),),
-        state,
-        None,
-        None,
-        partial(_configure_client, lib.__name__, base.__name__),
-    )
+    return shell(client, state, partial(_configure_client, lib.__name__, base.__name__))
 
 
 _SLOTS: dict[tuple[type, type], tuple[str, ...]] = {}
@@ -675,6 +517,12 @@ def _set_extras(obj: object, extras: dict[str, object]) -> None:
             object.__setattr__(obj, name, value)
         else:
             obj.__dict__[name] = value
+
+
+def shell(obj: object, state: object, configure: Callable[[Any, Any], object]) -> Reduced:
+    """`obj` saved as an empty instance of its class that `configure(obj, state)` (pickle's
+    state setter) configures once the state is loaded."""
+    return (_new_shell, (type(obj),), state, None, None, configure)
 
 
 @pinned("http_new_shell")
@@ -724,7 +572,7 @@ class SavedResponse:
             (
                 type(r).__module__.split(".")[0],
                 r.status_code,
-                _seal_items(r.headers.raw),
+                seal_items(r.headers.raw),
                 getattr(r, "_content", None),
                 extensions,
                 _saved_request(r._request),
@@ -746,7 +594,7 @@ def _saved_request(request: Any) -> _SavedRequest | None:
     return (
         request.method,
         seal_url(str(request.url)),
-        _seal_items(request.headers.raw),
+        seal_items(request.headers.raw),
         seal_form(getattr(request, "_content", None), request.headers),
     )
 
@@ -801,11 +649,11 @@ def _load(libname: str) -> None:
     for base in (lib.Client, lib.AsyncClient):
         register_adapter(base, partial(_reduce_client, lib, base), subclasses=True)
     register_adapter(
-        lib.BasicAuth, partial(_reduce_with_secrets, secrets=("_auth_header",)), subclasses=True
+        lib.BasicAuth, partial(reduce_with_secrets, secrets=("_auth_header",)), subclasses=True
     )
     register_adapter(
         lib.DigestAuth,
-        partial(_reduce_with_secrets, secrets=("_username", "_password")),
+        partial(reduce_with_secrets, secrets=("_username", "_password")),
         subclasses=True,
     )
     register_adapter(lib.NetRCAuth, _reduce_whole_sealed, subclasses=True)
@@ -814,158 +662,3 @@ def _load(libname: str) -> None:
 
 register_optional("httpx", partial(_load, "httpx"))
 register_optional("httpx2", partial(_load, "httpx2"))
-
-
-# ------------------------------------------------------------------------ requests
-def _reduce_session(base: type[requests.Session], session: requests.Session) -> Reduced:
-    """requests.Session (or a subclass): its pickle state with credentials sealed, every
-    mounted adapter and hook checked, plus a subclass's own attributes."""
-    import requests
-
-    what = _describe(session, base)
-    state: dict[str, Any] = base.__getstate__(session)  # type: ignore[assignment]  # types-requests omits the pickle methods
-    state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
-    auth = state["auth"]
-    if isinstance(auth, tuple):
-        state["auth"] = tuple(sealed(v) if isinstance(v, (str, bytes)) else v for v in auth)
-    elif auth is not None and not isinstance(auth, (requests.auth.HTTPBasicAuth,)):
-        _check(what, "auth", auth)
-    state["proxies"] = {
-        k: sealed(v) if isinstance(v, str) and "@" in v else v for k, v in state["proxies"].items()
-    }
-    if isinstance(state["params"], dict):
-        state["params"] = {k: seal_param(k, v) for k, v in state["params"].items()}
-    for prefix, adapter in state["adapters"].items():
-        _check(what, f"adapter mounted at {prefix!r}", adapter)
-    for event, functions in state["hooks"].items():
-        for i, hook in enumerate(functions):
-            _check(what, f"hooks[{event!r}][{i}]", hook)
-    extras = {k: v for k, v in session.__dict__.items() if k not in _SESSION_ATTRS}
-    for name, value in extras.items():
-        _check(what, f"attribute {name!r}", value)
-    return (
-        _new_shell,
-        (type(session),),
-        {"state": state, "extras": extras},
-        None,
-        None,
-        _configure_session,
-    )
-
-
-@pinned("requests_rebuild_headers")
-def _rebuild_headers(
-    items: Iterable[tuple[str, object]],
-) -> requests.structures.CaseInsensitiveDict[object]:
-    from requests.structures import CaseInsensitiveDict
-
-    return CaseInsensitiveDict(list(items))
-
-
-@pinned("requests_configure_session")
-def _configure_session(session: requests.Session, state: dict[str, Any]) -> None:
-    import requests
-
-    requests.Session.__setstate__(session, state["state"])  # type: ignore[attr-defined]  # types-requests omits the pickle methods
-    session.__dict__.update(state["extras"])
-
-
-def _reduce_requests_response(response: requests.Response) -> Reduced:
-    if not response._content_consumed:  # type: ignore[attr-defined]  # private
-        raise pickle.PicklingError(
-            "a streaming requests response is a live handle that cannot be saved in a snapshot"
-        )
-    state: dict[str, Any] = response.__getstate__()  # type: ignore[assignment]  # types-requests omits the pickle methods
-    state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
-    state["url"] = seal_url(state.get("url"))
-    return (_rebuilt_requests_response, (state,))
-
-
-@pinned("requests_rebuilt_response")
-def _rebuilt_requests_response(state: dict[str, Any]) -> requests.Response:
-    import requests
-
-    response = requests.Response()
-    response.__setstate__(state)  # type: ignore[attr-defined]  # types-requests omits the pickle methods
-    return response
-
-
-def _reduce_prepared_request(request: requests.PreparedRequest) -> Reduced:
-    """A requests.PreparedRequest (a response's .request): its Authorization and other
-    sensitive headers sealed."""
-    state = dict(request.__dict__)
-    state["url"] = seal_url(state.get("url"))
-    if state.get("headers") is not None:
-        state["body"] = seal_form(state.get("body"), state["headers"])
-        state["headers"] = _Part(_rebuild_headers, (_seal_items(state["headers"].items()),))
-    return (_rebuild_state, (type(request), state))
-
-
-def _reduce_requests_digest(auth: requests.auth.HTTPDigestAuth) -> Reduced:
-    # Its per-thread challenge state is a threading.local: a new auth answers the next
-    # challenge afresh, as after any restart.
-    return (_rebuilt_requests_digest, (sealed(auth.username), sealed(auth.password)))
-
-
-@pinned("requests_rebuilt_digest")
-def _rebuilt_requests_digest(username: str, password: str) -> requests.auth.HTTPDigestAuth:
-    import requests
-
-    return requests.auth.HTTPDigestAuth(username, password)
-
-
-_ADAPTER_ATTRS = frozenset(
-    {
-        "max_retries",
-        "config",
-        "_pool_connections",
-        "_pool_maxsize",
-        "_pool_block",
-        "poolmanager",
-        "proxy_manager",
-    }
-)
-
-
-def _reduce_http_adapter(adapter: requests.adapters.HTTPAdapter) -> Reduced:
-    """An HTTPAdapter (or subclass): its pickle state (max_retries, pool settings) plus
-    a subclass's own attributes, which HTTPAdapter.__getstate__ would drop."""
-    import requests
-
-    state = requests.adapters.HTTPAdapter.__getstate__(adapter)
-    extras = {k: v for k, v in adapter.__dict__.items() if k not in _ADAPTER_ATTRS}
-    return (
-        _new_shell,
-        (type(adapter),),
-        {"state": state, "extras": extras},
-        None,
-        None,
-        _configure_http_adapter,
-    )
-
-
-@pinned("requests_configure_adapter")
-def _configure_http_adapter(adapter: requests.adapters.HTTPAdapter, state: dict[str, Any]) -> None:
-    import requests
-
-    # The subclass's own attributes first: HTTPAdapter.__setstate__ builds the pool
-    # (init_poolmanager), which a subclass may configure from them.
-    adapter.__dict__.update(state["extras"])
-    requests.adapters.HTTPAdapter.__setstate__(adapter, state["state"])  # type: ignore[attr-defined]  # types-requests omits the pickle methods
-
-
-def _load_requests() -> None:
-    import requests
-
-    register_adapter(requests.adapters.HTTPAdapter, _reduce_http_adapter, subclasses=True)
-    register_adapter(requests.Session, partial(_reduce_session, requests.Session), subclasses=True)
-    register_adapter(requests.Response, _reduce_requests_response)
-    register_adapter(requests.PreparedRequest, _reduce_prepared_request)
-    for cls in (requests.auth.HTTPBasicAuth, requests.auth.HTTPProxyAuth):
-        register_adapter(
-            cls, partial(_reduce_with_secrets, secrets=("username", "password")), subclasses=True
-        )
-    register_adapter(requests.auth.HTTPDigestAuth, _reduce_requests_digest)
-
-
-register_optional("requests", _load_requests)

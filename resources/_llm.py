@@ -41,29 +41,27 @@ is refused.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import os
 import pickle
 import sys
 import types
 from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
 
 from .._abi import pinned
 from ._adapters import Reduced, reducer_for, register_adapter, register_optional
 from ._http import _MIN_ENV_SECRET, SavedResponse, is_sensitive_header, is_sensitive_param, seal_url
 from ._secrets import Credential, credential
 
-if TYPE_CHECKING:
-    import anthropic
-    import openai
-
 __all__: list[str] = []
 
 T = TypeVar("T")
 # SDK objects read through attributes that differ between SDKs and versions (an openai
-# or anthropic client in a shared helper, its HTTP client, a stream, a raw response) are
-# typed Any; the clients' own adapters use the SDK's types.
+# or anthropic client, its HTTP client, a stream, a raw response) are typed Any: one
+# loader serves both SDKs, driven by a spec per SDK (_OPENAI, _ANTHROPIC).
 
 _RESOURCE_FIX = (
     "create the client in a module-level function passed to snapstate.resource() "
@@ -270,160 +268,198 @@ def _is_closed(http: object) -> bool:
     return bool(getattr(http, "is_closed", False))
 
 
-# ------------------------------------------------------------------------ openai
-_OPENAI_KNOWN = frozenset(
-    {
-        "_ambient_authorizations",
-        "_api_key_provider",
-        "_base_url",
-        "_base_url_was_default",
-        "_client",
-        "_custom_headers",
-        "_custom_query",
-        "_data_residency",
-        "_default_stream_cls",
-        "_idempotency_header",
-        "_platform",
-        "_provider",
-        "_provider_runtime",
-        "_strict_response_validation",
-        "_version",
-        "_workload_identity_auth",
-        "admin_api_key",
-        "api_key",
-        "max_retries",
-        "organization",
-        "project",
-        "timeout",
-        "webhook_secret",
-        "websocket_base_url",
-        "workload_identity",
-    }
-)
+# ------------------------------------------------------------------------ one loader
+# What each SDK's clients need to be saved and rebuilt is data (an _SdkSpec below); one
+# loader (_load), one reduce (_reduce_client) and one rebuild (_rebuild) read it.
+
+# A constructor keyword as it is saved, read off the client: reader(client, vars(client));
+# _ABSENT leaves the keyword out (an SDK version without that option).
+_Read = Callable[[Any, dict[str, Any]], object]
+_ABSENT = object()
 
 
-def _load_openai() -> None:
-    import openai
-    from openai import _base_client
+@dataclass(frozen=True)
+class _ClassRefusal:
+    """SDK classes (by name; one a version lacks is skipped) whose clients, subclasses
+    too, are refused by their own adapter: `part` names what cannot be rebuilt."""
 
-    bases: tuple[type[openai.OpenAI | openai.AsyncOpenAI], ...] = (
-        openai.OpenAI,
-        openai.AsyncOpenAI,
+    names: tuple[str, ...]
+    part: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """A client with any of `attrs` set (not None, not an empty collection) is refused;
+    `{type}` in `part` is the type name of the first attribute's value."""
+
+    attrs: tuple[str, ...]
+    part: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class _Callables:
+    """An attribute holding a callable the client calls (`each`: a sequence of them):
+    saved with the client if it pickles, else refused, named by `part` and its repr."""
+
+    attr: str
+    part: str
+    fix: str
+    each: bool = False
+
+
+@dataclass(frozen=True)
+class _SdkSpec:
+    """One SDK's clients: what is read off a live client, what refuses it, and how the
+    rebuild gives the configuration back."""
+
+    module: str  # the SDK's import name
+    clients: tuple[str, ...]  # its client classes (sync, async), subclasses too
+    known: frozenset[str]  # attributes its __init__ sets (any other: a subclass's own)
+    refused_classes: tuple[_ClassRefusal, ...]
+    refusals: tuple[_Refusal, ...]
+    callables: tuple[_Callables, ...]
+    params: tuple[tuple[str, _Read], ...]  # constructor keywords
+    # attributes put back after __init__, where this version has them: name, and how
+    # the value is saved
+    attrs: tuple[tuple[str, Callable[[Any], object]], ...]
+    # keywords the rebuild adds (where this version's __init__ takes them) so that the
+    # constructor reads no credential from the environment or from disk
+    init_defaults: tuple[tuple[str, object], ...]
+    # saved attributes given back as what the SDK holds: name, (client, saved) -> value
+    restore: tuple[tuple[str, Callable[[Any, Any], object]], ...]
+    rebuild: Callable[..., object]  # the pinned rebuild a snapshot names
+
+
+def _same(value: T) -> T:
+    return value
+
+
+def _env_secret(default_env: str) -> Callable[[Any], object]:
+    """A credential attribute saved through _secret, its SDK's variable first."""
+    return functools.partial(_secret, default_env=default_env)
+
+
+def _base_url(client: Any, got: dict[str, Any]) -> object:
+    return seal_url(str(client._base_url))
+
+
+def _timeout(client: Any, got: dict[str, Any]) -> object:
+    """The timeout given to the constructor (anthropic's `timeout` is a property over
+    `_timeout`)."""
+    return got["_timeout"] if "_timeout" in got else client.timeout
+
+
+def _api_key_param(client: Any, got: dict[str, Any]) -> object:
+    """An api_key provider is given again (it pickled); a key string is put back as an
+    attribute after __init__ (as every credential)."""
+    provider = got.get("_api_key_provider")
+    return "" if provider is None else provider
+
+
+def _attribute(name: str) -> _Read:
+    return lambda client, got: getattr(client, name)
+
+
+def _own(name: str) -> _Read:
+    """The client's own attribute; absent in the versions that lack it."""
+    return lambda client, got: got.get(name, _ABSENT)
+
+
+def _is_set(value: object) -> bool:
+    return value is not None and not (
+        isinstance(value, dict | list | tuple | set | frozenset) and not value
     )
-    defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
+
+
+def _refuse_class(refusal: _ClassRefusal, bases: tuple[type, ...], client: object) -> NoReturn:
+    t = type(client)
+    _refuse(client, next((k for k in t.__mro__ if k in bases), t), refusal.part, refusal.fix)
+
+
+def _load(spec: _SdkSpec) -> None:
+    """Register the adapters of one SDK (its module has been imported by the agent)."""
+    sdk = importlib.import_module(spec.module)
+    base_client = importlib.import_module(f"{spec.module}._base_client")
+    bases: tuple[type, ...] = tuple(getattr(sdk, name) for name in spec.clients)
+    defaults = (base_client.SyncHttpxClientWrapper, base_client.AsyncHttpxClientWrapper)
     old = _is_old_sdk(defaults[0])
-    known = _OPENAI_KNOWN | _OLD_SDK_ATTRS if old else _OPENAI_KNOWN
-    # Azure clients subclass OpenAI / AsyncOpenAI but hold an api_version, a deployment
-    # and Azure AD token providers this adapter does not rebuild: refused by name.
-    azure = tuple(
-        c
-        for c in (getattr(openai, "AzureOpenAI", None), getattr(openai, "AsyncAzureOpenAI", None))
-        if isinstance(c, type)
-    )
+    known = spec.known | _OLD_SDK_ATTRS if old else spec.known
 
-    module_clients = tuple(
-        c
-        for c in (
-            getattr(openai, n, None)
-            for n in ("_ModuleClient", "_AzureModuleClient", "_BedrockModuleClient")
-        )
-        if isinstance(c, type)
-    )
-
-    def reduce(client: openai.OpenAI | openai.AsyncOpenAI) -> Reduced:
-        base = _sdk_base(client, bases)
-        if isinstance(client, module_clients):
-            _refuse(
-                client,
-                base,
-                "settings live in the openai module's globals (the "
-                "module-level client behind openai.chat...)",
-                "create an openai.OpenAI client and hold that, or " + _RESOURCE_FIX,
-            )
-        if isinstance(client, azure):
-            _refuse(
-                client,
-                base,
-                "Azure configuration (api_version, deployment, Azure AD token provider)",
-                _RESOURCE_FIX,
-            )
-        # getattr: attributes of recent versions only (openai 1.x has none of them)
-        provider = getattr(client, "_provider", None)
-        if provider is not None or getattr(client, "_provider_runtime", None) is not None:
-            _refuse(
-                client, base, f"provider= integration ({type(provider).__name__})", _RESOURCE_FIX
-            )
-        if (
-            getattr(client, "workload_identity", None) is not None
-            or getattr(client, "_workload_identity_auth", None) is not None
-        ):
-            _refuse(
-                client,
-                base,
-                "workload identity (a token exchanged at run time)",
-                "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX,
-            )
-        if old:
-            _check_old_options(client, base)
-        provider = getattr(client, "_api_key_provider", None)
-        if provider is not None:
-            _check_callable(
-                client,
-                base,
-                f"api_key provider {provider!r}",
-                provider,
-                "pass api_key as a string or set OPENAI_API_KEY, or use a "
-                "module-level function as the provider, or " + _RESOURCE_FIX,
-            )
-        http = _http_client(client, base, defaults)
-        # The key itself is put back with the other attributes below (`attrs`).
-        kwargs = {
-            "api_key": provider if provider is not None else "",
-            "base_url": seal_url(str(client._base_url)),
-            "timeout": client.timeout,
-            "max_retries": client.max_retries,
-            "websocket_base_url": seal_url(getattr(client, "websocket_base_url", None)),
-            "_strict_response_validation": client._strict_response_validation,
-        }
-        if http is not None:
-            kwargs["http_client"] = http
-        got = vars(client)
-        attrs = _present(
-            client,
-            {
-                "api_key": _secret(client.api_key, "OPENAI_API_KEY"),
-                "admin_api_key": _secret(got.get("admin_api_key"), "OPENAI_ADMIN_KEY"),
-                "webhook_secret": _secret(got.get("webhook_secret"), "OPENAI_WEBHOOK_SECRET"),
-                "organization": client.organization,
-                "project": client.project,
-                "_custom_headers": _headers(client._custom_headers),
-                "_custom_query": _query(client._custom_query),
-                "_base_url_was_default": got.get("_base_url_was_default"),
-                "_data_residency": got.get("_data_residency"),
-                "_ambient_authorizations": frozenset(
-                    _secret(v, None) for v in got.get("_ambient_authorizations", ())
-                ),
-            },
-        )
-        return (
-            _rebuild_openai,
-            (
-                type(client),
-                base,
-                kwargs,
-                attrs,
-                _extras(client, known),
-                http is None and _is_closed(client._client),
-            ),
-        )
+    def reduce(client: Any) -> Reduced:
+        return _reduce_client(spec, client, _sdk_base(client, bases), defaults, known, old)
 
     for base in bases:
         register_adapter(base, reduce, subclasses=True)
-    _load_responses(openai)
+    for refusal in spec.refused_classes:
+        for name in refusal.names:
+            cls = getattr(sdk, name, None)
+            if isinstance(cls, type):
+                register_adapter(
+                    cls, functools.partial(_refuse_class, refusal, bases), subclasses=True
+                )
+    _load_responses(sdk)
 
 
-@pinned("openai_rebuild_client")
-def _rebuild_openai(
+def _reduce_client(
+    spec: _SdkSpec,
+    client: Any,
+    base: type[Any],
+    defaults: tuple[type, ...],
+    known: frozenset[str],
+    old: bool,
+) -> Reduced:
+    got = vars(client)  # .get: options of recent versions only
+    for refusal in spec.refusals:
+        if any(_is_set(got.get(name)) for name in refusal.attrs):
+            kind = type(got.get(refusal.attrs[0])).__name__
+            _refuse(client, base, refusal.part.format(type=kind), refusal.fix)
+    if old:
+        _check_old_options(client, base)
+    for held in spec.callables:
+        value = got.get(held.attr)
+        for fn in (value or ()) if held.each else () if value is None else (value,):
+            _check_callable(client, base, f"{held.part} {fn!r}", fn, held.fix)
+    http = _http_client(client, base, defaults)
+    kwargs = {}
+    for name, read in spec.params:
+        value = read(client, got)
+        if value is not _ABSENT:
+            kwargs[name] = value
+    if http is not None:
+        kwargs["http_client"] = http
+    elif (
+        got.get("_limits") is not None
+        and "connection_pool_limits" in _parameters(base.__init__)
+        and got["_limits"] != _default_limits(spec.module)
+    ):
+        kwargs["connection_pool_limits"] = got["_limits"]  # anthropic 0.x
+    # The credentials are put back with the other attributes after __init__.
+    attrs = {name: save(got[name]) for name, save in spec.attrs if name in got}
+    return (
+        spec.rebuild,
+        (
+            type(client),
+            base,
+            kwargs,
+            attrs,
+            _extras(client, known),
+            http is None and _is_closed(client._client),
+        ),
+    )
+
+
+def _default_limits(module: str) -> object:
+    """The connection limits an SDK's client has when none were given (anthropic 0.x
+    takes connection_pool_limits=)."""
+    return getattr(
+        importlib.import_module(f"{module}._constants"), "DEFAULT_CONNECTION_LIMITS", None
+    )
+
+
+def _rebuild(
+    spec: _SdkSpec,
     cls: type[Any],
     base: type[Any],
     kwargs: dict[str, Any],
@@ -431,196 +467,226 @@ def _rebuild_openai(
     extras: dict[str, Any],
     closed: bool,
 ) -> object:
+    """A client from what _reduce_client saved (the arguments after `spec`: snapshot
+    files hold them in this order, so it never changes)."""
     client = object.__new__(cls)
     # The SDK's own constructor on the saved class (a subclass's __init__ may take other
     # arguments; its own attributes come back from `extras`).
-    if "_enforce_credentials" in _parameters(base.__init__):
-        kwargs = {"_enforce_credentials": False, **kwargs}
-    base.__init__(client, **_accepted(base.__init__, kwargs))
-    if "_ambient_authorizations" in attrs:
-        attrs["_ambient_authorizations"] = frozenset(attrs["_ambient_authorizations"])
+    taken = _parameters(base.__init__)
+    given = {name: value for name, value in spec.init_defaults if name in taken}
+    base.__init__(client, **_accepted(base.__init__, {**given, **kwargs}))
+    for name, restore in spec.restore:
+        if name in attrs:
+            attrs[name] = restore(client, attrs[name])
     return _finish(client, attrs, extras, closed)
 
 
-# ------------------------------------------------------------------------ anthropic
-_ANTHROPIC_KNOWN = frozenset(
-    {
-        "_base_url",
-        "_client",
-        "_credential_headers",
-        "_custom_auth",
-        "_custom_headers",
-        "_custom_query",
-        "_default_stream_cls",
-        "_idempotency_header",
-        "_lazy_tracer",
-        "_middleware",
-        "_middleware_chain",
-        "_open_telemetry",
-        "_otel",
-        "_platform",
-        "_strict_response_validation",
-        "_timeout",
-        "_timeout_overridden",
-        "_token_cache",
-        "_unchosen_base_url",
-        "_version",
-        "api_key",
-        "auth_token",
-        "credentials",
-        "max_retries",
-        "webhook_key",
-    }
-)
-
-# Clients of the SDK that are not (plain) Anthropic clients: their cloud credentials
-# (AWS, Google, Azure) are resolved at run time and cannot be rebuilt here.
-_ANTHROPIC_PLATFORMS = (
-    "AnthropicBedrock",
-    "AsyncAnthropicBedrock",
-    "AnthropicBedrockMantle",
-    "AsyncAnthropicBedrockMantle",
-    "AnthropicVertex",
-    "AsyncAnthropicVertex",
-    "AnthropicFoundry",
-    "AsyncAnthropicFoundry",
-)
-
-
-def _load_anthropic() -> None:
-    import anthropic
-    from anthropic import _base_client
-
-    bases: tuple[type[anthropic.Anthropic | anthropic.AsyncAnthropic], ...] = (
-        anthropic.Anthropic,
-        anthropic.AsyncAnthropic,
-    )
-    defaults = (_base_client.SyncHttpxClientWrapper, _base_client.AsyncHttpxClientWrapper)
-    old = _is_old_sdk(defaults[0])
-    known = _ANTHROPIC_KNOWN | _OLD_SDK_ATTRS if old else _ANTHROPIC_KNOWN
-
-    def reduce(client: anthropic.Anthropic | anthropic.AsyncAnthropic) -> Reduced:
-        base = _sdk_base(client, bases)
-        got = vars(client)  # .get: attributes of recent versions only (not in 0.x)
-        if (
-            got.get("credentials") is not None
-            or got.get("_token_cache") is not None
-            or got.get("_custom_auth") is not None
-            or got.get("_credential_headers")
-        ):
-            _refuse(
-                client,
-                base,
-                "credentials provider "
-                f"({type(got.get('credentials')).__name__}, from credentials=, config=, "
-                "profile= or a profile on disk)",
-                "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX,
-            )
-        if old:
-            _check_old_options(client, base)
-        middlewares = got.get("_middleware", ())
-        for middleware in middlewares:
-            _check_callable(
-                client,
-                base,
-                f"middleware {middleware!r}",
-                middleware,
-                "use module-level middleware functions or Middleware objects "
-                "holding plain values, or " + _RESOURCE_FIX,
-            )
-        http = _http_client(client, base, defaults)
-        kwargs = {
-            "base_url": seal_url(str(client._base_url)),
-            "timeout": got["_timeout"] if "_timeout" in got else client.timeout,
-            "max_retries": client.max_retries,
-            "_strict_response_validation": client._strict_response_validation,
-        }
-        if "_open_telemetry" in got:
-            kwargs["open_telemetry"] = got["_open_telemetry"]
-        if "_middleware" in got:
-            kwargs["middleware"] = middlewares
-        if http is not None:
-            kwargs["http_client"] = http
-        elif (
-            got.get("_limits") is not None
-            and "connection_pool_limits" in _parameters(base.__init__)
-            and got["_limits"] != _default_limits(client)
-        ):
-            kwargs["connection_pool_limits"] = got["_limits"]  # anthropic 0.x
-        unchosen = got.get("_unchosen_base_url")
-        attrs = _present(
-            client,
-            {
-                "api_key": _secret(client.api_key, "ANTHROPIC_API_KEY"),
-                "auth_token": _secret(client.auth_token, "ANTHROPIC_AUTH_TOKEN"),
-                "webhook_key": _secret(got.get("webhook_key"), "ANTHROPIC_WEBHOOK_SIGNING_KEY"),
-                "_custom_headers": _headers(client._custom_headers),
-                "_custom_query": _query(client._custom_query),
-                "_timeout_overridden": got.get("_timeout_overridden"),
-                "_unchosen_base_url": None if unchosen is None else str(unchosen),
-            },
-        )
-        return (
-            _rebuild_anthropic,
-            (
-                type(client),
-                base,
-                kwargs,
-                attrs,
-                _extras(client, known),
-                http is None and _is_closed(client._client),
-            ),
-        )
-
-    for base in bases:
-        register_adapter(base, reduce, subclasses=True)
-
-    def refuse_platform(client: object) -> NoReturn:
-        _refuse(
-            client,
-            type(client),
-            "cloud platform credentials (AWS / Google / Azure, resolved at run time)",
-            _RESOURCE_FIX,
-        )
-
-    for name in _ANTHROPIC_PLATFORMS:
-        cls = getattr(anthropic, name, None)
-        if isinstance(cls, type):
-            register_adapter(cls, refuse_platform, subclasses=True)
-    _load_responses(anthropic)
-
-
-def _default_limits(client: object) -> object:
-    """The connection limits an anthropic 0.x client has when none were given."""
-    from anthropic import _constants
-
-    return getattr(_constants, "DEFAULT_CONNECTION_LIMITS", None)
+@pinned("openai_rebuild_client")
+def _rebuild_openai(*saved: Any) -> object:
+    """The rebuild snapshot files name for an openai client: _rebuild with _OPENAI."""
+    return _rebuild(_OPENAI, *saved)
 
 
 @pinned("anthropic_rebuild_client")
-def _rebuild_anthropic(
-    cls: type[Any],
-    base: type[Any],
-    kwargs: dict[str, Any],
-    attrs: dict[str, Any],
-    extras: dict[str, Any],
-    closed: bool,
-) -> object:
-    client = object.__new__(cls)
-    # An explicit (empty) credential: the constructor then reads no environment variable
-    # and no profile from disk; the saved credentials are put back below.
-    base.__init__(client, api_key="", **kwargs)
-    if attrs.get("_unchosen_base_url") is not None:
-        # a URL of the client's own HTTP library (httpx2 now, httpx in anthropic 0.x)
-        attrs["_unchosen_base_url"] = type(client._base_url)(attrs["_unchosen_base_url"])
-    return _finish(client, attrs, extras, closed)
+def _rebuild_anthropic(*saved: Any) -> object:
+    """The rebuild snapshot files name for an anthropic client: _rebuild with _ANTHROPIC."""
+    return _rebuild(_ANTHROPIC, *saved)
+
+
+# ------------------------------------------------------------------------ openai
+_OPENAI = _SdkSpec(
+    module="openai",
+    clients=("OpenAI", "AsyncOpenAI"),
+    known=frozenset(
+        {
+            "_ambient_authorizations",
+            "_api_key_provider",
+            "_base_url",
+            "_base_url_was_default",
+            "_client",
+            "_custom_headers",
+            "_custom_query",
+            "_data_residency",
+            "_default_stream_cls",
+            "_idempotency_header",
+            "_platform",
+            "_provider",
+            "_provider_runtime",
+            "_strict_response_validation",
+            "_version",
+            "_workload_identity_auth",
+            "admin_api_key",
+            "api_key",
+            "max_retries",
+            "organization",
+            "project",
+            "timeout",
+            "webhook_secret",
+            "websocket_base_url",
+            "workload_identity",
+        }
+    ),
+    refused_classes=(
+        _ClassRefusal(
+            ("_ModuleClient", "_AzureModuleClient", "_BedrockModuleClient"),
+            "settings live in the openai module's globals (the module-level client "
+            "behind openai.chat...)",
+            "create an openai.OpenAI client and hold that, or " + _RESOURCE_FIX,
+        ),
+        # Azure clients subclass OpenAI / AsyncOpenAI but hold an api_version, a
+        # deployment and Azure AD token providers this adapter does not rebuild.
+        _ClassRefusal(
+            ("AzureOpenAI", "AsyncAzureOpenAI"),
+            "Azure configuration (api_version, deployment, Azure AD token provider)",
+            _RESOURCE_FIX,
+        ),
+    ),
+    refusals=(
+        _Refusal(
+            ("_provider", "_provider_runtime"), "provider= integration ({type})", _RESOURCE_FIX
+        ),
+        _Refusal(
+            ("workload_identity", "_workload_identity_auth"),
+            "workload identity (a token exchanged at run time)",
+            "pass api_key (or set OPENAI_API_KEY), or " + _RESOURCE_FIX,
+        ),
+    ),
+    callables=(
+        _Callables(
+            "_api_key_provider",
+            "api_key provider",
+            "pass api_key as a string or set OPENAI_API_KEY, or use a module-level "
+            "function as the provider, or " + _RESOURCE_FIX,
+        ),
+    ),
+    params=(
+        ("api_key", _api_key_param),
+        ("base_url", _base_url),
+        ("timeout", _timeout),
+        ("max_retries", _attribute("max_retries")),
+        ("websocket_base_url", lambda client, got: seal_url(got.get("websocket_base_url"))),
+        ("_strict_response_validation", _attribute("_strict_response_validation")),
+    ),
+    attrs=(
+        ("api_key", _env_secret("OPENAI_API_KEY")),
+        ("admin_api_key", _env_secret("OPENAI_ADMIN_KEY")),
+        ("webhook_secret", _env_secret("OPENAI_WEBHOOK_SECRET")),
+        ("organization", _same),
+        ("project", _same),
+        ("_custom_headers", _headers),
+        ("_custom_query", _query),
+        ("_base_url_was_default", _same),
+        ("_data_residency", _same),
+        ("_ambient_authorizations", lambda values: frozenset(_secret(v, None) for v in values)),
+    ),
+    init_defaults=(("_enforce_credentials", False),),
+    restore=(("_ambient_authorizations", lambda client, values: frozenset(values)),),
+    rebuild=_rebuild_openai,
+)
+
+
+# ------------------------------------------------------------------------ anthropic
+_ANTHROPIC = _SdkSpec(
+    module="anthropic",
+    clients=("Anthropic", "AsyncAnthropic"),
+    known=frozenset(
+        {
+            "_base_url",
+            "_client",
+            "_credential_headers",
+            "_custom_auth",
+            "_custom_headers",
+            "_custom_query",
+            "_default_stream_cls",
+            "_idempotency_header",
+            "_lazy_tracer",
+            "_middleware",
+            "_middleware_chain",
+            "_open_telemetry",
+            "_otel",
+            "_platform",
+            "_strict_response_validation",
+            "_timeout",
+            "_timeout_overridden",
+            "_token_cache",
+            "_unchosen_base_url",
+            "_version",
+            "api_key",
+            "auth_token",
+            "credentials",
+            "max_retries",
+            "webhook_key",
+        }
+    ),
+    refused_classes=(
+        # Clients of the SDK that are not (plain) Anthropic clients: their cloud
+        # credentials (AWS, Google, Azure) are resolved at run time.
+        _ClassRefusal(
+            (
+                "AnthropicBedrock",
+                "AsyncAnthropicBedrock",
+                "AnthropicBedrockMantle",
+                "AsyncAnthropicBedrockMantle",
+                "AnthropicVertex",
+                "AsyncAnthropicVertex",
+                "AnthropicFoundry",
+                "AsyncAnthropicFoundry",
+            ),
+            "cloud platform credentials (AWS / Google / Azure, resolved at run time)",
+            _RESOURCE_FIX,
+        ),
+    ),
+    refusals=(
+        _Refusal(
+            ("credentials", "_token_cache", "_custom_auth", "_credential_headers"),
+            "credentials provider ({type}, from credentials=, config=, profile= or a "
+            "profile on disk)",
+            "pass api_key or auth_token (or set ANTHROPIC_API_KEY), or " + _RESOURCE_FIX,
+        ),
+    ),
+    callables=(
+        _Callables(
+            "_middleware",
+            "middleware",
+            "use module-level middleware functions or Middleware objects holding plain "
+            "values, or " + _RESOURCE_FIX,
+            each=True,
+        ),
+    ),
+    params=(
+        ("base_url", _base_url),
+        ("timeout", _timeout),
+        ("max_retries", _attribute("max_retries")),
+        ("_strict_response_validation", _attribute("_strict_response_validation")),
+        ("open_telemetry", _own("_open_telemetry")),
+        ("middleware", _own("_middleware")),
+    ),
+    attrs=(
+        ("api_key", _env_secret("ANTHROPIC_API_KEY")),
+        ("auth_token", _env_secret("ANTHROPIC_AUTH_TOKEN")),
+        ("webhook_key", _env_secret("ANTHROPIC_WEBHOOK_SIGNING_KEY")),
+        ("_custom_headers", _headers),
+        ("_custom_query", _query),
+        ("_timeout_overridden", _same),
+        ("_unchosen_base_url", lambda url: None if url is None else str(url)),
+    ),
+    # an explicit (empty) key: the constructor reads no variable and no profile on disk
+    init_defaults=(("api_key", ""),),
+    # a URL of the client's own HTTP library (httpx2 now, httpx in anthropic 0.x)
+    restore=(
+        (
+            "_unchosen_base_url",
+            lambda client, url: None if url is None else type(client._base_url)(url),
+        ),
+    ),
+    rebuild=_rebuild_anthropic,
+)
 
 
 # ------------------------------------------------------------------------ raw responses
 def _load_responses(sdk: types.ModuleType) -> None:
     """Adapters for the SDK's raw response classes (with_raw_response /
     with_streaming_response results)."""
-    import importlib
 
     for module, name in (
         ("_response", "BaseAPIResponse"),
@@ -636,7 +702,6 @@ def _load_responses(sdk: types.ModuleType) -> None:
 
 def _load_streams(sdk: types.ModuleType) -> None:
     """Adapters for the SDK's server-sent-event streams (create(stream=True))."""
-    import importlib
 
     try:
         module = importlib.import_module(f"{sdk.__name__}._streaming")
@@ -717,5 +782,5 @@ def _rebuild_raw_response(cls: type[Any], state: dict[str, Any]) -> object:
     return raw
 
 
-register_optional("openai", _load_openai)
-register_optional("anthropic", _load_anthropic)
+for _spec in (_OPENAI, _ANTHROPIC):
+    register_optional(_spec.module, functools.partial(_load, _spec))

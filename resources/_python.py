@@ -285,55 +285,46 @@ def release_loaded() -> None:
     _KEEP.clear()
 
 
-def _weak_container_attrs(obj: object, base: type) -> dict[str, Any]:
-    """A subclass's own attributes (not those the base class keeps for itself)."""
-    return {k: v for k, v in vars(obj).items() if k not in _BASE_ATTRS[base]}
-
-
 _BASE_ATTRS: dict[type, frozenset[str]] = {
     cls: frozenset(vars(cls()).keys())
     for cls in (weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)
 }
 
 
+def _weak_container(obj: object, base: type, items: list[Any]) -> Reduced:
+    """A weak container as it is saved: its class, the weakref class it is (or
+    subclasses), its items (each side held as that class holds it) and a subclass's own
+    attributes (not those the base class keeps for itself)."""
+    attrs = {k: v for k, v in vars(obj).items() if k not in _BASE_ATTRS[base]}
+    return (_new_weak_container, (type(obj), base, items, attrs))
+
+
 def _reduce_weak_values(d: weakref.WeakValueDictionary[Any, Any]) -> Reduced:
-    items = _own(
-        [
-            _own((_strongly(k), _weakly(v, f"a value of a WeakValueDictionary (key {k!r})")))
-            for k, v in d.items()
-        ]
-    )
-    return (
-        _new_weak_container,
-        (
-            type(d),
-            weakref.WeakValueDictionary,
-            items,
-            _weak_container_attrs(d, weakref.WeakValueDictionary),
+    return _weak_container(
+        d,
+        weakref.WeakValueDictionary,
+        _own(
+            [
+                _own((_strongly(k), _weakly(v, f"a value of a WeakValueDictionary (key {k!r})")))
+                for k, v in d.items()
+            ]
         ),
     )
 
 
 def _reduce_weak_keys(d: weakref.WeakKeyDictionary[Any, Any]) -> Reduced:
-    items = _own(
-        [_own((_weakly(k, "a key of a WeakKeyDictionary"), _strongly(v))) for k, v in d.items()]
-    )
-    return (
-        _new_weak_container,
-        (
-            type(d),
-            weakref.WeakKeyDictionary,
-            items,
-            _weak_container_attrs(d, weakref.WeakKeyDictionary),
+    return _weak_container(
+        d,
+        weakref.WeakKeyDictionary,
+        _own(
+            [_own((_weakly(k, "a key of a WeakKeyDictionary"), _strongly(v))) for k, v in d.items()]
         ),
     )
 
 
 def _reduce_weak_set(s: weakref.WeakSet[Any]) -> Reduced:
-    items = _own([_weakly(v, "an item of a WeakSet") for v in s])
-    return (
-        _new_weak_container,
-        (type(s), weakref.WeakSet, items, _weak_container_attrs(s, weakref.WeakSet)),
+    return _weak_container(
+        s, weakref.WeakSet, _own([_weakly(v, "an item of a WeakSet") for v in s])
     )
 
 

@@ -258,6 +258,8 @@ def _set_logger_state(
 
 
 def _used_elsewhere(handler: logging.Handler) -> bool:
+    """Whether any logger still holds `handler` (a replaced one is closed only if not;
+    runtime/_rootlog.py applies the same rule to the root logger)."""
     loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
     return any(handler in getattr(lg, "handlers", ()) for lg in loggers)
 

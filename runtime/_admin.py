@@ -254,7 +254,7 @@ def _sweep_uncatalogued(home: Home, catalogued: set[str], before: float) -> int:
             home.delete_file(home.relative(file), name)
             removed += 1
         try:
-            os.rmdir(folder)
+            home.fs.remove_dir(folder)
         except OSError:
             pass
     return removed

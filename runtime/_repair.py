@@ -21,9 +21,9 @@ partial one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -247,10 +247,10 @@ def _branch(
     return rebuilt, job_row, rows
 
 
-def repair(directory: str) -> RepairReport:
+def repair(directory: str, fs: _fs.FileSystem = _fs.OS) -> RepairReport:
     """Rebuild the catalog of the store at `directory` from its snapshot files (see the
     module docstring). A healthy catalog is left as it is (only a lost store.json is
-    written again)."""
+    written again). Files are moved and deleted through `fs`."""
     directory = os.path.abspath(directory)
     report = RepairReport(directory)
     if not os.path.isdir(directory) or not _identity.is_store(directory):
@@ -265,7 +265,7 @@ def repair(directory: str) -> RepairReport:
     with _identity.store_lock(directory, exclusive=True, create=True):
         for name in os.listdir(directory):  # a repair cut short
             if name.startswith(_SCRATCH):
-                shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+                _remove_scratch(os.path.join(directory, name), fs)
         keys = KeyRing(directory)
         healthy = _catalog_healthy(directory)
         if healthy and _identity.load(directory) is not None:
@@ -295,17 +295,23 @@ def repair(directory: str) -> RepairReport:
             db.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
         finally:
             catalog.close()
-        report.moved_aside = _move_aside(directory, now)
-        _fs.OS.rename(
+        report.moved_aside = _move_aside(directory, now, fs)
+        fs.rename(
             os.path.join(scratch, _identity.CATALOG_FILE),
             os.path.join(directory, _identity.CATALOG_FILE),
         )
-        _fs.OS.fsync_dir(directory)
-        shutil.rmtree(scratch, ignore_errors=True)
+        fs.fsync_dir(directory)
+        _remove_scratch(scratch, fs)
     return report
 
 
-def _move_aside(directory: str, now: float) -> str | None:
+def _remove_scratch(folder: str, fs: _fs.FileSystem) -> None:
+    """Delete a scratch folder; what a failure leaves is deleted by the next repair."""
+    with contextlib.suppress(OSError):
+        fs.remove_tree(folder)
+
+
+def _move_aside(directory: str, now: float, fs: _fs.FileSystem) -> str | None:
     """Move catalog.db, -wal and -shm into catalog.damaged-<time>/ (never deleted)."""
     names = [
         n
@@ -326,6 +332,6 @@ def _move_aside(directory: str, now: float) -> str | None:
         aside = os.path.join(directory, f"catalog.damaged-{stamp}-{suffix}")
     os.mkdir(aside, 0o700)
     for name in names:
-        os.rename(os.path.join(directory, name), os.path.join(aside, name))
-    _fs.OS.fsync_dir(directory)
+        fs.rename(os.path.join(directory, name), os.path.join(aside, name))
+    fs.fsync_dir(directory)
     return aside

@@ -16,6 +16,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+# also read by runtime/_api.py: one rule for whether a replaced handler may be closed
+from ..resources._stdlib import _used_elsewhere as _used_elsewhere
+
 if TYPE_CHECKING:
     from ._job import Job
 
@@ -70,8 +73,3 @@ def restore(job: Job, state: tuple[int | None, list[logging.Handler]] | None) ->
     for handler in replaced:  # added by the fresh import, now unused
         if not _used_elsewhere(handler):
             handler.close()
-
-
-def _used_elsewhere(handler: logging.Handler) -> bool:
-    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
-    return any(handler in getattr(lg, "handlers", ()) for lg in loggers)

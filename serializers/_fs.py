@@ -1,16 +1,22 @@
-"""The file-system seam: every write the store makes goes through a FileSystem, so
-crash and fault tests can fail any single write, fsync, rename or directory fsync
-without monkeypatching.
+"""The file-system seam: every file write, rename and delete the store makes (snapshot
+files, keys.json, an exported key, config.json and store.json, the sweeps, prune and
+repair) goes through a FileSystem, so crash and fault tests can fail any single write,
+fsync, rename, link, directory fsync or deletion without monkeypatching. (The catalog
+is SQLite's own: its writes do not pass here.)
 
-Atomic, durable file creation: temp file in the same directory, write, fsync, rename,
-fsync the directory. A failure at any step removes the temp file and raises; a failed
-fsync is never retried (the kernel may have dropped the dirty pages, so a retry could
-report success over lost data).
+Atomic, durable file creation: temp file in the same directory, write, fsync, rename
+(write_atomic) or link where an existing file must never be replaced (write_new), fsync
+the directory. A failure at any step removes the temp file and raises; a failed fsync is
+never retried (the kernel may have dropped the dirty pages, so a retry could report
+success over lost data).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sys
 from collections.abc import Iterable
 
 __all__ = [
@@ -18,6 +24,7 @@ __all__ = [
     "OS",
     "TEMP_SUFFIX",
     "write_atomic",
+    "write_new",
     "temp_owner",
     "writer_is_gone",
     "make_private_dir",
@@ -54,8 +61,28 @@ class FileSystem:
         finally:
             os.close(fd)
 
+    def link(self, src: str, dst: str) -> None:
+        """A second name for src; FileExistsError if dst exists (never replaced)."""
+        os.link(src, dst)
+
     def unlink(self, path: str) -> None:
         os.unlink(path)
+
+    def remove_dir(self, path: str) -> None:
+        """Remove an empty directory."""
+        os.rmdir(path)
+
+    def remove_tree(self, path: str) -> None:
+        """Delete a directory and everything in it, never following a symbolic link
+        (shutil.rmtree's descriptor-based walk). Every entry that can be removed is;
+        then the first error, if any, is raised."""
+        errors: list[BaseException] = []
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=lambda function, name, exc: errors.append(exc))
+        else:
+            shutil.rmtree(path, onerror=lambda function, name, info: errors.append(info[1]))
+        if errors:
+            raise errors[0]
 
 
 OS = FileSystem()
@@ -123,9 +150,37 @@ def writer_is_gone(name: str) -> bool:
 
 
 def write_atomic(path: str, chunks: Iterable[bytes], fs: FileSystem = OS) -> int:
-    """Write the byte chunks to `path` atomically and durably; returns the size.
-    `chunks` may be a generator, so a large body is streamed, never held twice."""
+    """Write the byte chunks to `path` atomically and durably, replacing any file there;
+    returns the size. `chunks` may be a generator, so a large body is streamed, never
+    held twice."""
     tmp = temp_path(path)
+    size = _write_temp(tmp, chunks, fs)
+    try:
+        fs.rename(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp, fs)
+        raise
+    fs.fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return size
+
+
+def write_new(path: str, chunks: Iterable[bytes], fs: FileSystem = OS) -> int:
+    """write_atomic() for a file that must not exist yet: the complete file is linked
+    into place, which fails (FileExistsError) if `path` exists; nothing is replaced and
+    no partial file is ever seen under `path`."""
+    tmp = temp_path(path)
+    size = _write_temp(tmp, chunks, fs)
+    try:
+        fs.link(tmp, path)
+    finally:
+        _remove_quietly(tmp, fs)
+    fs.fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return size
+
+
+def _write_temp(tmp: str, chunks: Iterable[bytes], fs: FileSystem) -> int:
+    """Create `tmp` (mode 0600; FileExistsError if it exists), write the chunks and fsync
+    it; returns the size. On a failure after the create, `tmp` is removed."""
     fd = fs.create(tmp)
     size = 0
     try:
@@ -139,15 +194,15 @@ def write_atomic(path: str, chunks: Iterable[bytes], fs: FileSystem = OS) -> int
             fs.fsync(fd)
         finally:
             fs.close(fd)
-        fs.rename(tmp, path)
     except BaseException:
-        try:
-            fs.unlink(tmp)
-        except OSError:
-            pass
+        _remove_quietly(tmp, fs)
         raise
-    fs.fsync_dir(os.path.dirname(os.path.abspath(path)))
     return size
+
+
+def _remove_quietly(path: str, fs: FileSystem) -> None:
+    with contextlib.suppress(OSError):
+        fs.unlink(path)
 
 
 # ------------------------------------------------------------------------ private modes

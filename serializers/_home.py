@@ -21,9 +21,9 @@ is swept; a stale writer's file is deleted when its commit is refused.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -427,7 +427,7 @@ class Home:
     def delete_file(self, file: str, job_id: str | None = None) -> None:
         """Delete a catalog row's file (confined like absolute())."""
         try:
-            os.unlink(self.absolute(file, job_id))
+            self.fs.unlink(self.absolute(file, job_id))
         except FileNotFoundError:
             pass
 
@@ -439,7 +439,8 @@ class Home:
                 f"the folder of job {job_id!r} ({folder}) is a symbolic link: "
                 "the store was tampered with; refusing to delete it"
             )
-        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # what is left has no row: never read
+            self.fs.remove_tree(folder)
 
     def sweep_temp_files(self) -> int:
         """Remove temp files left by writers that died (SIGKILL mid-write)."""
@@ -452,7 +453,7 @@ class Home:
             for name in os.listdir(folder):
                 if _fs.writer_is_gone(name):
                     try:
-                        os.unlink(os.path.join(folder, name))
+                        self.fs.unlink(os.path.join(folder, name))
                         removed += 1
                     except FileNotFoundError:
                         pass

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from .._abi import NAMES
+from ._buffer import BufferReader
 
 __all__ = [
     "loads",
@@ -225,38 +226,11 @@ _DEEP_DUMP: dict[str, Callable[..., object]] = {
 }
 
 
-class _View:
-    """A file-like reader over a buffer, so a large payload is never copied."""
-
-    def __init__(self, data: bytes | bytearray | memoryview):
-        self.data, self.view, self.pos = data, memoryview(data).cast("B"), 0
-
-    def read(self, n: int | None = -1) -> bytes:
-        end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
-        data = self.view[self.pos : end].tobytes()
-        self.pos = end
-        return data
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:
-        target = memoryview(buffer).cast("B")
-        n = min(len(target), len(self.view) - self.pos)
-        target[:n] = self.view[self.pos : self.pos + n]
-        self.pos += n
-        return n
-
-    def readline(self) -> bytes:
-        find = getattr(self.data, "find", None)
-        end = find(b"\n", self.pos) if find is not None else -1
-        if find is None:
-            end = next((i for i in range(self.pos, len(self.view)) if self.view[i] == 10), -1)
-        return self.read(len(self.view) - self.pos if end < 0 else end + 1 - self.pos)
-
-
 class InertUnpickler(pickle.Unpickler):
     """find_class never imports: it returns a placeholder (a few builtin value types
     excepted, and snapstate's own NULL marker)."""
 
-    def __init__(self, file: _View):
+    def __init__(self, file: BufferReader):
         super().__init__(file)
         self._classes: dict[tuple[str, str], object] = {}
 
@@ -288,7 +262,7 @@ def loads(data: bytes | bytearray | memoryview) -> object:
     enabled = gc.isenabled()
     gc.disable()  # millions of new containers would trigger useless collections
     try:
-        return InertUnpickler(_View(data)).load()
+        return InertUnpickler(BufferReader(data)).load()
     finally:
         if enabled:
             gc.enable()

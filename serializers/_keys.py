@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .._errors import RetiredKey, StoreDamaged, StoreError, UnknownKey
+from . import _fs
 
 __all__ = ["Key", "KeyRing", "ENV_KEY", "key_id_of"]
 
@@ -202,10 +203,12 @@ class KeyRing:
     """The keys of one store directory (plus SNAPSTATE_KEY when set).
 
     create=False: a missing keys.json raises StoreDamaged instead of minting a new key
-    (for a store that already has snapshots, which a new key would never verify)."""
+    (for a store that already has snapshots, which a new key would never verify).
+    Key files are written through `fs` (serializers/_fs.py)."""
 
-    def __init__(self, directory: str, *, create: bool = True):
+    def __init__(self, directory: str, *, create: bool = True, fs: _fs.FileSystem = _fs.OS):
         self.directory = directory
+        self.fs = fs
         self.path = os.path.join(directory, _FILE)
         self._lock_path = self.path + ".lock"
         self._stored: dict[str, Key] = {}
@@ -293,45 +296,33 @@ class KeyRing:
         """Read-modify-write of keys.json under the lock, on a fresh read of it.
         `change` edits a copy of the stored keys in place and returns its result and
         the id of the key that becomes current (None: the current one stays); the
-        file is rewritten only if something changed."""
+        file is rewritten only if something changed. The keys in use change only once
+        the file holding them is written: a failed write leaves both as they were."""
         with self._locked():
             if not self._reload():  # first use: make the store's key
                 key = _new_key()
+                self._save({key.key_id: key}, key.key_id)
                 self._stored, self._stored_current = {key.key_id: key}, key.key_id
-                self._save()
             stored = dict(self._stored)
             result, current = change(stored)
             current = current or self._stored_current
             if stored != self._stored or current != self._stored_current:
+                assert current is not None  # set by the reload or the creation above
+                self._save(stored, current)
                 self._stored, self._stored_current = stored, current
-                self._save()
             return result
 
-    def _save(self) -> None:
+    def _save(self, stored: dict[str, Key], current: str) -> None:
+        """Write keys.json atomically and durably (temp, fsync, rename, fsync the
+        directory): a crash or a failure leaves the previous file whole."""
         data = {
-            "current": self._stored_current,
+            "current": current,
             "keys": {
                 k.key_id: {"secret": k.secret.hex(), "created": k.created, "retired": k.retired}
-                for k in self._stored.values()
+                for k in stored.values()
             },
         }
-        tmp = self.path + f".{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        dfd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        _fs.write_atomic(self.path, [json.dumps(data, indent=1).encode()], self.fs)
 
     def rotate(self) -> Key:
         """Make a new key current; older keys keep verifying their snapshots."""
@@ -385,30 +376,14 @@ class KeyRing:
             raise StoreError(
                 f"{path} already exists; it was not overwritten (choose another file name)"
             )
-        tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            _fs.write_new(path, [data], self.fs)  # atomic, and fails if path exists
         except OSError as exc:
-            raise StoreError(f"cannot write {path}: {exc.strerror}") from None
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)  # atomic, and fails if path exists
-            except FileExistsError:
+            if isinstance(exc, FileExistsError) and os.path.lexists(path):
                 raise StoreError(
                     f"{path} already exists; it was not overwritten (choose another file name)"
                 ) from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
         return key
 
     def import_file(self, path: str) -> tuple[Key, bool]:

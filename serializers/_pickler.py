@@ -36,6 +36,7 @@ import dill
 from .._abi import UnpinnedGlobal, check_global, pinned
 from .._errors import IncompatibleSnapshot
 from . import _dispatch, _envsecrets, _refs
+from ._buffer import BufferReader
 from ._codeid import CodeRef, code_ref, find_code
 from ._describe import explain
 from ._tracebacks import Entry, rebuild_traceback, save_traceback
@@ -502,33 +503,6 @@ def _dumps(obj: object, roots: _Roots | None) -> bytes:
     raise UnpicklableError("value", obj, "too many object types needed the dill fallback")
 
 
-class _Reader:
-    """A file-like reader over a buffer, so a large payload is never copied."""
-
-    def __init__(self, data: bytes | bytearray | memoryview) -> None:
-        self.view, self.pos = memoryview(data).cast("B"), 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self.view) if n is None or n < 0 else min(self.pos + n, len(self.view))
-        data = self.view[self.pos : end].tobytes()
-        self.pos = end
-        return data
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:
-        target = memoryview(buffer).cast("B")
-        n = min(len(target), len(self.view) - self.pos)
-        target[:n] = self.view[self.pos : self.pos + n]
-        self.pos += n
-        return n
-
-    def readline(self) -> bytes:
-        view, start = self.view, self.pos
-        end = start
-        while end < len(view) and view[end] != 10:  # only protocol 0-style opcodes
-            end += 1
-        return self.read(min(end + 1, len(view)) - start)
-
-
 class _Unpickler(pickle.Unpickler):
     """pickle's Unpickler, refusing a snapstate global that is not pinned: a file names
     only snapstate's public API and snapstate._abi (see _check_pinned)."""
@@ -544,7 +518,7 @@ class _Unpickler(pickle.Unpickler):
 
 def loads(data: bytes | bytearray) -> Any:  # the unpickled state
     try:
-        return _Unpickler(_Reader(data)).load()
+        return _Unpickler(BufferReader(data)).load()
     finally:
         for _, _, loaded in _dispatch.DUMP_HOOKS:
             loaded()

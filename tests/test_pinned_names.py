@@ -134,7 +134,7 @@ OWN_REDUCE = {
     "snapstate._abi.Handle",
     "snapstate._abi._Null",
     "snapstate.resources._http.SavedResponse",
-    "snapstate.resources._http._Part",
+    "snapstate.resources._http.Part",
     "snapstate.resources._http._SealedBytes",
     "snapstate._abi._Decimal",
     "snapstate.resources._secrets.Credential",
