@@ -15,9 +15,7 @@ from snapstate._errors import (
     StoreError,
 )
 from snapstate.serializers._catalog import Catalog
-from snapstate.serializers._store import (
-    JobRow,
-)
+from snapstate.serializers._store import JobRow
 
 from ._support import (
     ENTRY,

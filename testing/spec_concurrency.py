@@ -9,12 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
-from snapstate._errors import (
-    StaleWriter,
-)
-from snapstate.serializers._store import (
-    Owner,
-)
+from snapstate._errors import StaleWriter
+from snapstate.serializers._store import Owner
 
 from ._support import (
     HOST,

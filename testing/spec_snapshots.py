@@ -11,9 +11,7 @@ from snapstate._errors import (
     StoreError,
 )
 from snapstate.serializers._catalog import Catalog
-from snapstate.serializers._store import (
-    Owner,
-)
+from snapstate.serializers._store import Owner
 
 from ._support import (
     T0,
