@@ -23,7 +23,7 @@ import pytest
 
 import snapstate
 from snapstate.runtime._agent import EntryPointError
-from snapstate.runtime._cli import exit_code
+from snapstate.runtime._api import exit_code
 from snapstate.runtime._clock import FakeClock, set_clock
 from snapstate.runtime._lease import Lease
 from snapstate.serializers._home import Home
