@@ -80,8 +80,8 @@ snapstate.Store(3)  # type: ignore[arg-type]
 # ---------------------------------------------------------------- the API's records
 store = snapstate.Store()
 outcome = store.start("agent.py")
-if outcome.status == snapstate.JobStatus.WAITING or outcome.status == "waiting":
-    pass
+waiting: bool = outcome.status == "waiting"  # a JobStatus compares with its string
+done: bool = outcome.status is snapstate.JobStatus.DONE
 status: str = outcome.status  # a JobStatus is a str
 late: snapstate.JobStatus = "late"  # type: ignore[assignment]
 outcome.status = snapstate.JobStatus.DONE  # type: ignore[misc]
@@ -111,7 +111,7 @@ state: Literal["pending", "granted", "rejected", "expired"] = view.state
 assert_type(store.approve("j", "a1", by="alice"), snapstate.ApprovalView)
 assert_type(store.reject("j", "a1", reason="no"), snapstate.ApprovalView)
 store.approve("j")  # type: ignore[call-arg]
-store.approvals(True)  # type: ignore[misc]
+store.approvals(True)  # type: ignore[call-arg]
 
 # snapshots and effects
 snaps = store.snapshots("j")
