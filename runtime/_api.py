@@ -25,7 +25,15 @@ left them), os.environ's class is snapstate's tracking subclass from the first r
 (runtime/_process.py), and the effect of any other process-wide change the agent made
 (signal handlers, threads, other modules' state). Runs are serialized per process (the
 active job is process-global): a second thread's start() waits for the first; calling
-start() or resume() from inside a job's own code is refused (RuntimeError).
+start() or resume() from inside a job's own code is refused (RuntimeError). The host's
+own `__main__` never belongs to the job (runtime/_agent.py): a host script in the
+agent's folder keeps its globals.
+
+What the API returns is plain data of public classes (exported by `snapstate`), built
+here from the catalog's rows and never the rows themselves: JobResult, JobView,
+WaitInfo, SnapshotView, EffectView, ApprovalView (frozen dataclasses) and JobStatus.
+The exit-code tables of the CLI contract live here too, so `snaprun` and
+JobResult.exit_code give one answer.
 """
 
 from __future__ import annotations
