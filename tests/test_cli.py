@@ -213,6 +213,18 @@ def test_usage_errors_are_one_error_line_like_every_refusal(tmp_path, args, need
     assert not (tmp_path / ".snapstate").exists()
 
 
+@pytest.mark.parametrize("args", [[], ["keys"]])
+def test_a_group_without_a_command_shows_its_help(tmp_path, args):
+    """`snaprun` and `snaprun keys` alone show their help (its commands), not an error
+    line and not a traceback; nothing goes to the agent's stdout that click would not
+    put there (click 8.1 prints the help to stdout with exit 0, later ones to stderr
+    with exit 2)."""
+    run = snaprun(*args, cwd=tmp_path)
+    assert (run.returncode, run.stdout == "") in ((2, True), (0, False)), run
+    shown = run.stdout + run.stderr
+    assert "Commands:" in shown and "snaprun: error" not in shown and "Traceback" not in shown
+
+
 def test_agent_failure_exits_1_and_is_resumable(tmp_path):
     """An agent that raises: exit 1, its traceback on stderr, status failed, resumable."""
     agent = tmp_path / "flaky.py"

@@ -67,6 +67,14 @@ for _command in (
     cli.add_command(_command)
 
 
+# A group called without a command shows its help (exit 2); click 8.1 exits 0 itself.
+_NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
+
+
 def _refuse(message: str, code: int) -> None:
     sys.stdout.flush()  # the agent's output, if any, comes first
     say(f"error: {message}")
@@ -77,6 +85,9 @@ def main() -> None:
     """The entry point (`snaprun`) and its one error path."""
     try:
         code = cli.main(prog_name="snaprun", standalone_mode=False)
+    except _NO_ARGS_IS_HELP as exc:  # `snaprun`, `snaprun keys`: the help, on stderr
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.UsageError as exc:  # a bad option, argument or combination
         message = exc.format_message()
         if exc.ctx is not None and "`snaprun" not in message:  # no next step named yet
