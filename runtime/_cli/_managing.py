@@ -10,8 +10,7 @@ import time
 
 import click
 
-from ...serializers._fs import write_atomic
-from ...serializers._home import _read_chunks, default_home
+from ...serializers._home import default_home
 from .. import _admin, _repair
 from .._api import EXIT_USAGE
 from ._common import (
@@ -66,8 +65,7 @@ def export(store: str | None, output: str, ref: str) -> None:
     home = open_home(store, readonly=True)
     path, job_id, seq, row = resolve(home, ref, need_seq=True)
     home.verify(path) if row is None else home.verify_row(row)
-    _admin.check_export_target(home, output)
-    write_atomic(output, _read_chunks(path))
+    _admin.export(home, path, output)
     say(f"exported {job_id}@{seq} to {output}")
 
 
