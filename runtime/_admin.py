@@ -25,7 +25,8 @@ from .._errors import (
     StoreDamaged,
     StoreError,
 )
-from ..serializers._home import Home
+from ..serializers._fs import write_atomic
+from ..serializers._home import Home, _read_chunks
 from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _agent
@@ -39,6 +40,7 @@ __all__ = [
     "reconcile",
     "stats",
     "check_export_target",
+    "export",
     "ORPHAN_GRACE_S",
 ]
 
@@ -102,6 +104,14 @@ def check_export_target(home: Home, output: str) -> None:
             f"{output} already exists; it was not overwritten. Choose a new file "
             "name (or remove that file first)"
         )
+
+
+def export(home: Home, source: str, output: str) -> None:
+    """Write the snapshot file `source` (verified by the caller) to `output`, a new
+    file outside the store (check_export_target), durably, through the store's file
+    system."""
+    check_export_target(home, output)
+    write_atomic(output, _read_chunks(source), home.fs)
 
 
 # ---------------------------------------------------------------------------- import

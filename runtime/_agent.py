@@ -130,8 +130,9 @@ class EntryPoint:
     def owns(self, module: types.ModuleType) -> bool:
         """The module lives where the agent's code does (its folder, or its package)."""
         name = module.__name__
-        if name.split(".")[0] == _OWN_PACKAGE or name == "__main__":
-            return False
+        if name.split(".")[0] == _OWN_PACKAGE or name in _HOST_MAINS:
+            return False  # __main__ is the host's (snaprun's, or a script embedding the
+            # API from the agent's folder): the agent is imported under its own name
         if self.path is None:
             return name.split(".")[0] == self.module.split(".")[0]
         if name == self.module:
@@ -148,6 +149,7 @@ class EntryPoint:
 
 
 _OWNED: dict[tuple[EntryPoint, int], tuple[types.ModuleType, bool]] = {}
+_HOST_MAINS = ("__main__", "__mp_main__")  # the running program, never an agent module
 
 
 def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
@@ -241,5 +243,7 @@ def module_digests(modules: Iterable[types.ModuleType]) -> dict[str, str | None]
 
 def restore_globals(saved: dict[str, dict[str, object]]) -> None:
     for name, values in saved.items():
+        if name in _HOST_MAINS:  # frozen by a version that took the host's for the
+            continue  # agent's: put back, it would overwrite the host's globals
         module = sys.modules.get(name) or importlib.import_module(name)
         vars(module).update(values)

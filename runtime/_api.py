@@ -25,11 +25,21 @@ left them), os.environ's class is snapstate's tracking subclass from the first r
 (runtime/_process.py), and the effect of any other process-wide change the agent made
 (signal handlers, threads, other modules' state). Runs are serialized per process (the
 active job is process-global): a second thread's start() waits for the first; calling
-start() or resume() from inside a job's own code is refused (RuntimeError).
+start() or resume() from inside a job's own code is refused (RuntimeError). The host's
+own `__main__` never belongs to the job (runtime/_agent.py): a host script in the
+agent's folder keeps its globals.
+
+What the API returns is plain data of public classes (exported by `snapstate`), built
+here from the catalog's rows and never the rows themselves: JobResult, JobView,
+WaitInfo, SnapshotView, EffectView, ApprovalView (frozen dataclasses) and JobStatus.
+The exit-code tables of the CLI contract live here too, so `snaprun` and
+JobResult.exit_code give one answer.
 """
 
 from __future__ import annotations
 
+import enum
+import json
 import logging
 import os
 import random
@@ -37,10 +47,10 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, cast
 
 from .._errors import (
     JobParked,
@@ -49,35 +59,112 @@ from .._errors import (
     SnapshotWriteError,
     SnapstateError,
     StaleWriter,
+    StoreDamaged,
     StoreFailure,
 )
 from ..serializers._home import Home, default_home
 from ..serializers._ids import validate_job_id
-from ..serializers._store import JobRow, WaitRow
-from . import _process, _rootlog
+from ..serializers._store import ApprovalRow, EffectRow, JobRow, SnapshotRow, WaitRow
+from . import _approvals, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
 from ._clock import clock
 from ._job import Job
 from ._lease import lease_ttl
 from ._waits import hibernate_after
 
-if TYPE_CHECKING:
-    from ..serializers._store import ApprovalRow
-
 __all__ = [
     "Store",
+    "JobStatus",
     "JobResult",
     "JobView",
     "SnapshotView",
     "EffectView",
     "WaitInfo",
+    "ApprovalView",
+    "EXIT_CODES",
+    "exit_code",
+    "status_exit_code",
     "drive",
     "create_job",
     "open_job",
     "job_views",
+    "approval_rows",
+    "approval_view",
+    "effect_views",
+    "snapshot_views",
 ]
 
-STATUSES = ("done", "waiting", "parked", "failed", "interrupted")
+
+# ------------------------------------------------------------------------ statuses
+class JobStatus(enum.StrEnum):
+    """A job's status. Members are strings (`status == "waiting"` holds), and JSON and
+    f-strings print their value.
+
+    running      a live runner holds the job
+    waiting      hibernated at an approval, a timer or a rate limit (`wait` says which)
+    interrupted  its runner died or was stopped, or the store failed: resumable
+    parked       an ambiguous effect needs `snaprun reconcile`
+    done         main() returned
+    failed       the agent raised (`snaprun resume` tries again after a fix)"""
+
+    RUNNING = "running"
+    WAITING = "waiting"
+    INTERRUPTED = "interrupted"
+    PARKED = "parked"
+    DONE = "done"
+    FAILED = "failed"
+
+
+def _job_status(text: str, job_id: str) -> JobStatus:
+    """The status the catalog holds for a job; an unknown one is a damaged catalog."""
+    try:
+        return JobStatus(text)
+    except ValueError:
+        raise StoreDamaged(
+            f"job {job_id} has the status {text!r} in the catalog, which no snapstate "
+            "writes (the catalog was edited); restore it from a backup (or `snaprun repair`)"
+        ) from None
+
+
+# ------------------------------------------------------------------------ exit codes
+# The CLI contract's exit codes: one table per question, used by the API and the CLI.
+EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING, EXIT_PARKED, EXIT_CONFLICT = 0, 1, 2, 3, 4, 5
+
+# How a run ends -> its exit code. "running" is what a job another live runner holds
+# answers a resume with (a conflict); a run of one's own never ends "running".
+STATUS_EXIT_CODES: Mapping[JobStatus, int] = {
+    JobStatus.DONE: EXIT_DONE,
+    JobStatus.FAILED: EXIT_FAILED,  # the agent raised
+    JobStatus.INTERRUPTED: EXIT_FAILED,  # the store or a snapshot write failed
+    JobStatus.WAITING: EXIT_WAITING,
+    JobStatus.PARKED: EXIT_PARKED,
+    JobStatus.RUNNING: EXIT_CONFLICT,
+}
+
+# A snapstate error -> its exit code: the first class that matches wins (so subclasses
+# come before their bases).
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (StoreFailure, EXIT_FAILED),  # the store failed, not the input: job resumable
+    (SnapshotWriteError, EXIT_FAILED),
+    (JobParked, EXIT_PARKED),
+    (JobWaiting, EXIT_WAITING),
+    (LeaseHeld, EXIT_CONFLICT),
+    (StaleWriter, EXIT_CONFLICT),
+    (SnapstateError, EXIT_USAGE),  # invalid input, damaged or foreign store or file
+)
+
+
+def status_exit_code(status: JobStatus) -> int:
+    """The exit code `snaprun` ends with when a run ends with `status`."""
+    return STATUS_EXIT_CODES[status]
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of a snapstate error, from EXIT_CODES (1 for any other error)."""
+    for kind, code in EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_FAILED
 
 
 # ------------------------------------------------------------------------ records
@@ -95,23 +182,23 @@ class WaitInfo:
     seq: int | None = None
     approval_id: str | None = None
 
-    @classmethod
-    def from_row(cls, row: WaitRow) -> WaitInfo:
-        return cls(row.kind, row.reason, row.due, row.since, row.seq, row.approval_id)
+
+def _wait_info(row: WaitRow) -> WaitInfo:
+    return WaitInfo(row.kind, row.reason, row.due, row.since, row.seq, row.approval_id)
 
 
 @dataclass(frozen=True)
 class JobResult:
     """What start() or resume() ended with.
 
-    status:  "done" (result is main()'s value), "waiting" (wait says why and until
-             when), "parked" (an ambiguous effect: `snaprun reconcile`), "failed" (the
-             agent raised `error`), "interrupted" (the store or a snapshot write failed:
-             `error`; the job is resumable once it is fixed)
+    status:  DONE (result is main()'s value), WAITING (wait says why and until when),
+             PARKED (an ambiguous effect: `snaprun reconcile`), FAILED (the agent
+             raised `error`), INTERRUPTED (the store or a snapshot write failed:
+             `error`; the job is resumable once it is fixed); never RUNNING
     seq:     the job's latest snapshot (0: none)"""
 
     job_id: str
-    status: str
+    status: JobStatus
     result: object = None
     error: BaseException | None = None
     wait: WaitInfo | None = None
@@ -120,11 +207,15 @@ class JobResult:
     @property
     def exit_code(self) -> int:
         """The exit code `snaprun` ends with for this outcome (the CLI contract)."""
-        return {"done": 0, "waiting": 3, "parked": 4}.get(self.status, 1)
+        return status_exit_code(self.status)
 
 
 @dataclass(frozen=True)
 class SnapshotView:
+    """One snapshot of a job: its sequence number (from 1), label, when it was taken
+    (epoch seconds), its file's size in bytes and the lease epoch of the runner that
+    wrote it."""
+
     seq: int
     label: str | None
     created: float
@@ -132,18 +223,109 @@ class SnapshotView:
     epoch: int
 
 
+def _snapshot_view(row: SnapshotRow) -> SnapshotView:
+    return SnapshotView(row.seq, row.label, row.created, row.size, row.epoch)
+
+
 @dataclass(frozen=True)
 class EffectView:
+    """One logical action of a job's effect ledger, as `snaprun effects` lists it.
+
+    state: "dispatched" (recorded before it was sent: it may have happened),
+    "confirmed", "failed" (the call raised), "ambiguous" (outcome unknown: the job
+    parks), "not-committed" (reconciled by hand); kind: "write", "read" or "value"
+    (now(), random(), uuid4()). args is redacted and truncated, for people; key is the
+    idempotency key given to the provider."""
+
     ordinal: int
     name: str
-    state: str
-    kind: str
+    state: Literal["dispatched", "confirmed", "failed", "ambiguous", "not-committed"]
+    kind: Literal["write", "read", "value"]
     key: str
-    args: str  # redacted, truncated, for people
+    args: str
     call_site: str
     attempts: int
     note: str
     updated: float
+
+
+def _effect_view(row: EffectRow) -> EffectView:
+    # The row's state and kind are members of EffectState / EffectKind (checked when the
+    # row is built), whose values are exactly these literals.
+    state = cast(
+        Literal["dispatched", "confirmed", "failed", "ambiguous", "not-committed"],
+        str(row.state),
+    )
+    kind = cast(Literal["write", "read", "value"], str(row.kind))
+    return EffectView(
+        row.ordinal,
+        row.name,
+        state,
+        kind,
+        row.key,
+        row.args_repr,
+        row.call_site,
+        row.attempts,
+        row.note,
+        row.updated,
+    )
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """An approval a job requested, as `snaprun approvals` lists it.
+
+    state is "expired" for a pending approval past its expiry; scope is the scope
+    exactly as requested; approvers None means anyone may decide. altered: the
+    catalog's record of the request does not verify against the store's key (it was
+    edited): approve() and reject() refuse it."""
+
+    job_id: str
+    approval_id: str
+    name: str
+    state: Literal["pending", "granted", "rejected", "expired"]
+    scope: dict[str, Any]
+    requested: float
+    expires: float | None
+    approvers: tuple[str, ...] | None
+    decided_by: str | None
+    decided_at: float | None
+    note: str | None
+    site: str
+    altered: bool = False
+
+
+def approval_view(home: Home, row: ApprovalRow, now: float) -> ApprovalView:
+    """The public view of an approval row (its scope decoded, its digest checked)."""
+    state = row.state
+    if state == "pending" and _approvals.is_expired(row, now):
+        state = "expired"
+    if state not in ("pending", "granted", "rejected", "expired"):
+        raise StoreDamaged(
+            f"approval {row.approval_id} of job {row.job_id} has the state {state!r} in "
+            "the catalog, which no snapstate writes (the catalog was edited)"
+        )
+    return ApprovalView(
+        job_id=row.job_id,
+        approval_id=row.approval_id,
+        name=row.name,
+        state=cast(Literal["pending", "granted", "rejected", "expired"], state),
+        scope=json.loads(row.scope),
+        requested=row.requested,
+        expires=row.expires,
+        approvers=None if row.approvers is None else tuple(row.approvers),
+        decided_by=row.decided_by,
+        decided_at=row.decided_at,
+        note=row.note,
+        site=row.site,
+        altered=not _approvals.verified(home, row),
+    )
+
+
+def approval_rows(home: Home, *, every: bool = False) -> list[ApprovalRow]:
+    """The approvals someone may still decide (pending, unexpired), oldest first; with
+    `every`, all of them."""
+    return home.catalog.approvals() if every else _approvals.pending(home)
 
 
 @dataclass(frozen=True)
@@ -156,7 +338,7 @@ class JobView:
     verify)."""
 
     job_id: str
-    status: str
+    status: JobStatus
     entry: str
     argv: list[str]
     created: float
@@ -197,8 +379,8 @@ def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict
 
 def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
     snaps = home.catalog.snapshots(job.job_id)
-    status = home.catalog.effective_status(job, now)
-    wait_row = home.catalog.get_wait(job.job_id) if status == "waiting" else None
+    status = _job_status(home.catalog.effective_status(job, now), job.job_id)
+    wait_row = home.catalog.get_wait(job.job_id) if status == JobStatus.WAITING else None
     meta, pins = _header_extras(home, job.job_id) if snaps else (None, {})
     return JobView(
         job_id=job.job_id,
@@ -210,23 +392,9 @@ def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
         resumes=job.resume_count,
         parent=job.parent,
         error=job.error,
-        snapshots=tuple(SnapshotView(s.seq, s.label, s.created, s.size, s.epoch) for s in snaps),
-        effects=tuple(
-            EffectView(
-                e.ordinal,
-                e.name,
-                str(e.state),
-                str(e.kind),
-                e.key,
-                e.args_repr,
-                e.call_site,
-                e.attempts,
-                e.note,
-                e.updated,
-            )
-            for e in (home.catalog.effects(job.job_id) if effects else [])
-        ),
-        wait=WaitInfo.from_row(wait_row) if wait_row is not None else None,
+        snapshots=tuple(_snapshot_view(s) for s in snaps),
+        effects=tuple(effect_views(home, job.job_id)) if effects else (),
+        wait=_wait_info(wait_row) if wait_row is not None else None,
         meta=meta,
         pins=pins,
     )
@@ -241,6 +409,18 @@ def job_view(home: Home, job_id: str, now: float) -> JobView:
     """One job with its effects; JobNotFound / InvalidJobId as `snaprun` reports them."""
     validate_job_id(job_id)
     return _view(home, home.catalog.get_job(job_id), now, effects=True)
+
+
+def effect_views(home: Home, job_id: str) -> list[EffectView]:
+    """A job's effect ledger in order (`snaprun effects`); JobNotFound names the job."""
+    home.catalog.get_job(job_id)
+    return [_effect_view(e) for e in home.catalog.effects(job_id)]
+
+
+def snapshot_views(home: Home, job_id: str) -> list[SnapshotView]:
+    """A job's snapshots, oldest first; JobNotFound names the job."""
+    home.catalog.get_job(job_id)
+    return [_snapshot_view(s) for s in home.catalog.snapshots(job_id)]
 
 
 # ------------------------------------------------------------------------ running
@@ -260,7 +440,7 @@ def _waited(home: Home, job: Job, exc: JobWaiting) -> WaitInfo:
     except SnapstateError:
         row = None
     if row is not None:
-        return WaitInfo.from_row(row)
+        return _wait_info(row)
     return WaitInfo(exc.kind, str(exc), exc.due)
 
 
@@ -269,31 +449,31 @@ def drive(job: Job, action: Callable[[], object]) -> JobResult:
     codes do. Raises: KeyboardInterrupt; a conflict (LeaseHeld, StaleWriter); a
     snapstate error raised before the agent ran (invalid input: the job could not start
     or be restored). Returns a JobResult for everything else."""
+    failed, interrupted = JobStatus.FAILED, JobStatus.INTERRUPTED
     try:
         value = action()
     except KeyboardInterrupt:
         raise
     except SystemExit as exc:  # the agent's sys.exit(): its failure, never our code
-        return JobResult(job.job_id, "failed", error=exc, seq=job.seq)
+        return JobResult(job.job_id, failed, error=exc, seq=job.seq)
     except StoreFailure as exc:
-        return JobResult(job.job_id, "interrupted", error=exc, seq=job.seq)
+        return JobResult(job.job_id, interrupted, error=exc, seq=job.seq)
     except SnapshotWriteError as exc:
-        return JobResult(job.job_id, "interrupted", error=exc, seq=job.seq)
+        return JobResult(job.job_id, interrupted, error=exc, seq=job.seq)
     except (StaleWriter, LeaseHeld):
         raise
     except JobParked as exc:
-        return JobResult(job.job_id, "parked", error=exc, seq=job.seq)
+        return JobResult(job.job_id, JobStatus.PARKED, error=exc, seq=job.seq)
     except JobWaiting as exc:
-        return JobResult(
-            job.job_id, "waiting", error=exc, wait=_waited(job.home, job, exc), seq=job.seq
-        )
+        wait = _waited(job.home, job, exc)
+        return JobResult(job.job_id, JobStatus.WAITING, error=exc, wait=wait, seq=job.seq)
     except SnapstateError as exc:
-        if job._agent is None or exc is job._hub_error:  # no agent code ran: the
+        if not job.agent_started or exc is job.hub_error:  # no agent code ran: the
             raise  # snapshot, the job or the store is invalid (exit 2)
-        return JobResult(job.job_id, "failed", error=exc, seq=job.seq)
+        return JobResult(job.job_id, failed, error=exc, seq=job.seq)
     except Exception as exc:
-        return JobResult(job.job_id, "failed", error=exc, seq=job.seq)
-    return JobResult(job.job_id, "done", result=value, seq=job.seq)
+        return JobResult(job.job_id, failed, error=exc, seq=job.seq)
+    return JobResult(job.job_id, JobStatus.DONE, result=value, seq=job.seq)
 
 
 # ------------------------------------------------------------------------ host state
@@ -492,39 +672,31 @@ class Store:
     # -------------------------------------------------------------- approvals
     def approve(
         self, job_id: str, approval_id: str, by: str | None = None, note: str | None = None
-    ) -> ApprovalRow:
+    ) -> ApprovalView:
         """Grant a pending approval (`snaprun approve`); resume() (or the worker) then
-        continues the job."""
-        from . import _approvals  # type: ignore[attr-defined,unused-ignore]
-
+        continues the job. Returns the decided approval."""
         validate_job_id(job_id)
         with self._home() as home:
-            row: ApprovalRow = _approvals.decide(
-                home, job_id, approval_id, granted=True, by=by, note=note
-            )
-            return row
+            row = _approvals.decide(home, job_id, approval_id, granted=True, by=by, note=note)
+            return approval_view(home, row, clock().time())
 
     def reject(
         self, job_id: str, approval_id: str, by: str | None = None, reason: str | None = None
-    ) -> ApprovalRow:
+    ) -> ApprovalView:
         """Reject a pending approval (`snaprun reject`): the agent's request_approval()
-        raises ApprovalRejected when the job resumes."""
-        from . import _approvals  # type: ignore[attr-defined,unused-ignore]
-
+        raises ApprovalRejected when the job resumes. Returns the decided approval."""
         validate_job_id(job_id)
         with self._home() as home:
-            row: ApprovalRow = _approvals.decide(
-                home, job_id, approval_id, granted=False, by=by, note=reason
-            )
-            return row
+            row = _approvals.decide(home, job_id, approval_id, granted=False, by=by, note=reason)
+            return approval_view(home, row, clock().time())
 
-    def approvals(self) -> list[ApprovalRow]:
-        """The pending approvals of the store (`snaprun approvals`)."""
-        from . import _approvals  # type: ignore[attr-defined,unused-ignore]
-
+    def approvals(self, *, include_decided: bool = False) -> list[ApprovalView]:
+        """The approvals waiting for a decision, oldest first (`snaprun approvals`); with
+        include_decided, every approval of the store, decided and expired ones too
+        (`snaprun approvals --all`)."""
         with self._home(readonly=True) as home:
-            rows: list[ApprovalRow] = _approvals.pending(home)
-            return rows
+            now = clock().time()
+            return [approval_view(home, r, now) for r in approval_rows(home, every=include_decided)]
 
     # -------------------------------------------------------------- reading
     def jobs(self) -> list[JobView]:
@@ -538,3 +710,16 @@ class Store:
         validate_job_id(job_id)
         with self._home(readonly=True) as home:
             return job_view(home, job_id, time.time())
+
+    def snapshots(self, job_id: str) -> list[SnapshotView]:
+        """A job's snapshots, oldest first (`snaprun log` shows them with the rest of its
+        timeline); JobNotFound or InvalidJobId as `snaprun` reports them."""
+        validate_job_id(job_id)
+        with self._home(readonly=True) as home:
+            return snapshot_views(home, job_id)
+
+    def effects(self, job_id: str) -> list[EffectView]:
+        """A job's effect ledger, in order (`snaprun effects`)."""
+        validate_job_id(job_id)
+        with self._home(readonly=True) as home:
+            return effect_views(home, job_id)

@@ -60,6 +60,7 @@ from . import _context, _waits
 from ._clock import clock
 from ._effect_args import args_repr
 from ._faults import fault_point
+from ._jsonvalue import check_json
 from ._recorded import now
 from ._waits import wait_api, wait_point
 
@@ -113,63 +114,6 @@ class Approval:
 
 # ------------------------------------------------------------------------ scope
 _MAX_DEPTH = 64  # deepest nesting of lists and dicts a scope may have
-_MAX_INT_BITS = 12_000  # about 3600 digits: Python's int-to-str limit is 4300
-
-
-def _check_json(value: object, path: str, depth: int = 0) -> None:
-    if depth > _MAX_DEPTH:
-        raise TypeError(
-            f"the approval's scope nests deeper than {_MAX_DEPTH} levels at {path}: a scope "
-            "is what a person reads and approves; flatten it"
-        )
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value.bit_length() > _MAX_INT_BITS:
-            raise TypeError(
-                f"the approval's scope holds an integer of {value.bit_length()} bits at "
-                f"{path}: too large to record exactly as JSON; pass it as a string"
-            )
-        return
-    if isinstance(value, str):
-        _encodable(value, path)
-        return
-    if value is None or isinstance(value, bool):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise TypeError(
-                f"the approval's scope holds {value!r} at {path}: not a JSON number; use a "
-                "finite number (or a string)"
-            )
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_json(item, f"{path}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(
-                    f"the approval's scope has the key {key!r} ({type(key).__name__}) at "
-                    f"{path}: JSON keys are strings; use {str(key)!r}"
-                )
-            _encodable(key, f"a key of {path}")
-            _check_json(item, f"{path}[{key!r}]", depth + 1)
-        return
-    raise TypeError(
-        f"the approval's scope holds a {type(value).__module__}.{type(value).__qualname__} "
-        f"at {path}, which is not JSON: a scope is recorded exactly, as JSON (dicts with "
-        "string keys, lists, strings, numbers, booleans, None); pass e.g. its id or str()"
-    )
-
-
-def _encodable(text: str, path: str) -> None:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        raise TypeError(
-            f"the approval's scope holds a string with a lone surrogate at {path} "
-            f"({text[:40]!r}): it cannot be recorded as UTF-8; pass valid text"
-        ) from None
 
 
 def canonical_scope(scope: object) -> str:
@@ -180,7 +124,7 @@ def canonical_scope(scope: object) -> str:
             f"request_approval()'s scope must be a dict (got {type(scope).__name__}), e.g. "
             '{"vendor": "acme", "max_usd": 5000}'
         )
-    _check_json(scope, "scope")
+    check_json(scope, "scope", max_depth=_MAX_DEPTH)
     return json.dumps(scope, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 

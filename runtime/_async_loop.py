@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import types
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .._errors import SnapshotError, SnapstateError
+from .._errors import SnapshotError
 from ._reducers import ASEND_TYPE
+from ._settings import env_seconds
 
 if TYPE_CHECKING:
     from ._async import AsyncRunner
@@ -47,19 +47,7 @@ GATHER_CALLBACK = next(
 def settle_seconds() -> float:
     """SNAPSTATE_ASYNC_SETTLE: how long a snapshot waits for every task to reach an
     await point (checked with the other settings, runtime/_api.py)."""
-    raw = os.environ.get("SNAPSTATE_ASYNC_SETTLE")
-    if raw is None or raw == "":
-        return DEFAULT_SETTLE
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value <= 86400):
-        raise SnapstateError(
-            f"SNAPSTATE_ASYNC_SETTLE={raw!r} is not a number of seconds from 0 to 86400; "
-            f"unset it (default {DEFAULT_SETTLE:g}) or give one"
-        )
-    return value
+    return env_seconds("SNAPSTATE_ASYNC_SETTLE", DEFAULT_SETTLE, 86400)
 
 
 # ------------------------------------------------------------------------ the loop

@@ -895,6 +895,19 @@ class Job:
             dict(header.get("pins") or {}),
         )
 
+    # ------------------------------------------------ read-only, for the API and the CLI
+    @property
+    def agent_started(self) -> bool:
+        """The job got as far as giving the agent's code a greenlet to run in: before
+        that, an error is about the job, the snapshot or the store (invalid input)."""
+        return self._agent is not None
+
+    @property
+    def hub_error(self) -> BaseException | None:
+        """The snapstate error the hub itself raised while the agent ran (a snapshot
+        write that failed, a damaged wait row): not the agent's, though it reaches it."""
+        return self._hub_error
+
 
 def _main_done() -> None:
     """Stands for the main task of a restored job whose main had already returned."""

@@ -24,6 +24,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from . import _context
+from ._jsonvalue import check_json
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -36,30 +37,6 @@ MAX_DEPTH = 32
 _OUTSIDE: dict[str, Any] = {}  # pins set outside a job (plain Python)
 
 _SCALARS = (str, int, float, bool, type(None))
-
-
-def _check_json(value: object, where: str, depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise TypeError(f"{where} is nested more than {MAX_DEPTH} levels deep")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise TypeError(f"{where} is {value!r}, which JSON cannot hold; use None or a string")
-    if isinstance(value, _SCALARS):
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_json(item, f"{where}[{i}]", depth + 1)
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"{where} has the key {key!r}: JSON object keys are strings")
-            _check_json(item, f"{where}[{key!r}]", depth + 1)
-        return
-    raise TypeError(
-        f"{where} is a {type(value).__module__}.{type(value).__qualname__}, which is not "
-        "JSON; convert it to str, int, float, bool, None, or a list or dict of them "
-        "(e.g. a datetime with .isoformat())"
-    )
 
 
 def _copy(value: dict[str, Any], what: str) -> dict[str, Any]:
@@ -83,7 +60,7 @@ def check_meta(meta: object) -> dict[str, Any] | None:
             f"snapshot(meta=...) takes a dict of JSON values, not a "
             f"{type(meta).__module__}.{type(meta).__qualname__}"
         )
-    _check_json(meta, "snapshot(meta=...): meta", 0)
+    check_json(meta, "snapshot(meta=...): meta", max_depth=MAX_DEPTH)
     return _copy(meta, "snapshot(meta=...)")
 
 

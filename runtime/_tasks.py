@@ -63,7 +63,6 @@ error to occur; as there, no task is cancelled.
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,9 +71,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import greenlet
 
 from .._abi import pinned
-from .._errors import SnapshotError, SnapstateError
+from .._errors import SnapshotError
 from . import _context
 from ._effect_spec import TASK_ORDINAL_BASE
+from ._settings import env_int
 from ._switch import SWITCH_CODES
 from ._waits import wait_api
 
@@ -101,19 +101,7 @@ MAIN = "main"
 
 def effect_threads() -> int:
     """How many effect calls may be in flight at once (SNAPSTATE_EFFECT_THREADS)."""
-    text = os.environ.get(EFFECT_THREADS_VARIABLE)
-    if not text:
-        return _DEFAULT_EFFECT_THREADS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 256:
-        raise SnapstateError(
-            f"{EFFECT_THREADS_VARIABLE}={text!r} is not a number of threads from 1 to 256; "
-            f"unset it (default {_DEFAULT_EFFECT_THREADS}) or give one"
-        )
-    return value
+    return env_int(EFFECT_THREADS_VARIABLE, _DEFAULT_EFFECT_THREADS, 1, 256, "threads")
 
 
 # ------------------------------------------------------------------------ handles

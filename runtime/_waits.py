@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import math
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +39,7 @@ import greenlet
 from .._errors import SnapshotError, SnapstateError
 from ._context import active_job
 from ._points import Point, point_runner, runner_or_none
+from ._settings import env_seconds
 from ._switch import SWITCH_CODES
 
 if TYPE_CHECKING:
@@ -142,19 +141,7 @@ def poll(job: Job, wait: Wait) -> Ready | NotYet:
 def hibernate_after() -> float:
     """Waits due further away than this many seconds hibernate the job instead of
     sleeping in the process (SNAPSTATE_HIBERNATE_AFTER, default 60)."""
-    text = os.environ.get(HIBERNATE_VARIABLE)
-    if not text:
-        return _DEFAULT_HIBERNATE_AFTER
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise SnapstateError(
-            f"{HIBERNATE_VARIABLE}={text!r} is not a number of seconds (0 or more); unset it "
-            f"(default {_DEFAULT_HIBERNATE_AFTER:.0f}) or give one"
-        )
-    return value
+    return env_seconds(HIBERNATE_VARIABLE, _DEFAULT_HIBERNATE_AFTER)
 
 
 def call_site(depth: int = 2) -> str:

@@ -48,9 +48,14 @@ from snapstate._version import __version__ as __version__
 from snapstate.resources._adapters import register_adapter as register_adapter
 from snapstate.resources._registry import resource as resource
 from snapstate.resources._secrets import credential as credential
+from snapstate.runtime._api import ApprovalView as ApprovalView
+from snapstate.runtime._api import EffectView as EffectView
 from snapstate.runtime._api import JobResult as JobResult
+from snapstate.runtime._api import JobStatus as JobStatus
 from snapstate.runtime._api import JobView as JobView
+from snapstate.runtime._api import SnapshotView as SnapshotView
 from snapstate.runtime._api import Store as Store
+from snapstate.runtime._api import WaitInfo as WaitInfo
 from snapstate.runtime._approvals import Approval as Approval
 from snapstate.runtime._approvals import request_approval as request_approval
 from snapstate.runtime._effect_args import Secret as Secret
@@ -98,7 +103,12 @@ __all__ = [
     # embedding: the Python API (runtime/_api.py)
     "Store",
     "JobResult",
+    "JobStatus",
     "JobView",
+    "WaitInfo",
+    "SnapshotView",
+    "EffectView",
+    "ApprovalView",
     # errors (snapstate/_errors.py draws the tree)
     "SnapstateError",
     "SnapshotError",

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import subprocess
 import sys
 import threading
 import time
@@ -23,7 +24,7 @@ import pytest
 
 import snapstate
 from snapstate.runtime._agent import EntryPointError
-from snapstate.runtime._cli import exit_code
+from snapstate.runtime._api import exit_code
 from snapstate.runtime._clock import FakeClock, set_clock
 from snapstate.runtime._lease import Lease
 from snapstate.serializers._home import Home
@@ -439,3 +440,60 @@ def test_sys_exit_is_a_failure_and_ctrl_c_is_the_hosts(agent):
     assert (resumed.status, resumed.result, resumed.seq) == ("done", "finished", 1)
     for name in ("api_quits", "api_ctrl_c"):
         sys.modules.pop(name, None)
+
+
+HOSTED_AGENT = """\
+import os
+import snapstate
+
+FLAG = os.path.join(os.path.dirname(__file__), "fail-once")
+
+def main():
+    snapstate.snapshot("one")
+    if os.path.exists(FLAG):
+        os.remove(FLAG)
+        raise RuntimeError("once")
+    return "ok"
+"""
+
+HOST = """\
+import json
+import sys
+
+import snapstate
+
+COUNTER = 1
+
+def run():
+    global COUNTER
+    store = snapstate.Store(sys.argv[1])
+    first = store.start(sys.argv[2], job_id="hosted")
+    COUNTER = 2  # the host's own state moves on while the job is stopped
+    second = store.resume("hosted")
+    print(json.dumps([first.status, str(first.error), second.status, second.result, COUNTER]))
+
+if __name__ == "__main__":
+    run()
+"""
+
+
+def test_a_host_scripts_main_module_is_never_the_jobs(tmp_path):
+    """A host script that lives in the agent's folder runs as __main__ and starts the
+    job through the API: its globals are not frozen with the job (only the agent's own
+    modules are), so the resume after the failed first run leaves the host's COUNTER
+    as the host set it (before: the resume put back the value frozen at the snapshot,
+    overwriting the host's global)."""
+    folder = tmp_path / "agentdir"
+    folder.mkdir()
+    (folder / "hosted_agent.py").write_text(HOSTED_AGENT)
+    (folder / "host.py").write_text(HOST)
+    (folder / "fail-once").write_text("")
+    proc = subprocess.run(
+        [sys.executable, str(folder / "host.py"), str(tmp_path / "store"), "hosted_agent.py"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == ["failed", "once", "done", "ok", 2]

@@ -107,7 +107,7 @@ def test_an_approval_endpoint_approves_and_resumes(store):
     assert outcome.status == "waiting" and outcome.exit_code == 3
     assert outcome.wait is not None and outcome.wait.kind == "approval"
     pending = store_.approvals()
-    assert [(a.job_id, a.name, json.loads(a.scope)) for a in pending] == [
+    assert [(a.job_id, a.name, a.scope) for a in pending] == [
         ("buy", "purchase", {"max_usd": 500, "vendor": "acme"})
     ]
     approval_id = pending[0].approval_id

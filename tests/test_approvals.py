@@ -470,7 +470,7 @@ def test_scope_must_be_json():
         request_approval("purchase", {"when": datetime.datetime.now()})
     with pytest.raises(TypeError, match=r"scope\['limits'\]\[1\]"):
         request_approval("purchase", {"limits": [1, float("nan")]})
-    with pytest.raises(TypeError, match="JSON keys are strings"):
+    with pytest.raises(TypeError, match="JSON object keys are strings"):
         request_approval("purchase", {1: "x"})
     with pytest.raises(TypeError, match="must be a dict"):
         request_approval("purchase", ["max_usd", 1])

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
 
 LOOPS = AGENTS / "loops.py"
 
@@ -185,6 +185,44 @@ def test_help_documents_exit_codes(tmp_path):
     for args in (["--help"], ["run", "--help"], ["resume", "--help"]):
         text = snaprun(*args, cwd=tmp_path).stdout
         assert "0  done" in text and "5  conflict" in text and "3  waiting" in text
+
+
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["bogus"], ["No such command 'bogus'", "`snaprun --help`"]),
+        (["ls", "--bogus"], ["No such option '--bogus'", "`snaprun ls --help`"]),
+        (["prune"], ["say what to prune", "`snaprun prune --help`"]),
+        (["prune", "--older-than", "soon"], ["'soon'", "e.g. 30m"]),
+        (["reconcile", "j", "1"], ["--committed or --not-committed"]),
+        (["reconcile", "j", "0", "--committed"], ["EFFECT", "0"]),
+        (["run", "no_such_agent.py"], ["no_such_agent.py", "`snaprun run --help`"]),
+        (["fork", "j"], ["name a snapshot: j@SEQ", "`snaprun log j`"]),
+        (["resume"], ["Missing argument 'TARGET'"]),
+    ],
+)
+def test_usage_errors_are_one_error_line_like_every_refusal(tmp_path, args, needles):
+    """A bad command, option or argument is refused as any invalid input is: exit 2,
+    one `snaprun: error:` line naming the problem and where to look (the command's
+    --help, unless the message names a next step already), no usage block, nothing
+    on stdout, no traceback; no store is created."""
+    run = snaprun(*args, cwd=tmp_path)
+    line = clean_refusal(run, *needles)
+    assert "Usage:" not in run.stderr and len(run.stderr.splitlines()) == 1, run.stderr
+    assert line.count("(see") <= 1
+    assert not (tmp_path / ".snapstate").exists()
+
+
+@pytest.mark.parametrize("args", [[], ["keys"]])
+def test_a_group_without_a_command_shows_its_help(tmp_path, args):
+    """`snaprun` and `snaprun keys` alone show their help (its commands), not an error
+    line and not a traceback; nothing goes to the agent's stdout that click would not
+    put there (click 8.1 prints the help to stdout with exit 0, later ones to stderr
+    with exit 2)."""
+    run = snaprun(*args, cwd=tmp_path)
+    assert (run.returncode, run.stdout == "") in ((2, True), (0, False)), run
+    shown = run.stdout + run.stderr
+    assert "Commands:" in shown and "snaprun: error" not in shown and "Traceback" not in shown
 
 
 def test_agent_failure_exits_1_and_is_resumable(tmp_path):

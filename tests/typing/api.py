@@ -7,7 +7,7 @@ away)."""
 from __future__ import annotations
 
 import datetime
-from typing import Any, assert_type
+from typing import Any, Literal, assert_type
 
 import snapstate
 from snapstate import SnapshotInfo, snapshot
@@ -61,12 +61,13 @@ snapstate.pin(model=["a"])  # type: ignore[arg-type]
 def embed(store: snapstate.Store) -> None:
     outcome = store.start("agent.py", "--fast", job_id="j")
     assert_type(outcome, snapstate.JobResult)
-    assert_type(outcome.status, str)
+    assert_type(outcome.status, snapstate.JobStatus)
     assert_type(outcome.exit_code, int)
     assert_type(store.resume("j"), snapstate.JobResult)
     assert_type(store.job("j"), snapstate.JobView)
     assert_type(store.jobs(), list[snapstate.JobView])
     assert_type(store.job("j").pins, dict[str, Any])
+    assert_type(store.job("j").status, snapstate.JobStatus)
     store.start("agent.py", 3)  # type: ignore[arg-type]
     store.resume()  # type: ignore[call-arg]
 
@@ -74,6 +75,60 @@ def embed(store: snapstate.Store) -> None:
 snapstate.Store()
 snapstate.Store("/tmp/store")
 snapstate.Store(3)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- the API's records
+store = snapstate.Store()
+outcome = store.start("agent.py")
+waiting: bool = outcome.status == "waiting"  # a JobStatus compares with its string
+done: bool = outcome.status is snapstate.JobStatus.DONE
+status: str = outcome.status  # a JobStatus is a str
+late: snapstate.JobStatus = "late"  # type: ignore[assignment]
+outcome.status = snapstate.JobStatus.DONE  # type: ignore[misc]
+
+# why a job waits
+wait = outcome.wait
+assert_type(wait, snapstate.WaitInfo | None)
+if wait is not None:
+    assert_type(wait.kind, str)
+    assert_type(wait.due, float | None)
+    assert_type(wait.approval_id, str | None)
+    wait.due = 0.0  # type: ignore[misc]
+outcome.wait.reason  # type: ignore[union-attr]  # noqa: B018
+
+# approvals: plain data, the scope a dict, no digest
+pending = store.approvals()
+assert_type(pending, list[snapstate.ApprovalView])
+assert_type(store.approvals(include_decided=True), list[snapstate.ApprovalView])
+view = pending[0]
+assert_type(view.scope, dict[str, Any])
+assert_type(view.approvers, tuple[str, ...] | None)
+assert_type(view.altered, bool)
+assert_type(view.expires, float | None)
+view.digest  # type: ignore[attr-defined]  # noqa: B018
+view.scope = {}  # type: ignore[misc]
+state: Literal["pending", "granted", "rejected", "expired"] = view.state
+assert_type(store.approve("j", "a1", by="alice"), snapstate.ApprovalView)
+assert_type(store.reject("j", "a1", reason="no"), snapstate.ApprovalView)
+store.approve("j")  # type: ignore[call-arg]
+store.approvals(True)  # type: ignore[call-arg]
+
+# snapshots and effects
+snaps = store.snapshots("j")
+assert_type(snaps, list[snapstate.SnapshotView])
+assert_type(snaps[0].seq, int)
+assert_type(snaps[0].label, str | None)
+assert_type(store.job("j").snapshots, tuple[snapstate.SnapshotView, ...])
+effects = store.effects("j")
+assert_type(effects, list[snapstate.EffectView])
+assert_type(effects[0].attempts, int)
+effect_state: Literal["dispatched", "confirmed", "failed", "ambiguous", "not-committed"] = effects[
+    0
+].state
+effect_kind: Literal["write", "read", "value"] = effects[0].kind
+bad_state: Literal["confirmed"] = effects[0].state  # type: ignore[assignment]
+effects[0].digest  # type: ignore[attr-defined]  # noqa: B018
+store.effects(3)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- errors

@@ -1,0 +1,259 @@
+"""What every snaprun command shares: its messages, the store it opens, the options and
+the checks it makes before anything is opened, and the text forms of times and ids.
+
+A command raises what goes wrong (a SnapstateError, or a click.UsageError for its
+arguments); runtime/_cli/__init__.py's main() is the one place that turns it into a
+message and an exit code."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sqlite3
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.markup import escape
+
+from ..._errors import (
+    SnapshotNotFound,
+    SnapstateError,
+    StoreDamaged,
+    StoreError,
+    StoreFailure,
+)
+from ...serializers._home import Home, default_home
+from ...serializers._ids import validate_job_id
+from ...serializers._sqlite import store_failure
+from ...serializers._store import SnapshotRow
+from .._api import EXIT_FAILED
+from .._job import Job
+
+__all__ = [
+    "EXIT_HELP",
+    "say",
+    "open_home",
+    "damaged",
+    "store_option",
+    "grace_option",
+    "finite_grace",
+    "check_ids",
+    "check_new_id",
+    "parse_ref",
+    "resolve",
+    "agent_failed",
+    "agent_traceback",
+    "ago",
+    "when",
+    "parse_duration",
+    "shown",
+]
+
+EXIT_HELP = """\b
+Exit codes:
+  0  done
+  1  the agent raised an exception (or a snapshot could not be written, or the
+     store failed: disk full, read-only; the job stays resumable)
+  2  usage error or invalid input (unknown job, invalid job id, damaged or foreign
+     store, tampered, truncated or foreign snapshot, a done job resumed)
+  3  waiting (an approval, a timer, a rate limit): the job hibernated; `snaprun
+     worker` (or `snaprun resume JOB`) continues it
+  4  parked (an ambiguous effect needs `snaprun reconcile`)
+  5  conflict (another live runner holds the job, or won the race to resume it)
+  130  stopped by Ctrl-C (resumable)
+  143  stopped by SIGTERM (resumable; see --grace)"""
+
+
+def say(message: str) -> None:
+    """One of snaprun's own messages: to stderr (stdout belongs to the agent)."""
+    click.echo(f"snaprun: {message}", err=True)
+
+
+# ------------------------------------------------------------------------ the store
+_STORE_IN_USE: list[str] = []  # named by damaged(), whoever finds the damage
+
+
+def damaged(exc: BaseException) -> StoreDamaged:
+    """The error for store files the code did not expect (the last resort)."""
+    where = _STORE_IN_USE[0] if _STORE_IN_USE else default_home(None)
+    return StoreDamaged(
+        f"the store at {where} is damaged or unreadable: {type(exc).__name__}: "
+        f"{exc}. Nothing was changed; restore it from a backup (or `snaprun repair`)."
+    )
+
+
+def open_home(
+    store: str | None,
+    *,
+    create: bool = False,
+    readonly: bool = False,
+    job: str | None = None,
+) -> Home:
+    """The store in use (--store, $SNAPSTATE_HOME or ./.snapstate), closed with the
+    command however it ends. Only `create` (run, init, resume FILE, keys) makes a new
+    store; `readonly` commands write nothing to it at all. A snapshot FILE never
+    chooses the store: it is verified only with the keys of the store in use and
+    SNAPSTATE_KEY, never with those of a directory around it. `job` names the job in
+    the hint of a failing store (resume)."""
+    directory = default_home(store)
+    _STORE_IN_USE[:] = [directory]
+    try:
+        home = Home(directory, create=create, writable=not readonly)
+    except SnapstateError:
+        raise  # its own message and exit code
+    except OSError as exc:
+        # A full, read-only or failing file system is the store failing (exit 1, the
+        # jobs stay resumable), not bad input.
+        failure = store_failure(exc, os.path.join(directory, "catalog.db"))
+        if not isinstance(failure, StoreFailure):
+            raise StoreError(f"cannot open the store at {directory}: {exc}") from exc
+        if job is not None:
+            failure = StoreFailure(
+                str(failure).replace("snaprun resume JOB", f"snaprun resume {job}")
+            )
+        raise failure from exc
+    except (sqlite3.DatabaseError, ValueError, RecursionError, KeyError, TypeError) as exc:
+        raise damaged(exc) from exc
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.call_on_close(home.close)
+    return home
+
+
+# ------------------------------------------------------------------------ options
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def finite_grace(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter("must be a number of seconds", ctx, param)
+    return value
+
+
+def grace_option(fn: _F) -> _F:
+    return click.option(
+        "--grace",
+        type=click.FloatRange(min=0, max=7 * 86400, min_open=True),
+        default=None,
+        metavar="SECONDS",
+        help="On SIGTERM, run on to the next snapshot() and stop right after it is "
+        "committed (exit 143); stop at once if the grace runs out first.",
+        callback=finite_grace,
+    )(fn)
+
+
+def store_option(fn: _F) -> _F:
+    return click.option(
+        "--store",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Store directory (default: $SNAPSTATE_HOME or ./.snapstate).",
+    )(fn)
+
+
+# ------------------------------------------------------------------------ ids and refs
+def check_ids(*refs: str | None, file_ok: bool = False) -> None:
+    """Refuse an invalid job id in JOB or JOB@SEQ before the store is even opened:
+    nothing is created for a refused id. With file_ok, an existing file is a snapshot
+    FILE, not a job."""
+    for ref in refs:
+        if ref is None or (file_ok and os.path.isfile(ref)):
+            continue
+        try:
+            parse_ref(ref)
+        except SnapstateError as exc:
+            if file_ok and (os.sep in ref or ref.endswith(".snap")):  # meant as a FILE
+                raise SnapshotNotFound(f"no snapshot file at {ref}; as a job id: {exc}") from None
+            raise
+
+
+def check_new_id(job_id: str | None, option: str) -> None:
+    """Refuse an invalid new job id (--job, --as) before the store is opened."""
+    if job_id is not None:
+        validate_job_id(job_id, what=f"the job id {option}")
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """(job id, seq or None) of JOB or JOB@SEQ; InvalidJobId for a bad job id."""
+    match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref, re.DOTALL)
+    if match is None:
+        return validate_job_id(ref), None
+    return (validate_job_id(match.group(1)), int(match.group(2)) if match.group(2) else None)
+
+
+def resolve(
+    home: Home, ref: str, *, need_seq: bool = False
+) -> tuple[str, str, int, SnapshotRow | None]:
+    """(path, job id, seq, catalog row or None for a FILE) of JOB, JOB@SEQ or FILE."""
+    if os.path.isfile(ref):
+        header = home.verify(ref)
+        return ref, header["job_id"], header["seq"], None
+    job_id, seq = parse_ref(ref)
+    if need_seq and seq is None:
+        raise click.UsageError(f"name a snapshot: {job_id}@SEQ (see `snaprun log {job_id}`)")
+    home.catalog.get_job(job_id)
+    rows = home.catalog.snapshots(job_id)
+    if seq is None:
+        if not rows:
+            raise SnapshotNotFound(f"job {job_id} has no snapshot yet")
+        row = rows[-1]
+    else:
+        row = home.catalog.snapshot(job_id, seq)
+    return home.row_path(row), job_id, row.seq, row
+
+
+# ------------------------------------------------------------------------ the agent's errors
+def agent_traceback(exc: BaseException) -> str:
+    """The agent's traceback without snapstate's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith(
+        "snapstate."
+    ):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def agent_failed(job: Job, exc: BaseException) -> NoReturn:
+    """The agent raised: its traceback, what to do next, exit 1."""
+    sys.stdout.flush()
+    sys.stderr.write(agent_traceback(exc))
+    say(f"job {job.job_id} failed: {type(exc).__name__}: {exc}")
+    if job.seq:
+        say(f"its last snapshot is {job.seq}; after fixing the cause: snaprun resume {job.job_id}")
+    sys.exit(EXIT_FAILED)
+
+
+# ------------------------------------------------------------------------ text
+def ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def parse_duration(text: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r}: use a number and a unit, e.g. 30m, 12h, 7d, 2w")
+    return (
+        float(match.group(1))
+        * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
+    )
+
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(text: str) -> str:
+    """Catalog text for a terminal: control characters (escape sequences an edited
+    catalog could hold) shown as \\xNN, rich markup escaped."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))

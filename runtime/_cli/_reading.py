@@ -1,0 +1,239 @@
+"""snaprun's commands that read a store and change nothing: ls, inspect, log, effects,
+stats and verify. Tables go to stdout; with --json, JSON records."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from .. import _admin, _api, _inspect
+from ._common import (
+    EXIT_HELP,
+    ago,
+    check_ids,
+    open_home,
+    resolve,
+    store_option,
+    when,
+)
+
+__all__ = ["list_jobs", "inspect", "log", "effects", "stats", "verify"]
+
+
+@click.command("ls", epilog=EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+def list_jobs(store: str | None, as_json: bool) -> None:
+    """List the store's jobs with their status and latest snapshot; why each waiting job
+    waits and when it is due; the pins (and, with --json, the meta) of its latest
+    snapshot."""
+    home = open_home(store, readonly=True)
+    now = time.time()
+    rows: list[dict[str, Any]] = [  # JSON records
+        {
+            "job": view.job_id,
+            "status": view.status,
+            "snapshots": len(view.snapshots),
+            "latest": view.latest.seq if view.latest else None,
+            "label": view.latest.label if view.latest else None,
+            "updated": view.updated,
+            "resumes": view.resumes,
+            "entry": view.entry,
+            "parent": view.parent,
+            "error": view.error,
+            "wait": None
+            if view.wait is None
+            else {
+                "kind": view.wait.kind,
+                "reason": view.wait.reason,
+                "due": view.wait.due,
+                "since": view.wait.since,
+                "approval": view.wait.approval_id,
+            },
+            "meta": view.meta,
+            "pins": view.pins,
+        }
+        for view in _api.job_views(home, now)
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    headers = ["JOB", "STATUS", "SNAPSHOTS", "LATEST", "UPDATED", "RESUMES", "ENTRY", "WAIT"]
+    show_pins = any(r["pins"] for r in rows)
+    _inspect.table(
+        headers + (["PINS"] if show_pins else []),
+        [
+            [
+                r["job"],
+                str(r["status"]),
+                str(r["snapshots"]),
+                "-"
+                if r["latest"] is None
+                else f"{r['latest']}" + (f" ({r['label']})" if r["label"] else ""),
+                ago(now - r["updated"]),
+                str(r["resumes"]),
+                r["entry"],
+                _wait_text(r["wait"], r["label"]),
+            ]
+            + ([_pins_text(r["pins"])] if show_pins else [])
+            for r in rows
+        ],
+    )
+
+
+def _wait_text(wait: dict[str, Any] | None, label: str | None) -> str:
+    """`kind, due WHEN: reason` of a waiting job (the reason only when the latest
+    snapshot's label, "waiting: reason", does not already say it); "-" for the others."""
+    if wait is None:
+        return "-"
+    if wait["kind"] == "approval":  # its due time is its expiry: decided or not by then
+        due = "until decided" + (
+            f" (expires {when(wait['due'])})" if wait["due"] is not None else ""
+        )
+    else:
+        due = f"due {when(wait['due'])}" if wait["due"] is not None else "until decided"
+    reason = "" if label == f"waiting: {wait['reason']}" else f": {wait['reason']}"
+    return f"{wait['kind']}, {due}{reason}"
+
+
+def _pins_text(pins: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(pins.items())) or "-"
+
+
+@click.command(epilog=EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("ref")
+def inspect(store: str | None, as_json: bool, ref: str) -> None:
+    """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE."""
+    check_ids(ref, file_ok=True)
+    home = open_home(store, readonly=True)
+    path, _, _, row = resolve(home, ref)
+    header, payload = home.read(path) if row is None else home.read_row(row)
+    report = _inspect.describe(header, payload)
+    if as_json:
+        click.echo(json.dumps(report, indent=1, default=str))
+    else:
+        _inspect.render(report)
+
+
+@click.command(epilog=EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("job_id")
+def log(store: str | None, as_json: bool, job_id: str) -> None:
+    """Show a job's timeline: creation, leases, snapshots, resumes, outcome."""
+    check_ids(job_id)
+    home = open_home(store, readonly=True)
+    home.catalog.get_job(job_id)
+    events = home.catalog.events(job_id)
+    if as_json:
+        click.echo(
+            json.dumps([{"at": e.at, "kind": e.kind, "detail": e.detail} for e in events], indent=1)
+        )
+        return
+    _inspect.table(["WHEN", "EVENT", "DETAIL"], [[when(e.at), e.kind, e.detail] for e in events])
+
+
+@click.command(epilog=EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("job_id")
+def effects(store: str | None, as_json: bool, job_id: str) -> None:
+    """List a job's effect ledger: each logical action, its state and key."""
+    check_ids(job_id)
+    home = open_home(store, readonly=True)
+    rows: list[dict[str, Any]] = [  # JSON records
+        {
+            "effect": e.ordinal,
+            "state": e.state,
+            "kind": e.kind,
+            "name": e.name,
+            "args": e.args,
+            "call_site": e.call_site,
+            "key": e.key,
+            "attempts": e.attempts,
+            "note": e.note,
+            "updated": e.updated,
+        }
+        for e in _api.effect_views(home, job_id)
+    ]
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    _inspect.table(
+        ["#", "STATE", "CALL", "AT", "ATTEMPTS", "KEY", "NOTE"],
+        [
+            [
+                str(r["effect"]),
+                r["state"],
+                f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
+                r["call_site"].rsplit("/", 1)[-1],
+                str(r["attempts"]),
+                r["key"],
+                r["note"],
+            ]
+            for r in rows
+        ],
+    )
+
+
+@click.command(epilog=EXIT_HELP)
+@store_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@click.argument("job_id", required=False)
+def stats(store: str | None, as_json: bool, job_id: str | None) -> None:
+    """Durability metrics per job: resumes, snapshot age, effects served from the
+    ledger after a restore, reconciled and ambiguous actions, restart-to-progress."""
+    check_ids(job_id)
+    home = open_home(store, readonly=True)
+    rows = _admin.stats(home, job_id)
+    if as_json:
+        click.echo(json.dumps(rows if job_id is None else rows[0], indent=1))
+        return
+    _inspect.table(
+        [
+            "JOB",
+            "STATUS",
+            "RESUMES",
+            "SNAPSHOT AGE",
+            "EFFECTS",
+            "SERVED",
+            "RECONCILED",
+            "AMBIGUOUS",
+            "RESTART->PROGRESS",
+        ],
+        [
+            [
+                r["job"],
+                r["status"],
+                str(r["resumes"]),
+                "-" if r["snapshot_age_s"] is None else ago(r["snapshot_age_s"]),
+                str(r["effects"]),
+                str(r["served_from_ledger"]),
+                str(r["reconciled"]),
+                str(r["ambiguous"]),
+                "-" if r["restart_to_progress_s"] is None else f"{r['restart_to_progress_s']:.3f}s",
+            ]
+            for r in rows
+        ],
+    )
+
+
+@click.command(epilog=EXIT_HELP)
+@store_option
+@click.argument("path", type=click.Path(dir_okay=False))
+def verify(store: str | None, path: str) -> None:
+    """Check a snapshot file's integrity and signature without loading it."""
+    home = open_home(store, readonly=True)
+    header = home.verify(path)
+    label = f" ({header['label']})" if header.get("label") else ""
+    click.echo(
+        f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "
+        f"{header['key_id']}, {'+'.join(header['codecs'])}, taken {when(header['created_at'])}"
+        f" under Python {header['versions']['python_full']}"
+    )
+    click.echo(_inspect.written_by(header))
