@@ -56,7 +56,7 @@ class _Snaprun(click.Group):
     """The group whose main() is the one error path, however it is called (the
     `snaprun` entry point, `python -m`, click's CliRunner in tests)."""
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Sequence[str] | None = None,
         prog_name: str | None = None,
