@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import snaprun, snapshot_files
+from helpers import snaprun, snapshot_files
 
 from snapstate import InvalidJobId, JobExists, JobFinished, LeaseHeld, SnapshotNotFound, StoreError
 from snapstate.runtime import _admin

@@ -31,7 +31,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import clean_refusal, snaprun
+from helpers import clean_refusal, snaprun
 from providers import Provider
 
 import snapstate

@@ -1,6 +1,6 @@
 """Async effects and async SDK clients through the effect ledger, under SIGKILL.
 
-Real subprocesses (conftest.snaprun), real HTTP providers on 127.0.0.1
+Real subprocesses (helpers.snaprun), real HTTP providers on 127.0.0.1
 (tests/providers.py: counting deliveries per action; tests/llm_stub.py: an OpenAI and
 Anthropic stub), fault points of runtime/_faults.py. Agents:
 
@@ -36,7 +36,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, Run, snaprun, snapshot_files
+from helpers import AGENTS, Run, snaprun, snapshot_files
 from llm_stub import LLMStub
 from providers import Provider
 

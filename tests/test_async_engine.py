@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 sys.path.insert(0, str(AGENTS))
 

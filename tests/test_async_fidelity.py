@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = [
     "async_nested",

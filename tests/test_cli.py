@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 LOOPS = AGENTS / "loops.py"
 

@@ -31,7 +31,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 from providers import Provider
 
 from snapstate import Secret

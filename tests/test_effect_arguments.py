@@ -10,7 +10,7 @@ import textwrap
 import threading
 
 import pytest
-from conftest import snaprun
+from helpers import snaprun
 
 from snapstate.runtime import _effects
 

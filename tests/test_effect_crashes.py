@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import AGENTS, Run, snaprun
+from helpers import AGENTS, Run, snaprun
 from providers import Provider
 
 from snapstate.runtime._cli import cli

@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun
 from providers import Provider
 
 from snapstate._errors import SnapstateError, StaleWriter

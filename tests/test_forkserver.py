@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import forkserver
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 PROBE = AGENTS / "fs_probe.py"
 NUMPY_PROBE = AGENTS / "fs_probe_numpy.py"

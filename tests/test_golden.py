@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SNAPRUN, clean_refusal, snaprun
+from helpers import SNAPRUN, clean_refusal, snaprun
 
 import snapstate
 from snapstate import _abi

@@ -32,7 +32,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
 
 from snapstate._errors import StoreDamaged, StoreError, UnknownKey
 from snapstate.runtime._job import runtime_versions

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun
 
 from snapstate._errors import StaleWriter
 from snapstate.runtime._agent import EntryPoint

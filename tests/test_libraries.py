@@ -23,7 +23,7 @@ import os
 import socket
 
 import pytest
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
 from llm_stub import LLMStub
 
 openai = pytest.importorskip("openai", reason="the integrations extra is not installed")

@@ -29,7 +29,7 @@ import weakref
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate.serializers import _pickler, _refs
 from snapstate.serializers._describe import GENERIC_FIX

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, SNAPRUN, snaprun, snapshot_files
+from helpers import AGENTS, SNAPRUN, snaprun, snapshot_files
 
 from snapstate.serializers import _keys, _snapfile
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 from snapstate import JobParked, StoreDamaged
 from snapstate.runtime._cli import cli

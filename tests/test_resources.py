@@ -11,7 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 from providers import Provider
 
 import snapstate

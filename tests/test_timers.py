@@ -14,7 +14,7 @@ import math
 import re
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 import snapstate
 from snapstate.runtime._agent import EntryPoint

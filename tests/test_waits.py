@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import snaprun, snapshot_files
+from helpers import snaprun, snapshot_files
 
 from snapstate.serializers._sqlite import SqliteStore
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clean_refusal, snaprun
+from helpers import clean_refusal, snaprun
 from providers import Provider
 
 AGENT = textwrap.dedent(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun
 from providers import Provider
 
 from snapstate.runtime._agent import EntryPoint
