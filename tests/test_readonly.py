@@ -295,9 +295,7 @@ def test_verify_refuses_a_tiny_chunk_file_fast_in_constant_memory(jobs, tmp_path
             f.write(piece * 1_000_000)
         f.write(struct.pack("<I", 0) + bytes(64))
     assert path.stat().st_size > 100_000_000
-    code, rss, read, err = _measured(
-        [SNAPRUN, "verify", "--store", jobs / "store", path], tmp_path
-    )
+    code, rss, read, err = _measured([SNAPRUN, "verify", "--store", jobs / "store", path], tmp_path)
     assert code == 2 and "Traceback" not in err, err
     assert "chunk" in err and str(path) in err, err
     assert rss <= 64, f"verify peaked at {rss:.0f} MiB"
