@@ -73,7 +73,9 @@ EFFECT_WINDOWS = (BEFORE_PREPARE, AFTER_PREPARE, AFTER_SEND, AFTER_CONFIRM)
 SNAPSHOT_WINDOWS = (BEFORE_COMMIT, AFTER_SNAPSHOT)
 WINDOWS = EFFECT_WINDOWS + SNAPSHOT_WINDOWS
 
-POINTS_PER_CELL = 28  # x 18 cells = 504 kill points in the default run
+POINTS_PER_CELL = 28  # x 18 cells = 504 kill points of the sweep, in 2 parts:
+# the default run's representatives (every shop.py target, one diverging and one plain
+# seeded shape per cell: 108 in all) and the rest (396, with --run-slow)
 SLOW_POINTS_PER_CELL = 112  # x 18 cells = 2016 more with --run-slow
 WORKERS = 4
 SEED = 20261129
@@ -474,13 +476,35 @@ def sweep(kills: list[Kill], tmp_path: Path) -> None:
 CELLS = [(mode, window) for mode in MODES for window in WINDOWS]
 
 
+def cell_kills(mode: str, window: str) -> tuple[list[Kill], list[Kill]]:
+    """The cell's POINTS_PER_CELL sweep points as (representatives, rest): every target
+    of shop.py, the first seeded fx_orders.py point resumed with diverging arguments and
+    the first resumed plainly; the rest in their seeded order."""
+    kills = seeded_kills(mode, window, POINTS_PER_CELL, "default", shop=True)
+    picked = [i for i, k in enumerate(kills) if k.agent == SHOP]
+    for diverge in (True, False):
+        picked.append(
+            next(i for i, k in enumerate(kills) if k.agent != SHOP and k.diverge is diverge)
+        )
+    return [kills[i] for i in picked], [k for i, k in enumerate(kills) if i not in picked]
+
+
 @pytest.mark.parametrize("mode,window", CELLS, ids=[f"{m}-{w}" for m, w in CELLS])
 def test_kill_sweep(mode, window, tmp_path):
     """Crash windows: `window` (one of before-prepare, after-prepare, after-send,
-    after-confirm, before-commit, after-snapshot) at 28 kill points against the `mode`
-    provider: each target of shop.py with ORDERS=4, then seeded shapes of fx_orders.py;
-    each killed run is resumed in a new process."""
-    sweep(seeded_kills(mode, window, POINTS_PER_CELL, "default", shop=True), tmp_path)
+    after-confirm, before-commit, after-snapshot) at the cell's representative kill
+    points against the `mode` provider: each target of shop.py with ORDERS=4, then a
+    seeded shape of fx_orders.py resumed with diverging arguments and one resumed
+    plainly; each killed run is resumed in a new process."""
+    sweep(cell_kills(mode, window)[0], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,window", CELLS, ids=[f"{m}-{w}" for m, w in CELLS])
+def test_kill_sweep_rest(mode, window, tmp_path):
+    """Crash windows: as test_kill_sweep, the cell's other 22 seeded fx_orders.py kill
+    points of the 28."""
+    sweep(cell_kills(mode, window)[1], tmp_path)
 
 
 @pytest.mark.slow
@@ -494,20 +518,28 @@ def test_kill_sweep_long(mode, window, batch, tmp_path):
 
 @pytest.mark.smoke
 def test_sweep_covers_every_window_and_target():
-    """No crash window (this checks the sweep itself): at least 500 default kill points,
-    covering every mode x window, every target of shop.py with ORDERS=4, various
-    shapes, and both diverging and plain resumes in every cell."""
-    kills = [k for m, w in CELLS for k in seeded_kills(m, w, POINTS_PER_CELL, "default", shop=True)]
-    assert len(kills) >= 500 and len(set(kills)) > 300
-    assert {(k.mode, k.window) for k in kills} == set(CELLS)
-    shop = {(k.mode, k.window, k.n) for k in kills if k.agent == SHOP}
-    assert shop == {(m, w, n) for m in MODES for w in EFFECT_WINDOWS for n in (2, 4, 6, 8)} | {
+    """No crash window (this checks the sweep itself): at least 500 kill points in
+    test_kill_sweep and test_kill_sweep_rest together, covering every mode x window,
+    every target of shop.py with ORDERS=4, various shapes, and both diverging and plain
+    resumes in every cell; the default run's representatives alone cover every cell,
+    every target of shop.py and both kinds of resume in every cell."""
+    cells = {(m, w): cell_kills(m, w) for m, w in CELLS}
+    for (m, w), (chosen, rest) in cells.items():  # the two parts are the whole sweep
+        assert sorted(map(repr, chosen + rest)) == sorted(
+            map(repr, seeded_kills(m, w, POINTS_PER_CELL, "default", shop=True))
+        )
+    targets = {(m, w, n) for m in MODES for w in EFFECT_WINDOWS for n in (2, 4, 6, 8)} | {
         (m, w, n) for m in MODES for w in SNAPSHOT_WINDOWS for n in (1, 2, 3, 4)
     }
-    for m, w in CELLS:  # each cell diverges at some points, and where it matters
-        cell = [k for k in kills if (k.mode, k.window) == (m, w)]
-        assert any(k.diverge for k in cell) and not all(k.diverge for k in cell)
-        assert len({k.shape for k in cell}) > 5
+    for part in (0, None):  # the representatives; the whole sweep
+        kills = [k for c in cells.values() for k in (c[0] if part == 0 else c[0] + c[1])]
+        assert {(k.mode, k.window) for k in kills} == set(CELLS)
+        assert {(k.mode, k.window, k.n) for k in kills if k.agent == SHOP} == targets
+        for m, w in CELLS:  # each cell diverges at some points, and where it matters
+            cell = [k for k in kills if (k.mode, k.window) == (m, w)]
+            assert any(k.diverge for k in cell) and not all(k.diverge for k in cell)
+            assert len({k.shape for k in cell}) > (1 if part == 0 else 5)
+    assert len(kills) >= 500 and len(set(kills)) > 300
 
 
 # ------------------------------------------------------------------------ chains
