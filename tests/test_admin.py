@@ -82,6 +82,7 @@ def files(home: Home, job_id: str) -> dict:
 
 
 # ------------------------------------------------------------------ fork
+@pytest.mark.smoke
 def test_fork_copies_rows_files_and_the_effects_before_the_fork_point(home):
     """fork(job, 2) makes a resumable job holding copies (not links) of snapshots 1-2
     and the ledger rows up to the fork point's count (ordinals 1-2, not 3); the

@@ -249,6 +249,7 @@ def test_an_uncaught_error_after_a_restore(tmp_path):
         assert "direct cause" in resumed.stderr
 
 
+@pytest.mark.smoke
 def test_tracebacks_survive_a_restore(tmp_path):
     """Crash window: as test_an_uncaught_error_after_a_restore; the uncaught traceback
     (cause chain included) is the uninterrupted run's, frame for frame."""

@@ -312,6 +312,7 @@ def test_force_waits_out_a_silent_live_holder(tmp_path):
     assert [(s.seq, s.epoch) for s in after_b[1]] == [(1, 1), (2, 2)]
 
 
+@pytest.mark.smoke
 def test_force_takes_over_a_dead_holder_at_once(tmp_path):
     """Crash window: SIGKILL right after snapshot 1, with the default 30 s lease: the
     holder's pid is gone, so `resume --force` takes over at once (its "resumed" event is

@@ -453,6 +453,7 @@ def test_corrupt_keys_json_is_store_damaged(tmp_path, name):
     assert path.read_text() == _CORRUPT[name]
 
 
+@pytest.mark.smoke
 def test_cli_corrupt_keys_json(tmp_path):
     """`snaprun verify` and `snaprun keys list` with a corrupt keys.json exit 2 with one
     error naming the file, no traceback; the file is unchanged."""

@@ -99,6 +99,7 @@ def test_appended_file_survives_100_kill_restore_cycles(tmp_path):
         assert (work / name).read_bytes() == (base / name).read_bytes(), name
 
 
+@pytest.mark.smoke
 def test_sqlite_and_httpx_work_after_restore_in_a_new_process(tmp_path, echo_server):
     """Crash window: SIGKILL after the snapshot holding both; they work after resume."""
     env = {"SERVER_URL": echo_server, "DB_PATH": str(tmp_path / "notes.db")}
