@@ -728,6 +728,7 @@ def retried(tmp_path_factory):
         return run, dict(provider.deliveries), dict(provider.requests), effects
 
 
+@pytest.mark.smoke
 def test_an_async_effect_is_retried_with_the_same_key(retried):
     """Retry on an async keyed effect: the transient error is retried with the same
     idempotency key, the provider places one order, the ledger row is confirmed after

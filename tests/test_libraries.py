@@ -296,6 +296,7 @@ def _round_trip(obj, *secrets: str):
     return _pickler.loads(data)
 
 
+@pytest.mark.smoke
 def test_openai_configuration_round_trips(keys, stub, monkeypatch):
     """Every constructor option of an OpenAI client comes back exactly, read off the live
     client; the credentials (api key, admin key, webhook secret, an Authorization

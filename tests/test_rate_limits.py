@@ -332,6 +332,7 @@ def test_a_rate_limit_is_not_a_failed_attempt(
         assert (rows[0].state, rows[0].attempts) == (EffectState.FAILED, 2)
 
 
+@pytest.mark.smoke
 def test_plain_python_sleeps_and_sends_again(fake_clock, monkeypatch):
     """Outside a job (plain Python) a rate-limited effect sleeps through the clock and is
     sent again with the same key."""
