@@ -1,62 +1,22 @@
-"""Shared test helpers: run snaprun in a real subprocess, with fault points.
+"""pytest's hooks and shared fixtures; the shared helpers are in tests/helpers.py.
 
-snaprun() starts each `snaprun` as a child forked from a fork server that has already
-imported snapstate (tests/forkserver.py, tests/forkserver_main.py): a real process
-with its own pid, SIGKILLed by itself at a fault point, made into what an exec'd
-`snaprun` would be (argv, cwd, environment, stdio, process group, random state,
-__main__, sys.modules), which saves the ~0.5 s an interpreter start and the imports
-cost. `SNAPSTATE_TEST_FORK=0 pytest` exec's every run, as before. The session's
-summary line counts the runs forked and exec'd.
+  --run-slow         run the long sweeps (tests marked slow); without it they are skipped
+  @pytest.mark.fresh every snaprun() of the test execs a fresh interpreter instead of
+                     forking from the fork server (helpers.EXEC_TESTS lists more)
+  -m smoke           a representative fast test of each subsystem
 
-These still exec a fresh interpreter:
-  - snaprun(..., fresh=True), and every snaprun() of a test marked
-    @pytest.mark.fresh or listed in EXEC_TESTS below: at least one crash test per
-    fault-point family keeps the exec path covered
-      after-snapshot        test_fidelity.py::test_module_function_entry_point
-      before-commit         test_effects.py::test_a_bare_write_that_failed_in_transit_...
-      effect-before-prepare test_effects.py::test_values_not_yet_durable_are_drawn_...
-      effect-after-prepare, -after-send, -after-confirm
-                            test_effects.py::test_now_random_uuid4_are_the_same_after_...
-      effect-before-send    test_fencing.py (its own subprocess.Popen, :stop)
-    and the start-up refusal of a bad SNAPSTATE_LEASE_TTL
-    (test_fencing.py::test_lease_ttl_is_validated);
-  - snaprun(..., python=...): another interpreter (test_incompatible.py);
-  - a run whose environment changes a variable read while an interpreter starts or
-    while the server imported (PYTHONHASHSEED, PYTHONDONTWRITEBYTECODE, TMPDIR, locale,
-    TZ...: see tests/forkserver.py), e.g. the hash-seed tests of
-    test_effect_arguments.py;
-  - tests that start processes with subprocess themselves (Ctrl-C and SIGTERM of
-    test_lifecycle.py, the lease races of test_leases.py and test_fencing.py,
-    test_writer_crash.py's writer, `python -c` checks).
+The terminal summary counts the snaprun starts forked and exec'd (with -n 0).
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import forkserver
 import pytest
-
-AGENTS = Path(__file__).parent / "agents"
-SNAPRUN = forkserver.SNAPRUN
-
-# Tests whose snaprun() runs all exec (see the docstring): file::name, every
-# parametrization of it.
-EXEC_TESTS = frozenset(
-    {
-        "test_fidelity.py::test_module_function_entry_point",
-        "test_effects.py::test_a_bare_write_that_failed_in_transit_is_not_sent_again",
-        "test_effects.py::test_values_not_yet_durable_are_drawn_again_consistently",
-        "test_effects.py::test_now_random_uuid4_are_the_same_after_a_restore",
-        "test_fencing.py::test_lease_ttl_is_validated",
-    }
-)
-_FRESH = [False]  # the running test is marked fresh or listed in EXEC_TESTS
+from helpers import EXEC_TESTS, set_fresh
 
 
 def pytest_addoption(parser):
@@ -80,7 +40,7 @@ def pytest_collection_modifyitems(config, items):
     ids = {_test_id(item) for item in items}
     missing = [t for t in EXEC_TESTS if t.split("::")[0] in collected and t not in ids]
     if missing:
-        raise pytest.UsageError(f"conftest.EXEC_TESTS names tests that do not exist: {missing}")
+        raise pytest.UsageError(f"helpers.EXEC_TESTS names tests that do not exist: {missing}")
     if config.getoption("--run-slow"):
         return
     skip = pytest.mark.skip(reason="long sweep: run with --run-slow")
@@ -90,7 +50,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_runtest_setup(item):
-    _FRESH[0] = item.get_closest_marker("fresh") is not None or _test_id(item) in EXEC_TESTS
+    set_fresh(item.get_closest_marker("fresh") is not None or _test_id(item) in EXEC_TESTS)
 
 
 def pytest_sessionfinish(session):
@@ -102,79 +62,6 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line("snaprun starts: counted by each worker (-n 0 shows them)")
         return
     terminalreporter.write_line(forkserver.summary())
-
-
-@dataclass
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    @property
-    def result(self) -> str | None:
-        """What main() returned, as snaprun reported it on stderr."""
-        for line in self.stderr.splitlines():
-            if "main() returned " in line:
-                return line.split("main() returned ", 1)[1]
-        return None
-
-
-def snaprun(
-    *args,
-    cwd,
-    fault: str | None = None,
-    env: dict | None = None,
-    python: str | None = None,
-    timeout: float = 120,
-    fresh: bool = False,
-) -> Run:
-    """Run `snaprun ARGS...` in a new process (SIGKILLed by itself at `fault`): forked
-    from the fork server, or exec'd with `python`, `fresh=True` or in a fresh test."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1")
-    full_env.pop("SNAPSTATE_FAULT", None)
-    if fault:
-        full_env["SNAPSTATE_FAULT"] = fault
-    full_env.update(env or {})
-    if python is not None:
-        forkserver.stats["exec: python="] += 1
-    elif fresh or _FRESH[0]:
-        forkserver.stats["exec: fresh"] += 1
-    argv = [str(a) for a in args]
-    preload = forkserver.preload_for(argv, cwd, full_env)
-    if python is None and not fresh and not _FRESH[0]:
-        forked = forkserver.run(argv, cwd=cwd, env=full_env, timeout=timeout, preload=preload)
-        if forked is not None:
-            forkserver.note_run(argv, cwd, full_env, preload, forked[2])
-            return Run(*forked)
-    exe = [SNAPRUN] if python is None else [python, "-m", "snapstate.runtime._cli"]
-    proc = subprocess.run(
-        exe + argv,
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    forkserver.note_run(argv, cwd, full_env, preload, proc.stderr)
-    return Run(proc.returncode, proc.stdout, proc.stderr)
-
-
-def clean_refusal(run: Run, *needles: str) -> str:
-    """exit 2, exactly one `snaprun: error:` line holding every needle, no traceback,
-    nothing on stdout; returns the error line."""
-    assert run.returncode == 2, (run.returncode, run.stderr)
-    assert "Traceback" not in run.stderr, run.stderr
-    assert run.stdout == "", run.stdout
-    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
-    assert len(errors) == 1, run.stderr
-    for needle in needles:
-        assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
-    return errors[0]
-
-
-def snapshot_files(store: Path, job: str) -> list[Path]:
-    """The job's snapshot files in the store, by sequence number."""
-    return sorted((Path(store) / "snapshots" / job).glob("*.snap"))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ fault point SIGKILLs it and the caller sees returncode -9, a timeout kills it.
                                                   None when the run must be exec'd
     spawn(args, cwd=..., env=..., ...)         -> a Popen-like ServerProc, or None
 
-A run is exec'd instead (None; conftest.snaprun then runs the console script as
+A run is exec'd instead (None; helpers.snaprun then runs the console script as
 before) when the fork server is off (SNAPSTATE_TEST_FORK=0), or the request changes
 a variable an interpreter or a preloaded module reads while it starts: PYTHON*
 (PYTHONHASHSEED, PYTHONDONTWRITEBYTECODE...), locale, TZ, TMPDIR, and every variable
@@ -86,7 +86,7 @@ def enabled() -> bool:
 
 
 def _server_env() -> dict[str, str]:
-    """The environment an exec'd snaprun of conftest.snaprun gets, without a test's
+    """The environment an exec'd snaprun of helpers.snaprun gets, without a test's
     own variables: the servers start with it."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("SNAPSTATE_FAULT", None)

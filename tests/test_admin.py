@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import snaprun, snapshot_files
+from helpers import snaprun, snapshot_files
 
 from snapstate import InvalidJobId, JobExists, JobFinished, LeaseHeld, SnapshotNotFound, StoreError
 from snapstate.runtime import _admin
@@ -82,6 +82,7 @@ def files(home: Home, job_id: str) -> dict:
 
 
 # ------------------------------------------------------------------ fork
+@pytest.mark.smoke
 def test_fork_copies_rows_files_and_the_effects_before_the_fork_point(home):
     """fork(job, 2) makes a resumable job holding copies (not links) of snapshots 1-2
     and the ledger rows up to the fork point's count (ordinals 1-2, not 3); the

@@ -14,7 +14,7 @@ import sqlite3
 import sys
 
 import pytest
-from conftest import clean_refusal, snaprun
+from helpers import clean_refusal, snaprun
 
 import snapstate
 from snapstate import (

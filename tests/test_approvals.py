@@ -31,7 +31,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import clean_refusal, snaprun
+from helpers import clean_refusal, snaprun
 from providers import Provider
 
 import snapstate
@@ -302,6 +302,7 @@ def test_call_outside_the_scope_and_a_revised_agent_are_refused(tmp_path, env, p
     assert [e["name"] for e in ledger] == ["snapstate.now"]
 
 
+@pytest.mark.smoke
 def test_a_reexecuted_request_finds_the_same_approval(tmp_path, env):
     """Crash window: SIGKILL right after the pending approval is recorded, before the
     snapshot at the wait (fault point approval-after-request). The resume re-executes

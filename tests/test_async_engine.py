@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 sys.path.insert(0, str(AGENTS))
 
@@ -237,6 +237,7 @@ def test_bad_settle_setting_is_refused_before_the_job_runs(tmp_path):
     assert run.stdout == ""
 
 
+@pytest.mark.smoke
 def test_inspect_lists_each_task_and_its_coroutines(tmp_path):
     """`snaprun inspect` of an async job's snapshot shows every pending task with its
     chain of coroutines, outermost first."""

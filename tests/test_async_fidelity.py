@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = [
     "async_nested",
@@ -68,38 +68,56 @@ def _baseline(program, tmp_path):
     return run, count
 
 
+def _kill_points(count: int) -> tuple[list[int], list[int]]:
+    """The snapshots k to kill after, as (default run, --run-slow): every one of a
+    program with at most 6; of a longer one, the first three and the last three by
+    default (a fresh loop's first freezes, and the ends of its loops and task groups)
+    and those between with --run-slow."""
+    every = list(range(1, count + 1))
+    if count <= 6:
+        return every, []
+    chosen = every[:3] + every[-3:]
+    return chosen, [k for k in every if k not in chosen]
+
+
+def _kill_after(program: str, k: int, base, count: int, tmp_path) -> None:
+    store = tmp_path / f"kill{k}"
+    killed = snaprun(
+        "run",
+        "--store",
+        store,
+        "--job",
+        "job",
+        AGENTS / f"{program}.py",
+        cwd=tmp_path,
+        fault=f"after-snapshot:{k}",
+    )
+    assert killed.returncode == -9, killed.stderr
+    files = snapshot_files(store, "job")
+    assert len(files) == k
+    resumed = snaprun("resume", "--store", store, files[-1], cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resumed from snapshot {k}" in resumed.stderr
+    assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
+    assert _agent_stderr(killed) + _agent_stderr(resumed) == "", resumed.stderr
+    assert resumed.result == base.result
+    assert len(snapshot_files(store, "job")) == count, "the resumed run took the rest"
+
+
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_kill_after_each_snapshot_then_resume(program, tmp_path):
     """Crash window: SIGKILL right after snapshot k of an async job is durably written
-    (every task frozen at its await), for every k."""
+    (every task frozen at its await), for every k (of a program with more than 6
+    snapshots: the first three and the last three; the others with --run-slow)."""
     base, count = _baseline(program, tmp_path)
-    for k in range(1, count + 1):
-        store = tmp_path / f"kill{k}"
-        killed = snaprun(
-            "run",
-            "--store",
-            store,
-            "--job",
-            "job",
-            AGENTS / f"{program}.py",
-            cwd=tmp_path,
-            fault=f"after-snapshot:{k}",
-        )
-        assert killed.returncode == -9, killed.stderr
-        files = snapshot_files(store, "job")
-        assert len(files) == k
-        resumed = snaprun("resume", "--store", store, files[-1], cwd=tmp_path)
-        assert resumed.returncode == 0, resumed.stderr
-        assert f"resumed from snapshot {k}" in resumed.stderr
-        assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
-        assert _agent_stderr(killed) + _agent_stderr(resumed) == "", resumed.stderr
-        assert resumed.result == base.result
-        assert len(snapshot_files(store, "job")) == count, "the resumed run took the rest"
+    for k in _kill_points(count)[0]:
+        _kill_after(program, k, base, count, tmp_path)
 
 
-# The chain of a program with more than 6 snapshots is a long sweep (the default suite
-# keeps its kill-after-each test, whose resumed runs freeze a restored loop again, and
-# the chains of the shorter programs). Snapshots per program:
+# The chain of a program with more than 6 snapshots is a long sweep, and so are its
+# kills after the snapshots between its first three and last three (the default suite
+# keeps those six kills, whose resumed runs freeze a restored loop again, and the chains
+# of the shorter programs). Snapshots per program:
 # nested 11, gather 13, contexts 14, tasks_misc 11, agen_body 11, taskgroup 8; the
 # others 6 or fewer.
 _LONG = {
@@ -119,6 +137,18 @@ def _chain_param(program):
 
 
 CHAINS = [_chain_param(p) for p in PROGRAMS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", sorted(_LONG))
+def test_kill_after_each_middle_snapshot_then_resume(program, tmp_path):
+    """Crash window: as test_kill_after_each_snapshot_then_resume, after each snapshot
+    of a long program that the default run leaves out."""
+    base, count = _baseline(program, tmp_path)
+    rest = _kill_points(count)[1]
+    assert rest, f"{program} takes {count} snapshots: no longer a long program"
+    for k in rest:
+        _kill_after(program, k, base, count, tmp_path)
 
 
 @pytest.mark.parametrize("program", CHAINS)
@@ -249,6 +279,7 @@ def test_an_uncaught_error_after_a_restore(tmp_path):
         assert "direct cause" in resumed.stderr
 
 
+@pytest.mark.smoke
 def test_tracebacks_survive_a_restore(tmp_path):
     """Crash window: as test_an_uncaught_error_after_a_restore; the uncaught traceback
     (cause chain included) is the uninterrupted run's, frame for frame."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 from snapstate import HeaderMismatch
 from snapstate.runtime._cli import cli

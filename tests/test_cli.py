@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
 
 LOOPS = AGENTS / "loops.py"
 

@@ -31,7 +31,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 from providers import Provider
 
 from snapstate import Secret
@@ -162,6 +162,7 @@ def test_plaintext_store_holds_the_tokens_in_its_catalog(stores):
     assert not any(tokens["SECRET"].encode() in data for data in files.values())
 
 
+@pytest.mark.smoke
 def test_encrypted_headers_carry_no_argv_or_label(stores):
     """The header of an encrypted snapshot (readable without the key) has argv and
     label null; the verified header opened with the store's key has them back, and

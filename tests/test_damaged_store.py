@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import snaprun
+from helpers import snaprun
 
 from snapstate._errors import CorruptSnapshot
 from snapstate.serializers import _snapfile

@@ -19,7 +19,7 @@ import textwrap
 from dataclasses import dataclass
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 sys.path.insert(0, str(AGENTS))
 

@@ -10,7 +10,7 @@ import textwrap
 import threading
 
 import pytest
-from conftest import snaprun
+from helpers import snaprun
 
 from snapstate.runtime import _effect_args
 
@@ -90,6 +90,7 @@ def test_sdk_client_argument_matches_its_ledger_row_after_a_crash(tmp_path):
     assert leaked == []
 
 
+@pytest.mark.smoke
 def test_argument_digest_ignores_credentials_and_keeps_configuration():
     """Two clients differing only in their API key digest alike (a key is never part of
     the digest, as Secret counts by name); a different configuration digests apart."""

@@ -52,7 +52,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import AGENTS, Run, snaprun
+from helpers import AGENTS, Run, snaprun
 from providers import Provider
 
 from snapstate.runtime._cli import cli
@@ -73,7 +73,10 @@ EFFECT_WINDOWS = (BEFORE_PREPARE, AFTER_PREPARE, AFTER_SEND, AFTER_CONFIRM)
 SNAPSHOT_WINDOWS = (BEFORE_COMMIT, AFTER_SNAPSHOT)
 WINDOWS = EFFECT_WINDOWS + SNAPSHOT_WINDOWS
 
-POINTS_PER_CELL = 28  # x 18 cells = 504 kill points in the default run
+POINTS_PER_CELL = 28  # x 18 cells = 504 kill points of the sweep, in 2 parts:
+# the default run's representatives (two of the cell's four shop.py targets, so that the
+# three modes together reach each target of each window, and one diverging and one plain
+# seeded shape per cell: 72 in all) and the rest (432, with --run-slow)
 SLOW_POINTS_PER_CELL = 112  # x 18 cells = 2016 more with --run-slow
 WORKERS = 4
 SEED = 20261129
@@ -474,13 +477,39 @@ def sweep(kills: list[Kill], tmp_path: Path) -> None:
 CELLS = [(mode, window) for mode in MODES for window in WINDOWS]
 
 
+def cell_kills(mode: str, window: str) -> tuple[list[Kill], list[Kill]]:
+    """The cell's POINTS_PER_CELL sweep points as (representatives, rest): two of the
+    four targets of shop.py (the mode's turn: keyed the 1st and 2nd, lookup the 2nd and
+    3rd, plain the 3rd and 4th... so each target is reached in some mode), the first
+    seeded fx_orders.py point resumed with diverging arguments and the first resumed
+    plainly; the rest in their seeded order."""
+    kills = seeded_kills(mode, window, POINTS_PER_CELL, "default", shop=True)
+    shop = [i for i, k in enumerate(kills) if k.agent == SHOP]
+    turn = MODES.index(mode)
+    picked = [shop[turn % len(shop)], shop[(turn + 1) % len(shop)]]
+    for diverge in (True, False):
+        picked.append(
+            next(i for i, k in enumerate(kills) if k.agent != SHOP and k.diverge is diverge)
+        )
+    return [kills[i] for i in picked], [k for i, k in enumerate(kills) if i not in picked]
+
+
 @pytest.mark.parametrize("mode,window", CELLS, ids=[f"{m}-{w}" for m, w in CELLS])
 def test_kill_sweep(mode, window, tmp_path):
     """Crash windows: `window` (one of before-prepare, after-prepare, after-send,
-    after-confirm, before-commit, after-snapshot) at 28 kill points against the `mode`
-    provider: each target of shop.py with ORDERS=4, then seeded shapes of fx_orders.py;
-    each killed run is resumed in a new process."""
-    sweep(seeded_kills(mode, window, POINTS_PER_CELL, "default", shop=True), tmp_path)
+    after-confirm, before-commit, after-snapshot) at the cell's representative kill
+    points against the `mode` provider: each target of shop.py with ORDERS=4, then a
+    seeded shape of fx_orders.py resumed with diverging arguments and one resumed
+    plainly; each killed run is resumed in a new process."""
+    sweep(cell_kills(mode, window)[0], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,window", CELLS, ids=[f"{m}-{w}" for m, w in CELLS])
+def test_kill_sweep_rest(mode, window, tmp_path):
+    """Crash windows: as test_kill_sweep, the cell's other 22 seeded fx_orders.py kill
+    points of the 28."""
+    sweep(cell_kills(mode, window)[1], tmp_path)
 
 
 @pytest.mark.slow
@@ -494,20 +523,34 @@ def test_kill_sweep_long(mode, window, batch, tmp_path):
 
 @pytest.mark.smoke
 def test_sweep_covers_every_window_and_target():
-    """No crash window (this checks the sweep itself): at least 500 default kill points,
-    covering every mode x window, every target of shop.py with ORDERS=4, various
-    shapes, and both diverging and plain resumes in every cell."""
-    kills = [k for m, w in CELLS for k in seeded_kills(m, w, POINTS_PER_CELL, "default", shop=True)]
-    assert len(kills) >= 500 and len(set(kills)) > 300
-    assert {(k.mode, k.window) for k in kills} == set(CELLS)
-    shop = {(k.mode, k.window, k.n) for k in kills if k.agent == SHOP}
-    assert shop == {(m, w, n) for m in MODES for w in EFFECT_WINDOWS for n in (2, 4, 6, 8)} | {
+    """No crash window (this checks the sweep itself): at least 500 kill points in
+    test_kill_sweep and test_kill_sweep_rest together, covering every mode x window,
+    every target of shop.py with ORDERS=4, various shapes, and both diverging and plain
+    resumes in every cell; the default run's representatives alone cover every cell,
+    every target of shop.py in each window (in some mode) and both kinds of resume in
+    every cell."""
+    cells = {(m, w): cell_kills(m, w) for m, w in CELLS}
+    for (m, w), (chosen, rest) in cells.items():  # the two parts are the whole sweep
+        assert sorted(map(repr, chosen + rest)) == sorted(
+            map(repr, seeded_kills(m, w, POINTS_PER_CELL, "default", shop=True))
+        )
+    targets = {(m, w, n) for m in MODES for w in EFFECT_WINDOWS for n in (2, 4, 6, 8)} | {
         (m, w, n) for m in MODES for w in SNAPSHOT_WINDOWS for n in (1, 2, 3, 4)
     }
-    for m, w in CELLS:  # each cell diverges at some points, and where it matters
-        cell = [k for k in kills if (k.mode, k.window) == (m, w)]
-        assert any(k.diverge for k in cell) and not all(k.diverge for k in cell)
-        assert len({k.shape for k in cell}) > 5
+    for part in (0, None):  # the representatives; the whole sweep
+        kills = [k for c in cells.values() for k in (c[0] if part == 0 else c[0] + c[1])]
+        assert {(k.mode, k.window) for k in kills} == set(CELLS)
+        shop = {(k.mode, k.window, k.n) for k in kills if k.agent == SHOP}
+        if part == 0:
+            assert {(w, n) for _, w, n in shop} == {(w, n) for _, w, n in targets}
+            assert all(len([t for t in shop if t[:2] == cell]) == 2 for cell in CELLS)
+        else:
+            assert shop == targets
+        for m, w in CELLS:  # each cell diverges at some points, and where it matters
+            cell = [k for k in kills if (k.mode, k.window) == (m, w)]
+            assert any(k.diverge for k in cell) and not all(k.diverge for k in cell)
+            assert len({k.shape for k in cell}) > (1 if part == 0 else 5)
+    assert len(kills) >= 500 and len(set(kills)) > 300
 
 
 # ------------------------------------------------------------------------ chains
@@ -651,7 +694,7 @@ CHAIN_SHAPE = Shape(orders=5, every=2, values=1)
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("chain_seed", [1, 2, 3])
+@pytest.mark.parametrize("chain_seed", [1, pytest.param(2, marks=pytest.mark.slow), 3])
 def test_kill_chain(mode, chain_seed, tmp_path):
     """Crash windows: a seeded chain of 4-6 kills at successively later windows of one
     job (any of the six), each resumed in a new process (plain: reconciled when parked);

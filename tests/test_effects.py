@@ -32,7 +32,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 from providers import Provider
 
 from snapstate.serializers._home import Home

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
 from store_bytes import snapshot_body, zstd_frames
 
 from snapstate.serializers import _pickler, _refs
@@ -294,6 +294,7 @@ def test_resume_with_the_key_variable_unset_fails_clearly_and_keeps_the_snapshot
     assert again.stdout.startswith(f"after-1 {_digest(NEW_KEY)}")
 
 
+@pytest.mark.smoke
 def test_a_secret_in_a_label_or_meta_is_refused_and_kept_out_of_the_store(tmp_path):
     """A label and meta are written in the snapshot's header and the catalog (in clear in
     a plain store): one holding a secret variable's value is refused naming the variable,

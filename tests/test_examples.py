@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import snaprun
+from helpers import snaprun
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

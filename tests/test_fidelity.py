@@ -5,7 +5,7 @@ prints and returns the same result; so does a chain killed at every point in tur
 from __future__ import annotations
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 PROGRAMS = [
     "nested",

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import forkserver
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 PROBE = AGENTS / "fs_probe.py"
 NUMPY_PROBE = AGENTS / "fs_probe_numpy.py"
@@ -97,6 +97,7 @@ def test_concurrent_runs_each_get_their_own_process(tmp_path):
         assert (run.returncode, run.stdout, run.result) == (0, f"{i}\n", "1"), run
 
 
+@pytest.mark.smoke
 def test_a_fault_point_sigkills_the_forked_process(tmp_path):
     """The process that SIGKILLs itself is the run's own (returncode -9, reaped when
     snaprun() returns); what it printed before is all there (write-through stdio)."""

@@ -32,8 +32,8 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
 from framework_stub import FrameworkStub
+from helpers import AGENTS, snaprun, snapshot_files
 from store_bytes import snapshot_body, zstd_frames
 
 FRAMEWORKS = AGENTS / "frameworks"

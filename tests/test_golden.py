@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SNAPRUN, clean_refusal, snaprun
+from helpers import SNAPRUN, clean_refusal, snaprun
 
 import snapstate
 from snapstate import _abi
@@ -196,6 +196,7 @@ def test_newer_format_is_refused(tmp_path):
         clean_refusal(run, *needles)
 
 
+@pytest.mark.smoke
 def test_newer_catalog_schema_is_refused(tmp_path):
     """A store whose catalog has a schema newer than this snapstate's is refused by any
     command that opens it: exit 2, naming both schema versions and what to do."""

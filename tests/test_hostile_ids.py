@@ -16,7 +16,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate import InvalidJobId, StoreDamaged
 from snapstate.runtime._agent import EntryPoint

@@ -18,7 +18,7 @@ import httpx
 import httpx2
 import pytest
 import requests
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 

@@ -12,7 +12,7 @@ import sys
 import tempfile
 
 import cloudpickle
-from conftest import AGENTS
+from helpers import AGENTS
 
 from snapstate import resource
 from snapstate.serializers import _inert, _pickler

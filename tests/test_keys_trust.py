@@ -32,7 +32,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
 
 from snapstate._errors import StoreDamaged, StoreError, UnknownKey
 from snapstate.runtime._job import runtime_versions
@@ -453,6 +453,7 @@ def test_corrupt_keys_json_is_store_damaged(tmp_path, name):
     assert path.read_text() == _CORRUPT[name]
 
 
+@pytest.mark.smoke
 def test_cli_corrupt_keys_json(tmp_path):
     """`snaprun verify` and `snaprun keys list` with a corrupt keys.json exit 2 with one
     error naming the file, no traceback; the file is unchanged."""

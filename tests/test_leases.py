@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun
 
 from snapstate._errors import StaleWriter
 from snapstate.runtime._agent import EntryPoint
@@ -33,7 +33,8 @@ from snapstate.serializers._store import Owner, SnapshotRow
 
 HOST = socket.gethostname()
 AGENT = AGENTS / "lease_gate.py"
-ROUNDS = 50
+ROUNDS = 8  # rounds of the resumers' race in the default run; 50 with --run-slow
+SLOW_ROUNDS = 50
 
 
 def wait_for(
@@ -114,9 +115,10 @@ def _fork_killed(home: Home, base: str, job: str, dead: Owner) -> None:
     home.catalog.acquire_lease(job, dead, DEFAULT_TTL)
 
 
-def test_two_resumers_race_exactly_one_wins(tmp_path):
+@pytest.mark.parametrize("rounds", [ROUNDS, pytest.param(SLOW_ROUNDS, marks=pytest.mark.slow)])
+def test_two_resumers_race_exactly_one_wins(tmp_path, rounds):
     """Crash window: SIGKILL right after snapshot 1 (the job is running, its lease held
-    by a dead pid). Two `snaprun resume` processes start at once, 50 rounds (round 0
+    by a dead pid). Two `snaprun resume` processes start at once, `rounds` rounds (round 0
     on the killed job itself, then on copies left in the same state): each round
     exactly one wins and runs the job to the end (exit 0, [1, 2, True]); the other
     exits 5 with one `snaprun: error:` line naming the winner's pid and epoch, prints
@@ -142,7 +144,7 @@ def test_two_resumers_race_exactly_one_wins(tmp_path):
     assert dead.expires > time.time()  # stale only because the pid is gone
     firsts = []
     try:
-        for r in range(ROUNDS):
+        for r in range(rounds):
             job = f"r{r}"
             if r:
                 _fork_killed(home, "r0", job, dead.owner)
@@ -193,7 +195,7 @@ def test_two_resumers_race_exactly_one_wins(tmp_path):
             assert home.catalog.get_lease(job) is None
     finally:
         home.close()
-    print("winner was the first started process in", firsts.count(0), "of", ROUNDS, "rounds")
+    print("winner was the first started process in", firsts.count(0), "of", rounds, "rounds")
 
 
 # ------------------------------------------------------------------ stale writers

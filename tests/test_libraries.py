@@ -23,7 +23,7 @@ import os
 import socket
 
 import pytest
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
 from llm_stub import LLMStub
 
 openai = pytest.importorskip("openai", reason="the integrations extra is not installed")
@@ -296,6 +296,7 @@ def _round_trip(obj, *secrets: str):
     return _pickler.loads(data)
 
 
+@pytest.mark.smoke
 def test_openai_configuration_round_trips(keys, stub, monkeypatch):
     """Every constructor option of an OpenAI client comes back exactly, read off the live
     client; the credentials (api key, admin key, webhook secret, an Authorization

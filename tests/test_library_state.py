@@ -18,7 +18,7 @@ import threading
 import types
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate._errors import ResourceReopenError
 from snapstate.serializers import _inert, _pickler, _refs

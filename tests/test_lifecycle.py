@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun
 
 from snapstate.runtime._agent import EntryPoint, EntryPointError
 from snapstate.runtime._job import Job

@@ -12,7 +12,7 @@ import signal
 import time
 
 import pytest
-from conftest import snaprun
+from helpers import snaprun
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -15,7 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate.runtime._layout import NULL
 from snapstate.serializers import _inert, _pickler, _refs

@@ -8,7 +8,7 @@ import pickle
 import sys
 
 import pytest
-from conftest import AGENTS
+from helpers import AGENTS
 
 sys.path.insert(0, str(AGENTS))
 

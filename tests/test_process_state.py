@@ -9,7 +9,7 @@ import os
 import shutil
 
 import pytest
-from conftest import AGENTS, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
 
 from snapstate.serializers._home import Home
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import AGENTS
+from helpers import AGENTS
 
 import snapstate
 

@@ -29,7 +29,7 @@ import weakref
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate.serializers import _pickler, _refs
 from snapstate.serializers._describe import GENERIC_FIX
@@ -162,6 +162,7 @@ def test_weakref_to_the_object_being_saved_itself():
     assert back.me() is back
 
 
+@pytest.mark.smoke
 def test_restored_weakref_is_still_weak():
     """The restored reference does not keep its referent alive: once the restored
     strong holders are dropped, it dies (snapstate keeps referents only while loading)."""

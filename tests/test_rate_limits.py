@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 import requests
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 from rate_provider import RateLimitedProvider
 
 import snapstate
@@ -160,7 +160,7 @@ def test_refused_again_after_a_restore_waits_again(tmp_path):
         assert "".join(r.stdout for r in runs) == UNINTERRUPTED
 
 
-@pytest.mark.fresh  # the exec path of the effect-rate-limited fault point (conftest.py)
+@pytest.mark.fresh  # the exec path of the effect-rate-limited fault point (helpers.py)
 def test_killed_right_after_the_429_was_recorded(tmp_path):
     """Crash window: SIGKILL right after the refused attempt's row was recorded
     not-committed (effect-rate-limited), before the wait's snapshot. The resume
@@ -333,6 +333,7 @@ def test_a_rate_limit_is_not_a_failed_attempt(
         assert (rows[0].state, rows[0].attempts) == (EffectState.FAILED, 2)
 
 
+@pytest.mark.smoke
 def test_plain_python_sleeps_and_sends_again(fake_clock, monkeypatch):
     """Outside a job (plain Python) a rate-limited effect sleeps through the clock and is
     sent again with the same key."""

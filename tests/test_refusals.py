@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 AGENT = AGENTS / "refusals.py"
 FILE = str(AGENT)

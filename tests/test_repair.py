@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 from snapstate import JobParked, StoreDamaged
 from snapstate.runtime._cli import cli
@@ -86,6 +86,7 @@ def _jobs(store: Path) -> dict:
         home.close()
 
 
+@pytest.mark.smoke
 def test_repair_after_deleting_the_catalog(root):
     """Catalog deleted: every command refuses the store (exit 2); `snaprun repair`
     brings back j (1-3), the fork f (1-2, parent j) and d's latest branch (1 at epoch

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate.runtime import _morph
 from snapstate.runtime._agent import EntryPoint

@@ -14,7 +14,7 @@ import sqlite3
 import textwrap
 
 import pytest
-from conftest import snaprun, snapshot_files
+from helpers import snaprun, snapshot_files
 
 httpx = pytest.importorskip("httpx")
 requests = pytest.importorskip("requests")

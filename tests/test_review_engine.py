@@ -18,7 +18,7 @@ import textwrap
 import types
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate.runtime import _agent, _defstate
 from snapstate.serializers import _pickler, _refs

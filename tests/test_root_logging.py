@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import textwrap
 
-from conftest import snaprun
+from helpers import snaprun
 
 AGENT = textwrap.dedent("""
     import logging

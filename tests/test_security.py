@@ -36,8 +36,8 @@ import sys
 
 import pytest
 import zstandard
-from conftest import AGENTS, Run, clean_refusal, snaprun, snapshot_files
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from helpers import AGENTS, Run, clean_refusal, snaprun, snapshot_files
 
 from snapstate._errors import (
     CorruptSnapshot,

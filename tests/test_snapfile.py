@@ -18,7 +18,7 @@ import struct
 
 import pytest
 import xxhash
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -13,7 +13,7 @@ import sqlite3
 import sys
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate.serializers import _pickler
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 from test_lifecycle import start, wait_for
 
 from snapstate._errors import StoreFailure

@@ -17,7 +17,7 @@ from pathlib import Path
 import click.testing
 import pytest
 from click.testing import CliRunner
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 
 from snapstate import StoreDamaged, StoreError
 from snapstate.runtime._cli import cli

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun
+from helpers import AGENTS, snaprun
 from providers import Provider
 
 import snapstate
@@ -37,17 +37,40 @@ ACTIONS = ["a-0", "a-1", "b-0", "b-1", "c-0", "c-1"]
 IDENTITIES = {"1#1": "a-0", "1#2": "a-1", "2#1": "b-0", "2#2": "b-1", "3#1": "c-0", "3#2": "c-1"}
 
 
+HOLD_S = 8  # at most, below the agents' 10 s request timeout
+
+
 class SlowProvider(Provider):
     """tests/providers.Provider that holds each order for its "delay" seconds (outside
-    the provider's lock, so requests overlap) and records when each was served."""
+    the provider's lock, so requests overlap) and records when each was served. An
+    action listed in `holds` is first held until each of the actions it names has
+    arrived too (at most HOLD_S seconds): `held` says, per such action, whether they
+    all did while it was held, i.e. were in flight with it."""
 
     def __init__(self):
         super().__init__()
         self.spans: dict[str, list[tuple[float, float]]] = {}
         self.requests: dict[str, int] = {}
+        self.holds: dict[str, tuple[str, ...]] = {}
+        self.held: dict[str, bool] = {}
+        self._arrived: dict[str, threading.Event] = {}
+
+    def _arrival(self, action: str) -> threading.Event:
+        with self.lock:
+            return self._arrived.setdefault(action, threading.Event())
 
     def order(self, path, order, key):
         start = time.monotonic()
+        action = order["action"]
+        self._arrival(action).set()
+        if action in self.holds:
+            deadline = time.monotonic() + HOLD_S
+            met = all(
+                self._arrival(other).wait(max(0.0, deadline - time.monotonic()))
+                for other in self.holds[action]
+            )
+            with self.lock:
+                self.held[action] = met
         time.sleep(float(order.get("delay", 0)))
         result = super().order(path, order, key)
         with self.lock:
@@ -271,13 +294,16 @@ def _uninterrupted(tmp_path, provider, name="full", **env):
 
 
 def test_effects_of_three_tasks_overlap_in_time(tmp_path, provider):
-    """The three tasks' first orders are in flight at once (each held 0.3-0.5 s by the
-    provider): their request spans overlap; every action delivered once; main's output
-    lists each task's orders in task order."""
-    delays = {"a": [0.5, 0.1], "b": [0.3, 0.1], "c": [0.4, 0.1]}
+    """The three tasks' first orders are in flight at once (the provider holds each
+    until the other two have arrived): their request spans overlap; every action
+    delivered once; main's output lists each task's orders in task order."""
+    firsts = ("a-0", "b-0", "c-0")
+    provider.holds = {a: tuple(b for b in firsts if b != a) for a in firsts}
+    delays = {"a": [0, 0.1], "b": [0, 0.1], "c": [0, 0.1]}
     store, run = _uninterrupted(tmp_path, provider, TASK_DELAYS=json.dumps(delays))
-    firsts = [provider.spans[a][0] for a in ("a-0", "b-0", "c-0")]
-    assert max(start for start, _ in firsts) < min(end for _, end in firsts), firsts
+    assert provider.held == dict.fromkeys(firsts, True)  # all three in flight at once
+    spans = [provider.spans[a][0] for a in firsts]
+    assert max(start for start, _ in spans) < min(end for _, end in spans), spans
     assert dict(provider.deliveries) == dict.fromkeys(ACTIONS, 1)
     assert run.stdout.splitlines() == [
         "spawned ['1', '2', '3']",
@@ -410,22 +436,24 @@ def sleeper():
     return call("woke", 0.1)
 
 def main():
-    return gather(spawn(call, "slow", 1.5), spawn(sleeper))
+    return gather(spawn(call, "slow", 0), spawn(sleeper))
 """
 
 
 def test_a_sleeping_task_wakes_while_a_call_is_in_flight(tmp_path, provider):
-    """A task's 0.4 s sleep ends while another task's 1.5 s call is in flight: the hub
-    polls the wait while it waits for the call, so the woken task's own call starts
-    before the long one ends."""
+    """A task's 0.4 s sleep ends while another task's call is in flight (the provider
+    holds that call until the woken task's call arrives, 8 s at most): the hub polls
+    the wait while it waits for the call, so the woken task's own call starts before
+    the long one ends."""
     agent = tmp_path / "sleeper.py"
     agent.write_text(SLEEPER)
+    provider.holds = {"slow": ("woke",)}
     run = snaprun("run", "--store", tmp_path / "s", agent, cwd=tmp_path, env=_env(provider))
     assert run.returncode == 0, run.stderr
     assert run.result == "['slow', 'woke']"
+    assert provider.held == {"slow": True}  # "woke" arrived while "slow" was held
     (slow_start, slow_end), (woke_start, _) = provider.spans["slow"][0], provider.spans["woke"][0]
-    # (the sleep began a little before the slow request reached the provider)
-    assert slow_start + 0.2 <= woke_start < slow_end
+    assert slow_start < woke_start < slow_end
 
 
 WAITS = """
@@ -449,6 +477,7 @@ def main():
 """
 
 
+@pytest.mark.smoke
 def test_all_tasks_waiting_long_hibernate_and_resume_later(tmp_path):
     """Three tasks sleep 1, 2 and 2 hours: the job hibernates (exit 3, status waiting);
     resumed 1 h later task x finishes and the job hibernates again (a new snapshot);

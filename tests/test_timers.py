@@ -14,7 +14,7 @@ import math
 import re
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 import snapstate
 from snapstate.runtime._agent import EntryPoint
@@ -150,6 +150,7 @@ def test_plain_python_sleeps_through_the_clock(fake_clock):
 
 
 # ------------------------------------------------------------------------ subprocesses
+@pytest.mark.smoke
 def test_two_hour_sleep_hibernates_and_completes_later(tmp_path):
     """The whole life of a 2-hour sleep through the CLI: run -> exit 3 (waiting, a timer
     row due 2 h later, snapshot 2 taken at the call); resume early -> exit 3 again, no

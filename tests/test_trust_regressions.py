@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun, snapshot_files
 
 from snapstate import JobFinished, SnapshotWriteError, StaleWriter
 from snapstate.runtime._agent import EntryPoint

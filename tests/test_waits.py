@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import snaprun, snapshot_files
+from helpers import snaprun, snapshot_files
 
 from snapstate.serializers._sqlite import SqliteCatalog
 
@@ -125,6 +125,7 @@ def test_killed_right_after_the_hibernation_snapshot(tmp_path):
     assert killed.stdout + done.stdout == EXPECTED_STDOUT
 
 
+@pytest.mark.smoke
 def test_a_wait_that_cannot_be_frozen_raises_at_the_call(tmp_path):
     """An unpicklable local at a long wait: SnapshotError is raised into the agent at the
     sleep() call (it can handle it); nothing hibernates."""

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clean_refusal, snaprun
+from helpers import clean_refusal, snaprun
 from providers import Provider
 
 AGENT = textwrap.dedent(
@@ -201,6 +201,7 @@ def test_a_rejection_flipped_to_granted_in_an_encrypted_store(tmp_path, env, pro
 
 
 # ---------------------------------------------------------------- deciding
+@pytest.mark.smoke
 def test_two_deciders_at_once_one_wins(tmp_path, env):
     """Race: two deciders (separate store handles, threads released together) grant and
     reject the same pending approval: exactly one decision is recorded and returned; the

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun
 from providers import Provider
 
 from snapstate.runtime._agent import EntryPoint
@@ -294,24 +294,27 @@ def test_sigterm_during_an_in_process_sleep_hibernates_the_job_at_once(tmp_path,
     assert run.returncode == 3
     create_job(tmp_path, "nap", "n1")
     env = worker_env(tmp_path, provider, WK_NAP="30")
-    worker = start_worker(tmp_path, env, "--poll", "0.1", "--grace", "25")
+    worker = start_worker(tmp_path, env, "--poll", "0.1", "--grace", "60")
     try:
         # Snapshot "a" committed: from then on a SIGTERM makes the job hibernate at its
         # sleep, whether it is already in it or about to be (Job.no_naps).
         wait_until("snapshot a", lambda: snapshot_count(tmp_path, "n1") == 1)
         time.sleep(0.3)  # past the hub's after-commit check of snapshot a
-        started = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 143
-        took = time.monotonic() - started
+        exited = time.time()
     finally:
         worker.kill()
         worker.wait()
     log = (tmp_path / "worker.err").read_text()
-    assert took < 10, (took, log)  # not the 30 s nap, nor the 25 s grace
     assert "hibernates at the wait it sleeps in" in log and "job n1: waiting again" in log, log
     store = catalog(tmp_path)
     assert store.get_job("n1").status == "waiting"
+    wait = store.get_wait("n1")
+    # the worker was gone before the nap it hibernated at would have ended: it held its
+    # shutdown neither for the nap nor for the 60 s grace, which ends later still
+    assert wait is not None and wait.kind == "timer" and wait.due is not None, wait
+    assert exited < wait.due, (exited, wait, log)
     assert store.get_lease("n1") is None
     store.close()
     done = worker_once(tmp_path, {**env, "SNAPSTATE_CLOCK_OFFSET": "60"})
@@ -372,8 +375,10 @@ def test_a_job_whose_snapshot_cannot_be_restored_is_not_retried_in_a_loop(tmp_pa
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     source = (agents / "wk_agent.py").read_text()
+    # another size too: an edit within the same second that keeps the size is hidden by
+    # the bytecode cache the run wrote (Python checks the source's mtime and size)
     (agents / "wk_agent.py").write_text(
-        source.replace('    b = order(f"{job}-b", 2)', '    b = order(f"{job}-b", 3)')
+        source.replace('    b = order(f"{job}-b", 2)', '    b = order(f"{job}-b", 20)')
     )
     wenv = worker_env(tmp_path, provider)
     run = worker_once(tmp_path, wenv, "--max-crashes", "1")
@@ -590,12 +595,12 @@ def test_two_workers_with_random_kills_finish_every_job_exactly_once(tmp_path, p
     """Crash windows: anywhere, at random (seeded): SIGKILL of a worker (its children
     run on and finish holding their own leases; it is restarted) or of a worker's child
     (its job is left interrupted and resumed by either worker). Two workers on one
-    store, 50 jobs (plain ones started by the workers, timers hibernated before and due
+    store, 20 jobs (plain ones started by the workers, timers hibernated before and due
     for the workers, approvals hibernated before and approved during the chaos): every
     job done once, every order delivered once, every marker written once, no lease left
     held."""
     seed = int(os.environ.get("SNAPSTATE_CHAOS_SEED") or random.randrange(2**32))
-    chaos(tmp_path, provider, jobs=50, kills=12, seed=seed)
+    chaos(tmp_path, provider, jobs=20, kills=6, seed=seed)  # wider: test_chaos_sweep
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 import writer_proc
-from conftest import AGENTS
+from helpers import AGENTS
 
 from snapstate._errors import CorruptSnapshot, SnapshotWriteError
 from snapstate.runtime._agent import EntryPoint

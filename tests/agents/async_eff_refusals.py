@@ -9,7 +9,8 @@ what another task is doing when main awaits snapshot("busy"):
 
 main takes snapshot 1 ("first") and places an order through an async keyed effect
 (tests/providers.py at PROVIDER_URL), starts the busy task, awaits snapshot("busy")
-(refused after SNAPSTATE_ASYNC_SETTLE seconds), prints the refusal, ends the busy task
+(refused after SNAPSTATE_ASYNC_SETTLE seconds), prints the refusal and whether the busy
+task was still running then, ends the busy task
 and carries on: snapshot 2 ("after"), prints "done". UNCAUGHT=1 lets the refusal
 propagate out of main. KILL_AFTER_REFUSAL=1 makes the process SIGKILL itself right
 after the refusal is printed (on the first run only: a marker file in the working
@@ -84,6 +85,7 @@ async def main():
         print("snapshot taken?!", flush=True)
     except SnapshotError as exc:
         print("refused:", exc, flush=True)
+        print("busy task still running:", not task.done(), flush=True)
     if os.environ.get("KILL_AFTER_REFUSAL") and not os.path.exists("killed.marker"):
         open("killed.marker", "w").close()
         os.kill(os.getpid(), signal.SIGKILL)
