@@ -339,7 +339,7 @@ def test_force_takes_over_a_dead_holder_at_once(tmp_path):
     assert forced.returncode == 0, forced.stderr
     assert "waits" not in forced.stderr and forced.result == "[1, 2, True]"
     # taken over while the dead holder's lease was still live, by the store's own clock
-    c = SqliteStore(str(store))
+    c = SqliteCatalog(str(store))
     try:
         (resumed,) = [e for e in c.events("job") if e.kind == "resumed"]
     finally:
