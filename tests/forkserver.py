@@ -10,7 +10,6 @@ fault point SIGKILLs it and the caller sees returncode -9, a timeout kills it.
 
     run(args, cwd=..., env=..., timeout=...)   -> (returncode, stdout, stderr), or
                                                   None when the run must be exec'd
-    spawn(args, cwd=..., env=..., ...)         -> a Popen-like ServerProc, or None
 
 A run is exec'd instead (None; helpers.snaprun then runs the console script as
 before) when the fork server is off (SNAPSTATE_TEST_FORK=0), or the request changes

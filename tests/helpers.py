@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import forkserver
-import pytest
 
 __all__ = [
     "AGENTS",
@@ -47,7 +46,6 @@ __all__ = [
     "SNAPRUN",
     "Run",
     "clean_refusal",
-    "missing",
     "set_fresh",
     "snaprun",
     "snapshot_files",
@@ -73,14 +71,6 @@ _FRESH = [False]  # the running test is marked fresh or listed in EXEC_TESTS
 def set_fresh(fresh: bool) -> None:
     """conftest.py, before each test: whether its snaprun() runs all exec."""
     _FRESH[0] = fresh
-
-
-def missing(what: str) -> None:
-    """A test cannot run here because `what` is missing: skipped saying so, or failed
-    when SNAPSTATE_TEST_REQUIRE_PYTHONS=1 (.ci/run sets it: CI has every interpreter)."""
-    if os.environ.get("SNAPSTATE_TEST_REQUIRE_PYTHONS") == "1":
-        pytest.fail(f"{what} (SNAPSTATE_TEST_REQUIRE_PYTHONS=1 requires it)")
-    pytest.skip(what)
 
 
 @dataclass
