@@ -363,7 +363,7 @@ def test_client_certificate_not_dropped_when_it_cannot_be_detected(tmp_path, mon
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    from snapstate.resources import _http
+    from snapstate.resources import _http_checks
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "client")])
@@ -388,7 +388,7 @@ def test_client_certificate_not_dropped_when_it_cannot_be_detected(tmp_path, mon
     )
     ctx = httpx.create_ssl_context()
     ctx.load_cert_chain(tmp_path / "c.pem", tmp_path / "k.pem")
-    monkeypatch.setattr(_http, "_PROBE", [None])
+    monkeypatch.setattr(_http_checks, "_PROBE", [None])
     client = httpx.Client(verify=ctx)
     try:
         with pytest.raises(_pickler.UnpicklableError, match="client certificate") as caught:
