@@ -148,31 +148,41 @@ class EntryPoint:
         return real.startswith(os.path.realpath(root) + os.sep)
 
 
-_OWNED: dict[tuple[EntryPoint, int], tuple[types.ModuleType, bool]] = {}
+# entry point -> id(module) -> (the module, whether it is the agent's)
+_OWNED: dict[EntryPoint, dict[int, tuple[types.ModuleType, bool]]] = {}
 _HOST_MAINS = ("__main__", "__mp_main__")  # the running program, never an agent module
 
 
 def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
     """The agent's own modules among those loaded (decided once per module: resolving
     paths of every loaded module at each snapshot would dominate its cost)."""
+    owned: list[types.ModuleType] = []
+    decided = _OWNED.get(entry)
+    if decided is None:
+        decided = _OWNED[entry] = {}
+    loaded: list[object] = list(sys.modules.values())  # not always modules
+    for module in loaded:
+        hit = decided.get(id(module))
+        if hit is None or hit[0] is not module:
+            if not isinstance(module, types.ModuleType):
+                continue
+            hit = decided[id(module)] = (module, entry.owns(module))
+        if hit[1]:
+            owned.append(module)
+    order = list(sys.modules)  # in import order: what the entry module imports follows it
+    try:
+        cut = order.index(entry.module)
+    except ValueError:
+        return owned
     out: list[types.ModuleType] = []
     earlier: list[types.ModuleType] = []  # in the agent's folder, loaded before the entry
-    loaded: list[tuple[str, object]] = list(sys.modules.items())  # in import order
-    before = entry.module in sys.modules  # until the entry module's place in that order
-    for name, module in loaded:
-        if name == entry.module:
-            before = False
-        if not isinstance(module, types.ModuleType):  # not always modules
-            continue
-        hit = _OWNED.get((entry, id(module)))
-        if hit is None or hit[0] is not module:
-            hit = _OWNED[(entry, id(module))] = (module, entry.owns(module))
-        if not hit[1]:
-            continue
-        if before and not entry.module.startswith(name + "."):  # (its packages are its own)
-            earlier.append(module)
-        else:
-            out.append(module)
+    for module in owned:
+        name = module.__name__
+        try:
+            early = order.index(name) < cut and not entry.module.startswith(name + ".")
+        except ValueError:  # not under its own name in sys.modules
+            early = False
+        (earlier if early else out).append(module)
     if earlier:
         out.extend(_referred(out, earlier))
     return out
