@@ -174,7 +174,7 @@ def _job_class():
 def run_job(directory: str, function: str, n: int, reps: int) -> dict:
     """Run the job to its end (timing the first freeze), then time restores of its
     first snapshot and run one restored copy to the end."""
-    from snapstate.runtime import _agent, _async, _job
+    from snapstate.runtime import _agent, _async, _async_loop, _job
     from snapstate.serializers._home import Home
 
     entry = _agent.EntryPoint("bench_async", function, os.path.abspath(__file__))
@@ -202,7 +202,7 @@ def run_job(directory: str, function: str, n: int, reps: int) -> dict:
 
     def discard(restored_state):
         if is_async:  # never run: kept (never collected, as a stopped run's), loop closed
-            _async._PARKED.append(restored_state)
+            _async_loop.PARKED.append(restored_state)
             restored_state.loop.close()
 
     samples = []
