@@ -149,7 +149,8 @@ class Worker:
         queue: list[str] | None = None  # --once: the pass's jobs
         next_scan = 0.0
         while True:
-            self._reap()
+            if self._reap():  # a slot freed: look for the next job now, not at the poll
+                next_scan = 0.0
             if self.signal is not None:
                 return self._shutdown()
             if self.once:
@@ -231,11 +232,14 @@ class Worker:
         self.children[job_id] = _Child(job_id, proc, time.monotonic(), seq)
         self.say(f"job {job_id}: resuming in pid {proc.pid} ({why}, snapshot {seq})")
 
-    def _reap(self) -> None:
+    def _reap(self) -> int:
+        """Record the children that ended; how many did."""
+        ended = 0
         for job_id, child in list(self.children.items()):
             code = child.proc.poll()
             if code is None:
                 continue
+            ended += 1
             del self.children[job_id]
             took = time.monotonic() - child.started
             try:
@@ -246,6 +250,7 @@ class Worker:
                 self.catalog.release_claims(self.owner, job_id)
             except (SnapstateError, sqlite3.Error):
                 pass  # it dies with this process, or expires
+        return ended
 
     def _record(self, child: _Child, code: int, took: float) -> None:
         job_id, pid = child.job_id, child.proc.pid

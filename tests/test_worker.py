@@ -390,6 +390,34 @@ def test_a_job_whose_snapshot_cannot_be_restored_is_not_retried_in_a_loop(tmp_pa
     assert provider.deliveries["r1-b"] == 0
 
 
+def test_a_freed_slot_starts_the_next_job_without_waiting_for_the_poll(tmp_path, provider):
+    """One slot, three runnable jobs and a poll of an hour: the worker starts the next
+    job as soon as a child ends (before, only at its next poll: one job per poll
+    interval per slot, whatever the jobs' length). Each is finished once."""
+    run = run_job(tmp_path, provider, "timer", "warm")  # creates the store
+    assert run.returncode == 3
+    jobs = ["s1", "s2", "s3"]
+    for job in jobs:
+        create_job(tmp_path, "plain", job)
+    env = worker_env(tmp_path, provider)
+    worker = start_worker(tmp_path, env, "--concurrency", "1", "--poll", "3600")
+    try:
+        wait_until(
+            "all three jobs done",
+            lambda: all(job_row(tmp_path, j).status == "done" for j in jobs),
+            timeout=90,
+        )
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 143
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    for job in jobs:
+        assert_finished_once(tmp_path, provider, job)
+    assert job_row(tmp_path, "warm").status == "waiting"  # not due: left alone
+
+
 def test_claims_keep_two_workers_apart_and_die_with_their_worker(tmp_path):
     """The catalog's advisory claims (SqliteCatalog.claim_job): another live worker's
     claim blocks, one's own is renewed, a dead worker's or an expired one is taken
