@@ -20,7 +20,7 @@ from ._points import runner_or_none
 if TYPE_CHECKING:
     pass
 
-__all__ = ["describe_task", "frame_headers", "roots"]
+__all__ = ["describe_task", "frame_headers", "roots", "owner_name", "job_holder", "chain_objects"]
 
 
 def _type_name(obj: object) -> str:

@@ -24,7 +24,24 @@ if TYPE_CHECKING:
 
     pass
 
-__all__ = ["JobLoop", "MAIN", "DEFAULT_SETTLE", "INTERNAL_BASE", "settle_seconds", "is_sleep_timer"]
+__all__ = [
+    "JobLoop",
+    "TaskInfo",
+    "FutureAwait",
+    "MAIN",
+    "DEFAULT_SETTLE",
+    "INTERNAL_BASE",
+    "PARKED",
+    "settle_seconds",
+    "is_sleep_timer",
+    "timer_kind",
+    "frame_and_awaited",
+    "iter_future",
+    "outcome_of",
+    "set_outcome",
+    "set_if_pending",
+    "set_error_if_pending",
+]
 
 MAIN = "main"
 DEFAULT_SETTLE = 30.0

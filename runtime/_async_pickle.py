@@ -53,7 +53,15 @@ if TYPE_CHECKING:
 
     pass
 
-__all__ = ["begin_restore", "take_restored", "discard_restored"]
+__all__ = [
+    "begin_restore",
+    "take_restored",
+    "discard_restored",
+    "Restoring",
+    "await_with_future_iters",
+    "finished_coroutine_of",
+    "restore_gather",
+]
 
 
 def _module_of_code(coro: Any) -> str | None:

@@ -18,7 +18,6 @@ from typing import (
     Any,
     Final,
     Generic,
-    ParamSpec,
     TypeVar,
 )
 
@@ -33,8 +32,6 @@ from ..serializers._pickler import UnpicklableError
 
 __all__ = ["Secret", "args_digest", "args_repr", "reveal"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
 T = TypeVar("T")
 
 

@@ -18,7 +18,6 @@ from typing import (
     Any,
     Final,
     Generic,
-    ParamSpec,
     TypeVar,
 )
 
@@ -59,7 +58,6 @@ __all__ = [
     "effect_time_left",
 ]
 
-P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 

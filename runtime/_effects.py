@@ -60,7 +60,6 @@ __all__ = ["effect", "call_effect", "rate_limit_wait"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-T = TypeVar("T")
 
 
 # Typing: an effect is typed as its function (a wrong call is a type error) unless the

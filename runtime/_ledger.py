@@ -51,7 +51,6 @@ from typing import (
     Any,
     Final,
     NoReturn,
-    ParamSpec,
     TypeVar,
 )
 
@@ -91,7 +90,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Ledger", "Action", "RECOVERY", "seal", "unseal", "explain_ambiguous"]
 
-P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 

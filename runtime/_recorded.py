@@ -13,7 +13,6 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable
 from typing import (
-    ParamSpec,
     TypeVar,
 )
 
@@ -25,8 +24,6 @@ from ._effect_spec import current_job, effect_call_site
 
 __all__ = ["now", "random", "uuid4"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
 T = TypeVar("T")
 
 

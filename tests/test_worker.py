@@ -567,6 +567,9 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
     env = worker_env(tmp, provider, SNAPSTATE_CLOCK_OFFSET=LATER)
     args = ("--concurrency", "3", "--poll", "0.1", "--grace", "5", "--max-crashes", "1000")
     workers = [start_worker(tmp, env, *args, log=f"w{n}") for n in range(2)]
+    # The "up" lines each worker's log must reach: one more than its log held when it was
+    # last started (an instance killed before it said so leaves none).
+    up_lines = [1, 1]
     started = time.monotonic()
     cpu = _cpu()
     done_kills: list[str] = []
@@ -592,6 +595,7 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
             if rng.random() < 0.3:
                 workers[n].kill()
                 workers[n].wait()
+                up_lines[n] = read(tmp / f"w{n}.err").count("polling every") + 1
                 workers[n] = start_worker(tmp, env, *args, log=f"w{n}")
                 done_kills.append(f"worker {n}")
                 continue
@@ -605,6 +609,16 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
                     pass  # it ended meanwhile
         took = time.monotonic() - started
     finally:
+        # A worker restarted a moment ago may not have its SIGTERM handler yet (the
+        # default action would end it with -15): wait until it said it is up.
+        up_by = time.monotonic() + 30
+        for n in range(len(workers)):
+            while (
+                read(tmp / f"w{n}.err").count("polling every") < up_lines[n]
+                and workers[n].poll() is None
+                and time.monotonic() < up_by
+            ):
+                time.sleep(0.02)
         for w in workers:
             w.send_signal(signal.SIGTERM)
         codes = [w.wait(timeout=60) for w in workers]
