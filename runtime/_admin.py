@@ -31,6 +31,7 @@ from ..serializers._ids import derive_job_id, validate_job_id
 from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _agent
 from ._job import Job
+from ._ledger import seal
 
 __all__ = [
     "fork",
@@ -284,8 +285,6 @@ def reconcile(
 ) -> EffectRow:
     """Say what happened to an effect whose outcome is unknown, so the job can resume:
     refused while a live runner holds the job, with the ledger unchanged."""
-    from ._ledger import seal
-
     validate_job_id(job_id)
     note = ("reconciled: committed" if committed else "reconciled: not committed") + " by hand"
     return home.catalog.reconcile_effect(

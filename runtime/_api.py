@@ -67,9 +67,11 @@ from ..serializers._ids import validate_job_id
 from ..serializers._store import ApprovalRow, EffectRow, JobRow, SnapshotRow, WaitRow
 from . import _approvals, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
+from ._async_loop import settle_seconds
 from ._clock import clock
 from ._job import Job
 from ._lease import lease_ttl
+from ._tasks import effect_threads
 from ._waits import hibernate_after
 
 __all__ = [
@@ -591,9 +593,6 @@ def check_settings() -> None:
     """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER, SNAPSTATE_CLOCK_OFFSET,
     SNAPSTATE_EFFECT_THREADS or SNAPSTATE_ASYNC_SETTLE before any job runs (a
     SnapstateError naming the variable); the CLI maps it to exit 2."""
-    from ._async_loop import settle_seconds
-    from ._tasks import effect_threads
-
     lease_ttl()
     hibernate_after()
     clock().time()

@@ -233,13 +233,13 @@ def call_lookup(spec: Spec[R], key: str, token: int | None) -> Any:  # the provi
 # ------------------------------------------------------------------------ rate limits
 # An effect the provider refused for now (RateLimited, an HTTP 429) did not happen: its
 # row is recorded not-committed (not counted as an attempt), and the task waits (a Wait
-# of kind "rate-limit", runtime/_timers.py) with the call, as plain data: the effect
+# of kind "rate-limit", runtime/_effects.py) with the call, as plain data: the effect
 # (pickled by reference), its arguments and explicit key. Short waits are slept through
 # in the process, long ones hibernate the job. Then the same logical action is called
 # again: the ledger's ordinal was rolled back to before the refused call, so it finds
 # its own row (same identity, same idempotency key; other arguments are a
 # DivergenceError) and sends it again. After a restore at that wait, the poller's
-# Ready(Then(...)) calls _resend() in the agent's task (Job._deliver). The functions
+# Ready(Then(...)) calls _effects._resend() in the agent's task (Job._deliver). The functions
 # between the agent's call and wait_point() are wait_api (not captured): the agent's
 # call receives the effect's result either way.
 class Refused(BaseException):

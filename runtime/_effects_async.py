@@ -56,7 +56,7 @@ R = TypeVar("R")
 
 # ------------------------------------------------------------------------ async effects
 # An `async def` effect is awaited: its wrapper returns an await point
-# (runtime/_async.py's EffectPoint). In a job, the point runs ledger_call() below in a
+# (EffectPoint, at the end of this module). In a job, the point runs ledger_call() below in a
 # greenlet of its own: Ledger.call records, sends and confirms exactly as for a plain
 # effect, and where it sends it calls the spec's function, here a shim that hands the
 # effect's coroutine to the awaiting task (await_in_task) and returns its outcome.

@@ -104,7 +104,7 @@ class EffectState(enum.StrEnum):
     prints: they never change (older catalogs hold them).
 
     dispatched --response--> confirmed | failed; a dispatched row found after a
-    restart is settled by the effect's recovery (runtime/_effects.py, RECOVERY) or
+    restart is settled by the effect's recovery (runtime/_ledger.py, RECOVERY) or
     becomes ambiguous; `snaprun reconcile` turns an ambiguous, dispatched or failed
     row confirmed or not-committed."""
 
