@@ -28,7 +28,7 @@ from .._errors import (
 from ..serializers._fs import write_atomic
 from ..serializers._home import Home, _read_chunks
 from ..serializers._ids import derive_job_id, validate_job_id
-from ..serializers._store import EffectKind, EffectRow, EffectState
+from ..serializers._store import CHUNKED, EffectKind, EffectRow, EffectState, SnapshotRow
 from . import _agent
 from ._job import Job
 from ._ledger import seal
@@ -107,12 +107,16 @@ def check_export_target(home: Home, output: str) -> None:
         )
 
 
-def export(home: Home, source: str, output: str) -> None:
-    """Write the snapshot file `source` (verified by the caller) to `output`, a new
-    file outside the store (check_export_target), durably, through the store's file
+def export(home: Home, source: str, output: str, row: SnapshotRow | None = None) -> None:
+    """Write the snapshot file `source` (verified by the caller), or the store's
+    snapshot `row` (a chunked one as one self-contained file), to `output`, a new file
+    outside the store (check_export_target), durably, through the store's file
     system."""
     check_export_target(home, output)
-    write_atomic(output, _read_chunks(source), home.fs)
+    if row is not None:
+        home.export_row(row, output)
+    else:
+        write_atomic(output, _read_chunks(source), home.fs)
 
 
 # ---------------------------------------------------------------------------- import
@@ -129,6 +133,8 @@ def import_file(home: Home, path: str, as_id: str | None = None) -> tuple[Job, i
     source_id, seq = header["job_id"], header["seq"]
     if as_id is None and _exists(home, source_id):
         for row in home.catalog.snapshots(source_id):
+            if row.file == CHUNKED:
+                continue
             own = home.row_path(row)
             if os.path.exists(own) and os.path.samefile(own, path):
                 return Job.open(home, source_id), row.seq
@@ -171,6 +177,8 @@ class PruneReport:
     jobs: list[str] = field(default_factory=list)  # finished jobs dropped
     orphans: int = 0  # files no row named
     temp_files: int = 0  # dead writers' temp files
+    chunks: int = 0  # chunks no retained snapshot lists
+    packs: int = 0  # pack files no chunk lives in any more
     running: list[str] = field(default_factory=list)  # skipped: a live runner
     damaged: list[str] = field(default_factory=list)  # refused: hostile rows
 
@@ -196,7 +204,8 @@ def prune(
         try:
             home.job_directory(job.job_id)
             for row in home.catalog.snapshots(job.job_id):
-                home.row_path(row)
+                if row.file != CHUNKED:
+                    home.row_path(row)
         except (InvalidJobId, StoreDamaged) as exc:
             report.damaged.append(f"job {job.job_id!r} was not pruned: {exc}")
             continue
@@ -220,6 +229,7 @@ def prune(
                 home, job.job_id, home.orphan_files(job.job_id), now - orphan_grace
             )
     report.orphans += _sweep_uncatalogued(home, catalogued, now - orphan_grace)
+    report.chunks, report.packs = home.sweep_chunks()
     report.temp_files = home.sweep_temp_files()
     return report
 

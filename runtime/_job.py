@@ -292,8 +292,8 @@ class Job:
         first divergence."""
         self.ledger.replay = True
         row = self.home.catalog.snapshot(self.job_id, at)
-        path = self.home.row_path(row)
-        header, payload = self.home.read_row(row)  # the very file the row recorded
+        path = self.home.where(row)
+        header, payload = self.home.read_row(row)  # the very snapshot the row recorded
         with (
             tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch,
             scratch_copies(scratch),
@@ -363,7 +363,7 @@ class Job:
                 "(the effect ledger keeps completed side effects from repeating)"
             )
             return fn
-        path = self.home.row_path(row)
+        path = self.home.where(row)
         # Refuses another job's file, a dropped branch's file, any file but the row's.
         header, payload = self.home.read_row(row)
         outer = self.restore(header, payload, path)
@@ -520,10 +520,12 @@ class Job:
             if self.lease is not None and self.lease.lost is not None:
                 raise self.lease.lost
             assert self.epoch is not None  # run() and resume() take the lease first
-            row = self.home.write_snapshot(self.job_id, seq, self.epoch, label, header, payload)
+            written = self.home.write_snapshot(
+                self.job_id, seq, self.epoch, label, header, payload
+            )
             fault_point("before-commit", seq)
             self.ledger.flush()
-            self.home.commit_snapshot(row)
+            self.home.commit_snapshot(written)
             self.progressed()
         except (SnapshotWriteError, StaleWriter, StoreFailure) as exc:
             # Fatal for this run: the agent stays paused and is never resumed here.
@@ -531,7 +533,7 @@ class Job:
             if agent is not None:
                 PARKED_AGENTS.append(agent)
             raise
-        self.seq, self.last_snapshot = seq, self.home.absolute(row.file)
+        self.seq, self.last_snapshot = seq, self.home.where(written.row)
         fault_point("after-snapshot", seq)
 
     # ------------------------------------------------------------------ waiting

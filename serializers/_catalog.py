@@ -5,8 +5,10 @@ snapshots, leases, effects, approvals, waits and the job timeline, split by capa
 (`JobCatalog`, `LeaseCatalog`, ...); the embedded default is SQLite
 (serializers/_sqlite/, `SqliteCatalog`). Another backend (PostgreSQL, say) implements
 the same classes and proves it with the conformance suite in `snapstate.testing`,
-one spec module per capability (see that package's docstring). Snapshot bodies are
-files in the store directory; the catalog says which of them exist.
+one spec module per capability (see that package's docstring). A snapshot body is
+either a file in the store directory (the catalog says which exist) or content-defined
+chunks held by the catalog (`ChunkCatalog`): a signed manifest per snapshot and each
+chunk once per store, in the catalog or in a pack file of the store directory.
 
 Fencing: every runner holds a lease with an epoch that grows with each acquisition.
 A snapshot row for sequence N+1 is committed only if N is still the job's latest and
@@ -20,6 +22,7 @@ Every method is atomic: its checks and its writes happen in one transaction.
 from __future__ import annotations
 
 import abc
+from collections.abc import Collection
 from typing import Any
 
 from .._errors import SnapshotNotFound
@@ -31,7 +34,9 @@ from ._store import (
     JobRow,
     LeaseRow,
     Owner,
+    SnapshotBody,
     SnapshotRow,
+    StoredChunk,
     WaitRow,
 )
 
@@ -40,6 +45,7 @@ __all__ = [
     "JobCatalog",
     "LeaseCatalog",
     "SnapshotCatalog",
+    "ChunkCatalog",
     "LedgerCatalog",
     "EventCatalog",
     "ApprovalCatalog",
@@ -126,10 +132,14 @@ class SnapshotCatalog(abc.ABC):
     """Snapshot rows: which snapshot files of a job exist, in sequence."""
 
     @abc.abstractmethod
-    def commit_snapshot(self, row: SnapshotRow) -> None:
+    def commit_snapshot(self, row: SnapshotRow, body: SnapshotBody | None = None) -> None:
         """Record snapshot row.seq, compare-and-swap: only if row.seq - 1 is the job's
         latest sequence and row.epoch still holds the lease. StaleWriter otherwise,
-        with nothing changed."""
+        with nothing changed. With `body` (a chunked snapshot, row.file CHUNKED), in the
+        same transaction: its new chunks are added (one already held is kept), its
+        manifest recorded, and every chunk it refers to must be held once they are
+        (ChunksMissing naming those that are not, e.g. swept by a concurrent prune,
+        with nothing changed: the writer stores them again and retries)."""
 
     @abc.abstractmethod
     def snapshots(self, job_id: str) -> list[SnapshotRow]:
@@ -137,12 +147,14 @@ class SnapshotCatalog(abc.ABC):
 
     @abc.abstractmethod
     def delete_snapshot(self, job_id: str, seq: int) -> None:
-        """Forget one snapshot row (its file is the caller's)."""
+        """Forget one snapshot row and its manifest (its file is the caller's; its
+        chunks are swept by `ChunkCatalog.sweep_chunks`)."""
 
     @abc.abstractmethod
-    def add_snapshot_unfenced(self, row: SnapshotRow) -> None:
+    def add_snapshot_unfenced(self, row: SnapshotRow, body: SnapshotBody | None = None) -> None:
         """Record a snapshot copied in by fork or import, when no runner holds the
-        job; StoreError if that sequence number is taken."""
+        job; StoreError if that sequence number is taken. `body` as for
+        commit_snapshot."""
 
     def latest(self, job_id: str) -> SnapshotRow | None:
         """The job's latest snapshot row, or None."""
@@ -157,6 +169,37 @@ class SnapshotCatalog(abc.ABC):
         raise SnapshotNotFound(
             f"job {job_id} has no snapshot {seq}; `snaprun log {job_id}` lists its snapshots"
         )
+
+
+class ChunkCatalog(abc.ABC):
+    """Chunked snapshot bodies: each chunk stored once per store under its id (a keyed
+    hash of its content, serializers/_chunks.py), and one signed manifest per snapshot
+    listing its chunks in order. Chunks are added only with a snapshot
+    (`SnapshotCatalog.commit_snapshot`) and removed only by `sweep_chunks`."""
+
+    @abc.abstractmethod
+    def missing_chunks(self, ids: Collection[bytes]) -> set[bytes]:
+        """The ids among `ids` the catalog does not hold."""
+
+    @abc.abstractmethod
+    def get_chunks(self, ids: Collection[bytes]) -> dict[bytes, StoredChunk]:
+        """The chunks held among `ids`, by id (a missing one is absent)."""
+
+    @abc.abstractmethod
+    def manifest(self, job_id: str, seq: int) -> bytes | None:
+        """The signed manifest of a chunked snapshot, or None."""
+
+    @abc.abstractmethod
+    def sweep_chunks(self) -> tuple[int, set[str]]:
+        """Mark and sweep, in one transaction: delete every chunk that no manifest
+        refers to. Returns (chunks deleted, the pack files still referred to), so the
+        caller deletes the packs no chunk lives in any more. A snapshot committed
+        concurrently either committed first (its chunks are marked) or finds its
+        chunks missing at its commit (ChunksMissing) and stores them again."""
+
+    @abc.abstractmethod
+    def chunk_totals(self) -> tuple[int, int]:
+        """(number of chunks held, their encoded bytes)."""
 
 
 class LedgerCatalog(abc.ABC):
@@ -370,6 +413,7 @@ class Catalog(
     JobCatalog,
     LeaseCatalog,
     SnapshotCatalog,
+    ChunkCatalog,
     LedgerCatalog,
     EventCatalog,
     ApprovalCatalog,

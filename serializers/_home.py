@@ -5,7 +5,8 @@
     <store>/config.json                   settings (encryption required or not)
     <store>/store.json                    the store's identity (serializers/_identity.py)
     <store>/store.lock                    held while a store is opened or created
-    <store>/snapshots/<job>/<seq>-e<epoch>.snap
+    <store>/snapshots/<job>/<seq>-e<epoch>.snap   snapshot files (imported, or older)
+    <store>/chunks/*.pack                 chunks of large chunked snapshots
 
 Opening decides whether the directory is a new store or an existing one (store.json,
 catalog.db or snapshot files present). An existing store's missing or damaged
@@ -13,10 +14,16 @@ catalog, or missing keys.json, is refused (StoreDamaged), never re-created.
 `create=False` never creates a store; `writable=False` (read-only commands) also
 writes nothing: no store.json for an old store, no schema upgrade, no temp sweep.
 
-A snapshot is durable in two steps: its file is written atomically (temp, fsync,
-rename, fsync the directory), then its catalog row is committed with compare-and-
-swap. A crash between the two leaves a file without a row, which is never read and
-is swept; a stale writer's file is deleted when its commit is refused.
+A job's snapshots are chunked (serializers/_chunkstore.py): the body is cut into
+content-defined chunks stored once per store, and the snapshot is its signed manifest
+and the chunks the store did not hold yet, committed with its catalog row in one
+compare-and-swap transaction (a large set of new chunks is first written to one pack
+file). Snapshot files (format 2: a header, the whole body, a signed trailer) are what
+`export` writes and `resume FILE` and `import` read; a store keeps an imported file,
+and files written by earlier releases, as they are. A file is durable in two steps:
+written atomically (temp, fsync, rename, fsync the directory), then its row is
+committed; a crash between the two leaves a file without a row, which is never read
+and is swept.
 """
 
 from __future__ import annotations
@@ -37,12 +44,14 @@ from .._errors import (
 )
 from . import _binding, _fs, _identity, _sealing, _snapfile
 from ._catalog import Catalog
+from ._chunkstore import PACKS, ChunkStore, Prepared
 from ._ids import validate_job_id
 from ._keys import KeyRing
+from ._manifest import MANIFEST_FORMAT, Manifest
 from ._sqlite import SCHEMA_VERSION, SqliteCatalog
-from ._store import SnapshotRow
+from ._store import CHUNKED, SnapshotRow
 
-__all__ = ["Home", "default_home"]
+__all__ = ["Home", "default_home", "Prepared"]
 
 _CONFIG = "config.json"
 
@@ -69,6 +78,9 @@ class Home:
         self.directory = os.path.abspath(directory)
         self.writable = create if writable is None else writable
         self.fs = fs
+        self.chunks = ChunkStore(
+            self.directory, lambda: self.catalog, lambda: self.keys, lambda: self.encrypt, fs
+        )
         if create:
             _fs.make_private_dir(self.directory)
         elif not os.path.isdir(self.directory) or not _identity.is_store(self.directory):
@@ -285,19 +297,14 @@ class Home:
         label: str | None,
         header: dict[str, Any],
         payload: bytes,
-    ) -> SnapshotRow:
-        """Write the file durably (not yet in the catalog). SnapshotWriteError on any
-        I/O failure: never retried."""
-        path = self.snapshot_path(job_id, seq, epoch)
-        if os.path.lexists(path):
-            # Never written over: a file there that no row names means the catalog is
-            # stale (a lost WAL, a catalog restored from an old backup).
-            raise SnapshotWriteError(
-                f"snapshot {seq} of job {job_id} was not written: {path} already exists and "
-                "the catalog does not list it, so the catalog may be stale; nothing was "
-                f"overwritten. Check the store (`snaprun repair --store {self.directory}`)."
-            )
-        # The header binds the file to this store, job, sequence number and epoch.
+    ) -> Prepared:
+        """Store the snapshot's new chunks durably and sign its manifest (nothing in the
+        catalog yet: commit_snapshot commits it). SnapshotWriteError on any I/O failure:
+        never retried."""
+        validate_job_id(job_id)
+        if not isinstance(seq, int) or not isinstance(epoch, int) or seq < 0 or epoch < 0:
+            raise StoreDamaged(f"snapshot {seq!r} (epoch {epoch!r}) of job {job_id!r} is not valid")
+        # The header binds the snapshot to this store, job, sequence number and epoch.
         # format and schema: the file format and catalog schema it was written in (CHANGELOG.md).
         header = dict(
             header,
@@ -305,37 +312,52 @@ class Home:
             job_id=job_id,
             seq=seq,
             epoch=epoch,
-            format=_snapfile.FORMAT_VERSION,
+            format=MANIFEST_FORMAT,
             schema=SCHEMA_VERSION,
         )
         if self.encrypt:
             header = _sealing.seal_header(header, self.keys)
-        try:
-            _fs.make_private_dir(os.path.dirname(path))
-            size, digest = _snapfile.write_signed(
-                path, header, payload, self.keys, encrypt=self.encrypt, fs=self.fs
-            )
-        except OSError as exc:
-            raise SnapshotWriteError(
-                f"snapshot {seq} of job {job_id} could not be written to {path} "
-                f"({exc.strerror or exc}); it is not retried. The job stopped; its previous "
-                f"snapshot is intact: fix the cause, then `snaprun resume {job_id}`."
-            ) from exc
-        return SnapshotRow(
-            job_id, seq, label, self.relative(path), size, header["created_at"], epoch, digest
-        )
+        return self.chunks.prepare(job_id, seq, epoch, label, header, payload)
 
-    def commit_snapshot(self, row: SnapshotRow) -> None:
-        """Make a written snapshot the job's latest (compare-and-swap); a refused
-        writer's file is removed so it can never be mistaken for a snapshot."""
-        try:
-            self.catalog.commit_snapshot(row)
-        except StaleWriter:
-            try:
-                self.fs.unlink(self.row_path(row))
-            except FileNotFoundError:
-                pass
-            raise
+    def commit_snapshot(self, prepared: Prepared) -> None:
+        """Make a written snapshot the job's latest (compare-and-swap, with its manifest
+        and new chunks in the same transaction). A refused writer's pack stays until a
+        prune sweeps it (no chunk row names it)."""
+        self.chunks.commit(prepared, self.catalog.commit_snapshot)
+
+    def where(self, row: SnapshotRow) -> str:
+        """How messages name a snapshot: its file, or the job and seq of a chunked one."""
+        if row.file == CHUNKED:
+            return f"snapshot {row.seq} of job {row.job_id}"
+        return self.row_path(row)
+
+    def _manifest(self, row: SnapshotRow) -> tuple[dict[str, Any], Manifest]:
+        """A chunked row's verified manifest, bound to the row: (job header, manifest)."""
+        where = self.where(row)
+        manifest = self.chunks.manifest(row, self.keys, self.encrypt, where)
+        header = _job_header(where, _sealing.open_header(manifest.header, self.keys, where))
+        self._check_row(row, header, manifest.digest)
+        return header, manifest
+
+    def export_row(self, row: SnapshotRow, output: str) -> None:
+        """Write snapshot `row` as one self-contained snapshot file at `output`: a file
+        row's file as it is; a chunked snapshot (verified first, every chunk) as a
+        snapshot file (format 2) with the same header, signed with the store's current
+        key and encrypted when the snapshot is."""
+        if row.file != CHUNKED:
+            _fs.write_atomic(output, _read_chunks(self.row_path(row)), self.fs)
+            return
+        _, manifest = self._manifest(row)
+        payload = self.chunks.read(manifest, self.where(row))
+        header = {
+            k: v
+            for k, v in manifest.header.items()
+            if k not in ("key_id", "codecs", "size", "chunker", "chunk_size", "nonce_prefix")
+        }
+        header["format"] = _snapfile.FORMAT_VERSION
+        _snapfile.write_signed(
+            output, header, bytes(payload), self.keys, encrypt=manifest.sealed, fs=self.fs
+        )
 
     def verify(self, path: str) -> dict[str, Any]:
         """The header of a verified snapshot file of a job (nothing unpickled)."""
@@ -354,12 +376,15 @@ class Home:
             except StoreError:
                 pass
         _binding.check(
-            row, header, digest, store_id=self.store_id, path=self.row_path(row), parent=parent
+            row, header, digest, store_id=self.store_id, path=self.where(row), parent=parent
         )
 
     def read_row(self, row: SnapshotRow) -> tuple[dict[str, Any], bytearray]:
         """Verify a row's file, check that it is the very file the row recorded (store,
         job, seq, epoch, digest: HeaderMismatch otherwise), then decode its body."""
+        if row.file == CHUNKED:
+            header, manifest = self._manifest(row)
+            return header, self.chunks.read(manifest, self.where(row))
         path = self.row_path(row)
         header, payload, digest = _snapfile.read_verified(
             path, self.keys, require_encryption=self.encrypt
@@ -369,7 +394,12 @@ class Home:
         return header, payload
 
     def verify_row(self, row: SnapshotRow) -> tuple[dict[str, Any], str]:
-        """read_row() without decoding the body: (header, digest)."""
+        """read_row() without assembling the body: (header, digest). A chunked row's
+        chunks are each decoded and checked."""
+        if row.file == CHUNKED:
+            header, manifest = self._manifest(row)
+            self.chunks.check(manifest, self.where(row))
+            return header, manifest.digest
         path = self.row_path(row)
         header, digest = _snapfile.verify_digest(path, self.keys, require_encryption=self.encrypt)
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
@@ -381,12 +411,15 @@ class Home:
         never laundered) into another job (a fork); the new row expects what the file's
         header says and binds its digest."""
         _, digest = self.verify_row(row)
-        target = self.copy_snapshot(self.row_path(row), job_id, row.seq)
+        if row.file == CHUNKED:  # the same manifest over the same chunks (fork_job)
+            target = None
+        else:
+            target = self.copy_snapshot(self.row_path(row), job_id, row.seq)
         return SnapshotRow(
             job_id,
             row.seq,
             row.label,
-            self.relative(target),
+            CHUNKED if target is None else self.relative(target),
             row.size,
             row.created,
             0,
@@ -425,7 +458,10 @@ class Home:
         return target
 
     def delete_file(self, file: str, job_id: str | None = None) -> None:
-        """Delete a catalog row's file (confined like absolute())."""
+        """Delete a catalog row's file (confined like absolute()); nothing for a chunked
+        row (its chunks are swept by sweep_chunks)."""
+        if file == CHUNKED:
+            return
         try:
             self.fs.unlink(self.absolute(file, job_id))
         except FileNotFoundError:
@@ -442,12 +478,19 @@ class Home:
         with contextlib.suppress(OSError):  # what is left has no row: never read
             self.fs.remove_tree(folder)
 
+    def sweep_chunks(self) -> tuple[int, int]:
+        """Mark and sweep: delete the chunks no snapshot lists, then the pack files no
+        chunk lives in (whose writer is gone). Returns (chunks, packs) deleted."""
+        chunks, in_use = self.catalog.sweep_chunks()
+        return chunks, self.chunks.sweep_packs(in_use)
+
     def sweep_temp_files(self) -> int:
         """Remove temp files left by writers that died (SIGKILL mid-write)."""
         removed = 0
         root = os.path.join(self.directory, "snapshots")
-        for job in os.listdir(root):
-            folder = os.path.join(root, job)
+        folders = [os.path.join(root, job) for job in os.listdir(root)]
+        folders.append(os.path.join(self.directory, PACKS))
+        for folder in folders:
             if not os.path.isdir(folder) or os.path.islink(folder):  # never sweep outside
                 continue
             for name in os.listdir(folder):

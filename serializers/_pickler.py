@@ -35,6 +35,7 @@ import dill
 
 from .._abi import UnpinnedGlobal, check_global, pinned
 from .._errors import IncompatibleSnapshot
+from ._deframe import deframe
 from . import _dispatch, _envsecrets, _refs
 from ._buffer import BufferReader
 from ._codeid import CodeRef, code_ref, find_code
@@ -367,6 +368,7 @@ def _dump(obj: object, pickler_class: type[FreezePickler] | None = None) -> byte
             pickler = (pickler_class or FreezePickler)(buf, protocol=5)
     else:
         _refs.prepare(pickler, buf)  # module sentinel strings: memo seeded, preamble first
+    preamble = buf.tell()
     for start, _, _ in _dispatch.DUMP_HOOKS:
         start()
     try:
@@ -380,7 +382,8 @@ def _dump(obj: object, pickler_class: type[FreezePickler] | None = None) -> byte
         # what holds a weak reference's referent may be another part (not checked then).
         memo = None if _SEARCHING[0] else pickler.memo.copy
         finish(memo, obj.value if isinstance(obj, Rooted) else obj)
-    return buf.getvalue()
+    # Without FRAME opcodes: state that did not change keeps its bytes (serializers/_deframe.py).
+    return deframe(buf.getbuffer(), preamble)
 
 
 def _dump_any(obj: object) -> bytes:

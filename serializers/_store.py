@@ -17,6 +17,8 @@ from ._fs import pid_alive, process_start
 __all__ = [
     "JobRow",
     "SnapshotRow",
+    "StoredChunk",
+    "SnapshotBody",
     "LeaseRow",
     "EventRow",
     "EffectRow",
@@ -27,6 +29,7 @@ __all__ = [
     "EffectKind",
     "Owner",
     "STATUSES",
+    "CHUNKED",
 ]
 
 STATUSES = ("running", "waiting", "done", "failed", "parked", "interrupted")
@@ -68,7 +71,7 @@ class SnapshotRow:
     job_id: str
     seq: int
     label: str | None
-    file: str  # path relative to the store directory
+    file: str  # path relative to the store directory; CHUNKED: a manifest in the catalog
     size: int
     created: float
     epoch: int
@@ -77,6 +80,38 @@ class SnapshotRow:
     # For a file copied in by fork or import, whose header names another job: what its
     # header says ({"store": id or None, "job": id, "epoch": n}); None for the job's own.
     origin: dict[str, Any] | None = None
+
+
+# A snapshot row whose body is chunks in the catalog (a manifest), not a file of its own.
+CHUNKED = ""
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    """One content-defined chunk of snapshot bodies as a catalog holds it: its encoded
+    bytes in the catalog (`data`) or at `offset`, `length` in a pack file of the
+    store (`pack`, a file name in <store>/chunks). `size` is its decoded length; a
+    delta names its `base`, which the catalog keeps while the delta is kept."""
+
+    chunk_id: bytes
+    size: int
+    data: bytes | None = None
+    pack: str | None = None
+    offset: int = 0
+    length: int = 0
+    base: bytes | None = None  # a delta: the id of the chunk it is decoded against
+    depth: int = 0  # how many deltas deep (0: whole); known to its writer only
+
+
+@dataclass(frozen=True)
+class SnapshotBody:
+    """What a chunked snapshot adds to the catalog with its row: its signed manifest
+    (serializers/_manifest.py), the ids of the chunks it lists, and the chunks among
+    them the catalog did not hold yet."""
+
+    manifest: bytes
+    refs: frozenset[bytes]
+    new: tuple[StoredChunk, ...] = ()
 
 
 @dataclass(frozen=True)

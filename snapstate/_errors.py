@@ -62,6 +62,8 @@ Every error names the place (job, frame, file:line, file path) and the next step
         ├── JobExists               a job with that id already exists
         ├── SnapshotNotFound        the job has no snapshot with that sequence number
         ├── LeaseHeld               another live runner holds the job (exit code 5)
+        ├── ChunksMissing           a chunked snapshot's chunks were swept by a concurrent
+        │                           prune before its commit (the writer retries)
         └── StaleWriter             this runner's lease epoch is no longer current (the
                                     job was taken over): its write was rejected
 
@@ -91,6 +93,7 @@ __all__ = [
     "SnapshotNotFound",
     "LeaseHeld",
     "StaleWriter",
+    "ChunksMissing",
     "DivergenceError",
     "SecretUnavailable",
     "JobParked",
@@ -224,6 +227,16 @@ class SnapshotNotFound(StoreError):
 
 class LeaseHeld(StoreError):
     """Another live runner holds the job's lease; only one runner per job."""
+
+
+class ChunksMissing(StoreError):
+    """A chunked snapshot's commit found chunks it refers to gone from the catalog (a
+    concurrent `snaprun prune` swept them after the writer saw them): nothing was
+    committed; the writer stores them again and retries."""
+
+    def __init__(self, message: str, ids: frozenset[bytes] = frozenset()):
+        super().__init__(message)
+        self.ids = ids
 
 
 class StaleWriter(StoreError):

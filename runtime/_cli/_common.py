@@ -189,7 +189,8 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
 def resolve(
     home: Home, ref: str, *, need_seq: bool = False
 ) -> tuple[str, str, int, SnapshotRow | None]:
-    """(path, job id, seq, catalog row or None for a FILE) of JOB, JOB@SEQ or FILE."""
+    """(path or description, job id, seq, catalog row or None for a FILE) of JOB,
+    JOB@SEQ or FILE."""
     if os.path.isfile(ref):
         header = home.verify(ref)
         return ref, header["job_id"], header["seq"], None
@@ -204,7 +205,7 @@ def resolve(
         row = rows[-1]
     else:
         row = home.catalog.snapshot(job_id, seq)
-    return home.row_path(row), job_id, row.seq, row
+    return home.where(row), job_id, row.seq, row
 
 
 # ------------------------------------------------------------------------ the agent's errors

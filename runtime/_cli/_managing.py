@@ -65,7 +65,7 @@ def export(store: str | None, output: str, ref: str) -> None:
     home = open_home(store, readonly=True)
     path, job_id, seq, row = resolve(home, ref, need_seq=True)
     home.verify(path) if row is None else home.verify_row(row)
-    _admin.export(home, path, output)
+    _admin.export(home, path, output, row)
     say(f"exported {job_id}@{seq} to {output}")
 
 
@@ -157,6 +157,8 @@ def prune(store: str | None, keep_last: int | None, older_than: str | None, fini
         + (f": {', '.join(report.jobs)}" if report.jobs else "")
         + (f"; removed {report.orphans} orphan file(s)" if report.orphans else "")
         + (f"; removed {report.temp_files} temp file(s)" if report.temp_files else "")
+        + (f"; freed {report.chunks} chunk(s)" if report.chunks else "")
+        + (f" and {report.packs} pack file(s)" if report.packs else "")
     )
     for job_id in report.running:
         say(f"job {job_id} is running: not pruned")

@@ -225,11 +225,14 @@ def stats(store: str | None, as_json: bool, job_id: str | None) -> None:
 
 @click.command(epilog=EXIT_HELP)
 @store_option
-@click.argument("path", type=click.Path(dir_okay=False))
-def verify(store: str | None, path: str) -> None:
-    """Check a snapshot file's integrity and signature without loading it."""
+@click.argument("ref")
+def verify(store: str | None, ref: str) -> None:
+    """Check a snapshot's integrity and signature without loading it: FILE, JOB
+    (latest) or JOB@SEQ (every chunk of a chunked snapshot is checked)."""
+    check_ids(ref, file_ok=True)
     home = open_home(store, readonly=True)
-    header = home.verify(path)
+    _, _, _, row = resolve(home, ref)
+    header = home.verify(ref) if row is None else home.verify_row(row)[0]
     label = f" ({header['label']})" if header.get("label") else ""
     click.echo(
         f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "

@@ -4,7 +4,7 @@ checks and their writes are atomic across processes.
 
 One module per capability of the catalog contract (serializers/_catalog.py), each a
 mixin over the one connection and transaction helper in _db.py: _jobs.py, _leases.py,
-_snapshots.py, _ledger.py (effects), _events.py (timeline and metrics), _approvals.py,
+_snapshots.py, _chunks.py (chunked snapshot bodies), _ledger.py (effects), _events.py (timeline and metrics), _approvals.py,
 _waits.py (waits and the worker's queries), _admin.py (fork, import, prune, rebuild);
 _rows.py converts between table rows and row dataclasses (sealing what the agent
 produced); _reseal.py rewrites the sealed columns (a SQLite catalog's own operation)."""
@@ -14,6 +14,7 @@ from __future__ import annotations
 from .._catalog import Catalog
 from ._admin import SqliteAdmin
 from ._approvals import SqliteApprovals
+from ._chunks import SqliteChunks
 from ._db import SCHEMA_VERSION, store_failure
 from ._events import SqliteEvents
 from ._jobs import SqliteJobs
@@ -30,6 +31,7 @@ class SqliteCatalog(
     SqliteJobs,
     SqliteLeases,
     SqliteSnapshots,
+    SqliteChunks,
     SqliteLedger,
     SqliteEvents,
     SqliteApprovals,

@@ -78,6 +78,13 @@ class SqliteAdmin(SqliteBase, AdminCatalog):
             db.executemany(
                 INSERT_SNAPSHOT, [snapshot_values(self.sealer, copies[r.seq]) for r in rows]
             )
+            # A chunked snapshot's copy is its manifest (the same bytes, the same digest)
+            # over the same chunks.
+            db.execute(
+                "INSERT INTO manifests (job_id, seq, data) SELECT ?, seq, data FROM manifests "
+                "WHERE job_id = ? AND seq <= ?",
+                (job_id, parent, fork_seq),
+            )
             # Effects before the fork point are the new job's history; those after it
             # are the original's future: the fork makes its own, with its own keys.
             # Re-sealed for the new job (a sealed value is bound to its row).

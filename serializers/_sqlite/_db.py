@@ -27,7 +27,7 @@ __all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES"]
 
 # The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
 # table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _WAIT_TABLES = """
 CREATE TABLE IF NOT EXISTS waits (
     job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, reason TEXT NOT NULL, due REAL,
@@ -38,18 +38,41 @@ CREATE TABLE IF NOT EXISTS approvals (
     state TEXT NOT NULL, decided_by TEXT, decided_at REAL, note TEXT, site TEXT NOT NULL,
     PRIMARY KEY (job_id, approval_id))
 """
+# Chunked snapshot bodies (serializers/_chunkstore.py): one signed manifest per chunked
+# snapshot, each chunk once (its encoded bytes here, or where they lie in a pack file).
+# A snapshot row's deletion (prune, rewind, job deletion) takes its manifest with it.
+_CHUNK_TABLES = (
+    """CREATE TABLE IF NOT EXISTS manifests (
+    job_id TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (job_id, seq))""",
+    """CREATE TABLE IF NOT EXISTS chunks (
+    id BLOB PRIMARY KEY, size INTEGER NOT NULL, data BLOB, pack TEXT,
+    offset INTEGER NOT NULL DEFAULT 0, length INTEGER NOT NULL DEFAULT 0, base BLOB)""",
+    """CREATE TRIGGER IF NOT EXISTS snapshot_drops_manifest AFTER DELETE ON snapshots BEGIN
+    DELETE FROM manifests WHERE job_id = OLD.job_id AND seq = OLD.seq; END""",
+)
 # Upgrades, applied in order by the first writable open: version 1 lacks the snapshots'
-# digest and origin columns; version 2 the waits and approvals tables.
+# digest and origin columns; version 2 the waits and approvals tables; version 3 the
+# manifests and chunks.
 _UPGRADES = {
     1: (
         "ALTER TABLE snapshots ADD COLUMN digest TEXT",
         "ALTER TABLE snapshots ADD COLUMN origin TEXT",
     ),
     2: tuple(s for s in _WAIT_TABLES.split(";") if s.strip()),
+    3: _CHUNK_TABLES,
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
 # The tables holding a job's rows besides `jobs` (deleting a job deletes from each).
-JOB_TABLES = ("snapshots", "leases", "events", "effects", "metrics", "waits", "approvals")
+JOB_TABLES = (
+    "snapshots",
+    "manifests",
+    "leases",
+    "events",
+    "effects",
+    "metrics",
+    "waits",
+    "approvals",
+)
 
 _SCHEMA = (
     """
@@ -213,6 +236,7 @@ class SqliteBase:
         self._local = threading.local()
         self._snapshot_extra = "digest, origin"
         self._no_waits = False  # an older catalog opened read-only has no waits tables
+        self._no_chunks = False  # nor manifests and chunks
         self._create = create
         self._writable = writable
         self._checked = create  # switch to WAL only once the file is known ours
@@ -244,6 +268,8 @@ class SqliteBase:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             db.execute(statement)
+                    for statement in _CHUNK_TABLES:
+                        db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 elif version != SCHEMA_VERSION and writable:
                     for step in range(version, SCHEMA_VERSION):
@@ -254,7 +280,8 @@ class SqliteBase:
                 elif version != SCHEMA_VERSION:
                     if version < 2:
                         self._snapshot_extra = "NULL, NULL"  # read-only over version 1
-                    self._no_waits = True  # read-only over version 1 or 2: nothing waits
+                    self._no_waits = version < 3  # read-only over version 1 or 2: nothing waits
+                    self._no_chunks = True  # read-only over version 1-3: nothing is chunked
             if not create:
                 self._checked = True  # WAL is persistent: usually already set
                 if writable:

@@ -7,7 +7,8 @@ import sqlite3
 
 from ..._errors import StaleWriter, StoreError
 from .._catalog import SnapshotCatalog
-from .._store import SnapshotRow
+from .._store import SnapshotBody, SnapshotRow
+from ._chunks import add_body
 from ._db import SqliteBase
 from ._rows import INSERT_SNAPSHOT, snapshot_row, snapshot_values
 
@@ -15,7 +16,7 @@ __all__ = ["SqliteSnapshots"]
 
 
 class SqliteSnapshots(SqliteBase, SnapshotCatalog):
-    def commit_snapshot(self, row: SnapshotRow) -> None:
+    def commit_snapshot(self, row: SnapshotRow, body: SnapshotBody | None = None) -> None:
         with self._tx() as db:
             self._check_epoch(db, row.job_id, row.epoch)
             latest = (
@@ -31,6 +32,8 @@ class SqliteSnapshots(SqliteBase, SnapshotCatalog):
                     "changed."
                 )
             db.execute(INSERT_SNAPSHOT, snapshot_values(self.sealer, row))
+            if body is not None:
+                add_body(db, row.job_id, row.seq, body)
             db.execute("UPDATE jobs SET updated = ? WHERE job_id = ?", (row.created, row.job_id))
             self._event(
                 db, row.job_id, "snapshot", f"{row.seq}" + (f" ({row.label})" if row.label else "")
@@ -46,10 +49,12 @@ class SqliteSnapshots(SqliteBase, SnapshotCatalog):
         with self._tx() as db:
             db.execute("DELETE FROM snapshots WHERE job_id = ? AND seq = ?", (job_id, seq))
 
-    def add_snapshot_unfenced(self, row: SnapshotRow) -> None:
+    def add_snapshot_unfenced(self, row: SnapshotRow, body: SnapshotBody | None = None) -> None:
         """Record a snapshot copied in by fork or import (no runner, no lease)."""
         with self._tx() as db:
             try:
                 db.execute(INSERT_SNAPSHOT, snapshot_values(self.sealer, row))
             except sqlite3.IntegrityError:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
+            if body is not None:
+                add_body(db, row.job_id, row.seq, body)
