@@ -88,8 +88,8 @@ def conversation_main() -> int:
 
 # ------------------------------------------------------------------ the big state
 def big_state(seed: int, records: int = 10_000) -> dict[str, object]:
-    """A ~10 MB state (pickled): `records` records of ~0.6 KB, 200k floats and 40k short
-    strings."""
+    """A ~10 MB state (pickled) at 10,000 records: `records` records of ~0.6 KB, 20 floats
+    and 4 short strings per record in two lists."""
     rng = random.Random(seed)
     pool = [message(k, seed)["content"] for k in range(1000)]  # spliced below: fast
     table = {}
@@ -103,8 +103,8 @@ def big_state(seed: int, records: int = 10_000) -> dict[str, object]:
             "score": rng.random(),
             "text": text,
         }
-    floats = [rng.random() for _ in range(200_000)]
-    labels = [pool[k % 1000][k % 400 : k % 400 + 40] for k in range(40_000)]
+    floats = [rng.random() for _ in range(20 * records)]
+    labels = [pool[k % 1000][k % 400 : k % 400 + 40] for k in range(4 * records)]
     return {"records": table, "floats": floats, "labels": labels}
 
 
