@@ -185,7 +185,9 @@ def spread(samples: list[float]) -> tuple[float, float, float]:
     return statistics.median(samples), deciles[0], deciles[-1]
 
 
-def megabytes(n: float) -> str:
+def megabytes(n: float | None) -> str:
+    if not isinstance(n, int | float):
+        return "?"
     return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} KB"
 
 
@@ -199,5 +201,8 @@ def top_level_usage(path: str) -> list[tuple[str, int, int]]:
             apparent, _allocated, files = disk_usage(full)
             rows.append((entry + "/", apparent, files))
         else:
-            rows.append((entry, os.lstat(full).st_size, 1))
+            try:
+                rows.append((entry, os.lstat(full).st_size, 1))
+            except FileNotFoundError:
+                continue  # removed meanwhile (a journal, a temporary file)
     return rows
