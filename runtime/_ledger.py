@@ -423,9 +423,12 @@ class Ledger:
     def _bind_agent_modules(self) -> None:
         """Arguments are digested (and results pickled) as a snapshot pickles them: the
         agent's module objects by value, other modules' by reference. Bound here too, as
-        a resumed process has taken no snapshot yet when it re-executes a call."""
+        a resumed process has taken no snapshot yet when it re-executes a call. Per call
+        this costs O(the agent's modules), not O(sys.modules): `agent_modules` rescans
+        only when sys.modules changed (its docstring: what `exact=False` can miss), and
+        `bind` only compares names."""
 
-        _refs.bind(_agent.agent_modules(self.job.entry))
+        _refs.bind(_agent.agent_modules(self.job.entry, exact=False))
 
     def _redispatch(
         self, spec: Spec[R], row: EffectRow, args: tuple[Any, ...], kwargs: dict[str, Any]
