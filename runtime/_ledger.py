@@ -411,11 +411,7 @@ class Ledger:
             updated=t,
         )
         fault_point("effect-before-prepare", point)
-        try:
-            self.flush()
-        except StaleWriter as exc:
-            self.job.fenced(exc)
-        self._fence(row, replace=False)
+        self._fence(row, replace=False, pending=True)  # buffered value records with it
         self.job.progressed()
         fault_point("effect-after-prepare", point)
         return self._dispatch(spec, row, args, kwargs)
@@ -439,15 +435,20 @@ class Ledger:
         return self._dispatch(spec, row, args, kwargs)
 
     # -------------------------------------------------------------- fencing
-    def _fence(self, row: EffectRow, *, replace: bool) -> None:
+    def _fence(self, row: EffectRow, *, replace: bool, pending: bool = False) -> None:
         """The dispatch transaction: records the row (state dispatched) only while this
         runner's epoch holds the lease and its deadline is more than dispatch_margin
-        away, renewing it; otherwise the run stops here (StaleWriter), nothing sent."""
+        away, renewing it; otherwise the run stops here (StaleWriter), nothing sent.
+        `pending`: the buffered value records (now(), random()...) are made durable in
+        the same transaction, before the row (one commit per dispatch, not two)."""
         assert self.job.lease is not None, "a running job holds its lease"
         ttl = self.job.lease.ttl
+        rows = [row]
+        if pending and self.pending and not self.replay:
+            rows, self.pending = [*self.pending, row], []
         try:
             self.deadline = self.catalog.record_effects(
-                [row], epoch=self.job.epoch, replace=replace, ttl=ttl, margin=dispatch_margin(ttl)
+                rows, epoch=self.job.epoch, replace=replace, ttl=ttl, margin=dispatch_margin(ttl)
             )
         except StaleWriter as exc:
             self.job.fenced(exc)

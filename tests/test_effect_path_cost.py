@@ -124,3 +124,58 @@ def test_replaced_entry_is_seen_at_the_snapshot_path(tmp_path: Path, dummies: li
     assert [m.__name__ for m in exact] == [entry.module, "own_helper"]
     # and once the cache was rebuilt, the effect path sees it too
     assert own in _agent.agent_modules(entry, exact=False)
+
+
+TRACED = """\
+import snapstate
+from snapstate.runtime._context import active_job
+
+LOG = []
+SENT = []
+
+
+@snapstate.effect(idempotency="key")
+def place(n, *, idempotency_key):
+    SENT.append(len(LOG))  # the statements made before this call was sent
+    return {"n": n}
+
+
+def main():
+    place(0)
+    db = active_job().home.catalog._db()
+    db.set_trace_callback(LOG.append)
+    try:
+        snapstate.now()  # a value record, buffered until the next durable write
+        place(1)
+    finally:
+        db.set_trace_callback(None)
+    return LOG[: SENT[-1]]
+"""
+
+
+def test_a_dispatch_is_one_transaction(tmp_path: Path) -> None:
+    """Before an effect is sent, one write transaction records it: the lease's epoch
+    compare-and-swap (a single UPDATE, no read of the lease first), the buffered value
+    record and the dispatched row, then COMMIT. Before, the value record was flushed in
+    a transaction of its own and the fence read the lease twice before renewing it."""
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    script = folder / "traced_agent.py"
+    script.write_text(TRACED)
+    outcome = snapstate.Store(tmp_path / "store").start(script, job_id="traced")
+    assert outcome.status == "done", outcome
+    statements = outcome.result
+    assert isinstance(statements, list)
+    verbs = [" ".join(s.split()[:3]) for s in statements]
+    first = verbs.index("BEGIN IMMEDIATE")
+    assert all(v.startswith("SELECT") for v in verbs[:first]), verbs  # lookups only
+    tx = verbs[first:]
+    assert tx == [
+        "BEGIN IMMEDIATE",
+        "UPDATE leases SET",
+        "INSERT INTO effects",  # the now() value
+        "INSERT INTO effects",  # the effect, state dispatched
+        "COMMIT",
+    ], verbs
+    assert "AND epoch = " in statements[first + 1], statements[first + 1]
+    assert "'snapstate.now'" in statements[first + 2] and "'dispatched'" in statements[first + 3]
