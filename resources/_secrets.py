@@ -149,7 +149,9 @@ def seal_once(value: str, previous: Sealed | None) -> Sealed | Credential:
         return previous
     sealer = _sealer()
     assert sealer is not None  # keys are bound
-    return Sealed(value, key, sealer.seal(value, *_PLACE))
+    blob = sealer.seal(value, *_PLACE)
+    assert isinstance(blob, bytes)  # an enabled sealer seals
+    return Sealed(value, key, blob)
 
 
 @pinned("credential_from_env")

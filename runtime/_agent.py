@@ -161,10 +161,10 @@ class _Scan:
     held (compared by identity on the snapshot path), and where each of the agent's
     modules sat in it."""
 
-    signature: tuple[int, object, int]
-    keys: list[object]
+    signature: tuple[int, str | None, int]
+    keys: list[str]
     values: list[object]
-    own: tuple[tuple[object, types.ModuleType], ...]  # (sys.modules key, module)
+    own: tuple[tuple[str, types.ModuleType], ...]  # (sys.modules key, module)
     out: tuple[types.ModuleType, ...]  # the agent's, imported with or after the entry
     earlier: tuple[types.ModuleType, ...]  # in its folder but loaded before the entry
 
@@ -172,7 +172,7 @@ class _Scan:
 _SCANS: dict[EntryPoint, _Scan] = {}
 
 
-def _signature() -> tuple[int, object, int]:
+def _signature() -> tuple[int, str | None, int]:
     """Changes with any import or removal: sys.modules' size and its last-inserted
     entry (an import inserts at the end; a removal shrinks it)."""
     modules = sys.modules
@@ -250,13 +250,13 @@ def _scan(entry: EntryPoint) -> _Scan:
     """The agent's modules among those loaded (decided once per module: resolving
     paths of every loaded module at each call would dominate its cost)."""
     signature = _signature()  # taken first: an import meanwhile makes the next call scan
-    items = list(sys.modules.items())  # one copy (no Python code runs while it is made)
-    keys: list[object] = [key for key, _ in items]
+    items: list[tuple[str, object]] = list(sys.modules.items())  # one copy, made at once
+    keys = [key for key, _ in items]
     values: list[object] = [value for _, value in items]  # not always modules
     decided = _OWNED.get(entry)
     if decided is None:
         decided = _OWNED[entry] = {}
-    owned: list[tuple[object, types.ModuleType]] = []
+    owned: list[tuple[str, types.ModuleType]] = []
     for key, module in items:
         hit = decided.get(id(module))
         if hit is None or hit[0] is not module:
