@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ..serializers._sealing import Sealer
 from .._abi import pinned
 
-__all__ = ["bind", "credential", "Credential"]
+__all__ = ["bind", "credential", "Credential", "Sealed", "seal_once"]
 
 _PLACE = ("snapshot", "credential", "-")
 
@@ -115,6 +115,43 @@ def credential(value: object, env: tuple[str, ...] = ()) -> Credential | None:
     if not isinstance(value, str):
         raise TypeError(f"a credential is a str, not {type(value).__name__}")
     return Credential(value, env)
+
+
+class Sealed:
+    """A credential sealed once: it pickles as the same sealed bytes each time it is
+    saved, so a value saved unchanged at consecutive snapshots is the same byte run
+    (which the store deduplicates; a fresh nonce every time would defeat that). It
+    unpickles, as a Credential does, as the plain str. Made by `seal_once`."""
+
+    __slots__ = ("value", "key", "blob")
+
+    def __init__(self, value: str, key: tuple[str, bytes], blob: bytes) -> None:
+        self.value, self.key, self.blob = value, key, blob
+
+    def __repr__(self) -> str:
+        return "Sealed(<hidden>)"
+
+    def __reduce__(self) -> tuple[Callable[..., str], tuple[object]]:
+        return (_unseal, (self.blob,))
+
+
+def seal_once(value: str, previous: Sealed | None) -> Sealed | Credential:
+    """`value` to pickle sealed: `previous` again when it sealed the same value with the
+    store's current key (identical bytes; equal ciphertexts show only that the value
+    did not change), else a new seal. Without bound keys, or inside `digesting()`, a
+    plain Credential (which refuses to pickle, or pickles as the marker, as usual)."""
+    keys = _STATE["keys"]
+    if keys is None or _STATE["digest"]:
+        return Credential(value)
+    current = keys.current
+    key = (current.key_id, current.secret)
+    if previous is not None and previous.key == key and previous.value == value:
+        return previous
+    sealer = _sealer()
+    assert sealer is not None  # keys are bound
+    blob = sealer.seal(value, *_PLACE)
+    assert isinstance(blob, bytes)  # an enabled sealer seals
+    return Sealed(value, key, blob)
 
 
 @pinned("credential_from_env")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import operator
 import os
 import sys
 import sysconfig
@@ -153,39 +154,131 @@ _OWNED: dict[EntryPoint, dict[int, tuple[types.ModuleType, bool]]] = {}
 _HOST_MAINS = ("__main__", "__mp_main__")  # the running program, never an agent module
 
 
-def agent_modules(entry: EntryPoint) -> list[types.ModuleType]:
-    """The agent's own modules among those loaded (decided once per module: resolving
-    paths of every loaded module at each snapshot would dominate its cost)."""
-    owned: list[types.ModuleType] = []
+@dataclass(frozen=True)
+class _Scan:
+    """What one scan of sys.modules found for an entry point, with what it was taken
+    from: sys.modules' signature (its size and its last entry), the keys and values it
+    held (compared by identity on the snapshot path), and where each of the agent's
+    modules sat in it."""
+
+    signature: tuple[int, str | None, int]
+    keys: list[str]
+    values: list[object]
+    own: tuple[tuple[str, types.ModuleType], ...]  # (sys.modules key, module)
+    out: tuple[types.ModuleType, ...]  # the agent's, imported with or after the entry
+    earlier: tuple[types.ModuleType, ...]  # in its folder but loaded before the entry
+
+
+_SCANS: dict[EntryPoint, _Scan] = {}
+
+
+def _signature() -> tuple[int, str | None, int]:
+    """Changes with any import or removal: sys.modules' size and its last-inserted
+    entry (an import inserts at the end; a removal shrinks it)."""
+    modules = sys.modules
+    try:
+        last = next(reversed(modules))
+    except (StopIteration, RuntimeError):  # empty, or changed while read (a thread)
+        return (len(modules), None, 0)
+    return (len(modules), last, id(modules.get(last)))
+
+
+def agent_modules(entry: EntryPoint, *, exact: bool = True) -> list[types.ModuleType]:
+    """The agent's own modules among those loaded.
+
+    sys.modules is scanned (each module's path resolved once: `_OWNED`) only when it
+    changed since the last call for this entry point, so an effect does no work that
+    grows with the number of loaded modules. Whether it changed is decided by
+
+    - always, in O(1) plus O(the agent's modules): sys.modules' size and last entry
+      (any import or removal changes one of them) and, for each of the agent's
+      modules, that sys.modules still holds it under its key;
+    - with `exact` (the snapshot path: a snapshot, the async freeze check), also a
+      comparison of all of sys.modules' keys and values with those of the last scan,
+      identity first (C speed, no Python call per entry), so no change is ever missed
+      when a job's state is frozen.
+
+    What the effect path (`exact=False`) can miss: an entry of sys.modules, neither the
+    agent's nor the last one, replaced in place (`sys.modules[name] = other`) between
+    two effects with no import or removal in between. If `other` is a module of the
+    agent's, the next effects' argument digests and result seals do not count it the
+    agent's until an import, a removal or a snapshot. No wrong restore follows:
+    - a snapshot compares every entry (`exact=True`), so a frozen state always holds
+      the exact set of agent modules;
+    - serializers/_refs.py indexes library modules' objects on the same signature, so
+      none of `other`'s own objects is indexed: they are saved by value, as the
+      agent's are. The only objects treated otherwise are those the replaced library
+      module held under an attribute that `other` holds them under too: they are saved
+      as a reference to that library attribute, which they are, and a new process
+      finds them there;
+    - a digest that differs from the one a re-executed call computes (which sees the
+      exact set) makes the ledger refuse the call (DivergenceError), never match it
+      silently.
+
+    The modules of the agent's folder that were loaded before the entry module are
+    kept only when the agent's modules refer to them (`_referred`): that depends on
+    the agents' globals, which change without any import, so it is looked at on every
+    call; it costs O(those modules' globals), nothing per loaded module."""
+    scan = _SCANS.get(entry)
+    if scan is None or not _unchanged(scan, exact):
+        scan = _SCANS[entry] = _scan(entry)
+    out = list(scan.out)
+    if scan.earlier:
+        out.extend(_referred(out, list(scan.earlier)))
+    return out
+
+
+def _unchanged(scan: _Scan, exact: bool) -> bool:
+    if _signature() != scan.signature:
+        return False
+    modules = sys.modules
+    for key, module in scan.own:
+        if modules.get(key) is not module:
+            return False
+    if not exact:
+        return True
+    keys, values = list(modules), list(modules.values())
+    return (
+        len(keys) == len(scan.keys)
+        and len(values) == len(scan.values)
+        and all(map(operator.is_, values, scan.values))
+        and all(map(operator.is_, keys, scan.keys))
+    )
+
+
+def _scan(entry: EntryPoint) -> _Scan:
+    """The agent's modules among those loaded (decided once per module: resolving
+    paths of every loaded module at each call would dominate its cost)."""
+    signature = _signature()  # taken first: an import meanwhile makes the next call scan
+    items: list[tuple[str, object]] = list(sys.modules.items())  # one copy, made at once
+    keys = [key for key, _ in items]
+    values: list[object] = [value for _, value in items]  # not always modules
     decided = _OWNED.get(entry)
     if decided is None:
         decided = _OWNED[entry] = {}
-    loaded: list[object] = list(sys.modules.values())  # not always modules
-    for module in loaded:
+    owned: list[tuple[str, types.ModuleType]] = []
+    for key, module in items:
         hit = decided.get(id(module))
         if hit is None or hit[0] is not module:
             if not isinstance(module, types.ModuleType):
                 continue
             hit = decided[id(module)] = (module, entry.owns(module))
         if hit[1]:
-            owned.append(module)
-    order = list(sys.modules)  # in import order: what the entry module imports follows it
+            owned.append((key, hit[0]))
+    own = tuple(owned)
     try:
-        cut = order.index(entry.module)
+        cut = keys.index(entry.module)  # in import order: what the entry imports follows it
     except ValueError:
-        return owned
+        return _Scan(signature, keys, values, own, tuple(m for _, m in own), ())
+    position = {key: i for i, key in enumerate(keys)}
     out: list[types.ModuleType] = []
     earlier: list[types.ModuleType] = []  # in the agent's folder, loaded before the entry
-    for module in owned:
+    for _, module in own:
         name = module.__name__
-        try:
-            early = order.index(name) < cut and not entry.module.startswith(name + ".")
-        except ValueError:  # not under its own name in sys.modules
-            early = False
+        at = position.get(name)  # None: not under its own name in sys.modules
+        early = at is not None and at < cut and not entry.module.startswith(name + ".")
         (earlier if early else out).append(module)
-    if earlier:
-        out.extend(_referred(out, earlier))
-    return out
+    return _Scan(signature, keys, values, own, tuple(out), tuple(earlier))
 
 
 def _referred(

@@ -411,11 +411,7 @@ class Ledger:
             updated=t,
         )
         fault_point("effect-before-prepare", point)
-        try:
-            self.flush()
-        except StaleWriter as exc:
-            self.job.fenced(exc)
-        self._fence(row, replace=False)
+        self._fence(row, replace=False, pending=True)  # buffered value records with it
         self.job.progressed()
         fault_point("effect-after-prepare", point)
         return self._dispatch(spec, row, args, kwargs)
@@ -423,9 +419,12 @@ class Ledger:
     def _bind_agent_modules(self) -> None:
         """Arguments are digested (and results pickled) as a snapshot pickles them: the
         agent's module objects by value, other modules' by reference. Bound here too, as
-        a resumed process has taken no snapshot yet when it re-executes a call."""
+        a resumed process has taken no snapshot yet when it re-executes a call. Per call
+        this costs O(the agent's modules), not O(sys.modules): `agent_modules` rescans
+        only when sys.modules changed (its docstring: what `exact=False` can miss), and
+        `bind` only compares names."""
 
-        _refs.bind(_agent.agent_modules(self.job.entry))
+        _refs.bind(_agent.agent_modules(self.job.entry, exact=False))
 
     def _redispatch(
         self, spec: Spec[R], row: EffectRow, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -436,15 +435,20 @@ class Ledger:
         return self._dispatch(spec, row, args, kwargs)
 
     # -------------------------------------------------------------- fencing
-    def _fence(self, row: EffectRow, *, replace: bool) -> None:
+    def _fence(self, row: EffectRow, *, replace: bool, pending: bool = False) -> None:
         """The dispatch transaction: records the row (state dispatched) only while this
         runner's epoch holds the lease and its deadline is more than dispatch_margin
-        away, renewing it; otherwise the run stops here (StaleWriter), nothing sent."""
+        away, renewing it; otherwise the run stops here (StaleWriter), nothing sent.
+        `pending`: the buffered value records (now(), random()...) are made durable in
+        the same transaction, before the row (one commit per dispatch, not two)."""
         assert self.job.lease is not None, "a running job holds its lease"
         ttl = self.job.lease.ttl
+        rows = [row]
+        if pending and self.pending and not self.replay:
+            rows, self.pending = [*self.pending, row], []
         try:
             self.deadline = self.catalog.record_effects(
-                [row], epoch=self.job.epoch, replace=replace, ttl=ttl, margin=dispatch_margin(ttl)
+                rows, epoch=self.job.epoch, replace=replace, ttl=ttl, margin=dispatch_margin(ttl)
             )
         except StaleWriter as exc:
             self.job.fenced(exc)

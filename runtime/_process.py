@@ -14,6 +14,14 @@
     working dir     os.getcwd() at the snapshot; a restore changes into it, and refuses
                     (ResourceReopenError) when it no longer exists
 
+Unchanged since the job's previous snapshot (no write to os.environ, the same random
+states and working directory), the process state is the previous snapshot's object
+again and pickles to the same bytes: the sealed environment values are reused while
+they and the store's key are unchanged (resources/_secrets.py, seal_once), so a fresh
+nonce does not make every snapshot differ. The random state is read each time and
+compared (the `random` module has no change counter); the environment is looked at
+again only when os.environ's contents or its write count changed.
+
 SNAPSTATE_* variables are snapstate's own (store, key, faults, lease TTL): never saved,
 never changed by a restore.
 
@@ -35,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._abi import pinned
 from .._errors import ResourceReopenError, SnapshotError
-from ..resources._secrets import credential
+from ..resources._secrets import Sealed, seal_once
 from ..serializers import _envsecrets
 
 if TYPE_CHECKING:
@@ -50,7 +58,7 @@ class ProcessState:
     """What a snapshot records of the process. Unpickling it applies the environment
     diff at once (see the module docstring); `restore` does the rest."""
 
-    __slots__ = ("random", "numpy_random", "env_set", "env_removed", "cwd", "baseline")
+    __slots__ = ("random", "numpy_random", "env_set", "env_removed", "cwd", "baseline", "sealed")
 
     def __init__(
         self,
@@ -63,15 +71,18 @@ class ProcessState:
         self.random, self.numpy_random = random_state, numpy_random
         self.env_set, self.env_removed, self.cwd = env_set, env_removed, cwd
         self.baseline: dict[str, str] | None = None  # set when unpickled: env before the diff
+        self.sealed: Sealed | None = None  # the env values as last sealed (seal_once)
 
     def __reduce__(self) -> tuple[Callable[..., ProcessState], tuple[object, ...]]:
         # The names stay readable (snaprun inspect shows them); the values are sealed as
-        # one credential (one seal per snapshot) that unpickles as a JSON str.
-        env_set = (
-            (list(self.env_set), credential(json.dumps(list(self.env_set.values()))))
-            if self.env_set
-            else {}
-        )
+        # one credential that unpickles as a JSON str, sealed again only when they (or
+        # the store's key) changed since the job's previous snapshot.
+        env_set: dict[str, str] | tuple[list[str], object] = {}
+        if self.env_set:
+            sealed = seal_once(json.dumps(list(self.env_set.values())), self.sealed)
+            if isinstance(sealed, Sealed):
+                self.sealed = sealed
+            env_set = (list(self.env_set), sealed)
         return (_loaded, (self.random, self.numpy_random, env_set, self.env_removed, self.cwd))
 
 
@@ -156,11 +167,15 @@ class _Tracker:
     into every later snapshot, so a chain of restores keeps the job's changes) and the
     write number from which os.environ's writes are the job's."""
 
-    __slots__ = ("after_restore", "owned", "since")
+    __slots__ = ("after_restore", "owned", "since", "last", "environ", "writes")
 
     def __init__(self, after_restore: dict[str, str], owned: set[str]) -> None:
         self.after_restore, self.owned = after_restore, owned
         self.since = _track()
+        # The job's previous capture, and os.environ's contents and write count then.
+        self.last: ProcessState | None = None
+        self.environ: dict[object, object] | None = None
+        self.writes = -1
 
 
 def begin(job: Job) -> None:
@@ -170,15 +185,23 @@ def begin(job: Job) -> None:
 
 def capture(job: Job) -> ProcessState:
     """The process state at a snapshot. A variable is saved when the job changed it since
-    its start or last restore, or when the restored snapshot carried it."""
+    its start or last restore, or when the restored snapshot carried it. Unchanged
+    since the job's previous snapshot: the same object (see the module docstring)."""
     tracker = getattr(job, "_process_tracker", None) or _Tracker(dict(os.environ), set())
-    env, before = os.environ, tracker.after_restore
-    names = set(tracker.owned)
-    names.update(k for k, n in list(_WRITES.items()) if n > tracker.since)
-    names.update(k for k, v in env.items() if before.get(k) != v)
-    names.update(k for k in before if k not in env)
-    env_set = {k: env[k] for k in sorted(names) if k in env and not k.startswith(_OWN_PREFIX)}
-    removed = [k for k in sorted(names) if k not in env and not k.startswith(_OWN_PREFIX)]
+    last = tracker.last
+    data = getattr(os.environ, "_data", None)  # os.environ's own dict (encoded)
+    environ = dict(data) if type(data) is dict else None
+    writes = _LAST_WRITE[0]
+    if (
+        last is not None
+        and environ is not None
+        and environ == tracker.environ
+        and writes == tracker.writes
+        and type(os.environ) is _TrackedEnviron  # every write through it was counted
+    ):
+        env_set, removed = last.env_set, last.env_removed
+    else:
+        env_set, removed = _env_changes(tracker)
     try:
         cwd = os.getcwd()
     except FileNotFoundError:
@@ -190,7 +213,52 @@ def capture(job: Job) -> ProcessState:
     np_random = sys.modules.get("numpy.random")
     if np_random is not None:
         numpy_random = np_random.get_state()
-    return ProcessState(random.getstate(), numpy_random, env_set, removed, cwd)
+    random_state = random.getstate()
+    tracker.environ, tracker.writes = environ, writes
+    if last is not None:
+        if random_state == last.random:
+            random_state = last.random
+        if (
+            env_set is last.env_set
+            and random_state is last.random
+            and cwd == last.cwd
+            and _same_numpy(numpy_random, last.numpy_random)
+        ):
+            return last
+    state = ProcessState(random_state, numpy_random, env_set, removed, cwd)
+    if last is not None and list(env_set.items()) == list(last.env_set.items()):
+        state.sealed = last.sealed  # the same values: sealed once (seal_once checks it)
+    tracker.last = state
+    return state
+
+
+def _env_changes(tracker: _Tracker) -> tuple[dict[str, str], list[str]]:
+    """The variables the job set (name -> value) and removed, by name."""
+    env, before = os.environ, tracker.after_restore
+    names = set(tracker.owned)
+    names.update(k for k, n in list(_WRITES.items()) if n > tracker.since)
+    names.update(k for k, v in env.items() if before.get(k) != v)
+    names.update(k for k in before if k not in env)
+    env_set = {k: env[k] for k in sorted(names) if k in env and not k.startswith(_OWN_PREFIX)}
+    removed = [k for k in sorted(names) if k not in env and not k.startswith(_OWN_PREFIX)]
+    return env_set, removed
+
+
+def _same_numpy(state: Any, previous: Any) -> bool:
+    """Whether two np.random.get_state() values are equal (both None: no numpy)."""
+    if state is None or previous is None:
+        return state is previous
+    if len(state) != len(previous):
+        return False
+    for a, b in zip(state, previous, strict=True):
+        if hasattr(a, "tobytes"):  # the key array
+            if not hasattr(b, "tobytes") or a.dtype != b.dtype or a.shape != b.shape:
+                return False
+            if a.tobytes() != b.tobytes():
+                return False
+        elif type(a) is not type(b) or a != b:
+            return False
+    return True
 
 
 def restore(job: Job, state: ProcessState | None) -> None:

@@ -155,3 +155,89 @@ def test_snapstate_random_leaves_the_global_random_sequence_alone():
         snapstate.random()
         drawn.append(random.random())
     assert drawn == expected
+
+
+@pytest.fixture
+def sealing(tmp_path):
+    """The store keys bound for sealing (as the runtime binds them at a snapshot), and
+    a job-like object whose process state is tracked from here."""
+    import types
+
+    from snapstate.resources import _secrets
+    from snapstate.runtime import _process
+    from snapstate.serializers._keys import KeyRing
+
+    before = _secrets._STATE["keys"]
+    keys = KeyRing(str(tmp_path / "keys"))
+    _secrets.bind(keys)
+    job = types.SimpleNamespace()
+    _process.begin(job)
+    try:
+        yield keys, job
+    finally:
+        _secrets.bind(before)
+
+
+def test_unchanged_process_state_pickles_to_the_same_bytes(sealing, monkeypatch, tmp_path):
+    """Two consecutive snapshots of a job that touched neither its environment, nor
+    `random`, nor its working directory pickle the same process-state bytes (the sealed
+    environment values are not sealed again with a fresh nonce), so a store that
+    deduplicates identical byte runs keeps them once; each change makes them differ,
+    and what is unpickled is the job's state at that moment."""
+    import random
+
+    from snapstate.runtime import _process
+    from snapstate.serializers import _pickler
+
+    _keys, job = sealing
+    monkeypatch.setenv("PROC_DEDUP_VAR", "first value")  # a change the job made
+    monkeypatch.chdir(tmp_path)
+
+    def pickled():
+        return _pickler.dumps(_process.capture(job))
+
+    first = pickled()
+    assert b"first value" not in first  # sealed, never in clear
+    assert pickled() == first  # nothing changed
+
+    random.random()
+    drawn = pickled()
+    assert drawn != first
+    assert pickled() == drawn
+
+    monkeypatch.setenv("PROC_DEDUP_VAR", "second value")
+    changed = pickled()
+    assert changed != drawn
+    assert pickled() == changed
+
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    moved = pickled()
+    assert moved != changed
+    assert pickled() == moved
+
+    # the reused bytes load as the job's state now (loading applies the job's
+    # environment changes, here the values the process already has)
+    loaded = _pickler.loads(pickled())
+    assert loaded.env_set["PROC_DEDUP_VAR"] == "second value"
+    assert loaded.random == random.getstate()
+    assert loaded.cwd == str(tmp_path / "elsewhere")
+
+
+def test_sealed_environment_is_sealed_again_after_a_key_rotation(sealing, monkeypatch):
+    """The reused seal belongs to the key that made it: once the store's key is rotated,
+    the next snapshot seals the values again (with the new key), and they still load."""
+    from snapstate.runtime import _process
+    from snapstate.serializers import _pickler
+
+    keys, job = sealing
+    monkeypatch.setenv("PROC_DEDUP_VAR", "kept value")
+    before = _pickler.dumps(_process.capture(job))
+    old = keys.current.key_id
+    keys.rotate()
+    assert keys.current.key_id != old
+    after = _pickler.dumps(_process.capture(job))
+    assert after != before
+    assert keys.current.key_id.encode() in after and old.encode() not in after
+    assert _pickler.dumps(_process.capture(job)) == after
+    assert _pickler.loads(after).env_set["PROC_DEDUP_VAR"] == "kept value"

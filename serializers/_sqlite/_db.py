@@ -397,26 +397,30 @@ class SqliteBase:
         what: str,
     ) -> float:
         """Inside a dispatch's transaction: the epoch holds the lease and its deadline is
-        more than `margin` seconds away; renew it (a heartbeat) and return the new one."""
+        more than `margin` seconds away; renew it (a heartbeat) and return the new one.
+        One statement when it holds: the renewal is a compare-and-swap on the epoch and
+        the deadline; only a refusal reads the lease again, to say why."""
         now = self.clock()  # inside the transaction: after any wait for the lock
-        self._check_epoch(db, job_id, epoch)
+        deadline = now + ttl
+        renewed = db.execute(
+            "UPDATE leases SET expires = ?, heartbeat = ? "
+            "WHERE job_id = ? AND epoch = ? AND expires - ? > ?",
+            (deadline, now, job_id, epoch, now, margin),
+        ).rowcount
+        if renewed == 1:
+            return deadline
+        self._check_epoch(db, job_id, epoch)  # StaleWriter naming the current epoch
         expires: float = db.execute(
             "SELECT expires FROM leases WHERE job_id = ?", (job_id,)
         ).fetchone()[0]
-        if expires - now <= margin:
-            raise StaleWriter(
-                f"job {job_id}: {what} was not sent: this runner's lease (epoch {epoch}) "
-                + (
-                    f"expired {now - expires:.1f}s ago"
-                    if expires <= now
-                    else f"expires in {expires - now:.1f}s"
-                )
-                + f", under the {margin:.1f}s a request needs (the runner was paused or its "
-                "heartbeats were delayed), so another runner may take the job over. This "
-                "runner stops; nothing was sent or recorded."
+        raise StaleWriter(
+            f"job {job_id}: {what} was not sent: this runner's lease (epoch {epoch}) "
+            + (
+                f"expired {now - expires:.1f}s ago"
+                if expires <= now
+                else f"expires in {expires - now:.1f}s"
             )
-        deadline = now + ttl
-        db.execute(
-            "UPDATE leases SET expires = ?, heartbeat = ? WHERE job_id = ?", (deadline, now, job_id)
+            + f", under the {margin:.1f}s a request needs (the runner was paused or its "
+            "heartbeats were delayed), so another runner may take the job over. This "
+            "runner stops; nothing was sent or recorded."
         )
-        return deadline
