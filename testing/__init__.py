@@ -2,7 +2,7 @@
 `Catalog`) must do, so the runtime can rely on it, as pytest specs a backend runs
 unchanged against itself. One spec module per capability (`Capability`): spec_jobs,
 spec_leases, spec_snapshots, spec_events (the base every backend implements), spec_ledger,
-spec_approvals, spec_waits, spec_worker, spec_admin; spec_concurrency races threads and
+spec_approvals, spec_waits, spec_worker, spec_admin, spec_chunks; spec_concurrency races threads and
 real processes over the base. It needs pytest; nothing in snapstate imports it.
 
 A backend runs it from a test module of its own (pytest collects the inherited specs):
@@ -49,6 +49,7 @@ from ._support import (
 )
 from .spec_admin import AdminSpec
 from .spec_approvals import ApprovalsSpec
+from .spec_chunks import ChunksSpec
 from .spec_concurrency import ConcurrencySpec
 from .spec_events import EventsSpec
 from .spec_jobs import JobsSpec
@@ -69,6 +70,7 @@ __all__ = [
     "Spec",
     "AdminSpec",
     "ApprovalsSpec",
+    "ChunksSpec",
     "ConcurrencySpec",
     "EventsSpec",
     "JobsSpec",
@@ -90,6 +92,7 @@ class CatalogConformance(
     WaitsSpec,
     WorkerSpec,
     AdminSpec,
+    ChunksSpec,
     ConcurrencySpec,
 ):
     """Every spec. Subclass it as `Test...` and define the `make_catalog_backend`

@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import importlib
 import socket
+import struct
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -16,7 +17,10 @@ import pytest
 
 from snapstate.serializers._catalog import Catalog
 from snapstate.serializers._fs import pid_alive, process_start
+from snapstate.serializers._manifest import MANIFEST_FORMAT
+from snapstate.serializers._snapfile import MAGIC
 from snapstate.serializers._store import (
+    CHUNKED,
     EffectKind,
     EffectRow,
     EffectState,
@@ -24,7 +28,9 @@ from snapstate.serializers._store import (
     JobRow,
     LeaseRow,
     Owner,
+    SnapshotBody,
     SnapshotRow,
+    StoredChunk,
 )
 
 __all__ = [
@@ -51,6 +57,7 @@ class Capability(enum.StrEnum):
     WAITS = "waits"  # WaitCatalog
     WORKER = "worker"  # WorkerCatalog: runnable jobs, claims, giving up
     ADMIN = "admin"  # AdminCatalog: fork, import, prune, rebuild
+    CHUNKS = "chunks"  # ChunkCatalog: chunked snapshot bodies (manifests and chunks)
 
 
 # What every spec relies on to set up and to check that nothing changed: a backend
@@ -228,6 +235,35 @@ def row(
     return SnapshotRow(
         job_id, seq, label, f"snapshots/{job_id}/{seq:06d}-e{epoch}.snap", 100 + seq, created, epoch
     )
+
+
+def chunked_row(
+    seq: int, epoch: int, job_id: str = "job", label: str | None = None, created: float = T0
+) -> SnapshotRow:
+    """A chunked snapshot's row (its body is in the catalog: file CHUNKED)."""
+    return SnapshotRow(job_id, seq, label, CHUNKED, 100 + seq, created, epoch, f"{seq:064x}")
+
+
+def manifest_of(ids: list[bytes]) -> bytes:
+    """Manifest bytes listing `ids` in order, in the layout a catalog reads to mark
+    chunks (serializers/_manifest.py); its signature is not checked by a catalog."""
+    header = b'{"spec":true}'
+    return (
+        MAGIC
+        + struct.pack("<HI", MANIFEST_FORMAT, len(header))
+        + header
+        + struct.pack("<I", len(ids))
+        + b"".join(struct.pack("<16sI", i, 1000) for i in ids)
+        + bytes(32)
+    )
+
+
+def chunk_id(n: int) -> bytes:
+    return n.to_bytes(16, "big")
+
+
+def body(ids: list[bytes], new: list[StoredChunk] | None = None) -> SnapshotBody:
+    return SnapshotBody(manifest_of(ids), frozenset(ids), tuple(new or ()))
 
 
 def effect(ordinal: int, job_id: str = "job", state: str = "dispatched", **kw: Any) -> EffectRow:
