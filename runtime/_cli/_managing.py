@@ -158,7 +158,7 @@ def prune(store: str | None, keep_last: int | None, older_than: str | None, fini
         + (f"; removed {report.orphans} orphan file(s)" if report.orphans else "")
         + (f"; removed {report.temp_files} temp file(s)" if report.temp_files else "")
         + (f"; freed {report.chunks} chunk(s)" if report.chunks else "")
-        + (f" and {report.packs} pack file(s)" if report.packs else "")
+        + (f"; removed {report.packs} unused pack file(s)" if report.packs else "")
     )
     for job_id in report.running:
         say(f"job {job_id} is running: not pruned")
