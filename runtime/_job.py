@@ -520,9 +520,7 @@ class Job:
             if self.lease is not None and self.lease.lost is not None:
                 raise self.lease.lost
             assert self.epoch is not None  # run() and resume() take the lease first
-            written = self.home.write_snapshot(
-                self.job_id, seq, self.epoch, label, header, payload
-            )
+            written = self.home.write_snapshot(self.job_id, seq, self.epoch, label, header, payload)
             fault_point("before-commit", seq)
             self.ledger.flush()
             self.home.commit_snapshot(written)

@@ -74,9 +74,12 @@ class Codec:
         self._id_key = hmac.digest(key.mac_key, b"snapstate chunk id\0" + mode, "sha256")
         seed = 0
         if sealed:
-            seed = int.from_bytes(
-                hmac.digest(key.mac_key, b"snapstate chunk cut", "sha256")[:8], "little"
-            ) >> 1  # pyfastcdc takes a signed 64-bit seed
+            seed = (
+                int.from_bytes(
+                    hmac.digest(key.mac_key, b"snapstate chunk cut", "sha256")[:8], "little"
+                )
+                >> 1
+            )  # pyfastcdc takes a signed 64-bit seed
         self._seed = seed
         self._aead = AESGCM(key.aead_key) if sealed else None
         self._local = threading.local()  # zstd contexts are not shared between threads

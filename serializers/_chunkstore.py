@@ -127,9 +127,12 @@ def _cut(
         fresh.add(chunk_id)
         start = end
         i = old_cuts.get(end - shift)
-        if i is not None and last is not None and payload.startswith(
-            memoryview(last.payload)[end - shift :], end
-        ) and len(payload) - end == len(last.payload) - (end - shift):
+        if (
+            i is not None
+            and last is not None
+            and payload.startswith(memoryview(last.payload)[end - shift :], end)
+            and len(payload) - end == len(last.payload) - (end - shift)
+        ):
             refs.extend(last.refs[i:])
             offsets.extend(offset + shift for offset in last.offsets[i:])
             break
@@ -176,7 +179,7 @@ class ChunkStore:
         }
         missing = self._catalog().missing_chunks(fresh) if fresh else set()
         todo = []  # (id, content, base id, base content)
-        for index, ((chunk_id, size), offset) in enumerate(zip(refs, offsets)):
+        for index, (chunk_id, _) in enumerate(refs):
             if chunk_id not in missing:
                 continue
             missing.discard(chunk_id)  # once, however often it is listed
@@ -189,7 +192,11 @@ class ChunkStore:
         depth = {c.chunk_id: c.depth for c in new}
         if last is not None:
             depth.update((c, d) for c, d in last.depth.items() if c in contents and c not in depth)
-        keep = _Last(codec, epoch, payload, refs, offsets, depth) if len(payload) <= KEEP_LIMIT else None
+        keep = (
+            _Last(codec, epoch, payload, refs, offsets, depth)
+            if len(payload) <= KEEP_LIMIT
+            else None
+        )
         return Prepared(
             row, SnapshotBody(manifest, frozenset(contents), tuple(new)), contents, codec, keep
         )
@@ -218,9 +225,7 @@ class ChunkStore:
                 base_id, data = None, codec.encode(chunk_id, content)
             encoded.append((chunk_id, len(content), data, base_id, depth))
         if sum(len(e[2]) for e in encoded) <= INLINE_LIMIT:
-            return [
-                StoredChunk(c, size, data, base=b, depth=d) for c, size, data, b, d in encoded
-            ]
+            return [StoredChunk(c, size, data, base=b, depth=d) for c, size, data, b, d in encoded]
         me = f"{os.getpid()}-{_fs.process_start(os.getpid())}"
         name = f"{job_id}.{seq}-e{epoch}.{me}.{os.urandom(4).hex()}.pack"
         path = os.path.join(self.packs, name)
@@ -243,7 +248,9 @@ class ChunkStore:
         """Drop what is kept of the job's last snapshot (its run ended)."""
         self._last.pop(job_id, None)
 
-    def commit(self, prepared: Prepared, commit: Callable[[SnapshotRow, SnapshotBody], None]) -> None:
+    def commit(
+        self, prepared: Prepared, commit: Callable[[SnapshotRow, SnapshotBody], None]
+    ) -> None:
         """Commit through `commit` (the catalog's compare-and-swap); chunks a concurrent
         prune swept meanwhile are stored again and the commit retried."""
         body, row = prepared.body, prepared.row
@@ -261,7 +268,11 @@ class ChunkStore:
                     row.seq,
                     row.epoch,
                     prepared.codec,
-                    [(c, prepared.contents[c], None, None) for c in again if c in prepared.contents],
+                    [
+                        (c, prepared.contents[c], None, None)
+                        for c in again
+                        if c in prepared.contents
+                    ],
                 )
                 body = SnapshotBody(body.manifest, body.refs, tuple(new))
                 if prepared.keep is not None:
@@ -353,9 +364,11 @@ class ChunkStore:
             if name in in_use or not _PACK_NAME.fullmatch(name):
                 continue
             owner = _PACK_OWNER.search(name)
-            if owner is not None and _fs.pid_alive(int(owner[1])) and _fs.process_start(
-                int(owner[1])
-            ) == int(owner[2]):
+            if (
+                owner is not None
+                and _fs.pid_alive(int(owner[1]))
+                and _fs.process_start(int(owner[1])) == int(owner[2])
+            ):
                 continue  # its writer may still commit it
             try:
                 self.fs.unlink(os.path.join(self.packs, name))

@@ -37,8 +37,6 @@ from typing import Any
 from .._errors import (
     HeaderMismatch,
     InvalidJobId,
-    SnapshotWriteError,
-    StaleWriter,
     StoreDamaged,
     StoreError,
 )

@@ -16,14 +16,19 @@ content, serializers/_chunks.py), is detected before anything is decoded.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import struct
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import CorruptSnapshot, HeaderMismatch, PlaintextRefused, SnapshotRejected, TamperedSnapshot
+from .._errors import (
+    CorruptSnapshot,
+    HeaderMismatch,
+    PlaintextRefused,
+    SnapshotRejected,
+    TamperedSnapshot,
+)
 from . import _chunks
 from ._keys import Key, KeyRing
 from ._snapfile import MAGIC
@@ -53,7 +58,9 @@ class Manifest:
         return SEALED in self.header["codecs"]
 
 
-def build(header: dict[str, Any], refs: list[tuple[bytes, int]], key: Key, sealed: bool) -> tuple[bytes, str]:
+def build(
+    header: dict[str, Any], refs: list[tuple[bytes, int]], key: Key, sealed: bool
+) -> tuple[bytes, str]:
     """The signed manifest and its digest (hex)."""
     header = dict(
         header,
@@ -121,7 +128,9 @@ def parse(data: bytes, keys: KeyRing, *, require_encryption: bool, where: str) -
         or not isinstance(header.get("key_id"), str)
         or not isinstance(header.get("codecs"), list)
     ):
-        raise HeaderMismatch(f"{where}: the manifest's header is damaged; it was edited or replaced")
+        raise HeaderMismatch(
+            f"{where}: the manifest's header is damaged; it was edited or replaced"
+        )
     sealed = SEALED in header["codecs"]
     if require_encryption and not sealed:
         raise PlaintextRefused(
@@ -146,11 +155,3 @@ def parse(data: bytes, keys: KeyRing, *, require_encryption: bool, where: str) -
     ):
         raise CorruptSnapshot(f"{where}: the manifest's chunk sizes do not add up")
     return Manifest(header, refs, mac.hex(), key)
-
-
-def digest_of(data: bytes) -> str:
-    """The digest a manifest claims (its last 32 bytes, hex), unverified."""
-    return bytes(data[-_MAC:]).hex() if len(data) >= _MAC else ""
-
-
-_ = hashlib  # (kept for symmetry with _snapfile's imports)

@@ -35,10 +35,10 @@ import dill
 
 from .._abi import UnpinnedGlobal, check_global, pinned
 from .._errors import IncompatibleSnapshot
-from ._deframe import deframe
 from . import _dispatch, _envsecrets, _refs
 from ._buffer import BufferReader
 from ._codeid import CodeRef, code_ref, find_code
+from ._deframe import deframe
 from ._describe import explain
 from ._tracebacks import Entry, rebuild_traceback, save_traceback
 

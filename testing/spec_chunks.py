@@ -80,7 +80,9 @@ class ChunksSpec(Spec):
             )
         assert caught.value.ids == frozenset({chunk_id(2)})
         with pytest.raises(ChunksMissing) as caught:
-            catalog.commit_snapshot(chunked_row(1, epoch), body([chunk_id(1)], [_inline(1, base=7)]))
+            catalog.commit_snapshot(
+                chunked_row(1, epoch), body([chunk_id(1)], [_inline(1, base=7)])
+            )
         assert caught.value.ids == frozenset({chunk_id(7)})
         with pytest.raises(StaleWriter):
             catalog.commit_snapshot(chunked_row(1, epoch + 1), body([chunk_id(1)], [_inline(1)]))

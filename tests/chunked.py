@@ -39,7 +39,10 @@ def _db(store: Path | str, write: bool = False) -> sqlite3.Connection:
 def snapshot_seqs(store: Path | str, job: str) -> list[int]:
     """The job's snapshot sequence numbers (file rows and chunked ones), in order."""
     with closing(_db(store)) as db:
-        return [r[0] for r in db.execute("SELECT seq FROM snapshots WHERE job_id = ? ORDER BY seq", (job,))]
+        return [
+            r[0]
+            for r in db.execute("SELECT seq FROM snapshots WHERE job_id = ? ORDER BY seq", (job,))
+        ]
 
 
 def manifest(store: Path | str, job: str, seq: int) -> bytes:
@@ -81,8 +84,15 @@ class ChunkRow:
 def chunk_rows(store: Path | str) -> list[ChunkRow]:
     with closing(_db(store)) as db:
         return [
-            ChunkRow(bytes(r[0]), r[1], None if r[2] is None else bytes(r[2]), r[3], r[4], r[5],
-                     None if r[6] is None else bytes(r[6]))
+            ChunkRow(
+                bytes(r[0]),
+                r[1],
+                None if r[2] is None else bytes(r[2]),
+                r[3],
+                r[4],
+                r[5],
+                None if r[6] is None else bytes(r[6]),
+            )
             for r in db.execute("SELECT id, size, data, pack, offset, length, base FROM chunks")
         ]
 
@@ -109,7 +119,9 @@ def set_stored_bytes(store: Path | str, chunk: ChunkRow, data: bytes) -> None:
         f.write(data)
 
 
-def tamper_chunk(store: Path | str, job: str, seq: int, index: int = 0, at: int | None = None) -> ChunkRow:
+def tamper_chunk(
+    store: Path | str, job: str, seq: int, index: int = 0, at: int | None = None
+) -> ChunkRow:
     """Flip one byte of the stored bytes of the snapshot's `index`-th chunk (its middle
     by default); returns the chunk."""
     wanted = chunk_ids(store, job, seq)[index]

@@ -136,9 +136,7 @@ def lease_store(tmp_path):
     writes `canary` if a snapshot is ever unpickled."""
     store = tmp_path / "store"
     canary = tmp_path / "canary"
-    run = snaprun(
-        "run", "--store", store, "--job", "job", LEASE_STEPS, str(canary), cwd=tmp_path
-    )
+    run = snaprun("run", "--store", store, "--job", "job", LEASE_STEPS, str(canary), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert not canary.exists()  # the run itself never unpickles; a resume would
     assert _pack_files(store), "snapshot 2 must have written a pack file"
@@ -203,7 +201,10 @@ def test_every_other_edit_of_the_catalog_is_refused(lease_store, tmp_path):
     first = chunk_ids(store, "job", 5)[0]
     other = next(c.chunk_id for c in chunk_rows(store) if c.chunk_id != first)
     for change, undo in (
-        ("UPDATE chunks SET size = size + 1 WHERE id = ?", "UPDATE chunks SET size = size - 1 WHERE id = ?"),
+        (
+            "UPDATE chunks SET size = size + 1 WHERE id = ?",
+            "UPDATE chunks SET size = size - 1 WHERE id = ?",
+        ),
         ("UPDATE chunks SET base = id WHERE id = ?", "UPDATE chunks SET base = NULL WHERE id = ?"),
     ):
         saved = next(c for c in chunk_rows(store) if c.chunk_id == first)
@@ -219,7 +220,9 @@ def test_every_other_edit_of_the_catalog_is_refused(lease_store, tmp_path):
     assert _verify_all(store, "job") == [1, 2, 3, 4, 5]
 
     packed = next(c for c in chunk_rows(store) if c.pack is not None)
-    seq = next(s for s in snapshot_seqs(store, "job") if packed.chunk_id in chunk_ids(store, "job", s))
+    seq = next(
+        s for s in snapshot_seqs(store, "job") if packed.chunk_id in chunk_ids(store, "job", s)
+    )
     for bad in ("../catalog.db", "/etc/passwd", "nothing.pack"):
         sql("UPDATE chunks SET pack = ? WHERE id = ?", bad, packed.chunk_id)
         _refused(store, seq)
@@ -257,7 +260,9 @@ def test_an_encrypted_store_leaks_no_plaintext_and_no_unkeyed_hash(tmp_path):
     for name in ("a", "b"):
         store = tmp_path / name
         assert snaprun("init", "--store", store, "--encrypt", cwd=tmp_path).returncode == 0
-        run = snaprun("run", "--store", store, "--job", "conv", CONVERSATION, "12", marker, cwd=tmp_path)
+        run = snaprun(
+            "run", "--store", store, "--job", "conv", CONVERSATION, "12", marker, cwd=tmp_path
+        )
         assert run.returncode == 0, run.stderr
         ids[name] = {c.chunk_id for c in chunk_rows(store)}
         home = _home(store)
@@ -328,14 +333,27 @@ def test_prune_racing_a_live_writer_never_deletes_a_chunk_it_needs(tmp_path):
     the writer committed verifies, and the writer finishes with the uninterrupted
     result."""
     store = tmp_path / "store"
-    baseline = snaprun("run", "--store", tmp_path / "base", "--job", "b", CONVERSATION, "120", cwd=tmp_path)
+    baseline = snaprun(
+        "run", "--store", tmp_path / "base", "--job", "b", CONVERSATION, "120", cwd=tmp_path
+    )
     assert baseline.returncode == 0, baseline.stderr
     # A twin ahead of the writer: the writer finds each step's chunks held, by the twin
     # alone, while the loop below prunes the twin and sweeps.
     twin = snaprun("run", "--store", store, "--job", "twin0", CONVERSATION, "120", cwd=tmp_path)
     assert twin.returncode == 0, twin.stderr
     writer = subprocess.Popen(
-        [SNAPRUN, "run", "--store", str(store), "--job", "live", str(CONVERSATION), "120", "msg", "0.03"],
+        [
+            SNAPRUN,
+            "run",
+            "--store",
+            str(store),
+            "--job",
+            "live",
+            str(CONVERSATION),
+            "120",
+            "msg",
+            "0.03",
+        ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -383,7 +401,9 @@ def test_a_writer_killed_before_its_commit_leaves_nothing_referenced_missing(tmp
     uninterrupted result, every snapshot verifies, and prune sweeps the dead writer's
     pack."""
     store = tmp_path / "store"
-    baseline = snaprun("run", "--store", tmp_path / "base", "--job", "job", LEASE_STEPS, cwd=tmp_path)
+    baseline = snaprun(
+        "run", "--store", tmp_path / "base", "--job", "job", LEASE_STEPS, cwd=tmp_path
+    )
     assert baseline.returncode == 0, baseline.stderr
     run = snaprun(
         "run", "--store", store, "--job", "job", LEASE_STEPS, cwd=tmp_path, fault="before-commit:2"
@@ -470,4 +490,3 @@ def test_deframe_leaves_what_it_does_not_recognise():
     assert deframe(b"\x80\x05\x95\xff\xff\xff\xff\x00\x00\x00\x00K\x01.") == (
         b"\x80\x05\x95\xff\xff\xff\xff\x00\x00\x00\x00K\x01."
     )
-

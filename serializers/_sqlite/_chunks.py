@@ -27,7 +27,9 @@ def _held(db: sqlite3.Connection, ids: Collection[bytes]) -> set[bytes]:
     held: set[bytes] = set()
     for batch in _batches(ids):
         places = ",".join("?" * len(batch))
-        held.update(r[0] for r in db.execute(f"SELECT id FROM chunks WHERE id IN ({places})", batch))
+        held.update(
+            r[0] for r in db.execute(f"SELECT id FROM chunks WHERE id IN ({places})", batch)
+        )
     return held
 
 
@@ -117,7 +119,9 @@ class SqliteChunks(SqliteBase, ChunkCatalog):
             return 0, 0
         count, size = (
             self._db()
-            .execute("SELECT COUNT(*), COALESCE(SUM(COALESCE(length(data), length)), 0) FROM chunks")
+            .execute(
+                "SELECT COUNT(*), COALESCE(SUM(COALESCE(length(data), length)), 0) FROM chunks"
+            )
             .fetchone()
         )
         return int(count), int(size)
