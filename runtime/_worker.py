@@ -3,9 +3,15 @@
 A pass asks the catalog for the jobs a worker may take: waiting ones whose timer or
 rate limit is due, whose approval was decided or has expired (runnable_jobs), running
 ones whose runner is gone, and interrupted ones (stopped by a signal: stopped_jobs).
-Each is run by a child process, `snaprun resume --grace G JOB` in a fresh interpreter
-(`python -m snapstate.runtime._cli`), so agent code and process state never mix: not
-the worker's, not another job's. At most `concurrency` children run at once.
+Each is run by a child process, `snaprun resume --grace G JOB`, so agent code and
+process state never mix: not the worker's, not another job's. At most `concurrency`
+children run at once. A child is forked from a fork server (multiprocessing's
+"forkserver": one fresh interpreter, started by the worker, that has imported
+snapstate and its CLI and nothing of any agent), so it skips the interpreter start and
+the imports that a fresh `python -m snapstate.runtime._cli` pays (most of a short job's
+cost); it then runs the CLI as that would, in a process group of its own.
+`SNAPSTATE_WORKER_START=exec` (or a platform without the fork server) starts each child
+as a fresh interpreter instead.
 
 Exclusivity comes from the job's lease, which the child takes with a new fencing epoch
 (runtime/_lease.py): two workers, or a worker and a manual `snaprun resume`, never run
@@ -38,7 +44,10 @@ its run; its claims die with its process.
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.context
 import os
+import runpy
 import signal
 import sqlite3
 import subprocess
@@ -89,10 +98,66 @@ def child_command(store: str, job_id: str, grace: float) -> list[str]:
     ]
 
 
+def _run_child(argv: list[str]) -> None:
+    """A forked child: `snaprun ARGV` as `python -m snapstate.runtime._cli` runs it, in
+    a process group of its own (the worker forwards Ctrl-C and SIGTERM itself)."""
+    os.setpgid(0, 0)
+    sys.argv = ["snaprun", *argv]
+    runpy.run_module("snapstate.runtime._cli", run_name="__main__", alter_sys=True)
+
+
+class _Forked:
+    """A child forked from the fork server, seen as a Popen: pid, poll()."""
+
+    def __init__(self, process: multiprocessing.process.BaseProcess):
+        self.process = process
+        assert process.pid is not None  # started
+        self.pid: int = process.pid
+
+    def poll(self) -> int | None:
+        self.process.join(0)
+        return self.process.exitcode
+
+
+_FORKSERVER: list[multiprocessing.context.ForkServerContext | None] = []
+
+
+def _fork_server() -> multiprocessing.context.ForkServerContext | None:
+    """The fork server's context (made once per worker process), or None: exec wanted
+    or not available."""
+    if not _FORKSERVER:
+        context = None
+        if os.environ.get("SNAPSTATE_WORKER_START", "fork") != "exec":
+            try:
+                found = multiprocessing.get_context("forkserver")
+            except ValueError:  # a platform without it
+                found = None
+            if isinstance(found, multiprocessing.context.ForkServerContext):
+                found.set_forkserver_preload(["snapstate.runtime._cli"])
+                context = found
+        _FORKSERVER.append(context)
+    return _FORKSERVER[0]
+
+
+def start_child(store: str, job_id: str, grace: float) -> subprocess.Popen[bytes] | _Forked:
+    """Start `snaprun resume` of a job: forked from the fork server, or exec'd."""
+    command = child_command(store, job_id, grace)
+    context = _fork_server()
+    if context is not None:
+        process = context.Process(target=_run_child, args=(command[3:],), daemon=False)
+        process.start()
+        return _Forked(process)
+    return subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        process_group=0,  # the worker forwards Ctrl-C and SIGTERM itself
+    )
+
+
 @dataclass
 class _Child:
     job_id: str
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | _Forked
     started: float  # time.monotonic()
     seq: int  # the job's latest snapshot when the child started
     killed: bool = False  # by this worker, at the end of its grace
@@ -221,12 +286,8 @@ class Worker:
             return
         why = f"waited: {wait.reason}" if wait is not None else "interrupted (its runner is gone)"
         try:
-            proc = subprocess.Popen(
-                child_command(self.home.directory, job_id, self.grace),
-                stdin=subprocess.DEVNULL,
-                process_group=0,  # the worker forwards Ctrl-C and SIGTERM itself
-            )
-        except OSError as exc:
+            proc = start_child(self.home.directory, job_id, self.grace)
+        except (OSError, EOFError) as exc:  # EOFError: a fork server killed meanwhile
             self.say(f"job {job_id}: cannot start a child process: {exc}")
             return  # its claim is released when the worker stops, or expires
         self.children[job_id] = _Child(job_id, proc, time.monotonic(), seq)
