@@ -94,48 +94,51 @@ class _Last:
 def _cut(
     codec: _chunks.Codec, payload: bytes, last: _Last | None
 ) -> tuple[list[tuple[bytes, int]], list[int], set[bytes]]:
-    """(refs, their offsets, the ids computed afresh) of `payload`'s chunks. Chunks of
-    the last snapshot that end before the first changed byte are the same chunks
-    (a chunk's cut depends only on the bytes before it), and once a new cut falls where
-    the last snapshot had one and the rest of both bodies is equal, so are all the
-    rest: those are taken as they were, compared byte for byte, never hashed again."""
+    """(refs, their offsets, the ids computed afresh) of `payload`'s chunks.
+
+    With the job's last body at hand, unchanged stretches are not cut or hashed again:
+    where a chunk of the last body starts at the current position (the start, or right
+    after a chunk equal to one of the last body's), each following chunk of the last
+    body is compared byte for byte with what follows and taken as it was while equal.
+    Where one differs, FastCDC cuts from there, hashing as it goes, until a chunk it cuts
+    is one of the last body's (the same content, wherever the change moved it): from
+    there on, the comparing goes on. Every chunk taken is equal, byte for byte, to the
+    content its id names, so the result is exact whatever the cuts."""
     refs: list[tuple[bytes, int]] = []
     offsets: list[int] = []
-    start = 0
-    if last is not None:
-        old = memoryview(last.payload)
-        for (chunk_id, size), offset in zip(last.refs[:-1], last.offsets):
-            if not payload.startswith(old[offset : offset + size], offset):
+    fresh: set[bytes] = set()
+    view, end = memoryview(payload), len(payload)
+    old_refs = last.refs if last is not None else []
+    old_at = last.offsets if last is not None else []
+    old = memoryview(last.payload) if last is not None else view
+    index_of = {chunk_id: i for i, (chunk_id, _) in enumerate(old_refs)}
+    pos, j = 0, 0 if old_refs else None  # j: the last body's chunk expected at pos
+    while pos < end:
+        while j is not None and j < len(old_refs):  # aligned: compare, take as it was
+            chunk_id, size = old_refs[j]
+            last_chunk = j == len(old_refs) - 1
+            if (last_chunk and pos + size != end) or not payload.startswith(
+                old[old_at[j] : old_at[j] + size], pos
+            ):
                 break
             refs.append((chunk_id, size))
-            offsets.append(offset)
-            start = offset + size
-    fresh: set[bytes] = set()
-    view = memoryview(payload)
-    shift = len(payload) - (len(last.payload) if last is not None else 0)
-    old_cuts = (
-        {offset: i for i, offset in enumerate(last.offsets) if offset >= start - shift}
-        if last is not None
-        else {}
-    )
-    origin = start
-    for end in codec.cuts(view[origin:]):
-        end += origin
-        chunk_id = codec.chunk_id(view[start:end])
-        refs.append((chunk_id, end - start))
-        offsets.append(start)
-        fresh.add(chunk_id)
-        start = end
-        i = old_cuts.get(end - shift)
-        if (
-            i is not None
-            and last is not None
-            and payload.startswith(memoryview(last.payload)[end - shift :], end)
-            and len(payload) - end == len(last.payload) - (end - shift)
-        ):
-            refs.extend(last.refs[i:])
-            offsets.extend(offset + shift for offset in last.offsets[i:])
+            offsets.append(pos)
+            pos, j = pos + size, j + 1
+        if pos >= end:
             break
+        j = None
+        origin = pos
+        for cut in codec.cuts(view[origin:]):  # a changed stretch: cut and hash
+            cut += origin
+            chunk_id = codec.chunk_id(view[pos:cut])
+            refs.append((chunk_id, cut - pos))
+            offsets.append(pos)
+            pos = cut
+            found = index_of.get(chunk_id)
+            if found is not None and found + 1 < len(old_refs):
+                j = found + 1  # back in step with the last body
+                break
+            fresh.add(chunk_id)
     return refs, offsets, fresh
 
 
