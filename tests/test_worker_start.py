@@ -91,7 +91,11 @@ def test_children_are_forked_from_the_fork_server_not_the_worker(tmp_path, provi
         wait_until("a child forked from the fork server", forked, timeout=60)
 
     log = _drain(tmp_path, provider, [f"f{i}" for i in range(4)], during=watch)
-    logged = {int(line.split("resuming in pid ")[1].split()[0]) for line in log.splitlines() if "resuming in pid" in line}
+    logged = {
+        int(line.split("resuming in pid ")[1].split()[0])
+        for line in log.splitlines()
+        if "resuming in pid" in line
+    }
     assert seen and set(seen) <= logged
     assert len(set(seen.values())) == 1  # one fork server
 
@@ -110,7 +114,9 @@ def test_exec_start_still_runs_every_job(tmp_path, provider):
 
         wait_until("an exec'd child", started, timeout=60)
 
-    _drain(tmp_path, provider, ["e1", "e2"], env_extra={"SNAPSTATE_WORKER_START": "exec"}, during=watch)
+    _drain(
+        tmp_path, provider, ["e1", "e2"], env_extra={"SNAPSTATE_WORKER_START": "exec"}, during=watch
+    )
     assert direct
 
 
