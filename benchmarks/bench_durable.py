@@ -9,15 +9,27 @@ the hub takes one: capture + pickle + header (Job._freeze), the signed file writ
 atomically (zstd, HMAC-SHA256, write, fsync, rename, fsync of the directory), and the
 catalog row committed with compare-and-swap (SQLite, WAL, synchronous=FULL).
 
+A store keeps each content-defined chunk once, so taking the same snapshot twice
+stores nothing the second time. Two cases are timed, interleaved: a **full** snapshot
+(before it, outside the timed part, the store is made to hold none of the state's
+chunks and the writer forgets the job's last body: everything is cut, hashed,
+compressed and written, as for a job's first snapshot) and an **unchanged** one (the
+same state again: compared with the last body, nothing new is stored; only the
+manifest and the row are committed).
+
 The floor is the least any durable snapshot of the same state must do: pickle +
 zstd (same level) + write + fsync of the same bytes into a file in the same
-directory. Both are timed interleaved; medians are printed, with the ratio. Target
-from the issue: <= 2x. Also shown: the same with an encryption-required store.
-Speed is printed, never asserted.
+directory. All are timed interleaved; medians are printed, with the ratios. Target
+(issue 20): a full snapshot <= 1.5x the floor. Also shown: the same with an
+encryption-required store. Speed is printed, never asserted. Run with an older
+snapstate installed, the script measures that release the same way (its "full" and
+"unchanged" are the same: it wrote the whole file each time).
 """
 
 import os
 import pickle
+import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -44,18 +56,26 @@ class DurableJob(_job.Job):
         top = self._agent.gr_frame
         plain = plain_state(top, self.entry)
         floor_path = os.path.join(self.home.directory, "floor.bin")
-        samples = {"durable": [], "freeze": [], "file": [], "commit": [], "floor": []}
+        samples = {
+            "durable": [],
+            "freeze": [],
+            "file": [],
+            "commit": [],
+            "floor": [],
+            "unchanged": [],
+        }
 
-        def floor():
-            data = b"".join(_snapfile._compressed(pickle.dumps(plain, protocol=5)))
-            fd = os.open(floor_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        def clear():
+            """The store holds none of the state's chunks; the writer keeps no last body."""
+            chunks = getattr(self.home, "chunks", None)
+            if chunks is None:  # a release that wrote whole files
+                return
+            with sqlite3.connect(os.path.join(self.home.directory, "catalog.db")) as db:
+                db.execute("DELETE FROM chunks")
+            shutil.rmtree(os.path.join(self.home.directory, "chunks"), ignore_errors=True)
+            chunks.forget(self.job_id)
 
-        for i in range(WARMUP + REPS):
+        def take():
             seq = self.seq + 1
             t0 = time.perf_counter()
             header, payload = self._freeze(request, seq)
@@ -67,9 +87,25 @@ class DurableJob(_job.Job):
             self.home.commit_snapshot(row)
             t3 = time.perf_counter()
             self.seq = seq
+            return row, (t0, t1, t2, t3)
+
+        def floor():
+            data = b"".join(_snapfile._compressed(pickle.dumps(plain, protocol=5)))
+            fd = os.open(floor_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        for i in range(WARMUP + REPS):
+            clear()
+            row, (t0, t1, t2, t3) = take()
             floor()
             t4 = time.perf_counter()
+            _, again = take()
             if i >= WARMUP:
+                samples["unchanged"].append((again[3] - again[0]) * 1e3)
                 for name, value in (
                     ("durable", t3 - t0),
                     ("freeze", t1 - t0),
@@ -79,7 +115,7 @@ class DurableJob(_job.Job):
                 ):
                     samples[name].append(value * 1e3)
         DurableJob.results = {k: statistics.median(v) for k, v in samples.items()}
-        DurableJob.results["bytes"] = os.path.getsize(self.home.absolute(row.file))
+        DurableJob.results["bytes"] = getattr(row, "row", row).size
         return self._agent.switch(_switch.SnapshotInfo(False, 0.0, self.seq, request.label))
 
 
@@ -105,15 +141,22 @@ def main() -> None:
     for encrypt in (False, True):
         r = measure(encrypt)
         ratio = r["durable"] / r["floor"]
-        print(f"\n{'encrypted' if encrypt else 'signed'} store, file {r['bytes'] / 1e3:.1f} KB")
+        print(
+            f"\n{'encrypted' if encrypt else 'signed'} store, a full snapshot stores "
+            f"{r['bytes'] / 1e3:.1f} KB"
+        )
         print(f"  floor: pickle + zstd + write + fsync   {r['floor']:7.3f} ms")
         print(
-            f"  durable snapshot                       {r['durable']:7.3f} ms   {ratio:5.2f}x floor"
-            + ("   target <= 2x: " + ("MET" if ratio <= 2 else "MISSED") if not encrypt else "")
+            f"  full durable snapshot                  {r['durable']:7.3f} ms   {ratio:5.2f}x floor"
+            + ("   target <= 1.5x: " + ("met" if ratio <= 1.5 else "missed") if not encrypt else "")
         )
         print(
-            f"    freeze {r['freeze']:.3f} | file (zstd, sign, write, fsync, rename, dir fsync) "
-            f"{r['file']:.3f} | catalog commit {r['commit']:.3f} ms"
+            f"    freeze {r['freeze']:.3f} | store (cut, hash, zstd, sign; a pack file when "
+            f"large) {r['file']:.3f} | catalog commit {r['commit']:.3f} ms"
+        )
+        print(
+            f"  unchanged durable snapshot             {r['unchanged']:7.3f} ms   "
+            f"{r['unchanged'] / r['floor']:5.2f}x floor"
         )
 
 
