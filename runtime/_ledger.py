@@ -562,7 +562,10 @@ class Ledger:
             row, state=state, result=sealed, attempts=attempts, updated=time.time(), note=note
         )
         try:
-            self.catalog.record_effects([outcome], epoch=self.job.epoch, replace=True)
+            # Ordered, not synced: the next durable commit (a dispatch, a snapshot) makes
+            # it durable; lost only with the machine, the row stays as dispatched, whose
+            # recovery is that of a crash between the call and this line.
+            self.catalog.record_effects([outcome], epoch=self.job.epoch, replace=True, ordered=True)
         except StaleWriter as exc:
             # Taken over while the call was out: the outcome is the new runner's to find
             # out; this runner stops here, no agent code runs after it.

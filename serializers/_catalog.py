@@ -227,10 +227,17 @@ class LedgerCatalog(abc.ABC):
         replace: bool = False,
         ttl: float | None = None,
         margin: float = 0.0,
+        ordered: bool = False,
     ) -> float | None:
         """Insert (or, with replace, overwrite) ledger rows in one durable transaction,
         fenced by the lease epoch (StaleWriter otherwise). Inserting an existing
         ordinal raises StoreError: a logical action is recorded once.
+
+        `ordered`: the transaction need not be on disk when this returns, only ordered
+        before every later transaction (durable when the next durable one is; it
+        survives the process's death at once). The ledger records an effect's outcome
+        so: lost only with the machine, it leaves the row as its dispatch recorded it,
+        whose recovery is a crash's between the call and its outcome.
 
         With `ttl` the transaction records a dispatch (the last row is about to be
         sent): it also requires the lease's deadline to be more than `margin` seconds

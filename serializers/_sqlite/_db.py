@@ -7,6 +7,7 @@ Each capability module (_jobs.py, _leases.py, ...) is a mixin over `SqliteBase`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sqlite3
@@ -14,7 +15,7 @@ import threading
 import time
 import types
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal, NoReturn
 
 from ..._errors import SnapstateError, StaleWriter, StoreDamaged, StoreError, StoreFailure
@@ -343,6 +344,21 @@ class SqliteBase:
 
     def _tx(self, immediate: bool = True) -> _Tx:
         return _Tx(self._db(), immediate, self.path)
+
+    @contextlib.contextmanager
+    def _unsynced(self) -> Iterator[None]:
+        """Transactions inside commit without waiting for the disk (synchronous=NORMAL):
+        in WAL mode one is then durable once a later synchronous commit is (the WAL is
+        written in order and synced whole), and survives the process's death at once."""
+        if self.synchronous == "NORMAL":
+            yield
+            return
+        db = self._db()
+        db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            yield
+        finally:
+            db.execute(f"PRAGMA synchronous={self.synchronous}")
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)

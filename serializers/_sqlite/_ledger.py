@@ -5,6 +5,7 @@ the job."""
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import sqlite3
 
 from ..._errors import JobNotFound, LeaseHeld, StoreError
@@ -55,12 +56,13 @@ class SqliteLedger(SqliteBase, LedgerCatalog):
         replace: bool = False,
         ttl: float | None = None,
         margin: float = 0.0,
+        ordered: bool = False,
     ) -> float | None:
         if not rows:
             return None
         verb = "INSERT OR REPLACE" if replace else "INSERT"
         deadline = None
-        with self._tx() as db:
+        with self._unsynced() if ordered else contextlib.nullcontext(), self._tx() as db:
             if ttl is not None:
                 deadline = self._fence_dispatch(
                     db,
