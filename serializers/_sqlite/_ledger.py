@@ -4,8 +4,8 @@ the job."""
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import sqlite3
 
 from ..._errors import JobNotFound, LeaseHeld, StoreError
