@@ -22,7 +22,11 @@ import time
 from snapstate import effect
 from snapstate.runtime import _agent, _job
 from snapstate.serializers._home import Home
-from snapstate.serializers._sqlite import SqliteCatalog
+
+try:
+    from snapstate.serializers._sqlite import SqliteCatalog
+except ImportError:  # a release before the catalog's split (A/B runs against it)
+    from snapstate.serializers._sqlite import SqliteStore as SqliteCatalog  # type: ignore
 
 CALLS, WARMUP = 300, 20
 
@@ -43,9 +47,9 @@ def baseline_insert(db):
 
 def agent(db, samples):
     for i in range(WARMUP + CALLS):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         place(i)
-        t1 = time.perf_counter()
+        c1, t1 = time.process_time(), time.perf_counter()
         place.__wrapped__(i, idempotency_key="k" * 40)  # the function alone
         t2 = time.perf_counter()
         baseline_insert(db)
@@ -53,6 +57,7 @@ def agent(db, samples):
         if i >= WARMUP:
             samples["effect"].append((t1 - t0) - (t2 - t1))
             samples["insert"].append(t3 - t2)
+            samples["cpu"].append(c1 - c0)
 
 
 def measure(synchronous: str) -> dict:
@@ -62,7 +67,7 @@ def measure(synchronous: str) -> dict:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute(f"PRAGMA synchronous={synchronous}")
         db.execute("CREATE TABLE t (job TEXT, n INTEGER, payload BLOB, PRIMARY KEY (job, n))")
-        samples = {"effect": [], "insert": []}
+        samples = {"effect": [], "insert": [], "cpu": []}
         module = sys.modules[__name__]
         module.bench_main = lambda: agent(db, samples)
         entry = _agent.EntryPoint(__name__, "bench_main", None, None)
@@ -84,13 +89,13 @@ def main() -> None:
         r = measure(synchronous)
         ratio = r["effect"] / r["insert"]
         verdict = (
-            f"   target <= 2.5x: {'MET' if ratio <= 2.5 else 'MISSED'}"
+            f"   target <= 1.5x: {'met' if ratio <= 1.5 else 'missed'}"
             if synchronous == "FULL"
             else ""
         )
         print(
             f"synchronous={synchronous:6}  one insert {r['insert']:8.1f} us   ledger per effect "
-            f"{r['effect']:8.1f} us   {ratio:5.2f}x{verdict}"
+            f"{r['effect']:8.1f} us   {ratio:5.2f}x{verdict}   CPU per effect {r['cpu']:6.1f} us"
         )
 
 

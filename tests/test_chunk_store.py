@@ -490,3 +490,57 @@ def test_deframe_leaves_what_it_does_not_recognise():
     assert deframe(b"\x80\x05\x95\xff\xff\xff\xff\x00\x00\x00\x00K\x01.") == (
         b"\x80\x05\x95\xff\xff\xff\xff\x00\x00\x00\x00K\x01."
     )
+
+
+# ------------------------------------------------------------------ cutting against the last body
+@pytest.fixture(scope="module")
+def codec(tmp_path_factory):
+    from snapstate.serializers._keys import KeyRing
+
+    return _chunks.codec(KeyRing(str(tmp_path_factory.mktemp("keys"))).current, False)
+
+
+_EDITS = st.lists(
+    st.tuples(
+        st.sampled_from(["insert", "delete", "replace"]),
+        st.floats(0, 1),
+        st.binary(min_size=0, max_size=3000),
+        st.integers(0, 5000),
+    ),
+    max_size=4,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), edits=_EDITS)
+def test_cutting_against_the_last_body_is_exact(codec, seed, edits):
+    """Whatever edits turn the last body into the new one (inserts, deletions,
+    replacements anywhere, several at once), the chunks taken from the last body and
+    those cut afresh concatenate to the new body exactly, and each id is its content's;
+    the chunks not computed afresh are the last body's own."""
+    import random
+
+    from snapstate.serializers._chunkstore import _cut, _Last
+
+    rng = random.Random(seed)
+    words = [bytes(rng.choice(b"abcdefgh") for _ in range(rng.randrange(3, 9))) for _ in range(50)]
+    old = b" ".join(rng.choice(words) for _ in range(rng.randrange(2000, 60000)))
+    refs, offsets, _ = _cut(codec, old, None)
+    last = _Last(codec, 1, old, refs, offsets, {})
+    new = bytearray(old)
+    for kind, where, data, length in edits:
+        at = int(where * len(new))
+        if kind == "insert":
+            new[at:at] = data
+        elif kind == "delete":
+            del new[at : at + length]
+        else:
+            new[at : at + len(data)] = data
+    new = bytes(new)
+    refs2, offsets2, fresh = _cut(codec, new, last)
+    assert b"".join(new[o : o + size] for (_, size), o in zip(refs2, offsets2)) == new
+    assert offsets2 == [sum(size for _, size in refs2[:i]) for i in range(len(refs2))]
+    for (chunk_id, size), o in zip(refs2, offsets2):
+        assert codec.chunk_id(new[o : o + size]) == chunk_id
+        assert 0 < size <= _chunks.MAX_SIZE
+    assert {c for c, _ in refs2} - fresh <= {c for c, _ in refs}
