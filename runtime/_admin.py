@@ -67,7 +67,7 @@ def fork(home: Home, job_id: str, seq: int, new_id: str | None = None) -> str:
         validate_job_id(new_id, what="the new job id (--as)")
     home.catalog.get_job(job_id)
     point = home.catalog.snapshot(job_id, seq)
-    header, _ = home.verify_row(point)  # the fork point is good and is the row's file
+    header = home.row_header(point)  # the fork point is the row's own snapshot
     inherited = header.get("effects", 0)
     if not isinstance(inherited, int) or isinstance(inherited, bool) or inherited < 0:
         raise HeaderMismatch(
@@ -82,7 +82,7 @@ def fork(home: Home, job_id: str, seq: int, new_id: str | None = None) -> str:
         )
     sources = [row for row in home.catalog.snapshots(job_id) if row.seq <= seq]
     for row in sources:
-        home.verify_row(row)  # no half-made fork of a swapped file
+        home.verify_row(row)  # no half-made fork of a swapped file or a damaged chunk
     # Each copy is checked against its row first (a swapped file is never laundered)
     # and recorded with what its header says, its digest bound.
     copies = {row.seq: home.copy_row(row, new_id) for row in sources}

@@ -369,7 +369,7 @@ def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict
     if row is None:
         return None, {}
     try:
-        header, _ = home.verify_row(row)
+        header = home.row_header(row)
     except (SnapstateError, OSError):
         return None, {}  # `snaprun inspect` and `resume` say what is wrong with it
     meta, pins = header.get("meta"), header.get("pins")

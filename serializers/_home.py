@@ -337,6 +337,13 @@ class Home:
         self._check_row(row, header, manifest.digest)
         return header, manifest
 
+    def row_header(self, row: SnapshotRow) -> dict[str, Any]:
+        """A snapshot's header, verified and bound to its row, decoding no body: a
+        chunked snapshot's manifest (its signature covers the header); a file whole."""
+        if row.file == CHUNKED:
+            return self._manifest(row)[0]
+        return self.verify_row(row)[0]
+
     def export_row(self, row: SnapshotRow, output: str) -> None:
         """Write snapshot `row` as one self-contained snapshot file at `output`: a file
         row's file as it is; a chunked snapshot (verified first, every chunk) as a
@@ -406,12 +413,13 @@ class Home:
 
     def copy_row(self, row: SnapshotRow, job_id: str) -> SnapshotRow:
         """Copy a job's snapshot (checked against its row first, so a swapped file is
-        never laundered) into another job (a fork); the new row expects what the file's
+        never laundered; a chunked one's manifest, its chunks checked by the caller)
+        into another job (a fork); the new row expects what the file's
         header says and binds its digest."""
-        _, digest = self.verify_row(row)
         if row.file == CHUNKED:  # the same manifest over the same chunks (fork_job)
-            target = None
+            target, digest = None, self._manifest(row)[1].digest
         else:
+            _, digest = self.verify_row(row)
             target = self.copy_snapshot(self.row_path(row), job_id, row.seq)
         return SnapshotRow(
             job_id,
