@@ -223,7 +223,9 @@ def test_damaged_store_gives_a_clear_error_and_changes_nothing(base_store, tmp_p
             assert "snapshot 2 of job base" in stderr, stderr
         else:
             assert str(store) in stderr or str(damaged) in stderr, stderr
-    assert damaged.exists() and fingerprint(store, kind, damaged) == before, f"{damaged} was changed"
+    assert damaged.exists() and fingerprint(store, kind, damaged) == before, (
+        f"{damaged} was changed"
+    )
     if kind != "nested-header":
         assert not (tmp_path / "agent-ran").exists(), "agent code ran on a damaged store"
 
