@@ -19,6 +19,7 @@ __all__ = [
     "ChunkRow",
     "snapshot_seqs",
     "manifest",
+    "manifest_header",
     "set_manifest",
     "chunk_ids",
     "chunk_rows",
@@ -39,7 +40,10 @@ def _db(store: Path | str, write: bool = False) -> sqlite3.Connection:
 def snapshot_seqs(store: Path | str, job: str) -> list[int]:
     """The job's snapshot sequence numbers (file rows and chunked ones), in order."""
     with closing(_db(store)) as db:
-        return [r[0] for r in db.execute("SELECT seq FROM snapshots WHERE job_id = ? ORDER BY seq", (job,))]
+        return [
+            r[0]
+            for r in db.execute("SELECT seq FROM snapshots WHERE job_id = ? ORDER BY seq", (job,))
+        ]
 
 
 def manifest(store: Path | str, job: str, seq: int) -> bytes:
@@ -49,6 +53,18 @@ def manifest(store: Path | str, job: str, seq: int) -> bytes:
         ).fetchone()
     assert row is not None, f"no manifest for {job}@{seq}"
     return bytes(row[0])
+
+
+def manifest_header(store: Path | str, job: str, seq: int) -> dict:
+    """The snapshot's manifest header (JSON), unverified: key_id, codecs, the job header
+    (sealed fields in an encrypted store)..."""
+    import json
+    import struct
+
+    data = manifest(store, job, seq)
+    (length,) = struct.unpack_from("<I", data, 12)
+    header: dict = json.loads(data[16 : 16 + length])
+    return header
 
 
 def set_manifest(store: Path | str, job: str, seq: int, data: bytes) -> None:
@@ -81,8 +97,15 @@ class ChunkRow:
 def chunk_rows(store: Path | str) -> list[ChunkRow]:
     with closing(_db(store)) as db:
         return [
-            ChunkRow(bytes(r[0]), r[1], None if r[2] is None else bytes(r[2]), r[3], r[4], r[5],
-                     None if r[6] is None else bytes(r[6]))
+            ChunkRow(
+                bytes(r[0]),
+                r[1],
+                None if r[2] is None else bytes(r[2]),
+                r[3],
+                r[4],
+                r[5],
+                None if r[6] is None else bytes(r[6]),
+            )
             for r in db.execute("SELECT id, size, data, pack, offset, length, base FROM chunks")
         ]
 
@@ -109,7 +132,9 @@ def set_stored_bytes(store: Path | str, chunk: ChunkRow, data: bytes) -> None:
         f.write(data)
 
 
-def tamper_chunk(store: Path | str, job: str, seq: int, index: int = 0, at: int | None = None) -> ChunkRow:
+def tamper_chunk(
+    store: Path | str, job: str, seq: int, index: int = 0, at: int | None = None
+) -> ChunkRow:
     """Flip one byte of the stored bytes of the snapshot's `index`-th chunk (its middle
     by default); returns the chunk."""
     wanted = chunk_ids(store, job, seq)[index]
