@@ -37,7 +37,6 @@ import sys
 
 import pytest
 import zstandard
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from chunked import (
     chunk_ids,
     chunk_rows,
@@ -49,6 +48,7 @@ from chunked import (
     stored_bytes,
     tamper_chunk,
 )
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from helpers import AGENTS, Run, clean_refusal, snaprun
 
 from snapstate._errors import (
