@@ -27,6 +27,7 @@ __all__ = [
     "set_stored_bytes",
     "tamper_chunk",
     "export_file",
+    "to_file_rows",
 ]
 
 
@@ -156,3 +157,27 @@ def export_file(store: Path | str, job: str, seq: int, output: Path | str) -> Pa
     finally:
         home.close()
     return Path(output)
+
+
+def to_file_rows(store: Path | str, job: str) -> list[Path]:
+    """Turn the job's chunked snapshots into file rows, as a store of an earlier
+    release holds them: each exported to <store>/snapshots/<job>/<seq>-e<epoch>.snap
+    (format 2, the same header), its row's `file` and `size` set to it, its manifest
+    deleted (the chunks stay until a prune). Returns the files, by seq."""
+    folder = Path(store) / "snapshots" / job
+    folder.mkdir(parents=True, exist_ok=True)
+    with closing(_db(store)) as db:
+        rows = list(
+            db.execute("SELECT seq, epoch FROM snapshots WHERE job_id = ? ORDER BY seq", (job,))
+        )
+    files = [
+        export_file(store, job, seq, folder / f"{seq:06d}-e{epoch}.snap") for seq, epoch in rows
+    ]
+    with closing(_db(store, write=True)) as db:
+        for (seq, _), path in zip(rows, files):
+            db.execute(
+                "UPDATE snapshots SET file = ?, size = ? WHERE job_id = ? AND seq = ?",
+                (str(path.relative_to(store)), path.stat().st_size, job, seq),
+            )
+            db.execute("DELETE FROM manifests WHERE job_id = ? AND seq = ?", (job, seq))
+    return files
