@@ -162,8 +162,12 @@ def export_file(store: Path | str, job: str, seq: int, output: Path | str) -> Pa
 def to_file_rows(store: Path | str, job: str) -> list[Path]:
     """Turn the job's chunked snapshots into file rows, as a store of an earlier
     release holds them: each exported to <store>/snapshots/<job>/<seq>-e<epoch>.snap
-    (format 2, the same header), its row's `file` and `size` set to it, its manifest
-    deleted (the chunks stay until a prune). Returns the files, by seq."""
+    (format 2, the same header), its row's `file`, `size` and `digest` set to it (the
+    file's digest binds it as the manifest's did), its manifest deleted (the chunks
+    stay until a prune). Returns the files, by seq."""
+    from snapstate.serializers import _snapfile
+    from snapstate.serializers._keys import KeyRing
+
     folder = Path(store) / "snapshots" / job
     folder.mkdir(parents=True, exist_ok=True)
     with closing(_db(store)) as db:
@@ -173,11 +177,13 @@ def to_file_rows(store: Path | str, job: str) -> list[Path]:
     files = [
         export_file(store, job, seq, folder / f"{seq:06d}-e{epoch}.snap") for seq, epoch in rows
     ]
+    keys = KeyRing(str(store))
+    digests = [_snapfile.verify_digest(str(path), keys)[1] for path in files]
     with closing(_db(store, write=True)) as db:
-        for (seq, _), path in zip(rows, files):
+        for (seq, _), path, digest in zip(rows, files, digests):
             db.execute(
-                "UPDATE snapshots SET file = ?, size = ? WHERE job_id = ? AND seq = ?",
-                (str(path.relative_to(store)), path.stat().st_size, job, seq),
+                "UPDATE snapshots SET file = ?, size = ?, digest = ? WHERE job_id = ? AND seq = ?",
+                (str(path.relative_to(store)), path.stat().st_size, digest, job, seq),
             )
             db.execute("DELETE FROM manifests WHERE job_id = ? AND seq = ?", (job, seq))
     return files
