@@ -936,3 +936,166 @@ def test_encrypted_snapshot_hides_the_agents_data(tmp_path):
             assert secret.encode() in payload
     finally:
         home.close()
+
+
+# ------------------------------------------------------------------ the chunk store
+BIG_TRAP = '''\
+"""A trap (unpickling it writes SEC_SENTINEL) beside 300 KB of random bytes: the
+snapshot's new chunks exceed the inline limit, so they are written to a pack file."""
+
+import os
+
+from snapstate import snapshot
+
+
+def arm(path):
+    with open(path, "w") as f:
+        f.write("unpickled\\n")
+    return Trap(path)
+
+
+class Trap:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (arm, (self.path,))
+
+
+def main():
+    trap = Trap(os.environ["SEC_SENTINEL"])
+    blob = os.urandom(300_000)
+    snapshot("armed")
+    return len(blob) + len(trap.path)
+'''
+
+
+@pytest.fixture(scope="module")
+def big_trap(tmp_path_factory):
+    """Job `big` of tests' BIG_TRAP agent, SIGKILLed right after its snapshot 1 (so
+    `resume big` would unpickle it): its chunks lie in one pack file."""
+    root = tmp_path_factory.mktemp("bigtrap")
+    (root / "big_trap.py").write_text(BIG_TRAP)
+    sentinel = root / "SENTINEL"
+    run = snaprun(
+        "run",
+        "--store",
+        root / "store",
+        "--job",
+        "big",
+        root / "big_trap.py",
+        cwd=root,
+        fault="after-snapshot:1",
+        env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel)),
+    )
+    assert run.returncode == -9, run.stderr
+    assert not sentinel.exists()
+    store = root / "store"
+    packs = list((store / "chunks").glob("*.pack"))
+    assert len(packs) == 1
+    listed = chunk_ids(store, "big", 1)
+    assert len(listed) > 4
+    assert all(c.pack == packs[0].name for c in chunk_rows(store) if c.chunk_id in listed)
+    return root, store, sentinel
+
+
+def _edit_chunk(store, sql: str, index: int) -> None:
+    """Run `sql` (one ? for the chunk id) on the big snapshot's `index`-th chunk row."""
+    import sqlite3
+
+    db = sqlite3.connect(store / "catalog.db", isolation_level=None)
+    try:
+        db.execute(sql, (chunk_ids(store, "big", 1)[index],))
+    finally:
+        db.close()
+
+
+def _damage_big(store, how: str) -> None:
+    listed = chunk_ids(store, "big", 1)
+    (pack,) = (store / "chunks").glob("*.pack")
+    if how == "chunk-byte":
+        tamper_chunk(store, "big", 1, 2)
+    elif how == "chunk-row-deleted":
+        _edit_chunk(store, "DELETE FROM chunks WHERE id = ?", 1)
+    elif how == "chunk-size":
+        _edit_chunk(store, "UPDATE chunks SET size = size + 1 WHERE id = ?", 1)
+    elif how == "chunk-base-self":
+        _edit_chunk(store, "UPDATE chunks SET base = id WHERE id = ?", 1)
+    elif how == "chunk-base-missing":  # a delta against a chunk the store lacks
+        _edit_chunk(store, "UPDATE chunks SET base = zeroblob(16) WHERE id = ?", 1)
+    elif how == "chunk-offset":
+        _edit_chunk(store, "UPDATE chunks SET offset = offset + 1 WHERE id = ?", 1)
+    elif how == "chunk-length":
+        _edit_chunk(store, "UPDATE chunks SET length = length - 1 WHERE id = ?", 1)
+    elif how == "chunk-swapped":  # two chunks' stored places exchanged
+        import sqlite3
+
+        db = sqlite3.connect(store / "catalog.db", isolation_level=None)
+        a, b = (
+            db.execute("SELECT offset, length FROM chunks WHERE id = ?", (c,)).fetchone()
+            for c in listed[:2]
+        )
+        db.execute("UPDATE chunks SET offset = ?, length = ? WHERE id = ?", (*b, listed[0]))
+        db.execute("UPDATE chunks SET offset = ?, length = ? WHERE id = ?", (*a, listed[1]))
+        db.close()
+    elif how == "pack-truncated":
+        os.truncate(pack, pack.stat().st_size // 2)
+    elif how == "pack-deleted":
+        pack.unlink()
+    elif how == "manifest-deleted":
+        import sqlite3
+
+        db = sqlite3.connect(store / "catalog.db", isolation_level=None)
+        db.execute("DELETE FROM manifests WHERE job_id = 'big' AND seq = 1")
+        db.close()
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "chunk-byte",
+        "chunk-row-deleted",
+        "chunk-size",
+        "chunk-base-self",
+        "chunk-base-missing",
+        "chunk-offset",
+        "chunk-length",
+        "chunk-swapped",
+        "pack-truncated",
+        "pack-deleted",
+        "manifest-deleted",
+    ],
+)
+def test_damaged_chunk_store_is_refused_before_unpickling(big_trap, tmp_path, how):
+    """The stored form of a job's snapshot damaged in each way the chunk store allows
+    (a byte of a chunk in its pack, a chunk row deleted, its size, offset or length
+    edited, its base made itself or a chunk the store lacks, two chunks' places swapped, the pack truncated or deleted, the
+    manifest deleted): `snaprun verify big@1` and `snaprun resume big` exit 2 with one
+    error naming the snapshot and no traceback, the sentinel is never created (nothing
+    was unpickled), and the job's rows and manifest are unchanged. Control: the intact
+    store's `resume big` unpickles the trap."""
+    root, store, sentinel = big_trap
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    _damage_big(copy, how)
+    seqs = snapshot_seqs(copy, "big")
+    kept = None if how == "manifest-deleted" else manifest(copy, "big", 1)
+    for command in (("verify", "big@1"), ("resume", "big")):
+        run = snaprun(
+            *command, "--store", copy, cwd=root, env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel))
+        )
+        clean_refusal(run, "snapshot 1 of job big")
+        assert not sentinel.exists(), (how, command)
+    assert snapshot_seqs(copy, "big") == seqs == [1]
+    if kept is not None:
+        assert manifest(copy, "big", 1) == kept
+    control = tmp_path / "control"
+    shutil.copytree(store, control)
+    try:
+        run = snaprun("resume", "--store", control, "big", cwd=root, env=NO_ENV_KEY)
+        assert run.returncode == 0, run.stderr
+        assert sentinel.exists()
+    finally:
+        sentinel.unlink(missing_ok=True)
