@@ -19,6 +19,7 @@ __all__ = [
     "ChunkRow",
     "snapshot_seqs",
     "manifest",
+    "manifest_header",
     "set_manifest",
     "chunk_ids",
     "chunk_rows",
@@ -26,6 +27,7 @@ __all__ = [
     "set_stored_bytes",
     "tamper_chunk",
     "export_file",
+    "to_file_rows",
 ]
 
 
@@ -52,6 +54,18 @@ def manifest(store: Path | str, job: str, seq: int) -> bytes:
         ).fetchone()
     assert row is not None, f"no manifest for {job}@{seq}"
     return bytes(row[0])
+
+
+def manifest_header(store: Path | str, job: str, seq: int) -> dict:
+    """The snapshot's manifest header (JSON), unverified: key_id, codecs, the job header
+    (sealed fields in an encrypted store)..."""
+    import json
+    import struct
+
+    data = manifest(store, job, seq)
+    (length,) = struct.unpack_from("<I", data, 12)
+    header: dict = json.loads(data[16 : 16 + length])
+    return header
 
 
 def set_manifest(store: Path | str, job: str, seq: int, data: bytes) -> None:
@@ -143,3 +157,33 @@ def export_file(store: Path | str, job: str, seq: int, output: Path | str) -> Pa
     finally:
         home.close()
     return Path(output)
+
+
+def to_file_rows(store: Path | str, job: str) -> list[Path]:
+    """Turn the job's chunked snapshots into file rows, as a store of an earlier
+    release holds them: each exported to <store>/snapshots/<job>/<seq>-e<epoch>.snap
+    (format 2, the same header), its row's `file`, `size` and `digest` set to it (the
+    file's digest binds it as the manifest's did), its manifest deleted (the chunks
+    stay until a prune). Returns the files, by seq."""
+    from snapstate.serializers import _snapfile
+    from snapstate.serializers._keys import KeyRing
+
+    folder = Path(store) / "snapshots" / job
+    folder.mkdir(parents=True, exist_ok=True)
+    with closing(_db(store)) as db:
+        rows = list(
+            db.execute("SELECT seq, epoch FROM snapshots WHERE job_id = ? ORDER BY seq", (job,))
+        )
+    files = [
+        export_file(store, job, seq, folder / f"{seq:06d}-e{epoch}.snap") for seq, epoch in rows
+    ]
+    keys = KeyRing(str(store))
+    digests = [_snapfile.verify_digest(str(path), keys)[1] for path in files]
+    with closing(_db(store, write=True)) as db:
+        for (seq, _), path, digest in zip(rows, files, digests):
+            db.execute(
+                "UPDATE snapshots SET file = ?, size = ?, digest = ? WHERE job_id = ? AND seq = ?",
+                (str(path.relative_to(store)), path.stat().st_size, digest, job, seq),
+            )
+            db.execute("DELETE FROM manifests WHERE job_id = ? AND seq = ?", (job, seq))
+    return files

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from chunked import export_file, manifest, snapshot_seqs, to_file_rows
 from helpers import snaprun, snapshot_files
 
 from snapstate import InvalidJobId, JobExists, JobFinished, LeaseHeld, SnapshotNotFound, StoreError
@@ -78,24 +79,38 @@ def state(home: Home, job_id: str):
 
 
 def files(home: Home, job_id: str) -> dict:
-    return {p.name: p.read_bytes() for p in snapshot_files(Path(home.directory), job_id)}
+    """The job's snapshots as stored, by seq: a chunked one's manifest, a file row's
+    file (its name and bytes); and every .snap file in the job's folder."""
+    stored: dict = {}
+    for row in home.catalog.snapshots(job_id):
+        if row.file == "":
+            stored[row.seq] = manifest(home.directory, job_id, row.seq)
+        else:
+            stored[row.seq] = (row.file, Path(home.row_path(row)).read_bytes())
+    folder = {p.name: p.read_bytes() for p in snapshot_files(Path(home.directory), job_id)}
+    return {"rows": stored, "folder": folder}
+
+
+def folder_files(home: Home, job_id: str) -> list[str]:
+    """The names of the .snap files in the job's folder."""
+    return [p.name for p in snapshot_files(Path(home.directory), job_id)]
 
 
 # ------------------------------------------------------------------ fork
 @pytest.mark.smoke
 def test_fork_copies_rows_files_and_the_effects_before_the_fork_point(home):
-    """fork(job, 2) makes a resumable job holding copies (not links) of snapshots 1-2
-    and the ledger rows up to the fork point's count (ordinals 1-2, not 3); the
+    """fork(job, 2) makes a resumable job holding snapshots 1-2 (chunked: the same
+    signed manifests over the same chunks; file rows: copies, not links, in its own
+    folder) and the ledger rows up to the fork point's count (ordinals 1-2, not 3); the
     original is untouched; the fork resumes to the end."""
     before = state(home, "job")[:3], files(home, "job")
     assert _admin.fork(home, "job", 2, "twin") == "twin"
     assert state(home, "job")[:3] == before[0] and files(home, "job") == before[1]
     assert [r.seq for r in home.catalog.snapshots("twin")] == [1, 2]
     for row in home.catalog.snapshots("twin"):
-        path = home.row_path(row)
-        assert path.startswith(os.path.join(home.directory, "snapshots", "twin", ""))
-        assert os.stat(path).st_nlink == 1
-        assert home.verify(path)["seq"] == row.seq
+        assert row.file == ""
+        assert manifest(home.directory, "twin", row.seq) == manifest(home.directory, "job", row.seq)
+        assert home.verify_row(row)[0]["seq"] == row.seq
     assert [e.ordinal for e in home.catalog.effects("twin")] == [1, 2]
     twin = home.catalog.get_job("twin")
     assert (twin.parent, twin.fork_seq, twin.status) == ("job", 2, "running")
@@ -103,6 +118,18 @@ def test_fork_copies_rows_files_and_the_effects_before_the_fork_point(home):
         (e.kind, e.detail) for e in home.catalog.events("job")
     ]
     assert Job.open(home, "twin").resume() == 3
+    # a job whose snapshots are file rows (imported, or an earlier release's)
+    to_file_rows(home.directory, "job")
+    before = state(home, "job")[:3], files(home, "job")
+    assert _admin.fork(home, "job", 2, "filed") == "filed"
+    assert state(home, "job")[:3] == before[0] and files(home, "job") == before[1]
+    assert [r.seq for r in home.catalog.snapshots("filed")] == [1, 2]
+    for row in home.catalog.snapshots("filed"):
+        path = home.row_path(row)
+        assert path.startswith(os.path.join(home.directory, "snapshots", "filed", ""))
+        assert os.stat(path).st_nlink == 1
+        assert home.verify(path)["seq"] == row.seq
+    assert Job.open(home, "filed").resume() == 3
 
 
 def test_fork_refusals_change_nothing(home):
@@ -136,8 +163,7 @@ def test_generated_fork_ids_stay_valid(home):
 def test_import_copies_the_file(home, tmp_path):
     """resume FILE's import copies the file: overwriting the user's file in place
     afterwards leaves the store's copy verified and resumable."""
-    user = tmp_path / "mine.snap"
-    shutil.copy(home.row_path(home.catalog.snapshot("job", 2)), user)
+    user = export_file(home.directory, "job", 2, tmp_path / "mine.snap")
     job, seq = _admin.import_file(home, str(user), "imported")
     assert (job.job_id, seq) == ("imported", 2)
     (row,) = home.catalog.snapshots("imported")
@@ -154,8 +180,7 @@ def test_import_copies_the_file(home, tmp_path):
 def test_import_refuses_a_taken_id_and_changes_nothing(home, tmp_path):
     """A foreign file whose job id is taken is refused (JobExists) before anything is
     copied: the existing job's files and rows are unchanged."""
-    user = tmp_path / "mine.snap"
-    shutil.copy(home.row_path(home.catalog.snapshot("job", 2)), user)
+    user = export_file(home.directory, "job", 2, tmp_path / "mine.snap")
     _admin.fork(home, "job", 3, "other")
     before = state(home, "job"), files(home, "job")
     with pytest.raises(JobExists, match="--as NEW_ID"):
@@ -165,9 +190,15 @@ def test_import_refuses_a_taken_id_and_changes_nothing(home, tmp_path):
 
 # ------------------------------------------------------------------ done jobs
 def test_a_done_job_never_resumes_from_any_entry_point(home):
-    """Job.open(...).resume(), and the job returned for its own file by resume FILE,
-    raise JobFinished with the fork hint; nothing changes (no lease, no resume counted,
-    no rewind, no event)."""
+    """Job.open(...).resume(), and the job returned for its own file by resume FILE (its
+    snapshots made file rows: a chunked snapshot has no file of its own), raise
+    JobFinished with the fork hint; nothing changes (no lease, no resume counted, no
+    rewind, no event)."""
+    before = state(home, "job"), files(home, "job")
+    with pytest.raises(JobFinished, match="snaprun fork job@SEQ"):
+        Job.open(home, "job").resume()
+    assert (state(home, "job"), files(home, "job")) == before
+    to_file_rows(home.directory, "job")
     before = state(home, "job"), files(home, "job")
     with pytest.raises(JobFinished, match="snaprun fork job@SEQ"):
         Job.open(home, "job").resume()
@@ -180,8 +211,17 @@ def test_a_done_job_never_resumes_from_any_entry_point(home):
 
 
 def test_resume_file_of_a_done_jobs_own_file_is_refused_by_the_cli(home):
-    """`snaprun resume FILE` of a done job's own snapshot 1: exit 2 with the fork hint;
-    nothing re-ran (no output) and no snapshot was dropped (it used to rewind)."""
+    """`snaprun resume FILE` of a done job's own snapshot 1 (a file row), and `snaprun
+    resume --at 1 JOB`: exit 2 with the fork hint; nothing re-ran (no output) and no
+    snapshot was dropped (it used to rewind)."""
+    before = files(home, "job")
+    at = snaprun(
+        "resume", "--store", home.directory, "--at", "1", "job", cwd=Path(home.directory).parent
+    )
+    assert at.returncode == 2 and "snaprun fork job@SEQ" in at.stderr, at.stderr
+    assert at.stdout == "" and "Traceback" not in at.stderr
+    assert files(home, "job") == before
+    to_file_rows(home.directory, "job")
     before = files(home, "job")
     own = home.row_path(home.catalog.snapshot("job", 1))
     home.close()
@@ -244,7 +284,8 @@ def test_prune_skips_running_jobs_and_sweeps_only_old_orphans(home):
     """prune keeps a running job whole, drops old snapshots of the others (never the
     latest), sweeps orphan files and crashed copies only past the grace period (a
     younger one may be a write or a fork about to commit), never a runner's files of a
-    job the catalog does not know; --finished then drops the done job."""
+    job the catalog does not know; every snapshot kept still verifies (no chunk it
+    shares with a dropped one was swept); --finished then drops the done job."""
     _admin.fork(home, "job", 3, "live")
     epoch = home.catalog.acquire_lease("live", Owner.me(), 30)
     snaps = Path(home.directory, "snapshots")
@@ -265,8 +306,12 @@ def test_prune_skips_running_jobs_and_sweeps_only_old_orphans(home):
     report = _admin.prune(home, keep_last=1)
     assert (report.snapshots, report.jobs, report.running) == (2, [], ["live"])
     assert report.orphans == 2 and report.damaged == []
-    assert sorted(files(home, "job")) == ["000003-e1.snap", "000010-e1.snap"]
+    assert snapshot_seqs(home.directory, "job") == [3]
+    assert folder_files(home, "job") == ["000010-e1.snap"]
     assert (state(home, "live"), files(home, "live")) == live
+    for job_id in ("job", "live"):
+        for row in home.catalog.snapshots(job_id):
+            assert home.verify_row(row)[0]["seq"] == row.seq
     assert not (snaps / "ghost").exists() and (snaps / "runner" / "000001-e1.snap").exists()
     assert (snaps / "young" / "000001-e0.snap").exists()
     report = _admin.prune(home, finished=True)
@@ -276,7 +321,9 @@ def test_prune_skips_running_jobs_and_sweeps_only_old_orphans(home):
 
 def test_prune_refuses_a_job_whose_rows_leave_its_folder(home, tmp_path):
     """A catalog row of `job` naming another job's file (or one outside the store) makes
-    prune leave that job alone and report it; the file is not deleted."""
+    prune leave that job alone and report it; the file is not deleted. (job's
+    snapshots are file rows, so its fork's are files.)"""
+    to_file_rows(home.directory, "job")
     _admin.fork(home, "job", 1, "other")
     theirs = home.catalog.snapshot("other", 1).file
     db = sqlite3.connect(os.path.join(home.directory, "catalog.db"))

@@ -7,7 +7,8 @@ import json
 import shutil
 
 import pytest
-from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
+from chunked import chunk_rows, manifest, snapshot_seqs
+from helpers import AGENTS, clean_refusal, snaprun
 
 LOOPS = AGENTS / "loops.py"
 
@@ -90,18 +91,14 @@ def test_resume_at_rewinds_and_drops_later_snapshots(killed_job):
     """resume --at 1 continues from snapshot 1; snapshots 2 and 3 are replaced."""
     store, cwd, killed = killed_job
     base = snaprun("run", "--store", cwd / "base", "--job", "b", LOOPS, cwd=cwd)
+    dropped = [manifest(store, "job", seq) for seq in (2, 3)]
     resumed = snaprun("resume", "--store", store, "--at", "1", "job", cwd=cwd)
     assert resumed.returncode == 0, resumed.stderr
     assert killed.stdout.startswith("for ")  # printed after snapshot 1...
     assert resumed.stdout == base.stdout  # ...so it is printed again
-    assert [f.name[:6] for f in snapshot_files(store, "job")] == [
-        "000001",
-        "000002",
-        "000003",
-        "000004",
-        "000005",
-        "000006",
-    ]
+    assert snapshot_seqs(store, "job") == [1, 2, 3, 4, 5, 6]
+    # 2 and 3 were written again (under the new lease epoch: other manifests)
+    assert all(manifest(store, "job", seq) != old for seq, old in zip((2, 3), dropped))
 
 
 def test_export_verify_and_resume_the_exported_file(killed_job):
@@ -137,19 +134,21 @@ def test_prune_keeps_what_resuming_needs(killed_job):
     store, cwd, _ = killed_job
     snaprun("run", "--store", store, "--job", "done-job", LOOPS, cwd=cwd)
     assert snaprun("prune", "--store", store, "--keep-last", "1", cwd=cwd).returncode == 0
-    assert [f.name[:6] for f in snapshot_files(store, "job")] == ["000003"]
+    assert snapshot_seqs(store, "job") == [3]
     assert snaprun("resume", "--store", store, "job", cwd=cwd).returncode == 0
     pruned = snaprun("prune", "--store", store, "--finished", cwd=cwd)
     assert "2 finished job(s)" in pruned.stdout
     assert _json(snaprun("ls", "--store", store, "--json", cwd=cwd)) == []
-    assert snapshot_files(store, "job") == []
+    assert snapshot_seqs(store, "job") == []
+    assert chunk_rows(store) == []  # no snapshot left: every chunk was swept
 
 
 def test_prune_older_than_keeps_the_latest(killed_job):
     """--older-than drops old snapshots but never an unfinished job's latest."""
     store, cwd, _ = killed_job
     assert snaprun("prune", "--store", store, "--older-than", "0s", cwd=cwd).returncode == 0
-    assert [f.name[:6] for f in snapshot_files(store, "job")] == ["000003"]
+    assert snapshot_seqs(store, "job") == [3]
+    assert snaprun("verify", "--store", store, "job@3", cwd=cwd).returncode == 0
     bad = snaprun("prune", "--store", store, "--older-than", "soon", cwd=cwd)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 

@@ -7,17 +7,19 @@ effect's result, a failed effect's error text, a Secret, and the error the agent
 raises (it is then resumed from its first snapshot to completion, re-executing its
 effects against the ledger). Then:
 
-* no file of the encrypted store (catalog.db, its -wal and -shm, snapshots, keys,
-  config) holds any token, raw, hex or UTF-16, nor the plain digest of the effect's
-  arguments; the same run in a plaintext store does hold them in its catalog
-  (positive control: the grep can find them);
+* no file of the encrypted store (catalog.db, its -wal and -shm, with the snapshots'
+  manifests and small chunks; a pack file of a large snapshot's chunks, written by a
+  second job holding a token in ~200 KiB of state; keys, config) holds any token,
+  raw, hex or UTF-16, nor the plain digest of the effect's arguments, and none of its
+  chunks decodes without the key; the same runs in a plaintext store do hold them in
+  its catalog and chunks (positive control: the grep can find them);
 * `snaprun effects/log/ls/stats --json` and `verify` show the opened values exactly
   as in the plaintext store; headers of encrypted files carry no argv or label;
 * a sealed value moved to another row or column, edited, or replaced by plaintext is
   refused (StoreDamaged), never shown as a wrong value; rotation keeps old rows
   readable;
 * under umask 022 the store directories are 0700 and catalog.db, -wal, -shm,
-  config.json, keys.json and snapshot files 0600, in both stores.
+  config.json, keys.json and pack files 0600, in both stores.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ import stat
 from pathlib import Path
 
 import pytest
+from chunked import export_file, manifest_header, snapshot_seqs
 from helpers import AGENTS, snaprun
 from providers import Provider
+from store_bytes import chunk_contents, zstd_frames
 
 from snapstate import Secret
 from snapstate._errors import StoreDamaged
@@ -42,7 +46,7 @@ from snapstate.serializers._home import Home
 from snapstate.serializers._store import EffectRow, SnapshotRow
 
 AGENT = AGENTS / "conf_agent.py"
-NAMES = ("ARGV", "LOCAL", "LABEL", "ARG", "RESULT", "NOTE", "SECRET", "ERROR")
+NAMES = ("ARGV", "LOCAL", "LABEL", "ARG", "RESULT", "NOTE", "SECRET", "ERROR", "BIG")
 # What the catalog of a plaintext store holds in clear (locals live in the compressed
 # snapshot body, secrets nowhere).
 IN_PLAIN_CATALOG = ("ARGV", "LABEL", "ARG", "RESULT", "NOTE", "ERROR")
@@ -80,7 +84,23 @@ def _run_agent(store: Path, cwd: Path, tokens: dict, provider: Provider, encrypt
     done = snaprun("resume", "--store", store, "job", cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
     assert provider.deliveries[tokens["ARG"]] == 1  # served from the ledger on resume
+    (cwd / "big_agent.py").write_text(BIG_AGENT)
+    big = snaprun("run", "--store", store, "--job", "big", cwd / "big_agent.py", cwd=cwd, env=env)
+    assert big.returncode == 0 and big.result == "100", big.stderr
     return keep
+
+
+# A job whose one snapshot adds more than 64 KiB of chunks: they go to a pack file.
+BIG_AGENT = """\
+import os
+from snapstate import snapshot
+
+def main():
+    token = os.environ["CONF_BIG"]
+    blob = [os.urandom(1024).hex() + token for _ in range(100)]
+    snapshot("big")
+    return len(blob)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +141,7 @@ def _store_bytes(name: str) -> dict[str, bytes]:
     files = {path: data for path, (data, _) in FILES[name].items() if data}
     for file in ("catalog.db", "catalog.db-wal", "catalog.db-shm", "keys.json"):
         assert file in files, f"{file} missing from {sorted(files)}"
-    assert any(path.endswith(".snap") for path in files)
+    assert any(path.startswith("chunks/") and path.endswith(".pack") for path in files)
     return files
 
 
@@ -133,12 +153,15 @@ def _json(store: Path, cwd: Path, *args) -> object:
 
 # ------------------------------------------------------------------------ no token in clear
 def test_encrypted_store_holds_no_token_in_any_file(stores):
-    """No byte of any file of the encrypted store (catalog.db, -wal, -shm, both
-    snapshot files, keys.json, config.json) holds a token the agent produced, raw,
-    hex or UTF-16; nor the plain SHA-256 digest of the effect's arguments (a plain
-    digest of low-entropy arguments could be confirmed by guessing)."""
+    """No byte of any file of the encrypted store (catalog.db, -wal, -shm, the pack
+    file, keys.json, config.json) holds a token the agent produced, raw, hex or UTF-16;
+    nor the plain SHA-256 digest of the effect's arguments (a plain digest of
+    low-entropy arguments could be confirmed by guessing); no chunk decodes without
+    the key (sealed), and no zstd frame in any file holds a token."""
     store, tokens = stores["sealed"]
     files = _store_bytes("sealed")
+    assert chunk_contents(store) == []
+    assert snapshot_seqs(store, "job") and snapshot_seqs(store, "big") == [1]
     assert "config.json" in files and len(files["catalog.db-wal"]) > 0
     plain_digest = args_digest(
         "conf_agent.place", (tokens["ARG"], Secret(tokens["SECRET"], name="api")), {}
@@ -147,42 +170,55 @@ def test_encrypted_store_holds_no_token_in_any_file(stores):
         for name, token in tokens.items():
             for form in _forms(token):
                 assert form not in data, f"{name} token ({form[:12]!r}...) in {path}"
+                assert not any(form in frame for frame in zstd_frames(data)), (name, path)
         assert plain_digest.encode() not in data, f"plain args digest in {path}"
 
 
 def test_plaintext_store_holds_the_tokens_in_its_catalog(stores):
     """Positive control: the same run in a plaintext store leaves argv, label, effect
-    argument and results, error texts in clear in catalog.db or its WAL, so the grep
-    above can find what it looks for. Secrets are nowhere even there."""
+    argument and results, error texts in clear in catalog.db or its WAL, and the
+    local and the big job's token in its chunks (decoded without a key; the big one in
+    a zstd frame of its pack file), so the greps above can find what they look for.
+    Secrets are nowhere even there."""
     store, tokens = stores["plain"]
     files = _store_bytes("plain")
     catalog = files["catalog.db"] + files["catalog.db-wal"]
     for name in IN_PLAIN_CATALOG:
         assert tokens[name].encode() in catalog, f"{name} not found in the plain catalog"
+    contents = chunk_contents(store)
+    for name in ("LOCAL", "BIG"):
+        assert any(tokens[name].encode() in c for c in contents), f"{name} not in the chunks"
+    packs = [data for path, data in files.items() if path.endswith(".pack")]
+    assert any(tokens["BIG"].encode() in f for data in packs for f in zstd_frames(data))
     assert not any(tokens["SECRET"].encode() in data for data in files.values())
+    assert not any(tokens["SECRET"].encode() in c for c in contents)
 
 
 @pytest.mark.smoke
 def test_encrypted_headers_carry_no_argv_or_label(stores):
-    """The header of an encrypted snapshot (readable without the key) has argv and
-    label null; the verified header opened with the store's key has them back, and
-    `snaprun verify` shows the label. A plaintext store's header keeps them."""
+    """The header of an encrypted snapshot (its manifest's, readable without the key;
+    and an exported file's) has argv and label null; the verified header opened with the
+    store's key has them back, and `snaprun verify` shows the label. A plaintext
+    store's header keeps them."""
     sealed, tokens = stores["sealed"]
-    files = sorted((sealed / "snapshots" / "job").glob("*.snap"))
-    raw = _snapfile.peek_header(str(files[0]))
-    assert raw["argv"] is None and raw["label"] is None and "sealed" in raw
-    assert raw["frames"] and raw["frames"][0]["qualname"] == "main"  # code identity stays
+    exported = export_file(sealed, "job", 1, sealed.parent / "sealed-job-1.snap")
+    for raw in (manifest_header(sealed, "job", 1), _snapfile.peek_header(str(exported))):
+        assert raw["argv"] is None and raw["label"] is None and "sealed" in raw
+        assert raw["frames"] and raw["frames"][0]["qualname"] == "main"  # code identity stays
     home = Home(str(sealed))
     try:
-        header = home.verify(str(files[0]))
+        header, _ = home.verify_row(home.catalog.snapshot("job", 1))
+        from_file = home.verify(str(exported))
     finally:
         home.close()
-    assert header["argv"] == [tokens["ARGV"]] and header["label"] == f"label {tokens['LABEL']}"
-    verified = snaprun("verify", "--store", sealed, files[0], cwd=sealed.parent)
-    assert verified.returncode == 0 and tokens["LABEL"] in verified.stderr + verified.stdout
+    for opened in (header, from_file):
+        assert opened["argv"] == [tokens["ARGV"]]
+        assert opened["label"] == f"label {tokens['LABEL']}"
+    for target in ("job@1", exported):
+        verified = snaprun("verify", "--store", sealed, target, cwd=sealed.parent)
+        assert verified.returncode == 0 and tokens["LABEL"] in verified.stderr + verified.stdout
     plain, plain_tokens = stores["plain"]
-    first = sorted((plain / "snapshots" / "job").glob("*.snap"))[0]
-    assert _snapfile.peek_header(str(first))["argv"] == [plain_tokens["ARGV"]]
+    assert manifest_header(plain, "job", 1)["argv"] == [plain_tokens["ARGV"]]
 
 
 # ------------------------------------------------------------------------ display
@@ -342,7 +378,7 @@ def test_rotation_keeps_old_rows_readable(sealed_copy):
             "conf_agent.place", (tokens["ARG"], Secret("x", name="api")), {}
         )
         assert first.args_digest != args_digest("conf_agent.place", ("other",), {})
-        header = home.verify(str(store / home.catalog.snapshots("job")[0].file))
+        header, _ = home.verify_row(home.catalog.snapshots("job")[0])
         assert header["label"] == f"label {tokens['LABEL']}"
         raw = sqlite3.connect(store / "catalog.db")
         try:
@@ -358,22 +394,21 @@ def test_rotation_keeps_old_rows_readable(sealed_copy):
 @pytest.mark.parametrize("name", ["plain", "sealed"])
 def test_modes_under_umask_022(stores, name):
     """Made under umask 022 by real snaprun processes: the store directory, snapshots/
-    and snapshots/<job>/ are 0700; catalog.db, its -wal and -shm, keys.json,
-    config.json (the encrypted store's) and snapshot files 0600: every directory of the
-    store 0700, every file 0600."""
+    and chunks/ are 0700; catalog.db, its -wal and -shm, keys.json, config.json (the
+    encrypted store's) and the pack file 0600: every directory of the store 0700, every
+    file 0600."""
     modes = {path: mode for path, (_, mode) in FILES[name].items()}
     expected = {
         ".",
         "snapshots",
-        "snapshots/job",
+        "chunks",
         "catalog.db",
         "catalog.db-wal",
         "catalog.db-shm",
         "keys.json",
-        "snapshots/job/000001-e1.snap",
-        "snapshots/job/000002-e2.snap",
     } | ({"config.json"} if name == "sealed" else set())
     assert expected <= set(modes)
+    assert any(path.startswith("chunks/") and path.endswith(".pack") for path in modes)
     for path, mode in modes.items():
         wanted = 0o700 if stat.S_ISDIR(mode) else 0o600
         assert stat.S_IMODE(mode) == wanted, f"{path}: {oct(stat.S_IMODE(mode))}"

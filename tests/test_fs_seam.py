@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import writer_proc
+from chunked import to_file_rows
 
 from snapstate._errors import StoreError
 from snapstate.runtime import _admin, _repair
@@ -193,7 +194,10 @@ def test_an_export_never_replaces_a_file_created_meanwhile(tmp_path):
 
 # ------------------------------------------------------------------------ deletions
 def _store(path: Path, fs: _fs.FileSystem, seqs: int = 3) -> Home:
-    """A store with job j: `seqs` committed snapshots, its lease released."""
+    """A store with job j: `seqs` committed snapshots, its lease released, held as
+    snapshot files (file rows, as a store of an earlier release or one that imported
+    them holds them: prune deletes their files, repair rebuilds from them; a chunked
+    snapshot has no file)."""
     home = Home(str(path), fs=fs)
     home.catalog.create_job("j", ENTRY, [])
     epoch = home.catalog.acquire_lease("j", Owner.me(), 30)
@@ -201,6 +205,8 @@ def _store(path: Path, fs: _fs.FileSystem, seqs: int = 3) -> Home:
         header, payload = writer_proc.content("j", seq, epoch)
         home.commit_snapshot(home.write_snapshot("j", seq, epoch, f"s{seq}", header, payload))
     home.catalog.release_lease("j", epoch)
+    to_file_rows(path, "j")
+    assert all(row.file for row in home.catalog.snapshots("j"))
     return home
 
 

@@ -16,7 +16,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import chunk_ids, export_file
+from helpers import AGENTS, snaprun
 
 from snapstate import InvalidJobId, StoreDamaged
 from snapstate.runtime._agent import EntryPoint
@@ -61,7 +62,7 @@ def catalog_dump(store: Path) -> list:
 def world(tmp_path_factory):
     """A directory holding a store with a job SIGKILLed after snapshot 3 (`job`), a
     second job's snapshots (`other`, a copy of `job`'s), a victim folder outside the
-    store and a copy of one of job's snapshot files outside it (a validly signed FILE)."""
+    store and job's snapshot 2 exported outside it (a validly signed FILE)."""
     root = tmp_path_factory.mktemp("hostile")
     store = root / "store"
     killed = snaprun(
@@ -71,7 +72,8 @@ def world(tmp_path_factory):
     victim = root / "victim"
     victim.mkdir()
     (victim / "precious.txt").write_text("keep me")
-    shutil.copy(snapshot_files(store, "job")[1], root / "job-2.snap")
+    export_file(store, "job", 2, root / "job-2.snap")
+    export_file(store, "job", 1, root / "job-1.snap")
     return root, store, victim
 
 
@@ -229,7 +231,7 @@ def tampered(world, tmp_path):
         )
     db.close()
     (copy / "snapshots" / "finished").mkdir()
-    shutil.copy(snapshot_files(copy, "job")[0], copy / "snapshots" / "finished" / "000001-e1.snap")
+    shutil.copy(root / "job-1.snap", copy / "snapshots" / "finished" / "000001-e1.snap")
     return copy, victim, outside
 
 
@@ -267,6 +269,53 @@ def test_a_row_naming_a_file_outside_the_store_is_never_read(tampered, command):
     assert "outside" in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert run.stdout == ""
     assert tree(store.parent, skip_catalog=True) == before
+
+
+@pytest.mark.parametrize("how", ["pack-name", "pack-symlink", "chunks-symlink"])
+def test_a_chunk_placed_outside_the_store_is_never_read(world, tmp_path, how):
+    """A chunk row of job's latest snapshot edited to lie outside the store: its `pack`
+    naming a path that leaves <store>/chunks ('../../victim/precious.txt'), a pack
+    that is a symbolic link to a file outside, or <store>/chunks itself a symbolic link
+    to a folder outside. inspect, verify, export and resume exit 2 naming the snapshot
+    and saying the store was tampered with (or naming the linked pack); nothing
+    outside the store (or in it) changed."""
+    root, store, _ = world
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious.txt").write_bytes(b"keep me" * 100)
+    wanted = chunk_ids(copy, "job", 3)[0]
+    pack = {"pack-name": "../../victim/precious.txt"}.get(how, "x.0-e1.1-1.00.pack")
+    db = sqlite3.connect(copy / "catalog.db")
+    with db:
+        db.execute(
+            "UPDATE chunks SET pack = ?, data = NULL, offset = 0, length = 7 WHERE id = ?",
+            (pack, wanted),
+        )
+    db.close()
+    if how == "pack-symlink":
+        (copy / "chunks").mkdir(exist_ok=True)
+        os.symlink(victim / "precious.txt", copy / "chunks" / pack)
+    elif how == "chunks-symlink":
+        shutil.rmtree(copy / "chunks", ignore_errors=True)
+        (victim / pack).write_bytes(b"keep me" * 100)
+        os.symlink(victim, copy / "chunks")
+    for args in (
+        ["inspect", "job"],
+        ["verify", "job@3"],
+        ["export", "job@3", "-o", str(tmp_path / "out.snap")],
+        ["resume", "job"],
+    ):
+        before = tree(tmp_path, skip_catalog=True)
+        run = snaprun(args[0], "--store", copy, *args[1:], cwd=tmp_path)
+        assert run.returncode == 2, (args, run.stderr)
+        assert "Traceback" not in run.stderr and run.stdout == "", run.stderr
+        assert "snapshot 3 of job job" in run.stderr, run.stderr
+        # (a pack that is a symbolic link is refused with the OS's words, naming the pack)
+        assert ("tampered" if how != "pack-symlink" else pack) in run.stderr, run.stderr
+        assert tree(tmp_path, skip_catalog=True) == before
+    assert not (tmp_path / "out.snap").exists()
 
 
 def test_home_confines_every_derived_path(tmp_path):

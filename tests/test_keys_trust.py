@@ -32,7 +32,8 @@ import sys
 import textwrap
 
 import pytest
-from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
+from chunked import export_file
+from helpers import AGENTS, clean_refusal, snaprun
 
 from snapstate._errors import StoreDamaged, StoreError, UnknownKey
 from snapstate.runtime._job import runtime_versions
@@ -93,8 +94,9 @@ def _verify(store: pathlib.Path, path: pathlib.Path) -> dict:
 @pytest.fixture(scope="module")
 def attacker(tmp_path_factory):
     """An attacker's store-shaped directory `evil/` (catalog.db, its own keys.json,
-    snapshots/trap/<file>) holding a real, validly signed snapshot of sec_trap.py whose
-    unpickling creates `SENTINEL`; and a victim store with keys of its own."""
+    snapshots/trap/<file>) holding a real, validly signed snapshot of sec_trap.py (its
+    chunked snapshot exported there as a file) whose unpickling creates `SENTINEL`; and
+    a victim store with keys of its own."""
     root = tmp_path_factory.mktemp("keys-trust")
     sentinel = root / "SENTINEL"
     evil = root / "attacker" / "evil"
@@ -110,7 +112,8 @@ def attacker(tmp_path_factory):
     )
     assert run.returncode == 0, run.stderr
     assert not sentinel.exists()
-    (snap,) = snapshot_files(evil, "trap")
+    (evil / "snapshots" / "trap").mkdir(parents=True)
+    snap = export_file(evil, "trap", 1, evil / "snapshots" / "trap" / "000001-e1.snap")
     assert (evil / "catalog.db").is_file() and (evil / "keys.json").is_file()
     victim = root / "victim" / ".snapstate"
     Home(str(victim)).close()

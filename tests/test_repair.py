@@ -1,7 +1,13 @@
 """`snaprun repair` rebuilds a lost or damaged catalog from the signed snapshot files:
 jobs, snapshots, latest seq and epoch come back, the damaged catalog is moved aside
 (never deleted), unverifiable files are reported and left alone, and every rebuilt
-job is parked until `snaprun repair --accept JOB` (its effect ledger was lost)."""
+job is parked until `snaprun repair --accept JOB` (its effect ledger was lost).
+
+Repair reads snapshot FILES only: a chunked snapshot (its manifest in catalog.db, the
+usual form of a job's snapshot) is lost with the catalog. So the stores here hold their
+jobs' snapshots as files, as a store of an earlier release (or one that imported its
+snapshots) does: each job's chunked snapshots are exported to its folder and its rows
+made file rows (tests/chunked.py: to_file_rows)."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from chunked import export_file, to_file_rows
 from click.testing import CliRunner
 from helpers import AGENTS, snaprun
 
@@ -32,7 +39,8 @@ def pristine(tmp_path_factory) -> Path:
     """root/base: loops.py run uninterrupted (root/base.out: its stdout). root/store:
     job j SIGKILLed after snapshot 3 (root/j.out: its stdout), f forked from j@2, and
     d killed after 3, resumed --at 1 and killed after its new snapshot 2 (epoch 2), with
-    the files of its dropped branch (2 and 3 of epoch 1) put back as leftovers."""
+    the files of its dropped branch (2 and 3 of epoch 1) put back as leftovers. Every
+    snapshot of the store is a file row (to_file_rows), f's copied from j's files."""
     root = tmp_path_factory.mktemp("repair")
     base = snaprun("run", "--store", root / "base", "--job", "b", LOOPS, cwd=root)
     assert base.returncode == 0, base.stderr
@@ -45,15 +53,21 @@ def pristine(tmp_path_factory) -> Path:
         assert run.returncode == -9, run.stderr
         (root / f"{job}.out").write_text(run.stdout)
     dropped = {
-        n: (store / "snapshots" / "d" / n).read_bytes()
-        for n in ("000002-e1.snap", "000003-e1.snap")
+        f"{seq:06d}-e1.snap": export_file(store, "d", seq, root / f"d-{seq}.snap").read_bytes()
+        for seq in (2, 3)
     }
     run = snaprun("resume", "--store", store, "--at", "1", "d", cwd=root, fault="after-snapshot:2")
     assert run.returncode == -9, run.stderr
+    for job in ("j", "d"):
+        to_file_rows(store, job)
     for name, data in dropped.items():
         (store / "snapshots" / "d" / name).write_bytes(data)
     forked = _cli("fork", "--store", store, "--as", "f", "j@2")
     assert forked.exit_code == 0, forked.stderr
+    assert sorted(p.name for p in (store / "snapshots" / "f").iterdir()) == [
+        "000001-e0.snap",
+        "000002-e0.snap",
+    ]
     return root
 
 
@@ -161,10 +175,7 @@ def test_unverifiable_files_are_reported_and_left_alone(root):
     )
     assert other.returncode == -9
     (store / "snapshots" / "evil").mkdir()
-    shutil.copy(
-        root / "other" / "snapshots" / "evil" / "000001-e1.snap",
-        store / "snapshots" / "evil" / "000001-e1.snap",
-    )
+    export_file(root / "other", "evil", 1, store / "snapshots" / "evil" / "000001-e1.snap")
     (store / "catalog.db").unlink()
     before = {k: v for k, v in tree(store).items() if k.startswith("snapshots")}
     result = _cli("repair", "--store", store)

@@ -29,6 +29,7 @@ import os
 import pathlib
 import pickle
 import secrets
+import shutil
 import stat
 import struct
 import subprocess
@@ -36,8 +37,19 @@ import sys
 
 import pytest
 import zstandard
+from chunked import (
+    chunk_ids,
+    chunk_rows,
+    export_file,
+    manifest,
+    manifest_header,
+    set_manifest,
+    snapshot_seqs,
+    stored_bytes,
+    tamper_chunk,
+)
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from helpers import AGENTS, Run, clean_refusal, snaprun, snapshot_files
+from helpers import AGENTS, Run, clean_refusal, snaprun
 
 from snapstate._errors import (
     CorruptSnapshot,
@@ -252,8 +264,9 @@ def test_flipped_length_refused_under_memory_limit(tmp_path, where):
 
 @pytest.fixture(scope="module")
 def trap_job(tmp_path_factory):
-    """A real snapshot of tests/agents/sec_trap.py: unpickling its body (resume,
-    inspect) writes the sentinel file named in it."""
+    """A real snapshot of tests/agents/sec_trap.py, in the store (trap@1) and exported to
+    a snapshot file: unpickling its body (resume) writes the sentinel file named in
+    it."""
     root = tmp_path_factory.mktemp("trap")
     sentinel = root / "SENTINEL"
     run = snaprun(
@@ -268,7 +281,8 @@ def trap_job(tmp_path_factory):
     )
     assert run.returncode == 0, run.stderr
     assert not sentinel.exists()  # pickling the trap has no side effect
-    (snap,) = snapshot_files(root / "store", "trap")
+    assert snapshot_seqs(root / "store", "trap") == [1]
+    snap = export_file(root / "store", "trap", 1, root / "trap-000001.snap")
     return root, root / "store", snap, sentinel
 
 
@@ -316,7 +330,7 @@ def test_cli_flipped_trap_snapshot_refused(trap_job, sentinel_of, where):
     file's integrity can stop it.)"""
     root, store, snap, sentinel = trap_job
     data = snap.read_bytes()
-    path = store / "snapshots" / f"flipped-{where}" / "000001-e1.snap"
+    path = root / f"flipped-{where}" / "000001-e1.snap"
     path.parent.mkdir()
     path.write_bytes(_flipped(data, _positions(data)[where]))
     clean_refusal(snaprun("inspect", "--store", store, path, cwd=root, env=NO_ENV_KEY), str(path))
@@ -328,6 +342,66 @@ def test_cli_flipped_trap_snapshot_refused(trap_job, sentinel_of, where):
         str(path),
     )
     assert not sentinel.exists()
+
+
+def _damage_stored(store, where: str) -> None:
+    """Damage trap@1 as stored: one byte of a chunk (its first, its last), or of its
+    manifest (header, chunk list, signature), or its manifest swapped for a forged one
+    over the same chunks signed with another key."""
+    if where == "chunk-first":
+        tamper_chunk(store, "trap", 1, 0)
+        return
+    if where == "chunk-last":
+        tamper_chunk(store, "trap", 1, len(chunk_ids(store, "trap", 1)) - 1)
+        return
+    data = bytearray(manifest(store, "trap", 1))
+    (length,) = struct.unpack_from("<I", data, 12)
+    pos = {
+        "manifest-header": 16 + length // 2,
+        "manifest-chunk-list": 16 + length + 4 + 3,
+        "manifest-signature": len(data) - 1,
+    }[where]
+    data[pos] ^= 0x01
+    set_manifest(store, "trap", 1, bytes(data))
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["chunk-first", "chunk-last", "manifest-header", "manifest-chunk-list", "manifest-signature"],
+)
+def test_cli_damaged_stored_trap_snapshot_refused(trap_job, sentinel_of, tmp_path, where):
+    """The trap snapshot as the store keeps it (its manifest in catalog.db, its chunks),
+    with one byte changed in a chunk or in its manifest: `snaprun verify trap@1`,
+    `snaprun inspect trap`, `snaprun export` and `snaprun fork trap@1` (which would copy
+    it to a job that resumes) each exit 2 with one error naming the snapshot and no
+    traceback, and the sentinel is never created: the body is refused before a byte of
+    it is unpickled. Control: the intact copy forks and the fork's resume unpickles the
+    trap (creates the sentinel)."""
+    root, store, _, sentinel = trap_job
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    _damage_stored(copy, where)
+    for command in (
+        ("verify", "trap@1"),
+        ("inspect", "trap"),
+        ("export", "trap@1", "-o", tmp_path / "out.snap"),
+        ("fork", "trap@1", "--as", "forked"),
+    ):
+        clean_refusal(
+            snaprun(*command, "--store", copy, cwd=root, env=NO_ENV_KEY), "snapshot 1 of job trap"
+        )
+        assert not sentinel.exists(), command
+    assert not (tmp_path / "out.snap").exists()
+    assert snapshot_seqs(copy, "forked") == []
+    control = tmp_path / "control"
+    shutil.copytree(store, control)
+    forked = snaprun(
+        "fork", "trap@1", "--as", "forked", "--store", control, cwd=root, env=NO_ENV_KEY
+    )
+    assert forked.returncode == 0, forked.stderr
+    assert not sentinel.exists()
+    snaprun("resume", "forked", "--store", control, cwd=root, env=NO_ENV_KEY)
+    assert sentinel.exists()
 
 
 def test_payload_is_the_one_that_was_verified(trap, tmp_path):
@@ -379,8 +453,10 @@ def test_payload_is_the_one_that_was_verified(trap, tmp_path):
 @pytest.mark.smoke
 def test_swapped_headers_are_a_header_mismatch(tmp_path):
     """Snapshot A's magic+header with snapshot B's body and trailer (two real snapshots
-    of one job, same key) is refused with HeaderMismatch naming the file, both ways
-    round; `snaprun verify` of it exits 2 saying the header does not belong."""
+    of one job, exported, same key) is refused with HeaderMismatch naming the file,
+    both ways round; `snaprun verify` of it exits 2 saying the header does not belong.
+    In the store, the manifests of snapshots 1 and 2 swapped: `snaprun verify job@1`
+    and `job@2` exit 2 naming the snapshot, and the in-process read is HeaderMismatch."""
     store = tmp_path / "store"
     assert (
         snaprun(
@@ -388,10 +464,10 @@ def test_swapped_headers_are_a_header_mismatch(tmp_path):
         ).returncode
         == 0
     )
-    a, b = (f.read_bytes() for f in snapshot_files(store, "job")[:2])
+    a, b = (export_file(store, "job", seq, tmp_path / f"{seq}.snap").read_bytes() for seq in (1, 2))
     keys = _keys.KeyRing(str(store))
     for first, second, name in ((a, b, "a-on-b"), (b, a, "b-on-a")):
-        path = store / "snapshots" / "swapped" / f"{name}.snap"
+        path = tmp_path / "swapped" / f"{name}.snap"
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(
             first[: _layout(first)["head_end"]] + second[_layout(second)["head_end"] :]
@@ -405,6 +481,21 @@ def test_swapped_headers_are_a_header_mismatch(tmp_path):
             str(path),
             "header does not belong",
         )
+    one, two = manifest(store, "job", 1), manifest(store, "job", 2)
+    set_manifest(store, "job", 1, two)
+    set_manifest(store, "job", 2, one)
+    for seq in (1, 2):
+        clean_refusal(
+            snaprun("verify", "--store", store, f"job@{seq}", cwd=tmp_path, env=NO_ENV_KEY),
+            f"snapshot {seq} of job job",
+        )
+        home = Home(str(store), create=False, writable=False)
+        try:
+            with pytest.raises(SnapstateError) as info:
+                home.read_row(home.catalog.snapshot("job", seq))
+            assert type(info.value) is HeaderMismatch, info.value
+        finally:
+            home.close()
 
 
 def _five_refusals(tmp_path) -> list[tuple[type, SnapstateError, str]]:
@@ -595,7 +686,8 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
     """After `snaprun keys rotate`, snapshots signed with the old key still verify and
     resume, and the snapshots the resumed run writes carry the new key id; after
     `snaprun keys retire OLD`, the old-key snapshot is refused (exit 2, RetiredKey
-    in-process) while the new-key ones still verify."""
+    in-process) while the new-key ones still verify. The same for a file exported before
+    the rotation (signed with the old key)."""
     store = tmp_path / "store"
     env = NO_ENV_KEY
     # killed after its last snapshot, so not done: a done job never resumes
@@ -613,10 +705,14 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
         ).returncode
         == -9
     )
-    files = snapshot_files(store, "job")
-    old = {_snapfile.peek_header(str(f))["key_id"] for f in files}
+    seqs = snapshot_seqs(store, "job")
+    assert seqs == [1, 2, 3, 4, 5, 6]
+    old = {manifest_header(store, "job", seq)["key_id"] for seq in seqs}
     assert len(old) == 1
     (old_id,) = old
+    # an exported file is signed with the key current at the export: the old one
+    old_file = export_file(store, "job", 2, tmp_path / "job-2-old.snap")
+    assert _snapfile.peek_header(str(old_file))["key_id"] == old_id
     rotated = snaprun("keys", "rotate", "--store", store, cwd=tmp_path, env=env)
     assert rotated.returncode == 0, rotated.stderr
     listing = json.loads(
@@ -627,35 +723,49 @@ def test_rotation_old_snapshots_load_new_use_new_key_retired_refused(tmp_path):
     (new_id,) = current
     assert new_id in rotated.stderr
 
-    snap2 = files[1]
-    assert snaprun("verify", "--store", store, snap2, cwd=tmp_path, env=env).returncode == 0
-    run = snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env)
+    assert snaprun("verify", "--store", store, "job@2", cwd=tmp_path, env=env).returncode == 0
+    assert snaprun("verify", "--store", store, old_file, cwd=tmp_path, env=env).returncode == 0
+    run = snaprun("resume", "--store", store, "--at", "2", "job", cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
-    after = snapshot_files(store, "job")
-    ids = {f.name: _snapfile.peek_header(str(f))["key_id"] for f in after}
-    assert ids[files[0].name] == ids[snap2.name] == old_id
-    written = [name for name in ids if int(name[:6]) > 2]
-    assert len(written) == 4 and all(ids[name] == new_id for name in written), ids
+    after = snapshot_seqs(store, "job")
+    ids = {seq: manifest_header(store, "job", seq)["key_id"] for seq in after}
+    assert ids[1] == ids[2] == old_id
+    written = [seq for seq in ids if seq > 2]
+    assert len(written) == 4 and all(ids[seq] == new_id for seq in written), ids
 
     retired = snaprun("keys", "retire", old_id, "--store", store, cwd=tmp_path, env=env)
     assert retired.returncode == 0, retired.stderr
+    manifests = {seq: manifest(store, "job", seq) for seq in after}
+    for command in (("verify", "job@2"), ("fork", "job@2", "--as", "again")):
+        clean_refusal(
+            snaprun(*command, "--store", store, cwd=tmp_path, env=env),
+            "snapshot 2 of job job",
+            old_id,
+            "retired",
+        )
     clean_refusal(
-        snaprun("resume", "--store", store, snap2, cwd=tmp_path, env=env),
-        str(snap2),
+        snaprun("resume", "--store", store, "--as", "again", old_file, cwd=tmp_path, env=env),
+        str(old_file),
         old_id,
         "retired",
     )
     home = Home(str(store))
     try:
         with pytest.raises(SnapstateError) as info:
-            home.read(str(snap2))
+            home.read_row(home.catalog.snapshot("job", 2))
         assert type(info.value) is RetiredKey
-        for name in written:
-            assert home.verify(str(store / "snapshots" / "job" / name))["key_id"] == new_id
+        with pytest.raises(SnapstateError) as info:
+            home.read(str(old_file))
+        assert type(info.value) is RetiredKey
+        for seq in written:
+            header, _ = home.verify_row(home.catalog.snapshot("job", seq))
+            assert header["seq"] == seq
+            assert manifest_header(store, "job", seq)["key_id"] == new_id
     finally:
         home.close()
-    assert snapshot_files(store, "job") == after  # the refusal removed nothing
+    # the refusals removed nothing
+    assert {seq: manifest(store, "job", seq) for seq in snapshot_seqs(store, "job")} == manifests
 
 
 def test_current_key_cannot_be_retired(tmp_path):
@@ -754,22 +864,26 @@ def test_encrypted_store_survives_sigkill(tmp_path):
     )
     assert killed.returncode == -9, killed.stderr
     assert killed.stdout == "for [0, 2, 3, 4]\n"
-    files = snapshot_files(store, "job")
-    assert [f.name[:6] for f in files] == ["000001", "000002"]
-    for f in files:
-        header = _snapfile.peek_header(str(f))
-        assert header["codecs"] == ["pickle-5", "zstd", "aes-256-gcm"]
-        assert len(bytes.fromhex(header["nonce_prefix"])) == 8
-        data = f.read_bytes()
-        assert b"\x28\xb5\x2f\xfd" not in data[_layout(data)["head_end"] :]
+    assert snapshot_seqs(store, "job") == [1, 2]
+    for seq in (1, 2):
+        assert manifest_header(store, "job", seq)["codecs"] == [
+            "pickle-5",
+            "fastcdc",
+            "zstd",
+            "aes-256-gcm",
+        ]
+        for chunk_id in chunk_ids(store, "job", seq):
+            (chunk,) = [c for c in chunk_rows(store) if c.chunk_id == chunk_id]
+            assert b"\x28\xb5\x2f\xfd" not in stored_bytes(store, chunk)
     run = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 2" in run.stderr
     assert run.stdout == "while [2, 4, 6, 8, 'else']\npairs ['x0', 'x1', 'y0', 'y1']\n"
     assert run.result == "13"
-    after = snapshot_files(store, "job")
+    after = snapshot_seqs(store, "job")
     assert len(after) == 6
-    assert all("aes-256-gcm" in _snapfile.peek_header(str(f))["codecs"] for f in after)
+    assert all("aes-256-gcm" in manifest_header(store, "job", seq)["codecs"] for seq in after)
+    assert all(b"\x28\xb5\x2f\xfd" not in stored_bytes(store, chunk) for chunk in chunk_rows(store))
 
 
 def _body(data: bytes) -> bytes:
@@ -793,22 +907,195 @@ def test_encrypted_snapshot_hides_the_agents_data(tmp_path):
         assert run.returncode == 0, run.stderr
         assert run.result == str(len(secret))
         assert run.stdout == f"still holding {len(secret)}\n"
-    plain_files, sealed_files = snapshot_files(plain, "job"), snapshot_files(sealed, "job")
-    assert len(plain_files) == len(sealed_files) == 2
-    for f in plain_files:
-        body = _body(f.read_bytes())
-        assert body.startswith(b"\x28\xb5\x2f\xfd")  # a zstd frame
-        assert secret.encode() in zstandard.ZstdDecompressor().decompressobj().decompress(body)
+    assert snapshot_seqs(plain, "job") == snapshot_seqs(sealed, "job") == [1, 2]
+    whole = [c for c in chunk_rows(plain) if c.base is None]
+    assert whole and all(stored_bytes(plain, c).startswith(b"\x28\xb5\x2f\xfd") for c in whole)
+    plain_text = b"".join(
+        zstandard.ZstdDecompressor().decompress(stored_bytes(plain, c)) for c in whole
+    )
+    assert secret.encode() in plain_text  # readable without any key
+    sealed_chunks = chunk_rows(sealed)
+    assert sealed_chunks
+    for name in ("catalog.db", "catalog.db-wal"):
+        if (sealed / name).exists():
+            assert secret.encode() not in (sealed / name).read_bytes(), name
+    for pack in (sealed / "chunks").glob("*.pack"):
+        assert secret.encode() not in pack.read_bytes(), pack
+    for c in sealed_chunks:
+        data = stored_bytes(sealed, c)
+        assert secret.encode() not in data
+        assert b"\x28\xb5\x2f\xfd" not in data
+        with pytest.raises(zstandard.ZstdError):
+            zstandard.ZstdDecompressor().decompressobj().decompress(data)
     home = Home(str(sealed))
     try:
-        for f in sealed_files:
-            data = f.read_bytes()
-            assert secret.encode() not in data
-            assert b"\x28\xb5\x2f\xfd" not in _body(data)
-            with pytest.raises(zstandard.ZstdError):
-                zstandard.ZstdDecompressor().decompressobj().decompress(_body(data))
-            header, payload = home.read(str(f))
-            assert "aes-256-gcm" in header["codecs"]
+        for seq in (1, 2):
+            row = home.catalog.snapshot("job", seq)
+            header, payload = home.read_row(row)
+            assert "aes-256-gcm" in manifest_header(sealed, "job", seq)["codecs"]
             assert secret.encode() in payload
     finally:
         home.close()
+
+
+# ------------------------------------------------------------------ the chunk store
+BIG_TRAP = '''\
+"""A trap (unpickling it writes SEC_SENTINEL) beside 300 KB of random bytes: the
+snapshot's new chunks exceed the inline limit, so they are written to a pack file."""
+
+import os
+
+from snapstate import snapshot
+
+
+def arm(path):
+    with open(path, "w") as f:
+        f.write("unpickled\\n")
+    return Trap(path)
+
+
+class Trap:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (arm, (self.path,))
+
+
+def main():
+    trap = Trap(os.environ["SEC_SENTINEL"])
+    blob = os.urandom(300_000)
+    snapshot("armed")
+    return len(blob) + len(trap.path)
+'''
+
+
+@pytest.fixture(scope="module")
+def big_trap(tmp_path_factory):
+    """Job `big` of tests' BIG_TRAP agent, SIGKILLed right after its snapshot 1 (so
+    `resume big` would unpickle it): its chunks lie in one pack file."""
+    root = tmp_path_factory.mktemp("bigtrap")
+    (root / "big_trap.py").write_text(BIG_TRAP)
+    sentinel = root / "SENTINEL"
+    run = snaprun(
+        "run",
+        "--store",
+        root / "store",
+        "--job",
+        "big",
+        root / "big_trap.py",
+        cwd=root,
+        fault="after-snapshot:1",
+        env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel)),
+    )
+    assert run.returncode == -9, run.stderr
+    assert not sentinel.exists()
+    store = root / "store"
+    packs = list((store / "chunks").glob("*.pack"))
+    assert len(packs) == 1
+    listed = chunk_ids(store, "big", 1)
+    assert len(listed) > 4
+    assert all(c.pack == packs[0].name for c in chunk_rows(store) if c.chunk_id in listed)
+    return root, store, sentinel
+
+
+def _edit_chunk(store, sql: str, index: int) -> None:
+    """Run `sql` (one ? for the chunk id) on the big snapshot's `index`-th chunk row."""
+    import sqlite3
+
+    db = sqlite3.connect(store / "catalog.db", isolation_level=None)
+    try:
+        db.execute(sql, (chunk_ids(store, "big", 1)[index],))
+    finally:
+        db.close()
+
+
+def _damage_big(store, how: str) -> None:
+    listed = chunk_ids(store, "big", 1)
+    (pack,) = (store / "chunks").glob("*.pack")
+    if how == "chunk-byte":
+        tamper_chunk(store, "big", 1, 2)
+    elif how == "chunk-row-deleted":
+        _edit_chunk(store, "DELETE FROM chunks WHERE id = ?", 1)
+    elif how == "chunk-size":
+        _edit_chunk(store, "UPDATE chunks SET size = size + 1 WHERE id = ?", 1)
+    elif how == "chunk-base-self":
+        _edit_chunk(store, "UPDATE chunks SET base = id WHERE id = ?", 1)
+    elif how == "chunk-base-missing":  # a delta against a chunk the store lacks
+        _edit_chunk(store, "UPDATE chunks SET base = zeroblob(16) WHERE id = ?", 1)
+    elif how == "chunk-offset":
+        _edit_chunk(store, "UPDATE chunks SET offset = offset + 1 WHERE id = ?", 1)
+    elif how == "chunk-length":
+        _edit_chunk(store, "UPDATE chunks SET length = length - 1 WHERE id = ?", 1)
+    elif how == "chunk-swapped":  # two chunks' stored places exchanged
+        import sqlite3
+
+        db = sqlite3.connect(store / "catalog.db", isolation_level=None)
+        a, b = (
+            db.execute("SELECT offset, length FROM chunks WHERE id = ?", (c,)).fetchone()
+            for c in listed[:2]
+        )
+        db.execute("UPDATE chunks SET offset = ?, length = ? WHERE id = ?", (*b, listed[0]))
+        db.execute("UPDATE chunks SET offset = ?, length = ? WHERE id = ?", (*a, listed[1]))
+        db.close()
+    elif how == "pack-truncated":
+        os.truncate(pack, pack.stat().st_size // 2)
+    elif how == "pack-deleted":
+        pack.unlink()
+    elif how == "manifest-deleted":
+        import sqlite3
+
+        db = sqlite3.connect(store / "catalog.db", isolation_level=None)
+        db.execute("DELETE FROM manifests WHERE job_id = 'big' AND seq = 1")
+        db.close()
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "chunk-byte",
+        "chunk-row-deleted",
+        "chunk-size",
+        "chunk-base-self",
+        "chunk-base-missing",
+        "chunk-offset",
+        "chunk-length",
+        "chunk-swapped",
+        "pack-truncated",
+        "pack-deleted",
+        "manifest-deleted",
+    ],
+)
+def test_damaged_chunk_store_is_refused_before_unpickling(big_trap, tmp_path, how):
+    """The stored form of a job's snapshot damaged in each way the chunk store allows
+    (a byte of a chunk in its pack, a chunk row deleted, its size, offset or length
+    edited, its base made itself or a chunk the store lacks, two chunks' places swapped, the pack truncated or deleted, the
+    manifest deleted): `snaprun verify big@1` and `snaprun resume big` exit 2 with one
+    error naming the snapshot and no traceback, the sentinel is never created (nothing
+    was unpickled), and the job's rows and manifest are unchanged. Control: the intact
+    store's `resume big` unpickles the trap."""
+    root, store, sentinel = big_trap
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    _damage_big(copy, how)
+    seqs = snapshot_seqs(copy, "big")
+    kept = None if how == "manifest-deleted" else manifest(copy, "big", 1)
+    for command in (("verify", "big@1"), ("resume", "big")):
+        run = snaprun(
+            *command, "--store", copy, cwd=root, env=dict(NO_ENV_KEY, SEC_SENTINEL=str(sentinel))
+        )
+        clean_refusal(run, "snapshot 1 of job big")
+        assert not sentinel.exists(), (how, command)
+    assert snapshot_seqs(copy, "big") == seqs == [1]
+    if kept is not None:
+        assert manifest(copy, "big", 1) == kept
+    control = tmp_path / "control"
+    shutil.copytree(store, control)
+    try:
+        run = snaprun("resume", "--store", control, "big", cwd=root, env=NO_ENV_KEY)
+        assert run.returncode == 0, run.stderr
+        assert sentinel.exists()
+    finally:
+        sentinel.unlink(missing_ok=True)

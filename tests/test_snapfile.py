@@ -18,7 +18,8 @@ import struct
 
 import pytest
 import xxhash
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import export_file, manifest, set_manifest, snapshot_seqs
+from helpers import AGENTS, snaprun
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,13 +72,20 @@ def real_store(tmp_path_factory):
         fault="after-snapshot:6",
     )
     assert run.returncode == -9, run.stderr
-    assert len(snapshot_files(store, "job")) == 6
+    assert snapshot_seqs(store, "job") == [1, 2, 3, 4, 5, 6]
     return store
 
 
 @pytest.fixture(scope="module")
 def real(real_store):
-    return snapshot_files(real_store, "job")
+    """The job's 6 snapshots as snapshot files (format 2), exported from the store (a
+    job's snapshots are chunked in the store; a file is what export writes)."""
+    folder = real_store.parent / "exported"
+    folder.mkdir()
+    return [
+        export_file(real_store, "job", seq, folder / f"{seq:06d}-e1.snap")
+        for seq in snapshot_seqs(real_store, "job")
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -471,15 +479,25 @@ def store_copy(real_store, tmp_path):
     return store
 
 
+def _store_of(path):
+    """The store a test file belongs to: the store it lies in (<store>/snapshots/<job>/),
+    or the store beside its folder (<tmp>/files/ beside <tmp>/store)."""
+    if path.parent.parent.name == "snapshots":
+        return path.parents[2]
+    return path.parent.parent / "store"
+
+
 def _cli_refuses(path, cwd, *command, needle: str | None = None):
     """`snaprun COMMAND... --store STORE PATH` (default: resume; STORE the store the file
-    lies in, since a file never chooses its store) refuses: exit 2, one snaprun error
-    naming PATH on stderr, no traceback, nothing on stdout, the file and its job
-    directory unchanged."""
+    belongs to, since a file never chooses its store) refuses: exit 2, one snaprun error
+    naming PATH on stderr, no traceback, nothing on stdout, the file and its folder
+    unchanged, and the store's catalog unchanged."""
     command = command or ("resume",)
+    store = _store_of(path)
     before = path.read_bytes()
     listing = sorted(os.listdir(path.parent))
-    run = snaprun(*command, "--store", path.parents[2], path, cwd=cwd, env=NO_ENV_KEY)
+    catalog = _catalog_dump(store)
+    run = snaprun(*command, "--store", store, path, cwd=cwd, env=NO_ENV_KEY)
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr, run.stderr
     assert run.stdout == ""
@@ -490,12 +508,24 @@ def _cli_refuses(path, cwd, *command, needle: str | None = None):
         assert needle in errors[0], run.stderr
     assert path.read_bytes() == before
     assert sorted(os.listdir(path.parent)) == listing
+    assert _catalog_dump(store) == catalog
     return run
 
 
+def _catalog_dump(store) -> list[str]:
+    """The store's catalog as SQL (rows of every table)."""
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(f"file:{store / 'catalog.db'}?mode=ro", uri=True)) as db:
+        return list(db.iterdump())
+
+
 def _damaged(store, data: bytes, name: str = "000002-e1.snap"):
-    """`data` written over the store copy's snapshot file `name` (job "job")."""
-    path = store / "snapshots" / "job" / name
+    """`data` written to a snapshot file `name` of job "job" (an export of the store
+    copy's snapshot, in <tmp>/files beside the store)."""
+    path = store.parent / "files" / name
+    path.parent.mkdir(exist_ok=True)
     path.write_bytes(data)
     return path
 
@@ -624,11 +654,34 @@ def _real_header(real_bytes: bytes) -> dict:
     return {k: v for k, v in header.items() if k not in _ADDED}
 
 
+def _import_and_refuse(store, path, cwd, needle: str) -> None:
+    """`resume --as imported PATH` (the store holds job "job" already) copies the signed
+    file into the store as job "imported"'s snapshot file and refuses it; then `resume
+    imported` refuses that file row: exit 2, one error naming the store's copy, nothing
+    on stdout, no traceback, the copy, its folder and the job's snapshot rows unchanged
+    (the resume took the job's lease: that much of the catalog changes)."""
+    copy = store / "snapshots" / "imported" / "000002-e0.snap"
+    first = snaprun("resume", "--store", store, "--as", "imported", path, cwd=cwd, env=NO_ENV_KEY)
+    assert first.returncode == 2, first.stderr
+    assert "Traceback" not in first.stderr and first.stdout == ""
+    assert needle in first.stderr and str(copy) in first.stderr, first.stderr
+    before, listing = copy.read_bytes(), sorted(os.listdir(copy.parent))
+    assert snapshot_seqs(store, "imported") == [2]
+    run = snaprun("resume", "--store", store, "imported", cwd=cwd, env=NO_ENV_KEY)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and run.stdout == ""
+    errors = [line for line in run.stderr.splitlines() if line.startswith("snaprun: error:")]
+    assert len(errors) == 1, run.stderr
+    assert str(copy) in errors[0] and needle in errors[0], run.stderr
+    assert copy.read_bytes() == before and sorted(os.listdir(copy.parent)) == listing
+    assert snapshot_seqs(store, "imported") == [2]
+
+
 def test_cli_resume_body_not_zstd(real_bytes, store_copy, tmp_path):
     """A validly signed snapshot whose body is not zstd data is refused with exit 2 and
     an error naming the file."""
     data = _signed(store_copy, _real_header(real_bytes), [b"definitely not zstd"])
-    _cli_refuses(_damaged(store_copy, data), tmp_path, needle="decompress")
+    _import_and_refuse(store_copy, _damaged(store_copy, data), tmp_path, needle="decompress")
 
 
 def test_cli_resume_body_not_a_pickle(real_bytes, store_copy, tmp_path):
@@ -636,7 +689,7 @@ def test_cli_resume_body_not_a_pickle(real_bytes, store_copy, tmp_path):
     snapstate pickle is refused with exit 2 and a clean error, not a traceback."""
     path = _damaged(store_copy, b"")
     _snapfile.write(str(path), _real_header(real_bytes), b"garbage", _keys.KeyRing(str(store_copy)))
-    _cli_refuses(path, tmp_path)
+    _import_and_refuse(store_copy, path, tmp_path, needle="could not be unpickled")
 
 
 @pytest.mark.parametrize(
@@ -670,21 +723,27 @@ def test_cli_header_not_a_snapshot_header(store_copy, tmp_path, header, command)
 
 
 def test_cli_refusal_leaves_other_snapshots_resumable(real, store_copy, tmp_path):
-    """After a damaged snapshot is refused, an intact earlier snapshot of the same job
-    still resumes and the job finishes."""
-    good = store_copy / "snapshots" / "job" / real[0].name
+    """After a damaged snapshot file is refused, an intact earlier snapshot file of the
+    same job still resumes and the job finishes."""
+    good = store_copy.parent / "files" / real[0].name
+    good.parent.mkdir(exist_ok=True)
+    shutil.copyfile(real[0], good)
     bad = _damaged(store_copy, real[1].read_bytes()[: len(real[1].read_bytes()) // 2])
     _cli_refuses(bad, tmp_path)
-    run = snaprun("resume", "--store", store_copy, good, cwd=tmp_path, env=NO_ENV_KEY)
+    _cli_refuses(bad, tmp_path, "resume", "--as", "again")
+    run = snaprun(
+        "resume", "--store", store_copy, "--as", "again", good, cwd=tmp_path, env=NO_ENV_KEY
+    )
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 1" in run.stderr
     assert run.result == "13"
 
 
 def test_cli_resume_at_damaged_snapshot_drops_nothing(tmp_path):
-    """`snaprun resume JOB --at 2` of a killed job whose snapshot 2 is damaged exits 2
-    cleanly and drops nothing: its later snapshots 3 and 4 are still there (files and
-    catalog, no "rewound" event), so the job then resumes from snapshot 4."""
+    """`snaprun resume JOB --at 2` of a killed job whose snapshot 2 is damaged (its
+    manifest truncated by a byte) exits 2 cleanly and drops nothing: its later
+    snapshots 3 and 4 are still there (rows and manifests, no "rewound" event), so the
+    job then resumes from snapshot 4."""
     store = tmp_path / "store"
     killed = snaprun(
         "run",
@@ -698,14 +757,15 @@ def test_cli_resume_at_damaged_snapshot_drops_nothing(tmp_path):
         env=NO_ENV_KEY,
     )
     assert killed.returncode == -9, killed.stderr
-    files = snapshot_files(store, "job")
-    assert len(files) == 4
-    files[1].write_bytes(files[1].read_bytes()[:-1])
+    assert snapshot_seqs(store, "job") == [1, 2, 3, 4]
+    set_manifest(store, "job", 2, manifest(store, "job", 2)[:-1])
+    manifests = [manifest(store, "job", seq) for seq in (1, 2, 3, 4)]
     run = snaprun("resume", "--store", store, "--at", "2", "job", cwd=tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr and run.stdout == ""
-    assert str(files[1]) in run.stderr and "truncated" in run.stderr
-    assert snapshot_files(store, "job") == files
+    assert "snapshot 2 of job job" in run.stderr and "manifest is damaged" in run.stderr
+    assert snapshot_seqs(store, "job") == [1, 2, 3, 4]
+    assert [manifest(store, "job", seq) for seq in (1, 2, 3, 4)] == manifests
     log = json.loads(
         snaprun("log", "--store", store, "--json", "job", cwd=tmp_path, env=NO_ENV_KEY).stdout
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click.testing
 import pytest
+from chunked import export_file, to_file_rows
 from click.testing import CliRunner
 from helpers import AGENTS, snaprun
 
@@ -36,6 +37,7 @@ def pristine(tmp_path_factory) -> Path:
     store = root / "store"
     run = snaprun("run", "--store", store, "--job", "j", LOOPS, cwd=root)
     assert run.returncode == 0, run.stderr
+    export_file(store, "j", 1, root / "j-1.snap")
     return store
 
 
@@ -44,6 +46,12 @@ def store(pristine, tmp_path) -> Path:
     copy = tmp_path / "store"
     shutil.copytree(pristine, copy)
     return copy
+
+
+@pytest.fixture
+def snap(pristine, tmp_path) -> Path:
+    """Snapshot j@1 of the store, exported to a snapshot file outside it."""
+    return Path(shutil.copy(pristine.parent / "j-1.snap", tmp_path / "j-1.snap"))
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -120,15 +128,14 @@ def commands(store: Path, snap: Path, out: Path) -> list[list]:
 
 
 @pytest.mark.parametrize("how", ["deleted", "empty", "zeroed", "random", "truncated"])
-def test_damaged_catalog_is_refused_by_every_command(store, tmp_path, monkeypatch, how):
-    """A deleted, empty, zeroed, random or half-truncated catalog.db next to the
-    store's snapshots: every command (read-only and writable, by --store or through a
-    snapshot file of the store) exits 2 naming catalog.db and `snaprun repair`; no
+def test_damaged_catalog_is_refused_by_every_command(store, snap, tmp_path, monkeypatch, how):
+    """A deleted, empty, zeroed, random or half-truncated catalog.db of a store with
+    snapshots: every command (read-only and writable, by --store, with a job or a
+    snapshot file exported from the store) exits 2 naming catalog.db and `snaprun repair`; no
     catalog is re-created and every file of the store is byte-identical afterwards
     (before, an empty store was shown with exit 0 and `run` started over it)."""
     damage(store, how)
     before = tree(store)
-    snap = store / "snapshots" / "j" / "000001-e1.snap"
     out = tmp_path / "exported.snap"
     for args in commands(store, snap, out):
         result = cli_run(*args, cwd=tmp_path, monkeypatch=monkeypatch)
@@ -137,16 +144,16 @@ def test_damaged_catalog_is_refused_by_every_command(store, tmp_path, monkeypatc
     assert not out.exists()
 
 
-def test_deleted_keys_json_is_refused_not_reminted(store, tmp_path, monkeypatch):
+def test_deleted_keys_json_is_refused_not_reminted(store, snap, tmp_path, monkeypatch):
     """keys.json deleted from a store with snapshots: ls, verify, resume and run exit 2
     naming keys.json; no new key is minted (before, a fresh key was created, every
     snapshot was refused with a misleading "set SNAPSTATE_KEY", and new jobs ran)."""
     (store / "keys.json").unlink()
     before = tree(store)
-    snap = store / "snapshots" / "j" / "000001-e1.snap"
     for args in (
         ["ls", "--store", store],
         ["verify", "--store", store, snap],
+        ["verify", "--store", store, "j@1"],
         ["resume", "--store", store, "j"],
         ["run", "--store", store, LOOPS],
         ["keys", "rotate", "--store", store],
@@ -173,12 +180,11 @@ def test_replaced_keys_json_is_refused(store, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("command", [["verify"], ["inspect"], ["inspect", "--json"]])
-def test_file_commands_in_a_fresh_directory_create_nothing(store, tmp_path, monkeypatch, command):
+def test_file_commands_in_a_fresh_directory_create_nothing(snap, tmp_path, monkeypatch, command):
     """`snaprun verify FILE` / `inspect FILE` of a file outside any store, run in an
     empty directory with no --store and no SNAPSTATE_HOME: exit 2 saying there is no
     store, and `./.snapstate` is not created (before, a whole store was)."""
-    outside = tmp_path / "exported.snap"
-    shutil.copy(store / "snapshots" / "j" / "000001-e1.snap", outside)
+    outside = snap
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     clean_exit_2(
@@ -231,10 +237,15 @@ def test_store_json_identity_and_header_binding(store):
 
 
 def _make_legacy(store: Path) -> None:
-    """Turn a store into one of the previous release: no store.json, schema version 1
-    (no digest or origin columns)."""
+    """Turn a store into one of the previous release: its snapshots in files (file
+    rows), no store.json, schema version 1 (no digest or origin columns, no manifests
+    or chunks tables)."""
+    to_file_rows(store, "j")
     (store / "store.json").unlink()
     db = sqlite3.connect(store / "catalog.db")
+    db.execute("DROP TRIGGER snapshot_drops_manifest")
+    db.execute("DROP TABLE manifests")
+    db.execute("DROP TABLE chunks")
     db.execute("ALTER TABLE snapshots DROP COLUMN digest")
     db.execute("ALTER TABLE snapshots DROP COLUMN origin")
     db.execute("PRAGMA user_version = 1")

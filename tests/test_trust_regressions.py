@@ -28,9 +28,10 @@ import time
 from pathlib import Path
 
 import pytest
+from chunked import snapshot_seqs, to_file_rows
 from helpers import AGENTS, snaprun, snapshot_files
 
-from snapstate import JobFinished, SnapshotWriteError, StaleWriter
+from snapstate import JobFinished, StaleWriter
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
 from snapstate.serializers import _identity
@@ -155,12 +156,15 @@ def test_a_module_level_sys_exit_creates_no_job(tmp_path):
 
 
 def test_export_never_overwrites_a_file(killed):
-    """`export -o` refuses a path inside the store (the catalog, another snapshot) and
-    any existing file, exit 2, changing nothing (before: it replaced them)."""
+    """`export -o` refuses a path inside the store (the catalog, the key file, another
+    snapshot's file: w's snapshots made file rows, as imported ones are) and any
+    existing file, exit 2, changing nothing (before: it replaced them)."""
     store = killed / ".snapstate"
     mine = killed / "mine.txt"
     mine.write_text("my data")
-    targets = [store / "catalog.db", snapshot_files(store, "w")[-1], mine]
+    to_file_rows(store, "w")  # (its connection folded the WAL away: a reader makes it again)
+    assert snaprun("ls", cwd=killed).returncode == 0
+    targets = [store / "catalog.db", store / "keys.json", snapshot_files(store, "w")[-1], mine]
     before = _tree(killed)
     for target in targets:
         run = snaprun("export", "w@1", "-o", target, cwd=killed)
@@ -173,10 +177,13 @@ def test_export_never_overwrites_a_file(killed):
 
 def test_a_job_lost_by_a_stale_catalog_is_never_overwritten(killed):
     """The catalog lost job w (its rows gone, as with a deleted WAL or an old backup)
-    while w's snapshot files remain: a new `run --job w` is refused (exit 2, pointing
-    at repair) and the old files stay byte-identical; Home.write_snapshot never
-    replaces an existing file (before: the new job rewrote 000001-e1.snap ...)."""
+    while w's snapshot files remain (w's snapshots made file rows first, as an earlier
+    release's or imported ones are; a chunked snapshot goes with its rows): a new
+    `run --job w` is refused (exit 2, pointing at repair) and the old files stay
+    byte-identical; Home.write_snapshot never writes over an existing file (it writes
+    a chunked snapshot, no file) (before: the new job rewrote 000001-e1.snap ...)."""
     store = killed / ".snapstate"
+    assert len(to_file_rows(store, "w")) == 3
     db = sqlite3.connect(store / "catalog.db")
     with db:
         for table in ("snapshots", "leases", "events", "effects", "metrics", "jobs"):
@@ -187,10 +194,12 @@ def test_a_job_lost_by_a_stale_catalog_is_never_overwritten(killed):
     assert run.returncode == 2, run.stderr
     assert "repair" in run.stderr and "Traceback" not in run.stderr
     assert {p.name: _digest(p) for p in snapshot_files(store, "w")} == files
+    assert snapshot_seqs(store, "w") == []
     home = Home(str(store))
     existing = snapshot_files(store, "w")[0]
-    with pytest.raises(SnapshotWriteError, match="already exists"):
-        home.write_snapshot("w", 1, 1, None, {"created_at": time.time()}, b"x")
+    prepared = home.write_snapshot("w", 1, 1, None, {"created_at": time.time()}, b"x")
+    assert prepared.row.file == ""  # chunked: no file written
+    assert {p.name: _digest(p) for p in snapshot_files(store, "w")} == files
     assert _digest(existing) == files[existing.name]
     home.close()
 
@@ -231,11 +240,14 @@ def test_repair_of_an_encrypted_store_seals_what_it_rebuilds(tmp_path):
     """`repair` after the catalog of an encrypted store is lost: the rebuilt rows are
     sealed (ls and log work, labels come back from the sealed headers, no label in
     clear in the catalog) (before: the rebuilt catalog was plaintext and every command
-    then refused it)."""
+    then refused it). Repair reads snapshot files: w's snapshots are made file rows
+    (encrypted files) before the catalog is lost."""
     assert snaprun("init", "--encrypt", cwd=tmp_path).returncode == 0
     run = snaprun("run", "--job", "w", LOOPS, cwd=tmp_path, fault="after-snapshot:3")
     assert run.returncode == -9, run.stderr
     store = tmp_path / ".snapstate"
+    files = to_file_rows(store, "w")
+    assert all(b"nested-x0" not in f.read_bytes() for f in files)
     for name in ("catalog.db", "catalog.db-wal", "catalog.db-shm"):
         if (store / name).exists():
             (store / name).unlink()
