@@ -29,6 +29,7 @@ only then is the body assembled and handed out for unpickling.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections import Counter
@@ -418,7 +419,15 @@ class _Packs:
                     "from another snapshot (`snaprun log JOB`)"
                 ) from None
             except OSError as exc:
-                raise StoreDamaged(f"{self.where}: its pack file {name}: {exc}") from None
+                if exc.errno == errno.ELOOP:
+                    raise StoreDamaged(
+                        f"{self.where}: its pack file {name} is a symbolic link: the store "
+                        "was tampered with; refusing it. Restore the store from a backup "
+                        "or resume from another snapshot (`snaprun log JOB`)"
+                    ) from None
+                raise StoreDamaged(
+                    f"{self.where}: its pack file {name} cannot be read ({exc.strerror or exc})"
+                ) from None
             self.open[name] = fd
         data = os.pread(fd, chunk.length, chunk.offset)
         if len(data) != chunk.length:

@@ -14,6 +14,7 @@ from snapstate._errors import ApprovalError as ApprovalError
 from snapstate._errors import ApprovalExpired as ApprovalExpired
 from snapstate._errors import ApprovalRejected as ApprovalRejected
 from snapstate._errors import ApprovalScopeError as ApprovalScopeError
+from snapstate._errors import ChunksMissing as ChunksMissing
 from snapstate._errors import CorruptSnapshot as CorruptSnapshot
 from snapstate._errors import DivergenceError as DivergenceError
 from snapstate._errors import EffectOutsideJob as EffectOutsideJob
@@ -129,6 +130,7 @@ __all__ = [
     "SnapshotNotFound",
     "LeaseHeld",
     "StaleWriter",
+    "ChunksMissing",
     "DivergenceError",
     "SecretUnavailable",
     "JobParked",

@@ -234,9 +234,9 @@ class ChunksMissing(StoreError):
     concurrent `snaprun prune` swept them after the writer saw them): nothing was
     committed; the writer stores them again and retries."""
 
-    def __init__(self, message: str, ids: frozenset[bytes] = frozenset()):
-        super().__init__(message)
-        self.ids = ids
+    def __init__(self, *args: object, ids: frozenset[bytes] = frozenset()):
+        super().__init__(*args)
+        self.ids = ids  # kept by pickling (an exception's __dict__ is)
 
 
 class StaleWriter(StoreError):

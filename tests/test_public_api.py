@@ -65,6 +65,7 @@ PUBLIC = [
     "SnapshotNotFound",
     "LeaseHeld",
     "StaleWriter",
+    "ChunksMissing",
     "DivergenceError",
     "SecretUnavailable",
     "JobParked",

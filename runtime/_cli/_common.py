@@ -162,7 +162,7 @@ def check_ids(*refs: str | None, file_ok: bool = False) -> None:
     nothing is created for a refused id. With file_ok, an existing file is a snapshot
     FILE, not a job."""
     for ref in refs:
-        if ref is None or (file_ok and os.path.isfile(ref)):
+        if ref is None or (file_ok and _is_file_ref(ref)):
             continue
         try:
             parse_ref(ref)
@@ -170,6 +170,14 @@ def check_ids(*refs: str | None, file_ok: bool = False) -> None:
             if file_ok and (os.sep in ref or ref.endswith(".snap")):  # meant as a FILE
                 raise SnapshotNotFound(f"no snapshot file at {ref}; as a job id: {exc}") from None
             raise
+
+
+def _is_file_ref(ref: str) -> bool:
+    """A ref meant as a FILE: a regular file there, or something else at a path that
+    is no directory (a FIFO, a device: the reader refuses it, saying what it is)."""
+    return os.path.isfile(ref) or (
+        os.sep in ref and os.path.lexists(ref) and not os.path.isdir(ref)
+    )
 
 
 def check_new_id(job_id: str | None, option: str) -> None:
@@ -191,7 +199,7 @@ def resolve(
 ) -> tuple[str, str, int, SnapshotRow | None]:
     """(path or description, job id, seq, catalog row or None for a FILE) of JOB,
     JOB@SEQ or FILE."""
-    if os.path.isfile(ref):
+    if _is_file_ref(ref):
         header = home.verify(ref)
         return ref, header["job_id"], header["seq"], None
     job_id, seq = parse_ref(ref)

@@ -198,6 +198,12 @@ def repair(store: str | None, accept_id: str | None) -> None:
         return
     if report.moved_aside:
         say(f"the damaged catalog was moved to {report.moved_aside}")
+    say(
+        "snapshots kept as chunks (those a job takes with this release, unless exported "
+        "or imported as files) lived in the catalog and are not rebuilt from files: "
+        "restore catalog.db from a backup to get them back"
+        + (f" (the damaged one is in {report.moved_aside})" if report.moved_aside else "")
+    )
     for job in report.jobs:
         for path in job.left_alone:
             say(f"left alone (not on job {job.job_id}'s latest branch): {path}")

@@ -48,7 +48,7 @@ def add_body(db: sqlite3.Connection, job_id: str, seq: int, body: SnapshotBody) 
         raise ChunksMissing(
             f"job {job_id}: snapshot {seq} refers to {len(missing)} chunk(s) the store no "
             "longer holds (swept by a concurrent prune); nothing was committed",
-            missing,
+            ids=missing,
         )
     db.execute(
         "INSERT INTO manifests (job_id, seq, data) VALUES (?, ?, ?)", (job_id, seq, body.manifest)
