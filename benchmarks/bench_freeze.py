@@ -174,11 +174,13 @@ def run_scenario(agent_path, function, freeze_reps, restore_reps, directory) -> 
     home.catalog.create_job(function, entry.as_dict(), [])
     job = TimedJob(home, function, entry, freeze_reps)
     first = job.run()
-    path = job.last_snapshot
-    assert path is not None and not first["resumed"], "the agent took no snapshot"
+    row = home.catalog.latest(function)
+    assert row is not None and not first["resumed"], "the agent took no snapshot"
+    # How messages name it (an older release, run for an A/B, has only file rows).
+    path = home.where(row) if hasattr(home, "where") else home.row_path(row)
 
     restored = _job.Job.open(home, function)
-    header, raw = home.read(path)
+    header, raw = home.read_row(row)
     body = raw
     state = _pickler.loads(raw)
     plain_bytes = job.plain_bytes  # the same state, pickled plainly while it was live
@@ -191,7 +193,7 @@ def run_scenario(agent_path, function, freeze_reps, restore_reps, directory) -> 
         {
             "restore": lambda: restored.restore(header, body, path),
             "checks": checks,
-            "unzstd": lambda: home.read(path),
+            "unzstd": lambda: home.read_row(row),
             "unpickle": lambda: _pickler.loads(raw),
             "morph": lambda: _morph.build_resume_chain(state["frames"], restored._resume_info),
             "pickle.loads": lambda: pickle.loads(plain_bytes),

@@ -8,7 +8,7 @@ __all__ = ["BufferReader"]
 
 
 class BufferReader:
-    """read, readinto and readline over bytes, a bytearray or a memoryview."""
+    """read, peek, readinto and readline over bytes, a bytearray or a memoryview."""
 
     def __init__(self, data: bytes | bytearray | memoryview) -> None:
         self.data, self.view, self.pos = data, memoryview(data).cast("B"), 0
@@ -18,6 +18,14 @@ class BufferReader:
         data = self.view[self.pos : end].tobytes()
         self.pos = end
         return data
+
+    def peek(self, n: int = 0) -> bytes:
+        """The next bytes (at least `n` where the buffer has them), not consumed: the C
+        unpickler reads ahead through peek (128 KiB at a time) where it has one, which
+        keeps an unframed stream (serializers/_deframe.py) as fast as a framed one
+        instead of one read() call per opcode."""
+        end = min(self.pos + max(n, 1 << 17), len(self.view))
+        return self.view[self.pos : end].tobytes()
 
     def readinto(self, buffer: bytearray | memoryview) -> int:
         target = memoryview(buffer).cast("B")
