@@ -58,6 +58,7 @@ __all__ = [
 
 AVG_SIZE, MIN_SIZE, MAX_SIZE = 16 << 10, 4 << 10, 64 << 10
 ID_SIZE = 16
+_PARALLEL_FROM = 8  # chunks: fewer are compressed in this thread
 MAX_DEPTH = 32  # a delta's base may itself be a delta, up to this many deep
 _NONCE = 12
 _ZSTD_LEVEL = 1
@@ -115,6 +116,25 @@ class Codec:
             return compressed
         nonce = os.urandom(_NONCE)
         return nonce + self._aead.encrypt(nonce, compressed, b"snapstate chunk " + chunk_id)
+
+    def encode_many(self, chunks: list[tuple[bytes, memoryview]]) -> list[bytes]:
+        """encode() of many whole chunks, compressed in parallel by zstd's own threads
+        where the zstandard build offers it (a first snapshot of a large state)."""
+        multi = getattr(self._zstd()[0], "multi_compress_to_buffer", None)
+        if multi is None or len(chunks) < _PARALLEL_FROM:
+            return [self.encode(chunk_id, content) for chunk_id, content in chunks]
+        try:
+            result = multi([content for _, content in chunks], threads=-1)
+            compressed = [result[i].tobytes() for i in range(len(result))]
+        except (zstandard.ZstdError, NotImplementedError, TypeError):
+            return [self.encode(chunk_id, content) for chunk_id, content in chunks]
+        if self._aead is None:
+            return compressed
+        sealed = []
+        for (chunk_id, _), data in zip(chunks, compressed, strict=True):
+            nonce = os.urandom(_NONCE)
+            sealed.append(nonce + self._aead.encrypt(nonce, data, b"snapstate chunk " + chunk_id))
+        return sealed
 
     def decode(
         self,

@@ -218,16 +218,17 @@ class ChunkStore:
         them: in the catalog transaction when small, else in one new pack file.
         `base_depth`: the delta depth of the bases."""
         encoded: list[tuple[bytes, int, bytes, bytes | None, int]] = []
+        whole: list[tuple[bytes, memoryview]] = []
         for chunk_id, content, base_id, base in chunks:
-            depth = 0
             if base_id is not None and base is not None:
                 data = codec.encode(chunk_id, content, base)
                 depth = (base_depth or {}).get(base_id, _chunks.MAX_DEPTH) + 1
-                if len(data) * 4 > len(content):  # a poor delta: whole instead
-                    base_id, depth = None, 0
-            if depth == 0:
-                base_id, data = None, codec.encode(chunk_id, content)
-            encoded.append((chunk_id, len(content), data, base_id, depth))
+                if len(data) * 4 <= len(content):  # else a poor delta: whole instead
+                    encoded.append((chunk_id, len(content), data, base_id, depth))
+                    continue
+            whole.append((chunk_id, content))
+        for (chunk_id, content), data in zip(whole, codec.encode_many(whole), strict=True):
+            encoded.append((chunk_id, len(content), data, None, 0))
         if sum(len(e[2]) for e in encoded) <= INLINE_LIMIT:
             return [StoredChunk(c, size, data, base=b, depth=d) for c, size, data, b, d in encoded]
         me = f"{os.getpid()}-{_fs.process_start(os.getpid())}"

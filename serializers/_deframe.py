@@ -50,12 +50,7 @@ def deframe(data: bytes | bytearray | memoryview, start: int = 0) -> bytes:
     comes before is kept as it is); `data` itself, as bytes, when that pickle has no
     frames or is not a stream this walk recognises."""
     view = memoryview(data)
-    if (
-        len(view) < start + 11
-        or view[start] != _PROTO
-        or view[start + 1] < 4
-        or view[start + 2] != _FRAME
-    ):
+    if len(view) < start + 3 or view[start] != _PROTO or view[start + 1] < 4:
         return bytes(view)
     parts: list[memoryview] = [view[: start + 2]]
     pos, end = start + 2, len(view)
