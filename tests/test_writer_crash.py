@@ -187,15 +187,23 @@ def _pack_seq(path: str) -> int:
     return int(name.split(".")[1].split("-e")[0])
 
 
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory) -> Baseline:
+def store_for(tmp_path: Path, n: int) -> Path:
+    """The store of the test's n-th run (0: the baseline). Every run's path has the
+    same length: the canary's path is part of the job's state, and a state of another
+    length may be cut into another number of chunks (so written in another number of
+    writes)."""
+    return tmp_path / f"s{n:04d}"
+
+
+@pytest.fixture
+def baseline(tmp_path, capsys) -> Baseline:
     """An uninterrupted run through a counting (never failing) FaultyFileSystem: the
     result every resumed run must reproduce, and which calls occur for which snapshot."""
-    store = tmp_path_factory.mktemp("baseline")
+    store = store_for(tmp_path, 0)
     fs = FaultyFileSystem()
     home = Home(str(store), fs=fs)
     try:
-        result = Job.create(home, ENTRY, [], "job").run()
+        result = Job.create(home, ENTRY, [str(store / "canary")], "job").run()
         rows = home.catalog.snapshots("job")
         assert [r.seq for r in rows] == list(range(1, STEPS + 1))
         assert {r.file for r in rows} == {CHUNKED}
@@ -211,6 +219,7 @@ def baseline(tmp_path_factory) -> Baseline:
     assert all(fs.calls[op] == len(PACKED) for op in OPS if op != "write")
     assert fs.calls["write"] > 3 * len(PACKED)  # a pack is written in many writes
     assert len(pack_files(store)) == len(PACKED) == len(referenced_packs(store))
+    capsys.readouterr()  # its acks
     return Baseline(result, fs.calls, snapshot_of)
 
 
@@ -318,10 +327,13 @@ def test_fault_matrix(op, kind, baseline, tmp_path, capsys):
     persistent = kind == "persistent"
     for n in range(1, baseline.calls[op] + 1):
         k = baseline.snapshot_of[(op, n)]
-        store = tmp_path / f"{op}-{n}"
+        store = store_for(tmp_path, n)
         fs = FaultyFileSystem(op, n, persistent)
         result, acks = _run(store, fs, resume=False, capsys=capsys)
         assert fs.failed == [(op, n)], (n, result)
+        assert [(o, i) for o, i, _ in fs.log if o == "create"][-1:] == [
+            ("create", sum(seq <= k for seq in PACKED))
+        ], (n, k)  # the failed call belongs to snapshot k's pack, as in the baseline
         _check_after_fault(store, op, k, [1], result, acks, fs)
         torn = fs.torn
         if persistent:
@@ -421,7 +433,7 @@ def test_corrupt_latest_snapshot_is_refused_without_unpickling(baseline, tmp_pat
     store), naming the snapshot, and nothing was unpickled: the agent's Canary, whose
     __setstate__ records every unpickling, never ran. Control: with the intact pack
     back, the resume unpickles it (the canary fires) and completes."""
-    store = tmp_path / "store"
+    store = store_for(tmp_path, 1)
     # Torn inside snapshot 2's pack, at its third write.
     at = [n for (op, n), seq in baseline.snapshot_of.items() if op == "write" and seq == 2][2]
     fs = FaultyFileSystem("write", at)
