@@ -36,7 +36,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import AGENTS, Run, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, Run, snaprun
 from llm_stub import LLMStub
 from providers import Provider
 
@@ -537,13 +538,13 @@ def test_async_sdk_clients_survive_a_kill_after_each_snapshot(tmp_path, stub):
 
     home = Home(str(store))
     try:
-        files = snapshot_files(store, "j")
-        assert len(files) == 2
-        for path in files:
-            _, payload = home.read(str(path))
+        rows = home.catalog.snapshots("j")
+        assert [r.seq for r in rows] == [1, 2]
+        for row in rows:
+            _, payload = home.read_row(row)
             assert b"AsyncOpenAI" in payload and b"AsyncAnthropic" in payload
             for secret in (ENV_OKEY, ENV_AKEY):
-                assert secret.encode() not in payload, (secret, path)
+                assert secret.encode() not in payload, (secret, row.seq)
     finally:
         home.close()
 
@@ -608,7 +609,7 @@ def test_a_snapshot_is_refused_while_a_task_awaits_foreign_io(tmp_path, provider
     # snapshot did not wait for it (the thread sleeps 5 s, the timer is 60 s away)
     assert tail == f"\nbusy task still running: True\n{ended}\nsnapshot 2\nplaced po-2\ndone\n"
     assert run.result == "'done'"
-    assert [f.name[:6] for f in snapshot_files(store, "j")] == ["000001", "000002"]
+    assert snapshot_seqs(store, "j") == [1, 2]
     assert provider.deliveries == Counter({"before": 1, "after": 1})
 
 
@@ -633,7 +634,7 @@ def test_earlier_snapshots_stay_valid_after_a_refusal(tmp_path, provider, silent
     killed = snaprun("run", "--store", store, "--job", "j", REFUSALS, cwd=tmp_path, env=env)
     assert killed.returncode == -9, killed.stderr
     assert "refused: snapshot 2 (busy)" in killed.stdout
-    assert [f.name[:6] for f in snapshot_files(store, "j")] == ["000001"]
+    assert snapshot_seqs(store, "j") == [1]
     final = snaprun("resume", "--store", store, "j", cwd=tmp_path, env=env)
     assert final.returncode == 0, final.stderr
     assert "resumed from snapshot 1" in final.stderr
@@ -656,7 +657,7 @@ def test_an_uncaught_refusal_fails_the_job_and_keeps_its_snapshot(tmp_path, prov
     assert len(failed) == 1 and "SnapshotError: snapshot 2 (busy) was refused" in failed[0]
     assert "task 1 (busy-socket)" in failed[0] and "socket(s)" in failed[0]
     assert "its last snapshot is 1" in run.stderr
-    assert [f.name[:6] for f in snapshot_files(store, "j")] == ["000001"]
+    assert snapshot_seqs(store, "j") == [1]
     env.pop("UNCAUGHT")
     final = snaprun("resume", "--store", store, "j", cwd=tmp_path, env=env)
     assert final.returncode == 0, final.stderr
@@ -777,11 +778,11 @@ def main():
 def test_main_paused_in_a_star_call_survives_many_snapshots(tmp_path):
     """A greenlet-task job (the sync counterpart benchmarks/bench_async.py compares
     with) whose main waits in gather(*[spawn(worker)]) while the worker takes 8
-    snapshots: the run ends done with 8 snapshot files (on 3.11 it dies with SIGSEGV
+    snapshots: the run ends done with 8 snapshots (on 3.11 it dies with SIGSEGV
     at the 4th)."""
     agent = tmp_path / "star_gather.py"
     agent.write_text(STAR_GATHER)
     run = snaprun("run", "--store", tmp_path / "s", "--job", "j", agent, cwd=tmp_path)
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert run.result == "['done']"
-    assert len(snapshot_files(tmp_path / "s", "j")) == 8
+    assert len(snapshot_seqs(tmp_path / "s", "j")) == 8

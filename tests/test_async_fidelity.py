@@ -13,7 +13,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 PROGRAMS = [
     "async_nested",
@@ -63,7 +64,7 @@ def _baseline(program, tmp_path):
     assert "SnapshotError" not in run.stdout + run.stderr
     assert _agent_stderr(run) == "", run.stderr
     assert run.result is not None
-    count = len(snapshot_files(store, "job"))
+    count = len(snapshot_seqs(store, "job"))
     assert count >= 2, f"{program} must take several snapshots"
     return run, count
 
@@ -93,15 +94,14 @@ def _kill_after(program: str, k: int, base, count: int, tmp_path) -> None:
         fault=f"after-snapshot:{k}",
     )
     assert killed.returncode == -9, killed.stderr
-    files = snapshot_files(store, "job")
-    assert len(files) == k
-    resumed = snaprun("resume", "--store", store, files[-1], cwd=tmp_path)
+    assert snapshot_seqs(store, "job") == list(range(1, k + 1))
+    resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from snapshot {k}" in resumed.stderr
     assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
     assert _agent_stderr(killed) + _agent_stderr(resumed) == "", resumed.stderr
     assert resumed.result == base.result
-    assert len(snapshot_files(store, "job")) == count, "the resumed run took the rest"
+    assert len(snapshot_seqs(store, "job")) == count, "the resumed run took the rest"
 
 
 @pytest.mark.parametrize("program", PROGRAMS)
@@ -171,11 +171,11 @@ def test_chain_killed_at_every_point(program, tmp_path):
     assert run.returncode == -9
     output = run.stdout
     for k in range(1, count + 1):
-        last = snapshot_files(store, "job")[-1]
-        assert last.name.startswith(f"{k:06d}-e")
+        assert snapshot_seqs(store, "job")[-1] == k
         run = snaprun(
-            "resume", "--store", store, last, cwd=tmp_path, fault=f"after-snapshot:{k + 1}"
+            "resume", "--store", store, "job", cwd=tmp_path, fault=f"after-snapshot:{k + 1}"
         )
+        assert f"resumed from snapshot {k}" in run.stderr, run.stderr
         output += run.stdout
         expected = -9 if k < count else 0
         assert run.returncode == expected, run.stderr
@@ -244,7 +244,7 @@ def _uncaught_runs(tmp_path):
     assert base.returncode == 1, base.stderr
     assert "KeyError: 'missing'" in base.stderr and "ValueError: wrapped" in base.stderr
     assert "direct cause" in base.stderr
-    count = len(snapshot_files(tmp_path / "base", "job"))
+    count = len(snapshot_seqs(tmp_path / "base", "job"))
     assert count == 2
     runs = []
     for k in range(1, count + 1):
@@ -260,9 +260,8 @@ def _uncaught_runs(tmp_path):
             fault=f"after-snapshot:{k}",
         )
         assert killed.returncode == -9
-        resumed = snaprun(
-            "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=tmp_path
-        )
+        assert snapshot_seqs(store, "job") == list(range(1, k + 1))
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path)
         runs.append((base, killed, resumed))
     return runs
 

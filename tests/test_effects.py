@@ -32,8 +32,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from chunked import snapshot_seqs
 from helpers import AGENTS, snaprun
 from providers import Provider
+from stored import outsider_chunks, raw_files, stored_state
 
 from snapstate.serializers._home import Home
 from snapstate.serializers._sqlite import SqliteCatalog
@@ -146,7 +148,7 @@ def orders_env(provider, mode="keyed", orders=3, **extra) -> dict:
 
 
 def catalog_view(store: Path, job: str):
-    """Everything a replay must leave untouched: rows, metrics, files."""
+    """Everything a replay must leave untouched: rows, metrics, stored snapshots."""
     catalog = SqliteCatalog(str(store))
     try:
         row = catalog.get_job(job)
@@ -155,7 +157,7 @@ def catalog_view(store: Path, job: str):
             catalog.effects(job),
             catalog.metrics(job),
             (row.status, row.resume_count, row.updated),
-            sorted(p.name for p in (store / "snapshots" / job).iterdir()),
+            stored_state(store, job),
         )
     finally:
         catalog.close()
@@ -545,22 +547,32 @@ def test_replay_stops_at_the_first_divergence(tmp_path):
 
 # ------------------------------------------------------------------------ secrets
 def _assert_store_never_holds(store: Path, needles: list[bytes]) -> None:
-    files = [p for p in store.rglob("*") if p.is_file()]
-    assert any(p.name == "catalog.db" for p in files)
-    snaps = [p for p in files if p.suffix == ".snap"]
-    assert snaps
-    for path in files:
-        data = path.read_bytes()
+    files = raw_files(store)
+    assert "catalog.db" in files
+    seqs = {job: snapshot_seqs(store, job) for job in _jobs(store)}
+    assert any(seqs.values())
+    chunks = outsider_chunks(store)
+    assert chunks
+    for name, data in [*files.items(), *(("a chunk", c) for c in chunks)]:
         for needle in needles:
-            assert needle not in data, f"{needle!r} in {path}"
+            assert needle not in data, f"{needle!r} in {name}"
     home = Home(str(store))
     try:
-        for path in snaps:  # bodies are compressed: read them
-            header, payload = home.read(str(path))
-            for needle in needles:
-                assert needle not in payload and needle.decode() not in json.dumps(header)
+        for job, listed in seqs.items():  # bodies are chunked and compressed: read them
+            for seq in listed:
+                header, payload = home.read_row(home.catalog.snapshot(job, seq))
+                for needle in needles:
+                    assert needle not in payload and needle.decode() not in json.dumps(header)
     finally:
         home.close()
+
+
+def _jobs(store: Path) -> list[str]:
+    catalog = SqliteCatalog(str(store))
+    try:
+        return [j.job_id for j in catalog.list_jobs()]
+    finally:
+        catalog.close()
 
 
 def test_secrets_never_reach_the_ledger_or_a_snapshot(tmp_path):

@@ -15,8 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, clean_refusal, snaprun
 from store_bytes import snapshot_body, zstd_frames
+from stored import body, outsider_chunks
 
 from snapstate.serializers import _pickler, _refs
 
@@ -194,17 +196,6 @@ def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:16]
 
 
-def _payload(store: Path, path: Path) -> bytes:
-    """The payload as the store reads it (opened and verified)."""
-    from snapstate.serializers._home import Home
-
-    home = Home(str(store), create=False, writable=False)
-    try:
-        return bytes(home.read(str(path))[1])
-    finally:
-        home.close()
-
-
 def _files_holding(store: Path, secret: bytes) -> list[str]:
     found = []
     for path in sorted(p for p in store.rglob("*") if p.is_file()):
@@ -216,6 +207,8 @@ def _files_holding(store: Path, secret: bytes) -> list[str]:
         body = snapshot_body(data) if path.suffix == ".snap" else None
         if body is not None and secret in body:
             found.append(f"body: {path}")
+    if any(secret in chunk for chunk in outsider_chunks(store)):
+        found.append(f"a chunk: {store}")
     return found
 
 
@@ -259,10 +252,10 @@ def test_killed_job_resumed_with_a_rotated_key_uses_it_and_the_store_never_holds
     ]
     assert resumed.result == repr(_digest(NEW_KEY))
 
-    snaps = snapshot_files(store, "plain") + snapshot_files(store, "job")
+    snaps = [(job, seq) for job in ("plain", "job") for seq in snapshot_seqs(store, job)]
     assert len(snaps) == 4
     for path in snaps:
-        payload = _payload(store, path)
+        payload = body(store, *path)
         assert KEY.encode() not in payload and NEW_KEY.encode() not in payload, path
         assert b"ACME_API_KEY" in payload, path
     assert _files_holding(store, KEY.encode()) == []
@@ -317,7 +310,9 @@ def test_a_secret_in_a_label_or_meta_is_refused_and_kept_out_of_the_store(tmp_pa
     for line in refused:
         assert "the environment variable ACME_API_KEY" in line and secret not in line
     assert run.stdout.endswith("done\n")
-    assert len(snapshot_files(tmp_path / "s", "job")) == 1
+    assert len(snapshot_seqs(tmp_path / "s", "job")) == 1
     for path in (tmp_path / "s").rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+    for chunk in outsider_chunks(tmp_path / "s"):
+        assert secret.encode() not in chunk

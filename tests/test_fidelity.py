@@ -5,7 +5,8 @@ prints and returns the same result; so does a chain killed at every point in tur
 from __future__ import annotations
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 PROGRAMS = [
     "nested",
@@ -31,7 +32,7 @@ def _baseline(program, tmp_path):
     run = snaprun("run", "--store", store, "--job", "job", AGENTS / f"{program}.py", cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     assert "SnapshotError" not in run.stdout + run.stderr
-    count = len(snapshot_files(store, "job"))
+    count = len(snapshot_seqs(store, "job"))
     assert count >= 2, f"{program} must take several snapshots"
     return run, count
 
@@ -53,9 +54,8 @@ def test_kill_after_each_snapshot_then_resume(program, tmp_path):
             fault=f"after-snapshot:{k}",
         )
         assert killed.returncode == -9, killed.stderr
-        files = snapshot_files(store, "job")
-        assert len(files) == k
-        resumed = snaprun("resume", "--store", store, files[-1], cwd=tmp_path)
+        assert snapshot_seqs(store, "job") == list(range(1, k + 1))
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
         assert f"resumed from snapshot {k}" in resumed.stderr
         assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
@@ -81,11 +81,11 @@ def test_chain_killed_at_every_point(program, tmp_path):
     assert run.returncode == -9
     output = run.stdout
     for k in range(1, count + 1):
-        last = snapshot_files(store, "job")[-1]
-        assert last.name.startswith(f"{k:06d}-e")
+        assert snapshot_seqs(store, "job")[-1] == k
         run = snaprun(
-            "resume", "--store", store, last, cwd=tmp_path, fault=f"after-snapshot:{k + 1}"
+            "resume", "--store", store, "job", cwd=tmp_path, fault=f"after-snapshot:{k + 1}"
         )
+        assert f"resumed from snapshot {k}" in run.stderr, run.stderr
         output += run.stdout
         expected = -9 if k < count else 0
         assert run.returncode == expected, run.stderr
@@ -120,9 +120,8 @@ def test_tracebacks_survive_a_restore(tmp_path):
             fault=f"after-snapshot:{k}",
         )
         assert killed.returncode == -9
-        resumed = snaprun(
-            "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=tmp_path
-        )
+        assert snapshot_seqs(store, "job") == list(range(1, k + 1))
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path)
         assert resumed.returncode == 1
         assert killed.stdout + resumed.stdout == base.stdout
         assert _agent_stderr(resumed) == _agent_stderr(base)
@@ -148,7 +147,7 @@ def test_module_function_entry_point(tmp_path):
         "resume",
         "--store",
         tmp_path / "kill",
-        snapshot_files(tmp_path / "kill", "job")[-1],
+        "job",
         cwd=tmp_path,
     )
     assert resumed.returncode == 0, resumed.stderr

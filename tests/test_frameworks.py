@@ -32,9 +32,11 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from chunked import snapshot_seqs
 from framework_stub import FrameworkStub
-from helpers import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun
 from store_bytes import snapshot_body, zstd_frames
+from stored import outsider_chunks
 
 FRAMEWORKS = AGENTS / "frameworks"
 KEY = "sk-fw-matrix-SECRET-6c1e"
@@ -162,13 +164,13 @@ def _runs(name: str, stub, tmp: Path, *, every_kill: bool) -> dict:
     runs: dict = {"stores": []}
     store = tmp / "plain"
     runs["plain"] = run("run", "--store", store, "--job", JOB, agent)
-    runs["plain_files"] = len(snapshot_files(store, JOB))
+    runs["plain_files"] = len(snapshot_seqs(store, JOB))
     runs["stores"].append(store)
     if every_kill:
         for k in range(1, snapshots + 1):
             store = tmp / f"kill{k}"
             killed = run("run", "--store", store, "--job", JOB, agent, fault=f"after-snapshot:{k}")
-            files = len(snapshot_files(store, JOB))
+            files = len(snapshot_seqs(store, JOB))
             resumed = run("resume", "--store", store, JOB)
             runs[k] = (killed, files, resumed)
             runs["stores"].append(store)
@@ -176,7 +178,7 @@ def _runs(name: str, stub, tmp: Path, *, every_kill: bool) -> dict:
     store = tmp / "chain"
     first = run("run", "--store", store, "--job", JOB, agent, fault="after-snapshot:1")
     second = run("resume", "--store", store, JOB, fault="after-snapshot:2")
-    files = len(snapshot_files(store, JOB))
+    files = len(snapshot_seqs(store, JOB))
     third = run("resume", "--store", store, JOB)
     runs["chain"] = (first, second, files, third)
     runs["stores"].append(store)
@@ -353,6 +355,21 @@ def test_an_mcp_session_held_open_across_a_snapshot_is_refused(stub, tmp_path):
 
 
 # ------------------------------------------------------------------------ secrets
+def _chunked_payloads(store: Path) -> list[tuple[str, int, bytes]]:
+    """(job, seq, payload) of every snapshot the store lists, read back by the store."""
+    from snapstate.serializers._home import Home
+
+    home = Home(str(store), create=False, writable=False)
+    try:
+        return [
+            (job.job_id, row.seq, bytes(home.read_row(row)[1]))
+            for job in home.catalog.list_jobs()
+            for row in home.catalog.snapshots(job.job_id)
+        ]
+    finally:
+        home.close()
+
+
 def _payload_via_store(store: Path, path: Path) -> bytes | None:
     """The payload as the store itself reads it (decrypted, verified), when it can."""
     try:
@@ -371,9 +388,9 @@ def _payload_via_store(store: Path, path: Path) -> bytes | None:
 
 def _check_secrets(stores: list[Path], snapshots: int, plain_ok: bool) -> list[str]:
     """The key, read by the agent from OPENAI_API_KEY, is in no file of any store
-    (catalog, keys, snapshots, logs...): not raw, not in a snapshot's decompressed body
-    (parsed by layout, and any zstd frame found in the file), not in the payload the
-    store reads back."""
+    (catalog, keys, packs, logs...): not raw, not in any zstd frame found in a file,
+    not in a snapshot file's decompressed body (parsed by layout), not in any chunk as
+    an outsider decodes it, not in the payload the store reads back."""
     problems, bodies = [], 0
     for store in stores:
         if not store.exists():
@@ -393,6 +410,17 @@ def _check_secrets(stores: list[Path], snapshots: int, plain_ok: bool) -> list[s
                     problems.append(f"secrets: {secret[:8]!r}... is in a zstd frame of {path}")
                 if any(secret in d for d in (body, payload) if d is not None):
                     problems.append(f"secrets: {secret[:8]!r}... is in the body of {path}")
+        # The chunked snapshots: each body as the store reads it back, and every
+        # chunk as an outsider decodes it (zstd, deltas against their base).
+        chunks = outsider_chunks(store)
+        for job, seq, payload in _chunked_payloads(store):
+            bodies += 1
+            for secret in (KEY.encode(), MCP_KEY.encode()):
+                if secret in payload:
+                    problems.append(f"secrets: {secret[:8]!r}... is in the body of {job}@{seq}")
+        for secret in (KEY.encode(), MCP_KEY.encode()):
+            if any(secret in chunk for chunk in chunks):
+                problems.append(f"secrets: {secret[:8]!r}... is in a chunk of {store}")
     if plain_ok and bodies < snapshots:
         problems.append(f"secrets: only {bodies} snapshot bodies could be read")
     return problems

@@ -6,8 +6,9 @@ is unpickled; the snapshot and the job's other snapshots are left intact, so it
 resumes once the original environment or source is back.
 
 Snapshots "taken under" another version are legitimately signed ones: the header is
-rewritten and the file re-signed with the store's own key (format v2 signs the
-header), as if snaprun had written it under that version."""
+rewritten and the snapshot's manifest (or an exported file) re-signed with the store's
+own key (the manifest and format v2 sign the header), as if snaprun had written it
+under that version."""
 
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ from pathlib import Path
 import cloudpickle
 import greenlet
 import pytest
-from helpers import AGENTS, Run, snaprun, snapshot_files
+from chunked import chunk_rows, export_file, manifest, set_manifest, snapshot_seqs
+from helpers import AGENTS, Run, snaprun
 
-from snapstate.serializers import _keys, _snapfile
+from snapstate.serializers import _keys, _manifest, _snapfile
 from snapstate.serializers._sqlite import SqliteCatalog
+from snapstate.serializers._store import CHUNKED
 
 NO_ENV_KEY = {"SNAPSTATE_KEY": ""}  # the store's own keys.json signs and verifies
 NO_PYC = dict(NO_ENV_KEY, PYTHONDONTWRITEBYTECODE="1")  # edits never hidden by a stale .pyc
 _ADDED = ("key_id", "chunk_size", "codecs", "nonce_prefix")  # set by _snapfile.write
+_MANIFEST_ADDED = ("key_id", "codecs", "size", "chunker")  # set by _manifest.build
 
 # What the compat agent prints after a resume from its snapshot 2, and returns.
 CONTINUATION = (
@@ -59,9 +63,45 @@ def _refused(run: Run, *needles: str) -> None:
         assert needle in errors[0], f"{needle!r} not in {errors[0]!r}"
 
 
-def _state(path: Path) -> tuple[bytes, list[str]]:
-    """A snapshot's bytes and its job directory's listing (all the job's snapshots)."""
-    return path.read_bytes(), sorted(os.listdir(path.parent))
+@dataclass
+class Snap:
+    """Snapshot `seq` of job `job` in `store` (a chunked snapshot: a manifest in the
+    catalog over the store's chunks)."""
+
+    store: Path
+    job: str
+    seq: int
+
+    @property
+    def where(self) -> str:
+        """How snaprun's messages name it."""
+        return f"snapshot {self.seq} of job {self.job}"
+
+    def resume(self, cwd: Path, **kwargs) -> Run:
+        """`snaprun resume --at SEQ JOB`: the job, continued from this snapshot."""
+        return snaprun(
+            "resume", "--store", self.store, "--at", self.seq, self.job, cwd=cwd, **kwargs
+        )
+
+
+def _state(snap: Snap) -> tuple:
+    """Everything that holds the job's snapshots: its catalog rows, every manifest, every
+    chunk row and every pack file's bytes."""
+    catalog = SqliteCatalog(str(snap.store))
+    try:
+        rows = catalog.snapshots(snap.job)
+    finally:
+        catalog.close()
+    packs = snap.store / "chunks"
+    return (
+        rows,
+        [manifest(snap.store, snap.job, r.seq) for r in rows],
+        sorted(
+            (c.chunk_id, c.size, c.data, c.pack, c.offset, c.length, c.base)
+            for c in chunk_rows(snap.store)
+        ),
+        sorted((p.name, p.read_bytes()) for p in packs.iterdir()) if packs.is_dir() else [],
+    )
 
 
 # ------------------------------------------------------------------ runtime versions
@@ -82,45 +122,67 @@ def loops_store(tmp_path_factory) -> Path:
         fault="after-snapshot:6",
     )
     assert run.returncode == -9, run.stderr
-    assert len(snapshot_files(root / "store", "job")) == 6
+    assert snapshot_seqs(root / "store", "job") == [1, 2, 3, 4, 5, 6]
     return root / "store"
 
 
 @pytest.fixture
-def loops_snapshot(loops_store, tmp_path) -> Path:
+def loops_snapshot(loops_store, tmp_path) -> Snap:
     """Snapshot 2 of loops.py, in a private copy of the store."""
     shutil.copytree(loops_store, tmp_path / "store")
-    return snapshot_files(tmp_path / "store", "job")[1]
+    return Snap(tmp_path / "store", "job", 2)
 
 
-def _resign(path: Path, edit) -> None:
-    """Rewrite the snapshot's header with `edit(header)` and sign it again with its
-    store's key: a snapshot legitimately written with that header."""
-    keys = _keys.KeyRing(str(path.parents[2]))
-    header, payload = _snapfile.read_payload(str(path), keys)
-    header = {k: v for k, v in header.items() if k not in _ADDED}
-    edit(header)
-    _, digest = _snapfile.write_signed(str(path), header, payload, keys)
-    # ...and committed as such: the catalog binds each row to its file's digest
-    db = sqlite3.connect(path.parents[2] / "catalog.db")
-    db.execute(
-        "UPDATE snapshots SET digest = ? WHERE file = ?",
-        (digest, str(path.relative_to(path.parents[2]))),
+def _resign(snap: Snap, edit) -> None:
+    """Rewrite the snapshot's header with `edit(header)` and sign its manifest again
+    with its store's key (over the same chunks): a snapshot legitimately written with
+    that header."""
+    keys = _keys.KeyRing(str(snap.store))
+    found = _manifest.parse(
+        manifest(snap.store, snap.job, snap.seq), keys, require_encryption=False, where="test"
     )
+    header = {k: v for k, v in found.header.items() if k not in _MANIFEST_ADDED}
+    edit(header)
+    data, digest = _manifest.build(header, found.refs, found.key, found.sealed)
+    set_manifest(snap.store, snap.job, snap.seq, data)
+    # ...and committed as such: the catalog binds each row to its manifest's digest
+    db = sqlite3.connect(snap.store / "catalog.db")
+    db.execute(
+        "UPDATE snapshots SET digest = ? WHERE job_id = ? AND seq = ? AND file = ?",
+        (digest, snap.job, snap.seq, CHUNKED),
+    )
+    assert db.total_changes == 1
     db.commit()
     db.close()
 
 
-def _rewrite_versions(path: Path, **versions: str) -> dict:
+def _versions(snap: Snap) -> dict:
+    keys = _keys.KeyRing(str(snap.store))
+    data = manifest(snap.store, snap.job, snap.seq)
+    return dict(
+        _manifest.parse(data, keys, require_encryption=False, where="test").header["versions"]
+    )
+
+
+def _rewrite_versions(snap: Snap, **versions: str) -> dict:
     """Rewrite the snapshot's header versions in place (validly re-signed); returns
     the original versions."""
-    original = dict(_snapfile.peek_header(str(path))["versions"])
+    original = _versions(snap)
 
     def edit(header):
         header["versions"] = dict(original, **versions)
 
-    _resign(path, edit)
+    _resign(snap, edit)
     return original
+
+
+def _resign_file(path: Path, keys: _keys.KeyRing, edit) -> None:
+    """Rewrite a snapshot file's header with `edit(header)` and sign the file again
+    with `keys`: a file legitimately written with that header."""
+    header, payload = _snapfile.read_payload(str(path), keys)
+    header = {k: v for k, v in header.items() if k not in _ADDED}
+    edit(header)
+    _snapfile.write_signed(str(path), header, payload, keys)
 
 
 def _bump(version: str, part: int) -> str:
@@ -135,12 +197,11 @@ def _bump(version: str, part: int) -> str:
 def test_control_unmodified_snapshot_resumes(loops_snapshot, tmp_path):
     """Control: a snapshot whose header was re-signed without changes resumes (so the
     refusals below come from the version fields, not from the re-signing)."""
-    before = loops_snapshot.read_bytes()
+    before = manifest(loops_snapshot.store, "job", 2)
     _rewrite_versions(loops_snapshot)
-    assert loops_snapshot.read_bytes() == before  # re-signing reproduces the writer exactly
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
+    # re-signing reproduces the writer exactly
+    assert manifest(loops_snapshot.store, "job", 2) == before
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -150,20 +211,44 @@ def test_other_python_minor_refused(loops_snapshot, tmp_path):
     Python versions, and the file is left intact."""
     _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
     before = _state(loops_snapshot)
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
-    _refused(run, "3.99.0", platform.python_version(), "Python", str(loops_snapshot))
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
+    _refused(run, "3.99.0", platform.python_version(), "Python", loops_snapshot.where)
     assert _state(loops_snapshot) == before
+
+
+def test_other_python_minor_refused_in_a_file(loops_snapshot, tmp_path):
+    """The same for a snapshot file (format 2): snapshot 2 exported, its header
+    rewritten to CPython 3.99 and validly re-signed, then `resume FILE --as copy`: the
+    file is imported (the store's own copy) and refused, naming both Python versions and
+    that copy; the user's file and the original job are left intact. Control: the file
+    as exported resumes."""
+    store = loops_snapshot.store
+    path = export_file(store, "job", 2, tmp_path / "two.snap")
+    intact = path.read_bytes()
+    keys = _keys.KeyRing(str(store))
+
+    def edit(header):
+        header["versions"] = dict(header["versions"], python="cpython-3.99", python_full="3.99.0")
+
+    _resign_file(path, keys, edit)
+    before, edited = _state(loops_snapshot), path.read_bytes()
+    run = snaprun("resume", "--store", store, "--as", "copy", path, cwd=tmp_path, env=NO_ENV_KEY)
+    copy = store / "snapshots" / "copy" / "000002-e0.snap"
+    _refused(run, "3.99.0", platform.python_version(), "Python", str(copy))
+    assert copy.read_bytes() == path.read_bytes() == edited
+    assert _state(loops_snapshot) == before
+    assert snapshot_seqs(store, "copy") == [2]
+    path.write_bytes(intact)
+    run = snaprun("resume", "--store", store, "--as", "copy2", path, cwd=tmp_path, env=NO_ENV_KEY)
+    assert run.returncode == 0, run.stderr
+    assert run.result == "13"
 
 
 def test_other_python_implementation_refused(loops_snapshot, tmp_path):
     """Same version numbers but another implementation (pypy) is refused too."""
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     _rewrite_versions(loops_snapshot, python=f"pypy-{minor}", python_full="pypy-" + minor)
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
     _refused(run, "Python", f"pypy-{minor}", platform.python_version())
 
 
@@ -173,9 +258,7 @@ def test_other_python_patch_accepted(loops_snapshot, tmp_path):
     minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
     patch = sys.version_info[2]
     _rewrite_versions(loops_snapshot, python_full=f"{minor}.{patch + 1 if patch < 50 else 0}")
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"
 
@@ -188,10 +271,8 @@ def test_other_library_version_refused(loops_snapshot, tmp_path, lib, module, pa
     fake = _bump(module.__version__, part)
     _rewrite_versions(loops_snapshot, **{lib: fake})
     before = _state(loops_snapshot)
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
-    _refused(run, lib, fake, module.__version__)
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
+    _refused(run, lib, fake, module.__version__, loops_snapshot.where)
     assert _state(loops_snapshot) == before
 
 
@@ -206,9 +287,7 @@ def test_every_difference_listed(loops_snapshot, tmp_path):
         cloudpickle=fake_cp,
         greenlet=fake_gl,
     )
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
     _refused(
         run,
         "3.99.0",
@@ -225,20 +304,11 @@ def test_refused_snapshot_resumes_with_original_versions(loops_snapshot, tmp_pat
     the refusal changed nothing."""
     original = _rewrite_versions(loops_snapshot, python="cpython-3.99", python_full="3.99.0")
     _refused(
-        snaprun(
-            "resume",
-            "--store",
-            loops_snapshot.parents[2],
-            loops_snapshot,
-            cwd=tmp_path,
-            env=NO_ENV_KEY,
-        ),
+        loops_snapshot.resume(tmp_path, env=NO_ENV_KEY),
         "3.99.0",
     )
     _rewrite_versions(loops_snapshot, **original)
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert "resumed from snapshot 2" in run.stderr
     assert run.result == "13"
@@ -252,12 +322,10 @@ class CompatJob:
     helper: Path
     agent_source: str
     helper_source: str
-    snap: Path  # snapshot 2 (stack: main -> Worker.step -> checkpoint)
+    snap: Snap  # snapshot 2 (stack: main -> Worker.step -> checkpoint)
 
     def resume(self) -> Run:
-        return snaprun(
-            "resume", "--store", self.snap.parents[2], self.snap, cwd=self.root, env=NO_PYC
-        )
+        return self.snap.resume(self.root, env=NO_PYC)
 
     def restore_sources(self) -> None:
         self.agent.write_text(self.agent_source)
@@ -265,9 +333,9 @@ class CompatJob:
 
 
 @pytest.fixture(scope="module")
-def _compat_run(tmp_path_factory) -> tuple[Path, Path, Path]:
+def _compat_run(tmp_path_factory) -> tuple[Path, Path]:
     """Copies of compat_agent.py and compat_helper.py run to completion by snaprun once
-    for the module: (agent folder, pristine store, snapshot 2's path relative to it).
+    for the module: (agent folder, pristine store).
     The store is never changed (tests work on copies); the sources are put back before
     and after each test."""
     root = tmp_path_factory.mktemp("compat")
@@ -287,9 +355,13 @@ def _compat_run(tmp_path_factory) -> tuple[Path, Path, Path]:
     )
     assert run.returncode == 0, run.stderr
     assert run.result == RESULT
-    files = snapshot_files(root / "store", "job")
-    assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap", "000003-e1.snap"]
-    return src, root / "store", files[1].relative_to(root / "store")
+    catalog = SqliteCatalog(str(root / "store"))
+    try:
+        rows = catalog.snapshots("job")
+    finally:
+        catalog.close()
+    assert [(r.seq, r.epoch, r.file) for r in rows] == [(s, 1, CHUNKED) for s in (1, 2, 3)]
+    return src, root / "store"
 
 
 @pytest.fixture
@@ -298,7 +370,7 @@ def compat(_compat_run, tmp_path) -> CompatJob:
     then marked interrupted as a kill after the last snapshot leaves it (a done job
     never resumes): a copy of the module's finished store in tmp_path, with the
     agent's original sources in place (restored again after the test)."""
-    src, pristine, snap = _compat_run
+    src, pristine = _compat_run
     shutil.copytree(pristine, tmp_path / "store")
     catalog = SqliteCatalog(str(tmp_path / "store"))
     catalog.set_status("job", "interrupted")
@@ -315,7 +387,7 @@ def compat(_compat_run, tmp_path) -> CompatJob:
         helper,
         sources["compat_agent.py"],
         sources["compat_helper.py"],
-        tmp_path / "store" / snap,
+        Snap(tmp_path / "store", "job", 2),
     )
     yield job
     job.restore_sources()
@@ -363,7 +435,7 @@ def test_method_body_changed(compat):
         "compat_agent",
         "changed",
         "Restore the original source",
-        str(compat.snap),
+        compat.snap.where,
     )
     assert "main()" not in run.stderr and "checkpoint()" not in run.stderr
     assert "compat_helper" not in run.stderr
@@ -538,19 +610,9 @@ def test_resume_under_another_python(loops_snapshot, tmp_path):
     )
     before = _state(loops_snapshot)
     for python, _minor, full in others:
-        run = snaprun(
-            "resume",
-            "--store",
-            loops_snapshot.parents[2],
-            loops_snapshot,
-            cwd=tmp_path,
-            python=python,
-            env=NO_ENV_KEY,
-        )
-        _refused(run, "Python", platform.python_version(), full, str(loops_snapshot))
+        run = loops_snapshot.resume(tmp_path, python=python, env=NO_ENV_KEY)
+        _refused(run, "Python", platform.python_version(), full, loops_snapshot.where)
         assert _state(loops_snapshot) == before
-    run = snaprun(
-        "resume", "--store", loops_snapshot.parents[2], loops_snapshot, cwd=tmp_path, env=NO_ENV_KEY
-    )
+    run = loops_snapshot.resume(tmp_path, env=NO_ENV_KEY)
     assert run.returncode == 0, run.stderr
     assert run.result == "13"

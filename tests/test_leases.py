@@ -20,16 +20,17 @@ from pathlib import Path
 
 import pytest
 from helpers import AGENTS, SNAPRUN, snaprun
+from stored import stored_state
 
 from snapstate._errors import StaleWriter
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._job import Job
 from snapstate.runtime._lease import DEFAULT_TTL
-from snapstate.serializers import _fs
+from snapstate.serializers import _fs, _manifest
 from snapstate.serializers._fs import pid_alive
 from snapstate.serializers._home import Home
 from snapstate.serializers._sqlite import SqliteCatalog
-from snapstate.serializers._store import Owner, SnapshotRow
+from snapstate.serializers._store import Owner, SnapshotBody
 
 HOST = socket.gethostname()
 AGENT = AGENTS / "lease_gate.py"
@@ -108,9 +109,11 @@ def _fork_killed(home: Home, base: str, job: str, dead: Owner) -> None:
     source = home.catalog.get_job(base)
     home.catalog.create_job(job, source.entry, source.argv, parent=base, fork_seq=1)
     r = home.catalog.snapshot(base, 1)
-    target = home.copy_snapshot(home.absolute(r.file), job, 1)
+    copy = home.copy_row(r, job)  # verified; the same manifest over the same chunks
+    data = home.catalog.manifest(base, 1)
+    assert data is not None
     home.catalog.add_snapshot_unfenced(
-        SnapshotRow(job, 1, r.label, home.relative(target), r.size, r.created, 0)
+        copy, SnapshotBody(data, frozenset(_manifest.chunk_ids(data)))
     )
     home.catalog.acquire_lease(job, dead, DEFAULT_TTL)
 
@@ -202,9 +205,11 @@ def test_two_resumers_race_exactly_one_wins(tmp_path, rounds):
 def test_stale_worker_snapshot_is_rejected_in_process(tmp_path, monkeypatch):
     """Crash window: none; runner A (epoch 1) is paused at the gate, about to take
     snapshot 2, when its lease is taken over as epoch 2 (its heartbeat looked stale to
-    another runner). A's snapshot 2 is rejected with StaleWriter: its file is removed,
-    no temp file is left, and the catalog's snapshots, events, job row and lease are
-    exactly as the takeover left them. A records no outcome: the job is epoch 2's."""
+    another runner). A's snapshot 2 is rejected with StaleWriter: nothing of it is
+    stored (a small snapshot writes no file: its manifest and chunks were in the
+    refused transaction), and the catalog's snapshots, manifests, chunks, events, job
+    row and lease are exactly as the takeover left them. A records no outcome: the job
+    is epoch 2's."""
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     monkeypatch.setattr(sys, "path", list(sys.path))
     gate = tmp_path / "gate"
@@ -240,6 +245,7 @@ def test_stale_worker_snapshot_is_rejected_in_process(tmp_path, monkeypatch):
         assert job.epoch == 1
         assert take_over(store, "job") == 2
         before = catalog(store)
+        stored = stored_state(store, "job")
     finally:
         (gate / "go").touch()
         thread.join(60)
@@ -248,10 +254,9 @@ def test_stale_worker_snapshot_is_rejected_in_process(tmp_path, monkeypatch):
         assert isinstance(error, StaleWriter), outcome
         assert "epoch 1 is no longer current (current: 2)" in str(error)
         assert catalog(store) == before
-        folder = store / "snapshots" / "job"
-        assert sorted(os.listdir(folder)) == ["000001-e1.snap"]
-        if job.lease.lost is None:  # not noticed by a heartbeat: refused at commit
-            assert renames.done == ["000001-e1.snap", "000002-e1.snap"]
+        assert stored_state(store, "job") == stored
+        assert [r[0] for r in stored[0]] == [1] and len(stored[1]) == 1
+        assert renames.done == []  # no pack file: both snapshots were small
         job_row, rows, _, lease = before["job"]
         assert [r.seq for r in rows] == [1] and job_row.status == "running"
         assert (lease.owner, lease.epoch) == (Owner("other-host", 4242), 2)
@@ -263,8 +268,8 @@ def test_cli_runner_whose_lease_was_taken_over_exits_5(tmp_path):
     """Crash window: none; a live `snaprun run` waits at the gate after snapshot 1 while
     its lease is taken over (epoch 2). Its snapshot 2 is refused: it exits 5 with one
     error naming both epochs, prints nothing on stdout, and the catalog is exactly as
-    the takeover left it (no snapshot 2, no status written, no file of epoch 1 beyond
-    snapshot 1, no temp file)."""
+    the takeover left it (no snapshot 2, no status written, no manifest or chunk of
+    epoch 1 beyond snapshot 1's)."""
     store, gate = tmp_path / "store", tmp_path / "gate"
     gate.mkdir()
     runner = start("run", "--store", store, "--job", "job", AGENT, cwd=tmp_path, gate=gate)
@@ -272,6 +277,7 @@ def test_cli_runner_whose_lease_was_taken_over_exits_5(tmp_path):
         wait_for(gate / f"waiting-{runner.pid}", proc=runner)
         assert take_over(store, "job") == 2
         before = catalog(store)
+        stored = stored_state(store, "job")
     finally:
         (gate / "go").touch()
         out, err = runner.communicate(timeout=60)
@@ -282,8 +288,8 @@ def test_cli_runner_whose_lease_was_taken_over_exits_5(tmp_path):
         "(current: 2)" in err
     )
     assert catalog(store) == before
-    folder = store / "snapshots" / "job"
-    assert sorted(os.listdir(folder)) == ["000001-e1.snap"]
+    assert stored_state(store, "job") == stored
+    assert [r[0] for r in stored[0]] == [1] and len(stored[1]) == 1
     assert [r.seq for r in before["job"][1]] == [1]
 
 

@@ -23,8 +23,10 @@ import os
 import socket
 
 import pytest
-from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, clean_refusal, snaprun
 from llm_stub import LLMStub
+from stored import body, outsider_chunks, raw_files, stored_state
 
 openai = pytest.importorskip("openai", reason="the integrations extra is not installed")
 anthropic = pytest.importorskip("anthropic", reason="the integrations extra is not installed")
@@ -32,7 +34,6 @@ httpx2 = pytest.importorskip("httpx2")
 
 from snapstate.resources import _secrets  # noqa: E402
 from snapstate.serializers import _pickler  # noqa: E402
-from snapstate.serializers._home import Home  # noqa: E402
 from snapstate.serializers._keys import KeyRing  # noqa: E402
 
 ENV_KEY = "sk-env-OPENAI-7f3a9c"  # OPENAI_API_KEY in the runs
@@ -113,9 +114,9 @@ def matrix(stub, tmp_path_factory):
             fault=f"after-snapshot:{k}",
         )
         seen_killed = _seen(stub.take())
-        files = snapshot_files(store, "job")
+        files = snapshot_seqs(store, "job")
         if k == 1:
-            before = [f.read_bytes() for f in files]
+            before = stored_state(store, "job")
             with pytest.MonkeyPatch.context() as mp:
                 mp.delenv("OPENAI_API_KEY", raising=False)
                 unset = snaprun(
@@ -129,10 +130,11 @@ def matrix(stub, tmp_path_factory):
             runs["unset"] = (
                 unset,
                 stub.take(),
-                snapshot_files(store, "job") == files and [f.read_bytes() for f in files] == before,
+                stored_state(store, "job") == before,
             )
         resume_env = {**env, "OPENAI_API_KEY": ROTATED} if k == 2 else env
-        resumed = snaprun("resume", "--store", store, files[-1], cwd=tmp, env=resume_env)
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp, env=resume_env)
+        assert files == list(range(1, k + 1)), files
         runs[k] = (killed, resumed, len(files), seen_killed, _seen(stub.take()))
         runs["stores"].append(store)
     return runs
@@ -174,7 +176,7 @@ def test_kill_after_each_snapshot_matches_the_plain_run(matrix):
     for k in range(1, SNAPSHOTS + 1):
         killed, resumed, files, seen_killed, seen_resumed = matrix[k]
         assert killed.returncode == -9, killed.stderr
-        assert files == k
+        assert files == k, files
         assert resumed.returncode == 0, resumed.stderr
         assert f"resumed from snapshot {k}" in resumed.stderr
         assert killed.stdout + resumed.stdout == base.stdout, f"stdout diverged after snapshot {k}"
@@ -192,18 +194,16 @@ def test_snapshot_payloads_hold_no_api_key(matrix):
     the environment key is saved as a reference to its variable."""
     payloads = 0
     for store in matrix["stores"]:
-        home = Home(str(store), create=False, writable=False)
-        try:
-            for path in snapshot_files(store, "job"):
-                _, payload = home.read(str(path))
-                payload = bytes(payload)
-                payloads += 1
-                for secret in (ENV_KEY, ENV_AKEY, LITERAL, ROTATED):
-                    assert secret.encode() not in payload, (path, secret)
-                    assert secret.encode() not in path.read_bytes(), (path, secret)
-                assert b"OPENAI_API_KEY" in payload and b"ANTHROPIC_API_KEY" in payload
-        finally:
-            home.close()
+        for seq in snapshot_seqs(store, "job"):
+            payload = body(store, "job", seq)
+            payloads += 1
+            for secret in (ENV_KEY, ENV_AKEY, LITERAL, ROTATED):
+                assert secret.encode() not in payload, (store, seq, secret)
+            assert b"OPENAI_API_KEY" in payload and b"ANTHROPIC_API_KEY" in payload
+        stored = [*raw_files(store).items(), *(("chunk", c) for c in outsider_chunks(store))]
+        for secret in (ENV_KEY, ENV_AKEY, LITERAL, ROTATED):
+            for name, data in stored:
+                assert secret.encode() not in data, (store, name, secret)
     assert payloads >= SNAPSHOTS * 2
 
 
@@ -277,7 +277,7 @@ def test_unrebuildable_clients_refused_naming_them_and_the_fix(stub, tmp_path):
         ]:
             assert needle in lines[mode], (needle, lines[mode])
         assert "_lock" not in lines[mode] and "RLock" not in lines[mode]
-    assert snapshot_files(tmp_path / "s", "job") == []
+    assert snapshot_seqs(tmp_path / "s", "job") == []
 
 
 # ------------------------------------------------------------------ in-process details

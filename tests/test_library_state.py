@@ -18,7 +18,8 @@ import threading
 import types
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 from snapstate._errors import ResourceReopenError
 from snapstate.serializers import _inert, _pickler, _refs
@@ -161,6 +162,7 @@ def test_killed_after_each_snapshot_and_resumed_matches_a_plain_run(tmp_path):
             "run", "--store", store, "--job", "j", agent, cwd=tmp_path, fault=f"after-snapshot:{k}"
         )
         assert killed.returncode == -9, killed.stderr
-        resumed = snaprun("resume", "--store", store, snapshot_files(store, "j")[-1], cwd=tmp_path)
+        assert snapshot_seqs(store, "j") == list(range(1, k + 1))
+        resumed = snaprun("resume", "--store", store, "j", cwd=tmp_path)
         assert resumed.returncode == 0, resumed.stderr
         assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"

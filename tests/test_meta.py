@@ -9,9 +9,11 @@ import json
 import pickle
 import re
 import signal
+import struct
 import time
 
 import pytest
+from chunked import export_file, manifest, snapshot_seqs
 from helpers import snaprun
 from hypothesis import given
 from hypothesis import strategies as st
@@ -125,11 +127,18 @@ def test_meta_and_pins_are_sealed_in_an_encrypted_store(tmp_path, meta_agent):
     meta = {k: (v.format(m="Q7Z") if isinstance(v, str) else v) for k, v in DRAFTED_META.items()}
     pins = {"model": "model-Q7Z", "prompt_version": "3"}
     assert _printed(run, "drafted") == [False, 1, meta, pins]  # live: as given, a copy
-    files = sorted((store / "snapshots" / "s").glob("*.snap"))
-    assert len(files) == 2
-    for file in files:
-        raw = _snapfile.peek_header(str(file))
+    assert snapshot_seqs(store, "s") == [1, 2]
+    for seq in (1, 2):
+        data = manifest(store, "s", seq)  # the header as stored, read without the keys
+        (length,) = struct.unpack_from("<I", data, len(_snapfile.MAGIC) + 2)
+        raw = json.loads(data[len(_snapfile.MAGIC) + 6 : len(_snapfile.MAGIC) + 6 + length])
         assert raw["meta"] is None and raw["pins"] is None and "sealed" in raw
+        exported = export_file(store, "s", seq, tmp_path / f"s{seq}.snap")  # and in a file
+        raw = _snapfile.peek_header(str(exported))
+        assert raw["meta"] is None and raw["pins"] is None and "sealed" in raw
+        data = exported.read_bytes()
+        for secret in (b"meta-Q7Z", b"model-Q7Z", b"meta-Q7Z".hex().encode()):
+            assert secret not in data, f"{secret!r} in clear in {exported}"
     for path in store.rglob("*"):
         if path.is_file():
             data = path.read_bytes()

@@ -15,7 +15,8 @@ import types
 from pathlib import Path
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 from snapstate.runtime._layout import NULL
 from snapstate.serializers import _inert, _pickler, _refs
@@ -161,7 +162,7 @@ def test_kill_after_each_snapshot_keeps_identities(tmp_path):
     checks = [line for line in base.stdout.splitlines() if " parse " not in line]
     assert len(checks) == 10 and not any("False" in line for line in checks), base.stdout
     assert "SUPPRESS" not in base.stdout
-    count = len(snapshot_files(tmp_path / "base", "job"))
+    count = len(snapshot_seqs(tmp_path / "base", "job"))
     assert count == 2
     for k in range(1, count + 1):
         store = tmp_path / f"kill{k}"
@@ -177,9 +178,8 @@ def test_kill_after_each_snapshot_keeps_identities(tmp_path):
             fault=f"after-snapshot:{k}",
         )
         assert killed.returncode == -9, killed.stderr
-        resumed = snaprun(
-            "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=tmp_path, env=env
-        )
+        assert snapshot_seqs(store, "job") == list(range(1, k + 1))
+        resumed = snaprun("resume", "--store", store, "job", cwd=tmp_path, env=env)
         assert resumed.returncode == 0, resumed.stderr
         assert killed.stdout + resumed.stdout == base.stdout, f"diverged after snapshot {k}"
         assert resumed.result == base.result

@@ -9,7 +9,8 @@ import os
 import shutil
 
 import pytest
-from helpers import AGENTS, clean_refusal, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, clean_refusal, snaprun
 
 from snapstate.serializers._home import Home
 
@@ -22,9 +23,7 @@ def _run(store, cwd, fault=None, env=ENV):
 
 
 def _resume(store, cwd, fault=None, env=ENV):
-    return snaprun(
-        "resume", "--store", store, snapshot_files(store, "job")[-1], cwd=cwd, fault=fault, env=env
-    )
+    return snaprun("resume", "--store", store, "job", cwd=cwd, fault=fault, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +32,7 @@ def baseline(tmp_path_factory):
     top = tmp_path_factory.mktemp("proc-base")
     run = _run(top / "store", top)
     assert run.returncode == 0, run.stderr
-    count = len(snapshot_files(top / "store", "job"))
+    count = len(snapshot_seqs(top / "store", "job"))
     assert count == 4
     # the program really exercises what is compared
     assert "1 cwd proc_work\n" in run.stdout and "2 env two None outer late\n" in run.stdout
@@ -103,18 +102,18 @@ def test_resume_under_a_different_environment(tmp_path):
     assert "3 env two None resumer None\n" in resumed.stdout
     # snapshot 4, taken by the resuming process, holds the agent's changes only: not
     # the resumer's PATH or values, not snapstate's own variables
-    assert len(snapshot_files(store, "job")) == 4
-    payload = _body(snapshot_files(store, "job")[-1], store)
+    assert snapshot_seqs(store, "job") == [1, 2, 3, 4]
+    payload = _body(store, "job", 4)
     assert b"PROC_SET" in payload and b"PROC_REMOVE" in payload
     assert b"SNAPSTATE_PROBE" not in payload and b"resumer" not in payload
     assert str(elsewhere).encode() not in payload
 
 
-def _body(path, store) -> bytes:
-    """The verified, decompressed pickle of a snapshot file (plaintext store)."""
+def _body(store, job, seq) -> bytes:
+    """The verified, decoded pickle of snapshot job@seq (plaintext store)."""
     home = Home(str(store))
     try:
-        return bytes(home.read(str(path))[1])
+        return bytes(home.read_row(home.catalog.snapshot(job, seq))[1])
     finally:
         home.close()
 

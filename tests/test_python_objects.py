@@ -29,7 +29,8 @@ import weakref
 from pathlib import Path
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 from snapstate.serializers import _pickler, _refs
 from snapstate.serializers._describe import GENERIC_FIX
@@ -773,7 +774,7 @@ def _crash_matches_plain(agent: Path, tmp_path: Path, snapshots: int, env: dict 
         "run", "--store", tmp_path / "s", "--job", "plain", agent, cwd=tmp_path, env=env
     )
     assert plain.returncode == 0, plain.stderr
-    assert len(snapshot_files(tmp_path / "s", "plain")) == snapshots
+    assert len(snapshot_seqs(tmp_path / "s", "plain")) == snapshots
     for k in range(1, snapshots + 1):
         job = f"kill{k}"
         killed = snaprun(

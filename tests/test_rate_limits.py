@@ -23,8 +23,9 @@ import httpx
 import openai
 import pytest
 import requests
-from helpers import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun
 from rate_provider import RateLimitedProvider
+from stored import stored_state
 
 import snapstate
 from snapstate.resources._ratelimit import NOT_GIVEN, retry_after
@@ -109,7 +110,7 @@ def test_long_retry_after_hibernates_then_sends_once(tmp_path, client):
         assert [(r.ordinal, r.state) for r in rows] == [(1, EffectState.NOT_COMMITTED)]
         assert rows[0].note.startswith("rate limited")
         assert provider.deliveries == {} and len(provider.requests) == 1
-        files = snapshot_files(store, "r")
+        files = stored_state(store, "r")
         shown = snaprun("inspect", "--store", store, "r", cwd=tmp_path, env=env)
         assert shown.returncode == 0, shown.stderr  # read-only: decodes the wait inertly
         assert "waiting: rate limited" in shown.stdout and "place(" in shown.stdout
@@ -118,7 +119,7 @@ def test_long_retry_after_hibernates_then_sends_once(tmp_path, client):
         early = snaprun("resume", "--store", store, "r", cwd=tmp_path, env=env)
         assert early.returncode == 3, early.stderr
         assert len(provider.requests) == 1  # nothing sent before it is due
-        assert snapshot_files(store, "r") == files
+        assert stored_state(store, "r") == files
 
         later = snaprun("resume", "--store", store, "r", cwd=tmp_path, env={**env, **LATER})
         assert later.returncode == 3, later.stderr  # order-2 is refused in its turn
@@ -237,10 +238,10 @@ def test_killed_after_the_rate_limit_snapshot(tmp_path):
             fault="after-snapshot:2",
         )
         assert killed.returncode == -9
-        files = snapshot_files(store, "r")
+        files = stored_state(store, "r")
         early = snaprun("resume", "--store", store, "r", cwd=tmp_path, env=env)
         assert early.returncode == 3, early.stderr
-        assert snapshot_files(store, "r") == files and len(provider.requests) == 1
+        assert stored_state(store, "r") == files and len(provider.requests) == 1
         runs = [
             snaprun("resume", "--store", store, "r", cwd=tmp_path, env={**env, **extra})
             for extra in (LATER, MUCH_LATER)

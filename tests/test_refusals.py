@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import export_file, snapshot_seqs
+from helpers import AGENTS, snaprun
 
 AGENT = AGENTS / "refusals.py"
 FILE = str(AGENT)
@@ -54,15 +55,14 @@ def test_agent_catches_every_refusal_and_finishes(refusals):
             "exec-code",
         ]
     )
-    files = snapshot_files(workdir / "store", "job")
-    assert [f.name for f in files] == ["000001-e1.snap", "000002-e1.snap"]
+    assert snapshot_seqs(workdir / "store", "job") == [1, 2]
 
 
 def test_earlier_snapshot_still_resumes(refusals):
-    """The snapshot taken before the refusals resumes (as a copy: the job is done)
-    and replays them identically."""
+    """The snapshot taken before the refusals resumes (exported to a file, resumed as a
+    copy: the job is done) and replays them identically."""
     run, _, workdir = refusals
-    first = snapshot_files(workdir / "store", "job")[0]
+    first = export_file(workdir / "store", "job", 1, workdir / "first.snap")
     resumed = snaprun("resume", "--store", workdir / "store", "--as", "again", first, cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == run.stdout

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import gc
 
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 from snapstate.runtime import _morph
 from snapstate.runtime._agent import EntryPoint
@@ -26,9 +27,8 @@ def test_dropped_local_is_freed_after_restore_in_a_new_process(tmp_path):
         fault="after-snapshot:1",
     )
     assert killed.returncode == -9
-    resumed = snaprun(
-        "resume", "--store", tmp_path, snapshot_files(tmp_path, "job")[0], cwd=tmp_path
-    )
+    assert snapshot_seqs(tmp_path, "job") == [1]
+    resumed = snaprun("resume", "--store", tmp_path, "job", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == "freed True\n"
 

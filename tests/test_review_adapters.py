@@ -14,7 +14,8 @@ import sqlite3
 import textwrap
 
 import pytest
-from helpers import snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import snaprun
 
 httpx = pytest.importorskip("httpx")
 requests = pytest.importorskip("requests")
@@ -77,17 +78,17 @@ def test_key_loaded_into_environ_by_the_agent_is_not_in_the_payload(tmp_path):
         fault="after-snapshot:1",
     )
     assert run.returncode != 0
-    files = snapshot_files(tmp_path / "s", "job")
+    files = snapshot_seqs(tmp_path / "s", "job")
     assert files
     home = Home(str(tmp_path / "s"), create=False, writable=False)
     try:
-        _, payload = home.read(str(files[0]))
+        _, payload = home.read_row(home.catalog.snapshot("job", files[0]))
         payload = bytes(payload)
     finally:
         home.close()
     assert b"OPENAI_API_KEY" in payload
     assert DOTENV_KEY.encode() not in payload
-    resumed = snaprun("resume", "--store", tmp_path / "s", files[-1], cwd=tmp_path)
+    resumed = snaprun("resume", "--store", tmp_path / "s", "job", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.strip() == "True"
 

@@ -18,7 +18,8 @@ import textwrap
 import types
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 from snapstate.runtime import _agent, _defstate
 from snapstate.serializers import _pickler, _refs
@@ -272,7 +273,8 @@ def test_killed_and_resumed_agent_matches_plain_run(tmp_path):
         "run", "--store", store, "--job", "j", agent, cwd=tmp_path, fault="after-snapshot:1"
     )
     assert killed.returncode == -9, killed.stderr
-    resumed = snaprun("resume", "--store", store, snapshot_files(store, "j")[-1], cwd=tmp_path)
+    assert snapshot_seqs(store, "j") == [1]
+    resumed = snaprun("resume", "--store", store, "j", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert killed.stdout + resumed.stdout == base.stdout
 

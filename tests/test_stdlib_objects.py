@@ -13,7 +13,8 @@ import sqlite3
 import sys
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from chunked import snapshot_seqs
+from helpers import AGENTS, snaprun
 
 from snapstate.serializers import _pickler
 
@@ -44,7 +45,7 @@ def test_handlers_cursor_and_csv_writers_survive_a_kill_after_each_snapshot(tmp_
     )
     expected = _outputs(tmp_path / "base")
     assert expected["agent.log"].count("\n") == 12 and "secret" not in expected["agent.log"]
-    count = len(snapshot_files(tmp_path / "s", "base"))
+    count = len(snapshot_seqs(tmp_path / "s", "base"))
     assert count == 4 and "report|3|9\n" in base.stdout and "cube 27 agent-worker" in base.stdout
     assert "finished pool: cannot schedule new futures after shutdown" in base.stdout
     for k in range(1, count + 1):

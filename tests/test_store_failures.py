@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 from helpers import AGENTS, snaprun
+from stored import stored_state
 from test_lifecycle import start, wait_for
 
 from snapstate._errors import StoreFailure
 from snapstate.serializers._sqlite import SqliteCatalog
 
 AGENT = AGENTS / "life_store.py"
+PACK_AGENT = AGENTS / "life_store_pack.py"  # snapshot 2 writes a pack file
 
 
 def _mount(*args: str) -> subprocess.CompletedProcess:
@@ -66,10 +68,23 @@ def fill(point: Path) -> Path:
 
 
 def digests(store: Path) -> dict[str, str]:
-    return {
+    """What holds the store's snapshots: snapshot files and pack files, every job's
+    rows and manifests, every chunk row."""
+    found = {
         str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((store / "snapshots").rglob("*.snap"))
+        for folder in ("snapshots", "chunks")
+        for p in sorted((store / folder).rglob("*"))
+        if p.is_file()
     }
+    catalog = SqliteCatalog(str(store))
+    try:
+        jobs = [j.job_id for j in catalog.list_jobs()]
+    finally:
+        catalog.close()
+    for job in jobs:
+        found[f"job {job}"] = hashlib.sha256(repr(stored_state(store, job)).encode()).hexdigest()
+    assert any(key.startswith("job ") for key in found)
+    return found
 
 
 def assert_store_failed(
@@ -91,18 +106,22 @@ def assert_interrupted(store: Path, job: str) -> None:
     catalog.close()
 
 
-@pytest.mark.parametrize("mode", ["effect", "return", "snapshot"])
+@pytest.mark.parametrize("mode", ["effect", "return", "snapshot", "snapshot-pack"])
 def test_disk_full_leaves_the_job_interrupted_and_resumable(tmp_path, tmpfs, mode):
     """ENOSPC on a full tmpfs while the runner records progress: recording an effect
     (mode effect: the failure reaches the agent's code: its finally block must not run
     and the effect must not be sent), the job's final status (mode return: the issue's
-    "job X failed: OperationalError"), or writing snapshot 2 (mode snapshot: a
-    SnapshotWriteError, after which recording "interrupted" fails too). Exit 1, the
+    "job X failed: OperationalError"), or writing snapshot 2 (mode snapshot: small, so
+    its chunks go inside the catalog transaction, which fails like any other: "the store
+    failed", after which recording "interrupted" fails too; mode snapshot-pack: large,
+    so its pack file is written first, which fails: a SnapshotWriteError, "could not be
+    written", the temp file removed). Exit 1, the
     message names the store, the job stays interrupted with snapshot 1 intact; after
     freeing space, resume ends with the uninterrupted output and the effect delivered
     exactly once."""
     store = tmpfs / "store"
-    proc = start("run", "--store", store, "--job", "full", AGENT, tmp_path, mode, cwd=tmp_path)
+    agent = PACK_AGENT if mode == "snapshot-pack" else AGENT
+    proc = start("run", "--store", store, "--job", "full", agent, tmp_path, mode, cwd=tmp_path)
     wait_for(tmp_path / "ready", proc)
     before = digests(store)
     filler = fill(tmpfs)
@@ -113,7 +132,7 @@ def test_disk_full_leaves_the_job_interrupted_and_resumable(tmp_path, tmpfs, mod
         proc.returncode,
         store,
         "full",
-        "could not be written" if mode == "snapshot" else "the store failed:",
+        "could not be written" if mode == "snapshot-pack" else "the store failed:",
     )
     if mode != "return":
         assert out == "first\n"

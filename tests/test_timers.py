@@ -14,7 +14,8 @@ import math
 import re
 
 import pytest
-from helpers import AGENTS, snaprun, snapshot_files
+from helpers import AGENTS, snaprun
+from stored import stored_state
 
 import snapstate
 from snapstate.runtime._agent import EntryPoint
@@ -165,13 +166,13 @@ def test_two_hour_sleep_hibernates_and_completes_later(tmp_path):
     assert status == "waiting"
     assert wait is not None and wait.kind == "timer" and wait.seq == 2
     assert wait.due == pytest.approx(wait.since + 7200, abs=5)
-    files = snapshot_files(store, "t")
-    assert len(files) == 2
+    files = stored_state(store, "t")
+    assert [r[0] for r in files[0]] == [1, 2]
 
     early = snaprun("resume", "--store", store, "t", cwd=tmp_path)
     assert early.returncode == 3, early.stderr
     assert early.stdout == ""
-    assert snapshot_files(store, "t") == files
+    assert stored_state(store, "t") == files
     assert _status(store, "t")[0] == "waiting"
 
     later = snaprun(
@@ -193,11 +194,11 @@ def test_killed_after_the_hibernation_snapshot(tmp_path):
         "run", "--store", store, "--job", "k", TIMER, cwd=tmp_path, fault="after-snapshot:2"
     )
     assert killed.returncode == -9, killed.stderr
-    files = snapshot_files(store, "k")
-    assert len(files) == 2
+    files = stored_state(store, "k")
+    assert [r[0] for r in files[0]] == [1, 2]
     early = snaprun("resume", "--store", store, "k", cwd=tmp_path)
     assert early.returncode == 3, early.stderr
-    assert snapshot_files(store, "k") == files
+    assert stored_state(store, "k") == files
     status, wait = _status(store, "k")
     assert status == "waiting" and wait is not None and wait.seq == 2
     later = snaprun(

@@ -9,9 +9,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import snaprun, snapshot_files
+from chunked import export_file
+from helpers import snaprun
+from stored import stored_state
 
+from snapstate.serializers import _snapfile
+from snapstate.serializers._keys import KeyRing
 from snapstate.serializers._sqlite import SqliteCatalog
+from snapstate.serializers._sqlite._db import SCHEMA_VERSION
 
 AGENT = textwrap.dedent(
     """
@@ -78,11 +83,12 @@ def test_a_long_sleep_hibernates_and_completes_through_the_clock_seam(tmp_path):
     assert wait is not None and wait.kind == "timer" and wait.seq == 1
     assert "sleeper.py:10" in wait.reason
     assert [r.label for r in catalog.snapshots("s1")][0].startswith("waiting: sleep at")
-    files = snapshot_files(tmp_path / ".snapstate", "s1")
+    files = stored_state(tmp_path / ".snapstate", "s1")
+    assert [r[0] for r in files[0]] == [1]
     early = snaprun("resume", "s1", cwd=tmp_path, env=later(3600))
     assert early.returncode == 3, early.stderr
     assert early.stdout == ""  # no agent code ran
-    assert snapshot_files(tmp_path / ".snapstate", "s1") == files  # no new snapshot
+    assert stored_state(tmp_path / ".snapstate", "s1") == files  # no new snapshot
     assert catalog.get_job("s1").status == "waiting"
     done = snaprun("resume", "s1", cwd=tmp_path, env=later(7300))
     assert done.returncode == 0, done.stderr
@@ -181,17 +187,29 @@ def test_inspect_and_ls_of_a_waiting_job_change_nothing(tmp_path):
 
 
 def test_a_schema_2_catalog_is_read_as_is_and_upgraded_by_a_writable_open(tmp_path):
-    """A catalog of the previous schema (no waits or approvals tables): `ls` reads it
-    without changing it (nothing waits), a resume upgrades it in place and can hibernate."""
+    """A catalog of schema 2 (no waits, approvals, manifests or chunks tables; its
+    snapshot a file): `ls` reads it without changing it (nothing waits), a resume
+    upgrades it in place (to the current schema) and can hibernate."""
     import sqlite3
 
     write_agent(tmp_path)
     assert snaprun("run", "--job", "old", "sleeper.py", cwd=tmp_path).returncode == 3
-    db_path = tmp_path / ".snapstate" / "catalog.db"
+    store = tmp_path / ".snapstate"
+    db_path = store / "catalog.db"
+    # Its snapshot as a schema-2 store held it: a snapshot file, the row naming it.
+    snap = store / "snapshots" / "old" / "000001-e1.snap"
+    snap.parent.mkdir(parents=True)
+    export_file(store, "old", 1, snap)
+    _, digest = _snapfile.verify_digest(str(snap), KeyRing(str(store)), require_encryption=False)
     db = sqlite3.connect(db_path)
+    db.execute(
+        "UPDATE snapshots SET file = ?, size = ?, digest = ? WHERE job_id = 'old' AND seq = 1",
+        ("snapshots/old/000001-e1.snap", snap.stat().st_size, digest),
+    )
+    db.commit()
     db.executescript(
-        "DROP TABLE waits; DROP TABLE approvals; UPDATE jobs SET status = 'interrupted';"
-        "PRAGMA user_version = 2;"
+        "DROP TABLE waits; DROP TABLE approvals; DROP TABLE manifests; DROP TABLE chunks;"
+        "UPDATE jobs SET status = 'interrupted'; PRAGMA user_version = 2;"
     )
     db.close()
     before = db_path.read_bytes()
@@ -201,4 +219,5 @@ def test_a_schema_2_catalog_is_read_as_is_and_upgraded_by_a_writable_open(tmp_pa
     resumed = snaprun("resume", "old", cwd=tmp_path)
     assert resumed.returncode == 3, resumed.stderr
     catalog = reader(tmp_path)
-    assert catalog.schema_version == 3 and catalog.get_wait("old") is not None
+    assert catalog.schema_version == SCHEMA_VERSION and catalog.get_wait("old") is not None
+    assert [r.file for r in catalog.snapshots("old")] == ["snapshots/old/000001-e1.snap"]

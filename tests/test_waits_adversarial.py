@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chunked import export_file, snapshot_seqs
 from helpers import clean_refusal, snaprun
 from providers import Provider
 
@@ -245,9 +246,8 @@ def test_a_snapshot_file_resumed_as_another_job_does_not_inherit_the_grant(tmp_p
     hibernates (exit 3); nothing is sent until k's own approval is granted."""
     store = _waiting(tmp_path, env)
     assert _cli("approve", "j", "a1", "--by", "alice", cwd=tmp_path, env=env).returncode == 0
-    [snap] = sorted((store / "snapshots" / "j").glob("*2*.snap"))
-    copy = tmp_path / "wait.snap"
-    copy.write_bytes(snap.read_bytes())
+    assert snapshot_seqs(store, "j") == [1, 2]
+    copy = export_file(store, "j", 2, tmp_path / "wait.snap")
     other = _cli("resume", copy, "--as", "k", cwd=tmp_path, env=env)
     assert other.returncode == 3, other.stderr
     assert provider.deliveries["buy-acme"] == 0
@@ -451,8 +451,9 @@ def test_a_waiting_job_in_an_encrypted_store_leaks_nothing_and_reads_change_noth
     keep.execute("SELECT COUNT(*) FROM jobs").fetchone()
     _waiting(tmp_path, env, store=store)
     s = ["--store", str(store)]
+    assert snapshot_seqs(store, "j") == [1, 2]
+    snap = export_file(store, "j", 2, tmp_path / "wait.snap")  # outside the store
     before = _tree(store)
-    [snap] = [p for p in (store / "snapshots" / "j").glob("*.snap") if "2" in p.stem]
     for args in (
         ("ls",),
         ("ls", "--json"),
@@ -463,6 +464,8 @@ def test_a_waiting_job_in_an_encrypted_store_leaks_nothing_and_reads_change_noth
         ("log", "--json", "j"),
         ("effects", "j"),
         ("stats",),
+        ("verify", "j@2"),
+        ("verify", "j"),
         ("verify", snap),
     ):
         out = _cli(args[0], *s, *args[1:], cwd=tmp_path, env=env)

@@ -14,7 +14,7 @@ commit, until it is killed (or 10 s pass: "timeout"). Every line is one write(2)
 fd 1, so a line is either printed whole or not at all.
 
 The fork server pays the interpreter start and the imports once; each writer is still
-its own process (own pid, own lease, own temp-file names, its own SQLite connection
+its own process (own pid, own lease, own temp-file and pack names, its own SQLite connection
 opened after the fork) and is killed exactly once. Its payloads are a function of
 (seq, epoch) (see content()), so the test can check that each committed snapshot holds
 exactly the bytes that were written for it.
@@ -31,8 +31,9 @@ import traceback
 from snapstate.serializers._home import Home
 from snapstate.serializers._store import Owner
 
-# Payload sizes: mostly small, some over one body chunk (1 MiB) so a kill often lands
-# in the middle of a multi-write file.
+# Payload sizes (random bytes, incompressible): mostly small, kept inline in the
+# catalog transaction; some over 64 KiB, so their chunks go to a pack file written in
+# many writes (one per chunk) and a kill often lands in the middle of one.
 SIZES = (0, 200, 4_000, 60_000, 300_000, 1_300_000)
 WEIGHTS = (2, 4, 4, 3, 2, 2)
 
