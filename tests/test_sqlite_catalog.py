@@ -35,6 +35,7 @@ PARTS = {
     Capability.WAITS: _catalog.WaitCatalog,
     Capability.WORKER: _catalog.WorkerCatalog,
     Capability.ADMIN: _catalog.AdminCatalog,
+    Capability.CHUNKS: _catalog.ChunkCatalog,
 }
 
 
