@@ -138,6 +138,7 @@ OWN_REDUCE = {
     "snapstate.resources._http._SealedBytes",
     "snapstate._abi._Decimal",
     "snapstate.resources._secrets.Credential",
+    "snapstate.resources._secrets.Sealed",
     "snapstate.runtime._process.ProcessState",
     "snapstate.serializers._sealing.KeyedDigest",
 }
