@@ -770,7 +770,7 @@ def main():
 
 @pytest.mark.xfail(
     sys.version_info < (3, 12),
-    strict=True,
+    strict=False,  # intermittent since issue 20 (about half the runs pass): not strict
     reason="engine bug (3.11): a job whose main is paused inside a star call "
     "(gather(*tasks)) while a spawned task snapshots segfaults in capture_stack after a few "
     "snapshots",
