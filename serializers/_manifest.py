@@ -25,13 +25,11 @@ from typing import Any
 from .._errors import (
     CorruptSnapshot,
     HeaderMismatch,
-    PlaintextRefused,
-    SnapshotRejected,
     TamperedSnapshot,
 )
 from . import _chunks
 from ._keys import Key, KeyRing
-from ._snapfile import MAGIC
+from ._snapfile import MAGIC, signing_key
 
 __all__ = ["MANIFEST_FORMAT", "CODECS", "SEALED", "Manifest", "build", "parse", "chunk_ids"]
 
@@ -132,15 +130,9 @@ def parse(data: bytes, keys: KeyRing, *, require_encryption: bool, where: str) -
             f"{where}: the manifest's header is damaged; it was edited or replaced"
         )
     sealed = SEALED in header["codecs"]
-    if require_encryption and not sealed:
-        raise PlaintextRefused(
-            f"{where} is not encrypted, and this store requires encryption; it was not "
-            "written by this store"
-        )
-    try:
-        key = keys.get(header["key_id"])
-    except SnapshotRejected as exc:
-        raise type(exc)(f"{where}: {exc}") from None
+    key = signing_key(
+        header, keys, sealed=sealed, require_encryption=require_encryption, where=where
+    )
     mac = hmac.digest(key.mac_key, data[:-_MAC], "sha256")
     if not hmac.compare_digest(mac, data[-_MAC:]):
         raise TamperedSnapshot(

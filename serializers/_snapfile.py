@@ -61,6 +61,7 @@ __all__ = [
     "read_payload",
     "read_verified",
     "peek_header",
+    "signing_key",
     "CHUNK_SIZE",
 ]
 
@@ -261,6 +262,23 @@ def _read_header(reader: _Reader) -> tuple[dict[str, Any], bytes]:
     return header, header_bytes
 
 
+def signing_key(
+    header: dict[str, Any], keys: KeyRing, *, sealed: bool, require_encryption: bool, where: str
+) -> Key:
+    """The key a snapshot's (or a manifest's) header names, from the store's own key
+    ring: PlaintextRefused first when the store requires encryption and it is not
+    sealed, then UnknownKey or RetiredKey naming `where`."""
+    if require_encryption and not sealed:
+        raise PlaintextRefused(
+            f"{where} is not encrypted, and this store requires "
+            "encryption; it was not written by this store"
+        )
+    try:
+        return keys.get(header["key_id"])
+    except SnapshotRejected as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+
+
 def peek_header(path: str) -> dict[str, Any]:
     """The header, unverified: only for saying which key or job a file names."""
     with _open(path) as f:
@@ -322,16 +340,13 @@ def _verify_open(
     body offset, MAC)."""
     reader = _Reader(f, path)
     header, header_bytes = _read_header(reader)
-    encrypted = _AEAD in header["codecs"]
-    if require_encryption and not encrypted:
-        raise PlaintextRefused(
-            f"{path} is not encrypted, and this store requires "
-            "encryption; it was not written by this store"
-        )
-    try:
-        key = keys.get(header["key_id"])
-    except SnapshotRejected as exc:
-        raise type(exc)(f"{path}: {exc}") from None
+    key = signing_key(
+        header,
+        keys,
+        sealed=_AEAD in header["codecs"],
+        require_encryption=require_encryption,
+        where=path,
+    )
     limit = _chunk_limit(header, path)
     body_start = f.tell()
     body_hash = xxhash.xxh3_128()
