@@ -192,10 +192,15 @@ class ChunkCatalog(abc.ABC):
     @abc.abstractmethod
     def sweep_chunks(self) -> tuple[int, set[str]]:
         """Mark and sweep, in one transaction: delete every chunk that no manifest
-        refers to. Returns (chunks deleted, the pack files still referred to), so the
-        caller deletes the packs no chunk lives in any more. A snapshot committed
+        refers to. Returns (chunks deleted, the pack files still referred to); a caller
+        deleting the packs no chunk lives in asks `packs()` again after it knows their
+        writers are gone (a writer may commit its pack between the two). A snapshot committed
         concurrently either committed first (its chunks are marked) or finds its
         chunks missing at its commit (ChunksMissing) and stores them again."""
+
+    @abc.abstractmethod
+    def packs(self) -> set[str]:
+        """The pack files some held chunk lives in."""
 
     @abc.abstractmethod
     def chunk_totals(self) -> tuple[int, int]:

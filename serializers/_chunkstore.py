@@ -18,7 +18,9 @@ The pickler leaves out FRAME opcodes (serializers/_deframe.py), so state that di
 change keeps its bytes wherever the state before it changed size.
 
 A crash before the commit leaves at most a pack no chunk row names; `sweep_packs`
-deletes such a pack once its writer (named in its file name) is gone. A chunk the
+deletes such a pack once its writer (named in its file name) is gone, asking the
+catalog which packs are in use only after judging the writers (a writer that commits
+and exits between a sweep and the deletion keeps its pack). A chunk the
 writer found held but a concurrent prune swept before the commit makes the commit
 fail with nothing changed (ChunksMissing): the writer stores it again and retries.
 
@@ -359,14 +361,16 @@ class ChunkStore:
             pass
 
     # ------------------------------------------------------------------ sweeping
-    def sweep_packs(self, in_use: set[str]) -> int:
+    def sweep_packs(self) -> int:
         """Delete pack files no chunk lives in whose writer is gone (a crash before its
-        commit, or every chunk swept); returns how many."""
-        removed = 0
+        commit, or every chunk swept); returns how many. The writers are judged first,
+        then the catalog is asked which packs are in use: a writer dead by then has
+        committed its pack already (and it is in use) or never will."""
         if not os.path.isdir(self.packs) or os.path.islink(self.packs):
             return 0
+        gone = []
         for name in os.listdir(self.packs):
-            if name in in_use or not _PACK_NAME.fullmatch(name):
+            if not _PACK_NAME.fullmatch(name):
                 continue
             owner = _PACK_OWNER.search(name)
             if (
@@ -375,6 +379,12 @@ class ChunkStore:
                 and _fs.process_start(int(owner[1])) == int(owner[2])
             ):
                 continue  # its writer may still commit it
+            gone.append(name)
+        in_use = self._catalog().packs() if gone else set()
+        removed = 0
+        for name in gone:
+            if name in in_use:
+                continue
             try:
                 self.fs.unlink(os.path.join(self.packs, name))
                 removed += 1

@@ -487,8 +487,8 @@ class Home:
     def sweep_chunks(self) -> tuple[int, int]:
         """Mark and sweep: delete the chunks no snapshot lists, then the pack files no
         chunk lives in (whose writer is gone). Returns (chunks, packs) deleted."""
-        chunks, in_use = self.catalog.sweep_chunks()
-        return chunks, self.chunks.sweep_packs(in_use)
+        chunks, _ = self.catalog.sweep_chunks()
+        return chunks, self.chunks.sweep_packs()
 
     def sweep_temp_files(self) -> int:
         """Remove temp files left by writers that died (SIGKILL mid-write)."""

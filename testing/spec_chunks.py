@@ -107,10 +107,12 @@ class ChunksSpec(Spec):
             body([chunk_id(2), chunk_id(3)], [_inline(2, base=1), _inline(3, base=2)]),
         )
         assert catalog.sweep_chunks() == (0, {"job.1-e1.1-2.ab.pack"})
+        assert catalog.packs() == {"job.1-e1.1-2.ab.pack"}
         catalog.delete_snapshot("job", 1)
         assert catalog.manifest("job", 1) is None
         # Chunk 3 is a delta on 2, itself on 1: all three stay; 4 goes with its pack.
         assert catalog.sweep_chunks() == (1, set())
+        assert catalog.packs() == set()
         assert catalog.missing_chunks([chunk_id(n) for n in (1, 2, 3, 4)]) == {chunk_id(4)}
         catalog.delete_snapshot("job", 2)
         assert catalog.sweep_chunks() == (3, set())

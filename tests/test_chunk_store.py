@@ -544,3 +544,23 @@ def test_cutting_against_the_last_body_is_exact(codec, seed, edits):
         assert codec.chunk_id(new[o : o + size]) == chunk_id
         assert 0 < size <= _chunks.MAX_SIZE
     assert {c for c, _ in refs2} - fresh <= {c for c, _ in refs}
+
+
+def test_a_pack_committed_between_the_sweep_and_the_deletion_is_kept(tmp_path):
+    """Prune's mark and sweep, then a writer commits a snapshot with a pack and exits,
+    then prune deletes the packs no chunk lives in: it asks the catalog again after
+    judging the writers, so the committed pack stays and the snapshot verifies."""
+    store = tmp_path / "store"
+    assert snaprun("init", "--store", store, cwd=tmp_path).returncode == 0
+    home = Home(str(store))
+    try:
+        assert home.catalog.sweep_chunks() == (0, set())  # the sweep, before the writer
+        run = snaprun("run", "--store", store, "--job", "job", LEASE_STEPS, cwd=tmp_path)
+        assert run.returncode == 0, run.stderr  # its packs committed, its process gone
+        packs = _pack_files(store)
+        assert packs
+        assert home.chunks.sweep_packs() == 0
+    finally:
+        home.close()
+    assert _pack_files(store) == packs
+    assert _verify_all(store, "job") == [1, 2, 3, 4, 5]

@@ -114,6 +114,14 @@ class SqliteChunks(SqliteBase, ChunkCatalog):
             }
         return len(dead), packs
 
+    def packs(self) -> set[str]:
+        if self._no_chunks:
+            return set()
+        return {
+            r[0]
+            for r in self._db().execute("SELECT DISTINCT pack FROM chunks WHERE pack IS NOT NULL")
+        }
+
     def chunk_totals(self) -> tuple[int, int]:
         if self._no_chunks:
             return 0, 0
