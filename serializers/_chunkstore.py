@@ -54,6 +54,11 @@ PACKS = "chunks"
 _PACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}\.pack")
 _PACK_OWNER = re.compile(r"\.(\d+)-(\d+)\.[0-9a-f]+\.pack$")
 _COMMIT_ATTEMPTS = 3
+# How deep a chain of deltas a reader follows. Writers make them at most MAX_DEPTH deep,
+# but a chunk another writer stored first (with its own chain) may sit under one of
+# theirs; a chain longer than this, or one that loops, is damage. (A base pointer is a
+# catalog value, but a wrong one only fails the id check of what it decodes.)
+_READ_DEPTH = 1024
 
 
 @dataclass
@@ -310,7 +315,7 @@ class ChunkStore:
         ids = {chunk_id for chunk_id, _ in manifest.refs}
         stored = self._catalog().get_chunks(ids)
         lost = ids - set(stored)
-        for _ in range(_chunks.MAX_DEPTH + 1):  # the bases of deltas, and theirs
+        for _ in range(_READ_DEPTH + 1):  # the bases of deltas, and theirs
             bases = {c.base for c in stored.values() if c.base is not None} - set(stored)
             if not bases:
                 break
@@ -328,26 +333,31 @@ class ChunkStore:
         cache: dict[bytes, bytes] = {}
         with _Packs(self.packs, where) as packs:
 
-            def content(chunk_id: bytes, depth: int) -> bytes:
+            def content(chunk_id: bytes) -> bytes:
                 found = cache.get(chunk_id)
                 if found is not None:
                     return found
-                chunk = stored[chunk_id]
-                if depth > _chunks.MAX_DEPTH or chunk.base == chunk_id:
-                    raise CorruptSnapshot(f"{where}: a chunk's chain of deltas is damaged")
-                base = None if chunk.base is None else content(chunk.base, depth + 1)
-                encoded = chunk.data if chunk.pack is None else packs.read(chunk)
-                if encoded is None:
-                    raise CorruptSnapshot(f"{where}: a chunk has no data in the catalog")
-                decoded = codec.decode(chunk_id, encoded, chunk.size, where, base)
-                if counts[chunk_id] > 1:
-                    cache[chunk_id] = decoded
+                chain = [chunk_id]  # the chunk, its base, that one's base...
+                while (base_id := stored[chain[-1]].base) is not None and base_id not in cache:
+                    if base_id in chain or len(chain) > _READ_DEPTH or base_id not in stored:
+                        raise CorruptSnapshot(f"{where}: a chunk's chain of deltas is damaged")
+                    chain.append(base_id)
+                decoded = b""
+                for link in reversed(chain):  # the deepest first
+                    chunk = stored[link]
+                    base = None if chunk.base is None else cache.get(chunk.base, decoded)
+                    encoded = chunk.data if chunk.pack is None else packs.read(chunk)
+                    if encoded is None:
+                        raise CorruptSnapshot(f"{where}: a chunk has no data in the catalog")
+                    decoded = codec.decode(link, encoded, chunk.size, where, base)
+                    if counts[link] > 1:
+                        cache[link] = decoded
                 return decoded
 
             for chunk_id, size in manifest.refs:
                 if stored[chunk_id].size != size:
                     raise CorruptSnapshot(f"{where}: a chunk's size in the catalog was changed")
-                yield content(chunk_id, 0)
+                yield content(chunk_id)
 
     def read(self, manifest: _manifest.Manifest, where: str) -> bytearray:
         payload = bytearray()
