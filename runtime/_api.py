@@ -215,8 +215,9 @@ class JobResult:
 @dataclass(frozen=True)
 class SnapshotView:
     """One snapshot of a job: its sequence number (from 1), label, when it was taken
-    (epoch seconds), its file's size in bytes and the lease epoch of the runner that
-    wrote it."""
+    (epoch seconds), the bytes it added to the store (its manifest and the chunks the
+    store did not hold yet; a snapshot file's whole size) and the lease epoch of the
+    runner that wrote it."""
 
     seq: int
     label: str | None
