@@ -147,7 +147,7 @@ def import_file(home: Home, path: str, as_id: str | None = None) -> tuple[Job, i
     try:
         entry = _agent.EntryPoint.from_dict(header["entry"])
         argv = [str(a) for a in header["argv"]]
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise HeaderMismatch(
             f"{path} is signed but its header names no entry point ({exc}); refusing it"
         ) from None

@@ -26,7 +26,6 @@ import sysconfig
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from .._errors import RestoreError
 from ..serializers._codeid import module_digest
@@ -80,8 +79,20 @@ class EntryPoint:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EntryPoint:
-        return cls(data["module"], data["function"], data.get("path"), data.get("search_path"))
+    def from_dict(cls, data: object) -> EntryPoint:
+        """The entry point a catalog row or a header recorded; ValueError for anything
+        else (a catalog row is hostile input)."""
+        if isinstance(data, dict):
+            module, function = data.get("module"), data.get("function")
+            path, search = data.get("path"), data.get("search_path")
+            if (
+                isinstance(module, str)
+                and isinstance(function, str)
+                and (path is None or isinstance(path, str))
+                and (search is None or isinstance(search, str))
+            ):
+                return cls(module, function, path, search)
+        raise ValueError(f"{str(data)[:80]!r} is not an entry point")
 
     @property
     def root(self) -> str | None:

@@ -360,8 +360,16 @@ class JobView:
         return self.snapshots[-1] if self.snapshots else None
 
 
-def _entry_text(entry: dict[str, Any]) -> str:
-    return str(entry.get("path") or f"{entry['module']}:{entry['function']}")
+def _entry_text(entry: object) -> str:
+    """How `ls` shows a job's entry point; a catalog row is hostile input, so one that
+    is not an entry point is shown as damaged, never a traceback for the whole list."""
+    if isinstance(entry, dict):
+        path, module, function = entry.get("path"), entry.get("module"), entry.get("function")
+        if isinstance(path, str) and path:
+            return path
+        if isinstance(module, str) and isinstance(function, str):
+            return f"{module}:{function}"
+    return "<damaged entry point: `snaprun resume` refuses it>"
 
 
 def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:

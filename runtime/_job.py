@@ -258,7 +258,14 @@ class Job:
     def open(cls, home: Home, job_id: str) -> Job:
         validate_job_id(job_id)
         row = home.catalog.get_job(job_id)
-        return cls(home, job_id, _agent.EntryPoint.from_dict(row.entry), row.argv)
+        try:
+            entry = _agent.EntryPoint.from_dict(row.entry)
+        except ValueError as exc:
+            raise StoreDamaged(
+                f"job {job_id}: the catalog's entry point of the job is damaged ({exc}); "
+                f"nothing was run. Restore {home.directory}/catalog.db from a backup"
+            ) from None
+        return cls(home, job_id, entry, row.argv)
 
     # ------------------------------------------------------------------ running
     def run(self, *, force: bool = False) -> object:
