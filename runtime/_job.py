@@ -430,6 +430,9 @@ class Job:
 
     def _finish(self, outcome: str | None, error: str | None) -> None:
         self.finishing = True
+        # The run's last body, kept to compare the next snapshot with, is of no use to
+        # another run (a new epoch): a host running jobs one after another frees it.
+        self.home.chunks.forget(self.job_id)
         lease = self.lease
         if lease is None:
             return

@@ -88,14 +88,10 @@ OUTCOMES = {
 }
 
 
-def child_command(store: str, job_id: str, grace: float) -> list[str]:
-    """`snaprun resume --store STORE --grace G JOB` in a fresh interpreter."""
+def child_args(store: str, job_id: str, grace: float) -> list[str]:
+    """The arguments of a child's `snaprun resume --store STORE --grace G JOB`."""
     grace_args = ["--grace", f"{grace:g}"] if grace > 0 else []  # 0: stop at once
-    return [
-        *(sys.executable, "-m", "snapstate.runtime._cli", "resume", "--store", store),
-        *grace_args,
-        job_id,
-    ]
+    return ["resume", "--store", store, *grace_args, job_id]
 
 
 def _run_child(argv: list[str]) -> None:
@@ -141,14 +137,14 @@ def _fork_server() -> multiprocessing.context.ForkServerContext | None:
 
 def start_child(store: str, job_id: str, grace: float) -> subprocess.Popen[bytes] | _Forked:
     """Start `snaprun resume` of a job: forked from the fork server, or exec'd."""
-    command = child_command(store, job_id, grace)
+    args = child_args(store, job_id, grace)
     context = _fork_server()
     if context is not None:
-        process = context.Process(target=_run_child, args=(command[3:],), daemon=False)
+        process = context.Process(target=_run_child, args=(args,), daemon=False)
         process.start()
         return _Forked(process)
     return subprocess.Popen(
-        command,
+        [sys.executable, "-m", "snapstate.runtime._cli", *args],
         stdin=subprocess.DEVNULL,
         process_group=0,  # the worker forwards Ctrl-C and SIGTERM itself
     )

@@ -202,10 +202,6 @@ class ChunkCatalog(abc.ABC):
     def packs(self) -> set[str]:
         """The pack files some held chunk lives in."""
 
-    @abc.abstractmethod
-    def chunk_totals(self) -> tuple[int, int]:
-        """(number of chunks held, their encoded bytes)."""
-
 
 class LedgerCatalog(abc.ABC):
     """The effect ledger: one row per logical outbound action, recorded before it is

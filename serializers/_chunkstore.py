@@ -257,7 +257,7 @@ class ChunkStore:
         return out
 
     def forget(self, job_id: str) -> None:
-        """Drop what is kept of the job's last snapshot (its run ended)."""
+        """Drop what is kept of the job's last snapshot (its run ended: Job._finish)."""
         self._last.pop(job_id, None)
 
     def commit(

@@ -43,6 +43,7 @@ __all__ = [
     "grace_option",
     "finite_grace",
     "check_ids",
+    "is_file_ref",
     "check_new_id",
     "parse_ref",
     "resolve",
@@ -162,7 +163,7 @@ def check_ids(*refs: str | None, file_ok: bool = False) -> None:
     nothing is created for a refused id. With file_ok, an existing file is a snapshot
     FILE, not a job."""
     for ref in refs:
-        if ref is None or (file_ok and _is_file_ref(ref)):
+        if ref is None or (file_ok and is_file_ref(ref)):
             continue
         try:
             parse_ref(ref)
@@ -172,7 +173,7 @@ def check_ids(*refs: str | None, file_ok: bool = False) -> None:
             raise
 
 
-def _is_file_ref(ref: str) -> bool:
+def is_file_ref(ref: str) -> bool:
     """A ref meant as a FILE: a regular file there, or something else at a path that
     is no directory (a FIFO, a device: the reader refuses it, saying what it is)."""
     return os.path.isfile(ref) or (
@@ -199,7 +200,7 @@ def resolve(
 ) -> tuple[str, str, int, SnapshotRow | None]:
     """(path or description, job id, seq, catalog row or None for a FILE) of JOB,
     JOB@SEQ or FILE."""
-    if _is_file_ref(ref):
+    if is_file_ref(ref):
         header = home.verify(ref)
         return ref, header["job_id"], header["seq"], None
     job_id, seq = parse_ref(ref)

@@ -14,6 +14,7 @@ from ._common import (
     EXIT_HELP,
     ago,
     check_ids,
+    is_file_ref,
     open_home,
     resolve,
     store_option,
@@ -231,8 +232,12 @@ def verify(store: str | None, ref: str) -> None:
     (latest) or JOB@SEQ (every chunk of a chunked snapshot is checked)."""
     check_ids(ref, file_ok=True)
     home = open_home(store, readonly=True)
-    _, _, _, row = resolve(home, ref)
-    header = home.verify(ref) if row is None else home.verify_row(row)[0]
+    if is_file_ref(ref):
+        header = home.verify(ref)
+    else:
+        row = resolve(home, ref)[3]
+        assert row is not None  # not a FILE: the job's catalog row
+        header = home.verify_row(row)[0]
     label = f" ({header['label']})" if header.get("label") else ""
     click.echo(
         f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "

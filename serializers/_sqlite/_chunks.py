@@ -121,15 +121,3 @@ class SqliteChunks(SqliteBase, ChunkCatalog):
             r[0]
             for r in self._db().execute("SELECT DISTINCT pack FROM chunks WHERE pack IS NOT NULL")
         }
-
-    def chunk_totals(self) -> tuple[int, int]:
-        if self._no_chunks:
-            return 0, 0
-        count, size = (
-            self._db()
-            .execute(
-                "SELECT COUNT(*), COALESCE(SUM(COALESCE(length(data), length)), 0) FROM chunks"
-            )
-            .fetchone()
-        )
-        return int(count), int(size)
