@@ -10,7 +10,7 @@ from typing import Any
 from ..._errors import JobExists, JobNotFound, LeaseHeld, SnapshotNotFound, StoreError
 from .._catalog import AdminCatalog
 from .._store import JobRow, SnapshotRow
-from ._db import JOB_TABLES, SqliteBase
+from ._base import JOB_TABLES, SqlBase
 from ._jobs import insert_job, read_job
 from ._rows import (
     EFFECT_COLUMNS,
@@ -22,10 +22,10 @@ from ._rows import (
     snapshot_values,
 )
 
-__all__ = ["SqliteAdmin"]
+__all__ = ["SqlAdmin"]
 
 
-class SqliteAdmin(SqliteBase, AdminCatalog):
+class SqlAdmin(SqlBase, AdminCatalog):
     def fork_job(
         self,
         parent: str,
