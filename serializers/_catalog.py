@@ -22,6 +22,7 @@ Every method is atomic: its checks and its writes happen in one transaction.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -351,6 +352,14 @@ class WorkerCatalog(abc.ABC):
     @abc.abstractmethod
     def release_claims(self, owner: Owner, job_id: str | None = None) -> None:
         """Drop the owner's claim on the job (or all its claims)."""
+
+    def wait_for_change(self, timeout: float) -> bool:
+        """The worker's pause between passes: until a change that may make a job
+        runnable is announced (True: a job released, an approval decided, a job waiting
+        on a timer, an effect reconciled) or `timeout` seconds pass (False). This
+        default sleeps (its workers poll); PostgreSQL listens for NOTIFY."""
+        time.sleep(max(0.0, timeout))
+        return False
 
     @abc.abstractmethod
     def give_up_job(self, job_id: str, error: str) -> bool:

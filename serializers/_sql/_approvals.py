@@ -90,4 +90,5 @@ class SqlApprovals(SqlBase, ApprovalCatalog):
                 ),
             )
             self._event(db, job_id, "approval", f"{approval_id} {decided.state} by {by}")
+            self._notify(db, job_id)
             return decided

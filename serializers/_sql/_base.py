@@ -87,6 +87,11 @@ class SqlBase:
         LedgerCatalog.record_effects' `ordered`); a backend that cannot just commits."""
         yield
 
+    def _notify(self, db: Any, job_id: str) -> None:
+        """Inside a transaction that may make the job runnable (released, waiting on a
+        timer, an approval decided, reconciled): tell waiting workers once it commits
+        (PostgreSQL's NOTIFY; nothing in SQLite, whose workers poll)."""
+
     def _after_reseal(self) -> None:
         """After every sealed value was rewritten (SQLite truncates its WAL)."""
 

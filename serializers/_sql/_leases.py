@@ -104,4 +104,7 @@ class SqlLeases(SqlBase, LeaseCatalog):
 
     def release_lease(self, job_id: str, epoch: int) -> None:
         with self._tx() as db:
-            db.execute("DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch))
+            if db.execute(
+                "DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch)
+            ).rowcount:
+                self._notify(db, job_id)

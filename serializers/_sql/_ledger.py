@@ -134,6 +134,7 @@ class SqlLedger(SqlBase, LedgerCatalog):
                 (job_id,),
             )
             self._event(db, job_id, "reconciled", f"effect {ordinal}: {note}")
+            self._notify(db, job_id)
             if job[0] == "parked":
                 db.execute(
                     "UPDATE jobs SET status = 'interrupted', error = NULL, updated = ? "

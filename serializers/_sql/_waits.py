@@ -42,6 +42,7 @@ class SqlWaits(SqlBase, WaitCatalog):
                 (self.clock(), wait.job_id),
             )
             self._event(db, wait.job_id, "waiting", wait.reason)
+            self._notify(db, wait.job_id)
 
     def get_wait(self, job_id: str) -> WaitRow | None:
         if self._no_waits:
