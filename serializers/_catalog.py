@@ -399,9 +399,11 @@ class AdminCatalog(abc.ABC):
         *,
         parent: str | None,
         source: str,
+        body: SnapshotBody | None = None,
     ) -> JobRow:
         """Create job `job_id` holding the one snapshot `row` (its file copied in by the
-        caller beforehand), imported from `source`. JobExists if the id is taken."""
+        caller beforehand, or, with `body`, its chunks and manifest, added as
+        commit_snapshot adds them), imported from `source`. JobExists if the id is taken."""
 
     @abc.abstractmethod
     def prune_job(
@@ -445,3 +447,9 @@ class Catalog(
 
     def close(self) -> None:  # noqa: B027 (optional hook: most catalogs hold nothing)
         """Release connections."""
+
+    def close_thread(self) -> None:
+        """Release what the calling thread holds (a thread that used the catalog, such
+        as a lease's heartbeat, ends); the catalog stays open for the others. This
+        default suits a catalog with one connection per thread: close() is that."""
+        self.close()

@@ -31,7 +31,6 @@ import contextlib
 import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -40,6 +39,7 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..._errors import SnapstateError, StoreDamaged, StoreError, StoreFailure
+from .._location import is_postgres_url, redact
 from .._sealing import MAGIC, PLAIN, Sealer
 from .._sql._base import SqlBase
 
@@ -114,23 +114,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
-
-
-def is_postgres_url(location: str | None) -> bool:
-    return bool(location) and str(location).startswith(("postgresql://", "postgres://"))
-
-
-def redact(url: str) -> str:
-    """The URL without its password (messages, `ls`)."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "postgresql://<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        netloc = f"{user.split(':', 1)[0]}@{host}"
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class TextSealer(Sealer):
@@ -289,7 +272,7 @@ class PostgresBase(SqlBase):
 
     # ------------------------------------------------------------------ schema
     def _set_up(self, create: bool, writable: bool, upgrade: bool) -> int:
-        version = self._version()
+        self.found_version = version = self._version()
         if version == SCHEMA_VERSION:
             return version
         if version > SCHEMA_VERSION:
@@ -337,6 +320,10 @@ class PostgresBase(SqlBase):
             row = conn.execute("SELECT max(version) FROM snapstate_schema").fetchone()
             return int(row[0] or 0)
 
+    def version(self) -> int:
+        """The database's schema version (0: no snapstate tables)."""
+        return self._version()
+
     def migrate(self) -> int:
         """Apply every migration newer than the database's schema, each in its own
         transaction, under a lock (several processes may open a new store at once).
@@ -373,6 +360,14 @@ class PostgresBase(SqlBase):
                 yield conn
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise self._failure(exc) from exc
+        except psycopg.errors.IntegrityError:
+            raise  # the shared SQL's (a taken id): it says what
+        except psycopg.DatabaseError as exc:  # a dropped table, a changed column...
+            raise StoreDamaged(
+                f"the PostgreSQL store {self.path} refused a statement ({exc}): its tables are "
+                "not the ones this snapstate made (damaged, or changed by hand); nothing was "
+                "changed. Restore the database from a backup"
+            ) from None
 
     def _failure(self, exc: BaseException) -> SnapstateError:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -463,6 +458,9 @@ class PostgresBase(SqlBase):
                 )
             row = db.execute("SELECT value FROM store_meta WHERE name = ?", (name,)).fetchone()
             return str(row[0])
+
+    def close_thread(self) -> None:
+        """Nothing: connections go back to the pool after each statement."""
 
     def close(self) -> None:
         self._drop_listener()

@@ -7,9 +7,9 @@ PostgreSQL backend (serializers/_sql/)."""
 from __future__ import annotations
 
 from .._sql import SqlCatalog
-from ._db import SCHEMA_VERSION, SqliteBase, store_failure
+from ._db import SCHEMA_VERSION, SqliteBase, sqlite_schema_version, store_failure
 
-__all__ = ["SqliteCatalog", "SCHEMA_VERSION", "store_failure"]
+__all__ = ["SqliteCatalog", "SCHEMA_VERSION", "store_failure", "sqlite_schema_version"]
 
 
 class SqliteCatalog(SqliteBase, SqlCatalog):

@@ -23,7 +23,7 @@ from .. import _fs
 from .._sealing import PLAIN, Sealer
 from .._sql._base import JOB_TABLES, SqlBase
 
-__all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES"]
+__all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES", "sqlite_schema_version"]
 
 # The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
 # table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
@@ -357,3 +357,18 @@ class SqliteBase(SqlBase):
         if db is not None:
             db.close()
             self._local.db = None
+
+
+def sqlite_schema_version(directory: str) -> int:
+    """The schema version of the catalog in a store directory, read without changing
+    it (0: no catalog yet)."""
+    path = os.path.join(directory, "catalog.db")
+    if not os.path.isfile(path):
+        return 0
+    db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.DatabaseError as exc:
+        raise StoreDamaged(f"the catalog {path} is damaged ({exc})") from None
+    finally:
+        db.close()
