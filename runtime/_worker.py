@@ -233,7 +233,17 @@ class Worker:
                 except (SnapstateError, sqlite3.Error, OSError) as exc:
                     # A busy or failing store: the running children go on; next poll.
                     self.say(f"cannot read the store ({type(exc).__name__}: {exc}); retrying")
-            time.sleep(TICK if self.children or self.once else min(TICK * 4, self.poll))
+            if self.children or self.once:
+                time.sleep(TICK)
+            else:  # idle: until the next scan, or at once when the store announces a
+                # change (PostgreSQL's NOTIFY; a plain sleep on SQLite). Short slices,
+                # so a signal is acted on promptly.
+                pause = min(TICK * 4, self.poll, max(0.0, next_scan - time.monotonic()))
+                try:
+                    if self.catalog.wait_for_change(pause):
+                        next_scan = 0.0
+                except (SnapstateError, OSError):
+                    time.sleep(pause)
 
     # ------------------------------------------------------------------ choosing
     def candidates(self) -> list[str]:
@@ -282,7 +292,7 @@ class Worker:
             return
         why = f"waited: {wait.reason}" if wait is not None else "interrupted (its runner is gone)"
         try:
-            proc = start_child(self.home.directory, job_id, self.grace)
+            proc = start_child(self.home.location, job_id, self.grace)
         except (OSError, EOFError) as exc:  # EOFError: a fork server killed meanwhile
             self.say(f"job {job_id}: cannot start a child process: {exc}")
             return  # its claim is released when the worker stops, or expires

@@ -84,10 +84,15 @@ def restart_server(data: str, mode: str = "fast") -> None:
     """Restart the server of `data` (the fault tests): every connection is cut."""
     pg_ctl = _binary("pg_ctl")
     assert pg_ctl
+    # The server's output goes to its log file, never to a pipe of ours (which the new
+    # server would hold open).
+    log = os.path.join(os.path.dirname(data), "log")
     subprocess.run(
-        _as_postgres([pg_ctl, "-D", data, "-m", mode, "-w", "restart"]),
+        _as_postgres([pg_ctl, "-D", data, "-m", mode, "-l", log, "-w", "restart"]),
         check=True,
-        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import re
 import threading
 import time
@@ -114,6 +115,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
+# The pool reports each failed reconnection as a logging warning; without a handler of
+# the program's, Python would print it raw on stderr. Snapstate says it in its own words
+# (a StoreFailure; the worker's "cannot read the store ... retrying").
+logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 
 class TextSealer(Sealer):
