@@ -338,7 +338,7 @@ def _record(job: Job, row: ApprovalRow) -> ApprovalRow:
     except StaleWriter as exc:
         job.fenced(exc)
         raise
-    except StoreFailure as exc:
+    except (StoreFailure, StoreDamaged) as exc:
         job.store_failed(exc)
         raise
 
@@ -595,7 +595,7 @@ def check_scope(
         )
     try:
         recorded = job.home.catalog.approvals(job.job_id)
-    except StoreFailure as exc:
+    except (StoreFailure, StoreDamaged) as exc:
         job.store_failed(exc)  # the run stops here; the agent never sees it
         raise
     rows = [r for r in recorded if r.name == requires and r.state == "granted"]

@@ -10,9 +10,9 @@ from .._catalog import JobCatalog
 from .._sealing import Sealer
 from .._store import JobRow
 from ._base import JOB_TABLES, Conn, SqlBase
-from ._rows import JOB_COLUMNS, job_row
+from ._rows import JOB_COLUMNS, job_mac, job_row
 
-__all__ = ["SqlJobs", "insert_job", "read_job"]
+__all__ = ["SqlJobs", "insert_job", "read_job", "set_entry"]
 
 
 def insert_job(
@@ -30,27 +30,46 @@ def insert_job(
     taken."""
     if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone():
         raise JobExists(f"a job named {job_id!r} already exists in {directory}; choose another id")
+    entry_text, argv_text = json.dumps(entry), json.dumps(argv)
     db.execute(
         "INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
-        " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+        " fork_seq, mac) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
         (
             job_id,
-            json.dumps(entry),
-            sealer.seal(json.dumps(argv), "jobs", "argv", job_id),
+            entry_text,
+            sealer.seal(argv_text, "jobs", "argv", job_id),
             now,
             now,
             parent,
             fork_seq,
+            job_mac(sealer, job_id, entry_text, argv_text, parent, fork_seq),
         ),
     )
 
 
-def read_job(db: Conn, sealer: Sealer, directory: str, job_id: str) -> JobRow:
-    """The job, or JobNotFound."""
+def read_job(
+    db: Conn, sealer: Sealer, directory: str, job_id: str, path: str | None = None
+) -> JobRow:
+    """The job, or JobNotFound; StoreDamaged naming the row if its signature does not
+    verify."""
     row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
     if row is None:
         raise JobNotFound(f"no job {job_id!r} in {directory} (`snaprun ls` lists the jobs)")
-    return job_row(sealer, row)
+    return job_row(sealer, row, path=path)
+
+
+def set_entry(db: Conn, sealer: Sealer, job: JobRow, entry: dict[str, Any]) -> None:
+    """Record a new entry point for a job (`snaprun set-entry`), signed, in the
+    caller's transaction."""
+    entry_text, argv_text = json.dumps(entry), json.dumps(job.argv)
+    db.execute(
+        "UPDATE jobs SET entry = ?, mac = ? WHERE job_id = ?",
+        (
+            entry_text,
+            job_mac(sealer, job.job_id, entry_text, argv_text, job.parent, job.fork_seq),
+            job.job_id,
+        ),
+    )
 
 
 class SqlJobs(SqlBase, JobCatalog):
@@ -77,11 +96,11 @@ class SqlJobs(SqlBase, JobCatalog):
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRow:
-        return read_job(self._db(), self.sealer, self.directory, job_id)
+        return read_job(self._db(), self.sealer, self.directory, job_id, self.path)
 
     def list_jobs(self) -> list[JobRow]:
         rows = self._db().execute(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY created, job_id")
-        return [job_row(self.sealer, r) for r in rows]
+        return [job_row(self.sealer, r, path=self.path, lenient=True) for r in rows]
 
     def set_status(
         self, job_id: str, status: str, *, epoch: int | None = None, error: str | None = None
