@@ -1,4 +1,5 @@
-"""Store operations around jobs: fork, import (`resume FILE`), prune, reconcile, stats.
+"""Store operations around jobs: fork, import (`resume FILE`), prune, reconcile, stats,
+set-entry.
 
 Each is a function of the runtime (the CLI only parses, calls and prints) and each
 changes the catalog in one store transaction with its checks inside it (a check made in
@@ -43,6 +44,7 @@ __all__ = [
     "check_export_target",
     "export",
     "ORPHAN_GRACE_S",
+    "set_entry",
 ]
 
 # A file no catalog row names is swept only once it is this old: younger, it may be a
@@ -56,6 +58,18 @@ def _exists(home: Home, job_id: str) -> bool:
         return True
     except JobNotFound:
         return False
+
+
+# ---------------------------------------------------------------------------- entry
+def set_entry(home: Home, job_id: str, entry: _agent.EntryPoint) -> _agent.EntryPoint:
+    """Record `entry` as the job's entry point (the agent's file moved): the one
+    explicit way a job's entry point changes; the catalog row is signed again with the
+    store's key. Nothing of the agent is imported here: `snaprun resume` loads it.
+    Returns the entry point it replaces. LeaseHeld while the job runs; StoreDamaged
+    for a row that does not verify (restore it: it is never re-signed)."""
+    validate_job_id(job_id)
+    old = home.catalog.set_entry(job_id, entry.as_dict())
+    return _agent.EntryPoint.from_dict(old.entry)
 
 
 # ---------------------------------------------------------------------------- fork

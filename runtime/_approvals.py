@@ -536,9 +536,14 @@ def _note(value: object) -> str:
 
 
 def pending(home: Home) -> list[ApprovalRow]:
-    """The approvals someone may still decide (pending, unexpired), oldest first."""
+    """The approvals someone may still decide (pending, unexpired), oldest first, and
+    the rows the catalog refuses (shown as such: `approve` refuses them)."""
     t = clock().time()
-    return [r for r in home.catalog.approvals() if r.state == "pending" and not is_expired(r, t)]
+    return [
+        r
+        for r in home.catalog.approvals()
+        if r.damaged is not None or (r.state == "pending" and not is_expired(r, t))
+    ]
 
 
 # ------------------------------------------------------------------------ effects

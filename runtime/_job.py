@@ -283,6 +283,8 @@ class Job:
         later ones); with no snapshot yet, from the start of its entry function.
         A done job never runs again (JobFinished), whichever way it is resumed."""
         row = self.home.catalog.get_job(self.job_id)
+        if row.status == "waiting":  # its wait row verifies, or the store is damaged
+            self.home.catalog.get_wait(self.job_id)
         self._before = (row.status, row.error)
         if row.status == "done":
             raise JobFinished(

@@ -300,7 +300,7 @@ class Sealer:
             return f"it is signed with key {kid[:40]!r}, which this store does not have"
         mac = hmac.new(key, row_message(parts), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(mac, given):
-            return "its signature does not verify (the row was edited, forged or moved)"
+            return "its signature does not verify (the row was altered, forged or moved)"
         return None
 
 

@@ -29,7 +29,7 @@ from .._api import EXIT_CODES, EXIT_FAILED, EXIT_USAGE, exit_code
 from ._approving import approvals, approve, reject
 from ._common import EXIT_HELP, damaged, say
 from ._keys import keys
-from ._managing import export, fork, init, prune, reconcile, repair
+from ._managing import export, fork, init, prune, reconcile, repair, set_entry
 from ._reading import effects, inspect, list_jobs, log, stats, verify
 from ._running import replay, resume, run, worker
 
@@ -116,6 +116,7 @@ for _command in (
     export,
     fork,
     reconcile,
+    set_entry,
     prune,
     repair,
     approvals,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..._errors import JobExists, JobNotFound
+from ..._errors import JobExists, JobNotFound, LeaseHeld
 from .._catalog import JobCatalog
 from .._sealing import Sealer
 from .._store import JobRow
@@ -115,6 +115,25 @@ class SqlJobs(SqlBase, JobCatalog):
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job {job_id!r}")
             self._event(db, job_id, status, error or "")
+
+    def set_entry(self, job_id: str, entry: dict[str, Any]) -> JobRow:
+        with self._tx() as db:
+            job = read_job(db, self.sealer, self.directory, job_id, self.path)
+            lease = self._live_lease(db, job_id)
+            if lease is not None:
+                raise LeaseHeld(
+                    f"job {job_id} is running ({lease.owner}); change its entry point once "
+                    "it has stopped"
+                )
+            set_entry(db, self.sealer, job, entry)
+            self._event(
+                db,
+                job_id,
+                "entry",
+                f"entry point set to {entry.get('path') or entry.get('module')} "
+                f"(was {job.entry.get('path') or job.entry.get('module')})",
+            )
+        return job
 
     def delete_job(self, job_id: str) -> None:
         with self._tx() as db:

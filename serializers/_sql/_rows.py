@@ -252,7 +252,8 @@ def approval_row(
     sealer: Sealer, r: Row, *, path: str | None = None, lenient: bool = False
 ) -> ApprovalRow:
     """The approval row, its signature checked (the request, the decision and who made
-    it, bound to the job and the approval id); `lenient` as job_row's."""
+    it, bound to the job and the approval id); `lenient` as job_row's (the row as it
+    reads, when it still opens, marked `damaged`)."""
     try:
         return _approval_row(sealer, r, path)
     except (StoreDamaged, ValueError, TypeError) as exc:
@@ -261,10 +262,14 @@ def approval_row(
                 raise
             where = f"approvals (job {r[0]}, approval {r[1]})"
             raise refusal(where, f"it is malformed ({exc})", path) from None
-        return ApprovalRow(r[0], r[1], "", "", "", r[5], r[6], None, str(r[8]), damaged=str(exc))
+        try:
+            read = _approval_row(sealer, r, path, checked=False)
+        except (StoreDamaged, ValueError, TypeError):
+            read = ApprovalRow(r[0], r[1], "", "", "", r[5], r[6], None, str(r[8]))
+        return dataclasses.replace(read, damaged=str(exc))
 
 
-def _approval_row(sealer: Sealer, r: Row, path: str | None) -> ApprovalRow:
+def _approval_row(sealer: Sealer, r: Row, path: str | None, checked: bool = True) -> ApprovalRow:
     def opened(i: int, column: str) -> Any:
         # who decided and their note are bound to the decision (state): a rejection
         # flipped to granted by hand no longer opens
@@ -272,7 +277,9 @@ def _approval_row(sealer: Sealer, r: Row, path: str | None) -> ApprovalRow:
         return sealer.open(r[i], "approvals", column, r[0], r[1], *state)
 
     values = [opened(i, c) if c in _SEALED_APPROVAL else r[i] for i, c in enumerate(_APPROVAL)]
-    _checked(sealer, r[13], f"approvals (job {r[0]}, approval {r[1]})", path, "approvals", *values)
+    if checked:
+        where = f"approvals (job {r[0]}, approval {r[1]})"
+        _checked(sealer, r[13], where, path, "approvals", *values)
     approvers = values[7]
     return ApprovalRow(
         job_id=r[0],

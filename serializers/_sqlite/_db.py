@@ -297,6 +297,8 @@ class SqliteBase(SqlBase):
                     # with an empty signature column (rows not yet signed are accepted
                     # only while the key file does not record them signed)
                     self._unsigned_views = tuple(t for t in _SIGNED_TABLES if t in names)
+            if self._unsigned_views:  # the connection opened above has none yet
+                self._views(self._db())
             if not create:
                 self._checked = True  # WAL is persistent: usually already set
                 if writable:
@@ -337,17 +339,21 @@ class SqliteBase(SqlBase):
         try:
             if self._checked and self._writable:
                 self._wal(db)
-            for table in self._unsigned_views:  # temp views shadow the tables' names
-                db.execute(
-                    f"CREATE TEMP VIEW IF NOT EXISTS {table} AS "
-                    f"SELECT *, NULL AS mac FROM main.{table}"
-                )
+            self._views(db)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
             db.close()
             raise
         return db
+
+    def _views(self, db: sqlite3.Connection) -> None:
+        """Read-only over a schema older than 5: a temp view per signed table, with an
+        empty signature column, shadows the table's name on this connection."""
+        for table in self._unsigned_views:
+            db.execute(
+                f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT *, NULL AS mac FROM main.{table}"
+            )
 
     def _wal(self, db: sqlite3.Connection) -> None:
         for attempt in range(200):  # switching to WAL is not covered by the busy timeout
