@@ -682,14 +682,22 @@ TIMER = textwrap.dedent(
 
 def test_an_edited_wait_row_cannot_wake_a_job_early(tmp_path):
     """Attacker with catalog write access: the waits row of a job sleeping two hours is
-    edited (due set to the epoch, kind and reason changed). A resume polls the wait the
-    signed snapshot holds, not the row: it hibernates again (exit 3) before any agent
-    code runs (no stdout), and finishes only when the real due time has come."""
+    edited (due set to the epoch, kind and reason changed). Its signature no longer
+    verifies: a resume refuses it (exit 2 naming the row) before any agent code runs,
+    the job still waiting. With the row restored, a resume polls the wait the signed
+    snapshot holds: it hibernates again (exit 3, no stdout), and finishes only when the
+    real due time has come."""
     (tmp_path / "timer.py").write_text(TIMER)
     first = snaprun("run", "--job", "t", "timer.py", cwd=tmp_path)
     assert first.returncode == 3, first.stderr
     with _db(tmp_path / ".snapstate") as db:
+        (original,) = db.execute("SELECT due, kind, reason FROM waits").fetchall()
         db.execute("UPDATE waits SET due = 0, kind = 'approval', reason = 'go'")
+    edited = snaprun("resume", "t", cwd=tmp_path)
+    clean_refusal(edited, "catalog row waits (job t)", "signature")
+    with _db(tmp_path / ".snapstate") as db:
+        assert db.execute("SELECT status FROM jobs").fetchone() == ("waiting",)
+        db.execute("UPDATE waits SET due = ?, kind = ?, reason = ?", original)
     early = snaprun("resume", "t", cwd=tmp_path)
     assert early.returncode == 3, early.stderr
     assert early.stdout == ""
