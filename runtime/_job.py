@@ -208,6 +208,7 @@ class Job:
         # The job's catalog status and error when this run took it over: what it keeps
         # when the run stops on a damaged store (a row refused), so it stays as it was.
         self._before: tuple[str, str | None] = ("interrupted", None)
+        self._before_wait: WaitRow | None = None  # and, waiting, its wait row
         self._hub: greenlet.greenlet | None = None
         self._agent: greenlet.greenlet | None = None
         self.say: Callable[[str], None] = lambda message: None  # the CLI's stderr notes
@@ -284,7 +285,7 @@ class Job:
         A done job never runs again (JobFinished), whichever way it is resumed."""
         row = self.home.catalog.get_job(self.job_id)
         if row.status == "waiting":  # its wait row verifies, or the store is damaged
-            self.home.catalog.get_wait(self.job_id)
+            self._before_wait = self.home.catalog.get_wait(self.job_id)
         self._before = (row.status, row.error)
         if row.status == "done":
             raise JobFinished(
@@ -461,14 +462,21 @@ class Job:
         lease.stop()
         if outcome is None or lease.lost is not None:
             return
+        if outcome == "unchanged":  # a refused row: the job goes back to how it was
+            outcome, error = self._before
+            if outcome == "waiting" and self._before_wait is not None:
+                # taking the lease dropped its wait row: put it back as it was
+                assert self.epoch is not None  # the lease is held
+                try:
+                    self.home.catalog.hibernate(self._before_wait, epoch=self.epoch)
+                except (StaleWriter, StoreFailure):
+                    return
         if outcome == "waiting":
             try:
                 lease.release()
             except (StaleWriter, StoreFailure):
                 pass  # the wait is recorded; the lease dies with this process
             return
-        if outcome == "unchanged":
-            outcome, error = self._before
         try:
             if outcome == "done":
                 self.ledger.flush()

@@ -183,10 +183,14 @@ def test_a_transplanted_effect_result_is_refused(tmp_path, encrypted, copied):
     assert jobs["donor"]["status"] == "interrupted"
     refused_log = snaprun("effects", "--store", store, "victim", cwd=tmp_path)
     clean_refusal(refused_log, "effects", "job victim")
-    # The donor is untouched and runs to its end with its own result.
-    done = snaprun("resume", "--store", store, "donor", cwd=tmp_path, env=env)
-    assert done.returncode == 0, done.stderr
+    # The worker starts no child for the victim (never looped, never counted as a
+    # crash): it names the row; the donor is untouched and runs to its end with its own
+    # result.
+    worked = snaprun("worker", "--store", store, "--once", cwd=tmp_path, env=env)
+    assert "job victim: not started" in worked.stderr, worked.stderr
     assert mark.read_text() == "agent ran with donor\n"
+    assert _status(store, "victim") == before
+    assert _ls(store, tmp_path)["donor"]["status"] == "done"
 
 
 # ------------------------------------------------------------------ approvals
@@ -221,6 +225,10 @@ def test_a_forged_approval_decision_is_refused_and_confined_to_its_job(tmp_path,
     table = snaprun("approvals", "--store", store, "--all", cwd=tmp_path)
     assert table.returncode == 0 and "ALTERED" in table.stdout, table.stderr
     assert _ls(store, tmp_path)["victim"]["status"] == "waiting"
+    # The worker (its approval looks decided) starts no child for it and names the row.
+    worked = snaprun("worker", "--store", store, "--once", cwd=tmp_path, env=env)
+    assert "catalog row approvals (job victim, approval a1)" in worked.stderr, worked.stderr
+    assert not mark.exists() and _status(store, "victim") == before
     # The other job's approval is decided and runs as ever.
     granted = snaprun("approve", "--store", store, "other", "a1", "--by", "alice", cwd=tmp_path)
     assert granted.returncode == 0, granted.stderr
