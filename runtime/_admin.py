@@ -324,7 +324,9 @@ def reconcile(
 def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
     """Durability metrics per job (or of one job): resumes, snapshot age, effects,
     effects served from the ledger, reconciled and ambiguous actions, restart-to-
-    progress time. Reads only."""
+    progress time. Reads only. Over every job, a job whose catalog rows are refused
+    (their signatures do not verify) is listed with status "damaged" and its effects
+    uncounted; asked for by name, it is refused (StoreDamaged)."""
     if job_id is not None:
         validate_job_id(job_id)
     jobs = [home.catalog.get_job(job_id)] if job_id else home.catalog.list_jobs()
@@ -333,11 +335,19 @@ def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
     for job in jobs:
         metrics = home.catalog.metrics(job.job_id)
         latest = home.catalog.latest(job.job_id)
-        ledger = home.catalog.effects(job.job_id)
+        status = home.catalog.effective_status(job, now)
+        try:
+            ledger = home.catalog.effects(job.job_id)
+        except StoreDamaged:
+            if job_id is not None:
+                raise
+            ledger, status = [], "damaged"
+        if job.damaged is not None:
+            status = "damaged"
         rows.append(
             {
                 "job": job.job_id,
-                "status": home.catalog.effective_status(job, now),
+                "status": status,
                 "resumes": job.resume_count,
                 "snapshot_age_s": None if latest is None else round(now - latest.created, 3),
                 "effects": sum(1 for e in ledger if e.kind != EffectKind.VALUE),

@@ -183,6 +183,10 @@ def test_a_transplanted_effect_result_is_refused(tmp_path, encrypted, copied):
     assert jobs["donor"]["status"] == "interrupted"
     refused_log = snaprun("effects", "--store", store, "victim", cwd=tmp_path)
     clean_refusal(refused_log, "effects", "job victim")
+    stats = snaprun("stats", "--store", store, "--json", cwd=tmp_path)
+    assert stats.returncode == 0, stats.stderr
+    statuses = {r["job"]: r["status"] for r in json.loads(stats.stdout)}
+    assert statuses == {"victim": "damaged", "donor": "interrupted"}
     # The worker starts no child for the victim (never looped, never counted as a
     # crash): it names the row; the donor is untouched and runs to its end with its own
     # result.
