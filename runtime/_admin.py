@@ -1,4 +1,5 @@
-"""Store operations around jobs: fork, import (`resume FILE`), prune, reconcile, stats.
+"""Store operations around jobs: fork, import (`resume FILE`), prune, reconcile, stats,
+set-entry.
 
 Each is a function of the runtime (the CLI only parses, calls and prints) and each
 changes the catalog in one store transaction with its checks inside it (a check made in
@@ -45,6 +46,7 @@ __all__ = [
     "check_export_target",
     "export",
     "ORPHAN_GRACE_S",
+    "set_entry",
 ]
 
 # A file no catalog row names is swept only once it is this old: younger, it may be a
@@ -58,6 +60,18 @@ def _exists(home: Home, job_id: str) -> bool:
         return True
     except JobNotFound:
         return False
+
+
+# ---------------------------------------------------------------------------- entry
+def set_entry(home: Home, job_id: str, entry: _agent.EntryPoint) -> _agent.EntryPoint:
+    """Record `entry` as the job's entry point (the agent's file moved): the one
+    explicit way a job's entry point changes; the catalog row is signed again with the
+    store's key. Nothing of the agent is imported here: `snaprun resume` loads it.
+    Returns the entry point it replaces. LeaseHeld while the job runs; StoreDamaged
+    for a row that does not verify (restore it: it is never re-signed)."""
+    validate_job_id(job_id)
+    old = home.catalog.set_entry(job_id, entry.as_dict())
+    return _agent.EntryPoint.from_dict(old.entry)
 
 
 # ---------------------------------------------------------------------------- fork
@@ -329,7 +343,9 @@ def reconcile(
 def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
     """Durability metrics per job (or of one job): resumes, snapshot age, effects,
     effects served from the ledger, reconciled and ambiguous actions, restart-to-
-    progress time. Reads only."""
+    progress time. Reads only. Over every job, a job whose catalog rows are refused
+    (their signatures do not verify) is listed with status "damaged" and its effects
+    uncounted; asked for by name, it is refused (StoreDamaged)."""
     if job_id is not None:
         validate_job_id(job_id)
     jobs = [home.catalog.get_job(job_id)] if job_id else home.catalog.list_jobs()
@@ -338,11 +354,19 @@ def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
     for job in jobs:
         metrics = home.catalog.metrics(job.job_id)
         latest = home.catalog.latest(job.job_id)
-        ledger = home.catalog.effects(job.job_id)
+        status = home.catalog.effective_status(job, now)
+        try:
+            ledger = home.catalog.effects(job.job_id)
+        except StoreDamaged:
+            if job_id is not None:
+                raise
+            ledger, status = [], "damaged"
+        if job.damaged is not None:
+            status = "damaged"
         rows.append(
             {
                 "job": job.job_id,
-                "status": home.catalog.effective_status(job, now),
+                "status": status,
                 "resumes": job.resume_count,
                 "snapshot_age_s": None if latest is None else round(now - latest.created, 3),
                 "effects": sum(1 for e in ledger if e.kind != EffectKind.VALUE),

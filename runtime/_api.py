@@ -299,7 +299,30 @@ class ApprovalView:
 
 
 def approval_view(home: Home, row: ApprovalRow, now: float) -> ApprovalView:
-    """The public view of an approval row (its scope decoded, its digest checked)."""
+    """The public view of an approval row (its scope decoded, its digest checked); a
+    row the catalog refuses (a listing's `damaged` row) shows as altered, nothing of it
+    trusted."""
+    if row.damaged is not None:  # shown as it now reads, flagged; nothing trusted
+        try:
+            scope = json.loads(row.scope)
+        except ValueError:
+            scope = {}
+        state = row.state if row.state in ("pending", "granted", "rejected") else "pending"
+        return ApprovalView(
+            job_id=row.job_id,
+            approval_id=row.approval_id,
+            name=row.name or "<damaged catalog row>",
+            state=cast(Literal["pending", "granted", "rejected"], state),
+            scope=scope if isinstance(scope, dict) else {},
+            requested=row.requested,
+            expires=row.expires,
+            approvers=None if row.approvers is None else tuple(row.approvers),
+            decided_by=row.decided_by,
+            decided_at=row.decided_at,
+            note=row.note,
+            site=row.site,
+            altered=True,
+        )
     state = row.state
     if state == "pending" and _approvals.is_expired(row, now):
         state = "expired"
@@ -360,6 +383,12 @@ class JobView:
         return self.snapshots[-1] if self.snapshots else None
 
 
+# How a listing shows a row the catalog refuses (its signature does not verify): the
+# listing goes on; the commands on that job refuse it (exit 2) and say why.
+_DAMAGED_JOB = "<damaged entry point or argv: `snaprun resume` refuses it>"
+_DAMAGED_WAIT = "<damaged wait row: `snaprun resume` refuses it>"
+
+
 def _entry_text(entry: object) -> str:
     """How `ls` shows a job's entry point; a catalog row is hostile input, so one that
     is not an entry point is shown as damaged, never a traceback for the whole list."""
@@ -391,12 +420,19 @@ def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict
 def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
     snaps = home.catalog.snapshots(job.job_id)
     status = _job_status(home.catalog.effective_status(job, now), job.job_id)
-    wait_row = home.catalog.get_wait(job.job_id) if status == JobStatus.WAITING else None
+    wait: WaitInfo | None = None
+    if status == JobStatus.WAITING:
+        try:
+            wait_row = home.catalog.get_wait(job.job_id)
+        except StoreDamaged:  # a refused wait row: shown as such, the listing goes on
+            wait = WaitInfo("damaged", _DAMAGED_WAIT, None)
+        else:
+            wait = _wait_info(wait_row) if wait_row is not None else None
     meta, pins = _header_extras(home, job.job_id) if snaps else (None, {})
     return JobView(
         job_id=job.job_id,
         status=status,
-        entry=_entry_text(job.entry),
+        entry=_DAMAGED_JOB if job.damaged is not None else _entry_text(job.entry),
         argv=list(job.argv),
         created=job.created,
         updated=job.updated,
@@ -405,7 +441,7 @@ def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
         error=job.error,
         snapshots=tuple(_snapshot_view(s) for s in snaps),
         effects=tuple(effect_views(home, job.job_id)) if effects else (),
-        wait=_wait_info(wait_row) if wait_row is not None else None,
+        wait=wait,
         meta=meta,
         pins=pins,
     )

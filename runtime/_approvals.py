@@ -338,7 +338,7 @@ def _record(job: Job, row: ApprovalRow) -> ApprovalRow:
     except StaleWriter as exc:
         job.fenced(exc)
         raise
-    except StoreFailure as exc:
+    except (StoreFailure, StoreDamaged) as exc:
         job.store_failed(exc)
         raise
 
@@ -536,9 +536,14 @@ def _note(value: object) -> str:
 
 
 def pending(home: Home) -> list[ApprovalRow]:
-    """The approvals someone may still decide (pending, unexpired), oldest first."""
+    """The approvals someone may still decide (pending, unexpired), oldest first, and
+    the rows the catalog refuses (shown as such: `approve` refuses them)."""
     t = clock().time()
-    return [r for r in home.catalog.approvals() if r.state == "pending" and not is_expired(r, t)]
+    return [
+        r
+        for r in home.catalog.approvals()
+        if r.damaged is not None or (r.state == "pending" and not is_expired(r, t))
+    ]
 
 
 # ------------------------------------------------------------------------ effects
@@ -595,7 +600,7 @@ def check_scope(
         )
     try:
         recorded = job.home.catalog.approvals(job.job_id)
-    except StoreFailure as exc:
+    except (StoreFailure, StoreDamaged) as exc:
         job.store_failed(exc)  # the run stops here; the agent never sees it
         raise
     rows = [r for r in recorded if r.name == requires and r.state == "granted"]

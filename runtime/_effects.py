@@ -33,6 +33,7 @@ from typing import (
 from .._errors import (
     RestoreError,
     SnapshotError,
+    StoreDamaged,
     StoreFailure,
 )
 from . import _waits
@@ -350,7 +351,7 @@ def _attempt(job: Job, spec: Spec[R], call: dict[str, Any], site: str) -> R:
         before = job.ledger.actions()
         try:
             return job.ledger.call(spec, args, kwargs, key, site)
-        except StoreFailure as exc:
+        except (StoreFailure, StoreDamaged) as exc:
             job.store_failed(exc)  # the run stops here; the agent never sees it
             raise
         except Refused as refused:

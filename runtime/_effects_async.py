@@ -29,6 +29,7 @@ import greenlet
 from .._errors import (
     EffectOutsideJob,
     RestoreError,
+    StoreDamaged,
     StoreFailure,
 )
 from ._approvals import check_scope
@@ -133,7 +134,7 @@ def ledger_call(
     before = job.ledger.actions()
     try:
         return ("done", job.ledger.call(async_spec(spec), args, kwargs, key, site))
-    except StoreFailure as exc:
+    except (StoreFailure, StoreDamaged) as exc:
         job.store_failed(exc)  # the run stops here; the agent never sees it
         raise
     except Refused as refused:

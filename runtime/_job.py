@@ -205,6 +205,10 @@ class Job:
         self.last_snapshot: str | None = None
         self._resumed: dict[str, Any] | None = None
         self._hub_error: BaseException | None = None
+        # The job's catalog status and error when this run took it over: what it keeps
+        # when the run stops on a damaged store (a row refused), so it stays as it was.
+        self._before: tuple[str, str | None] = ("interrupted", None)
+        self._before_wait: WaitRow | None = None  # and, waiting, its wait row
         self._hub: greenlet.greenlet | None = None
         self._agent: greenlet.greenlet | None = None
         self.say: Callable[[str], None] = lambda message: None  # the CLI's stderr notes
@@ -279,7 +283,11 @@ class Job:
         """Continue the job after its latest snapshot (or snapshot `at`, dropping the
         later ones); with no snapshot yet, from the start of its entry function.
         A done job never runs again (JobFinished), whichever way it is resumed."""
-        if self.home.catalog.get_job(self.job_id).status == "done":
+        row = self.home.catalog.get_job(self.job_id)
+        if row.status == "waiting":  # its wait row verifies, or the store is damaged
+            self._before_wait = self.home.catalog.get_wait(self.job_id)
+        self._before = (row.status, row.error)
+        if row.status == "done":
             raise JobFinished(
                 f"job {self.job_id} is done; nothing to resume (`snaprun fork "
                 f"{self.job_id}@SEQ` starts a copy from one of its snapshots)"
@@ -322,11 +330,17 @@ class Job:
         assert self._hub is not None  # called by the agent, so the job runs
         self._hub.switch(Stop(None, reason))
 
-    def store_failed(self, exc: StoreFailure) -> None:
-        """The store failed under the agent (recording an effect): stop the run here,
-        the agent paused, so none of its code (except/finally blocks) runs after it."""
+    def store_failed(self, exc: StoreFailure | StoreDamaged) -> None:
+        """The store failed under the agent (recording an effect), or a catalog row it
+        read was refused (StoreDamaged: its signature does not verify): stop the run
+        here, the agent paused, so none of its code (except/finally blocks) runs after
+        it, and the agent never sees the error."""
         assert self._hub is not None  # called by the agent, so the job runs
-        self._hub.switch(Stop(exc, "the store failed"))
+        reason = "the store failed"
+        if isinstance(exc, StoreDamaged):
+            self._hub_error = exc  # the store's damage, not the agent's failure (exit 2)
+            reason = "the store is damaged"
+        self._hub.switch(Stop(exc, reason))
 
     def progressed(self) -> None:
         """The first new durable progress after a restart: record how long it took."""
@@ -415,6 +429,15 @@ class Job:
             # The store failed, not the agent: the job stays interrupted (resumable).
             outcome, error = "interrupted", str(exc)
             raise
+        except StoreDamaged as exc:
+            if exc is self._hub_error or self._agent is None:
+                # a catalog row (or file) refused before or under the agent: the store
+                # is damaged, not the job; it keeps the status it had (resumable once
+                # the row is restored), and nothing of the agent's is recorded
+                outcome, error = "unchanged", None
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+            raise
         except SnapstateError as exc:
             if exc is self._hub_error or self._agent is None:
                 # the snapshot write failed, or the job could not even start/restore
@@ -439,6 +462,15 @@ class Job:
         lease.stop()
         if outcome is None or lease.lost is not None:
             return
+        if outcome == "unchanged":  # a refused row: the job goes back to how it was
+            outcome, error = self._before
+            if outcome == "waiting" and self._before_wait is not None:
+                # taking the lease dropped its wait row: put it back as it was
+                assert self.epoch is not None  # the lease is held
+                try:
+                    self.home.catalog.hibernate(self._before_wait, epoch=self.epoch)
+                except (StaleWriter, StoreFailure):
+                    return
         if outcome == "waiting":
             try:
                 lease.release()
@@ -576,7 +608,12 @@ class Job:
         message."""
         agent = self._agent
         assert agent is not None  # the agent asked for this wait
-        outcome = self._settle(request.wait)
+        try:
+            outcome = self._settle(request.wait)
+        except StoreDamaged as exc:  # a wait or approval row refused: the store's
+            self._hub_error = exc  # damage, the agent stays paused (exit 2)
+            PARKED_AGENTS.append(agent)
+            raise
         if isinstance(outcome, _waits.Ready):
             if outcome.error is not None:
                 return agent.throw(outcome.error)

@@ -17,6 +17,7 @@ from typing import (
 )
 
 from .._errors import (
+    StoreDamaged,
     StoreFailure,
 )
 from ._clock import clock
@@ -34,7 +35,7 @@ def _value(kind: str, produce: Callable[[], T]) -> T:
         return produce()
     try:
         return job.ledger.value(kind, produce, effect_call_site())
-    except StoreFailure as exc:
+    except (StoreFailure, StoreDamaged) as exc:
         job.store_failed(exc)
         raise
 

@@ -283,6 +283,12 @@ class Worker:
                 return  # another worker is starting it
             job = self.catalog.get_job(job_id)
             wait = self.catalog.get_wait(job_id) if job.status == "waiting" else None
+            # The rows its run would read are checked here too: a row the catalog refuses
+            # (a forged approval or effect row) is the store's damage; no child is
+            # started for it, so it is neither looped nor counted as a crash.
+            if wait is not None and wait.approval_id is not None:
+                self.catalog.get_approval(job_id, wait.approval_id)
+            self.catalog.effects(job_id)
             seq = self._latest_seq(job_id)
             if job.status in ("done", "failed", "parked"):  # it ended since the scan
                 self.catalog.release_claims(self.owner, job_id)

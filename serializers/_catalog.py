@@ -90,6 +90,13 @@ class JobCatalog(abc.ABC):
     def delete_job(self, job_id: str) -> None:
         """Remove a job and all its rows."""
 
+    @abc.abstractmethod
+    def set_entry(self, job_id: str, entry: dict[str, Any]) -> JobRow:
+        """Record a new entry point for a job (`snaprun set-entry`: the only way a
+        job's entry point changes), its row signed again; returns the row as it was.
+        JobNotFound; LeaseHeld while a runner holds the job; StoreDamaged if the row
+        does not verify (a row someone edited is restored, never re-signed)."""
+
 
 class LeaseCatalog(abc.ABC):
     """Leases: one runner per job, fenced by an epoch that grows with each acquisition."""

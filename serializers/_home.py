@@ -115,8 +115,9 @@ class Home:
                 self._open_existing(catalog)
             else:
                 self._create(catalog)
-        self.config = self._load_config()
-        self._seal_catalog()
+            self.config = self._load_config()
+            self._seal_catalog()
+            self._sign_rows()
         if self.writable:
             self.sweep_temp_files()
 
@@ -154,7 +155,10 @@ class Home:
             self._check_keys()
         try:
             self.catalog = catalog or SqliteCatalog(
-                directory, create=False, writable=self.writable and identity is not None
+                directory,
+                create=False,
+                writable=self.writable and identity is not None,
+                signed_rows=has_keys and self.keys.rows_signed,
             )
         except StoreDamaged as exc:
             raise StoreDamaged(f"{exc}; " + _identity.repair_hint(directory)) from None
@@ -233,14 +237,32 @@ class Home:
         if hasattr(self.catalog, "reseal"):
             # Rows written before the switch are sealed (or opened) now; an interrupted
             # switch is completed by running it again.
-            self.catalog.reseal(_sealing.Sealer(self.keys, self.encrypt))
+            self.catalog.reseal(
+                _sealing.Sealer(self.keys, self.encrypt, signed=self.keys.rows_signed)
+            )
         self._seal_catalog()
 
     def _seal_catalog(self) -> None:
         """Give the catalog the sealer of this store's setting: in an encrypted store,
         what the agent produced is sealed in the catalog too (serializers._sealing)."""
         if hasattr(self.catalog, "sealer"):
-            self.catalog.sealer = _sealing.Sealer(self.keys, self.encrypt)
+            self.catalog.sealer = _sealing.Sealer(
+                self.keys, self.encrypt, signed=self.keys.rows_signed
+            )
+
+    def _sign_rows(self) -> None:
+        """A catalog written before rows carried signatures (schema < 5), upgraded by
+        this writable open: sign its rows once with the store's key, then record in the
+        key file that they are signed. From then on a row without a signature is
+        refused, and so is a catalog of an older schema (a rollback), since the key file
+        is what the catalog's writer cannot change (docs/design.md, "Catalog trust")."""
+        if self.keys.rows_signed or not self.writable or not hasattr(self.catalog, "sign_rows"):
+            return
+        if getattr(self.catalog, "schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+            return  # opened read-only over an older schema: nothing is signed yet
+        self.catalog.sign_rows()
+        self.keys.mark_rows_signed()
+        self._seal_catalog()
 
     @property
     def encrypt(self) -> bool:

@@ -21,6 +21,13 @@ rotations never lose a key.
 
 One master key per id; the HMAC key and the AEAD key are derived from it with HKDF,
 so the two uses never share key material.
+
+keys.json also records `"rows_signed": true` once the store's catalog rows carry
+signatures (serializers/_sealing.py, Sealer.row_mac): from birth for a store created
+by this release, after the one-time signing for an older store's catalog
+(serializers/_home.py). It lives here because whoever can write the catalog but not
+the key file cannot erase it: with it, a row without a signature, or a catalog of an
+older schema (a rollback), is refused instead of being signed again.
 """
 
 from __future__ import annotations
@@ -163,8 +170,9 @@ def _parse_created(value: object, where: str) -> float:
     return float(value)
 
 
-def _parse_store(data: bytes) -> tuple[dict[str, Key], str]:
-    """The keys and the current id of a keys.json; ValueError saying what is wrong."""
+def _parse_store(data: bytes) -> tuple[dict[str, Key], str, bool]:
+    """The keys, the current id and the rows-signed mark of a keys.json; ValueError
+    saying what is wrong."""
     if not data.strip():
         raise ValueError("the file is empty")
     try:
@@ -196,7 +204,10 @@ def _parse_store(data: bytes) -> tuple[dict[str, Key], str]:
         raise ValueError(f"the current key {doc['current'][:80]!r} is not among its keys")
     if keys[doc["current"]].retired:
         raise ValueError(f"the current key {doc['current']!r} is retired")
-    return keys, doc["current"]
+    signed = doc.get("rows_signed", False)
+    if not isinstance(signed, bool):
+        raise ValueError("'rows_signed' is not true or false")
+    return keys, doc["current"], signed
 
 
 class KeyRing:
@@ -222,6 +233,7 @@ class KeyRing:
         self._lock_path = self.path + ".lock"
         self._stored: dict[str, Key] = {}
         self._stored_current: str | None = None
+        self._rows_signed = False
         self._env = _env_key()
         if not self._reload():
             if not create:
@@ -240,7 +252,7 @@ class KeyRing:
         except FileNotFoundError:
             return False
         try:
-            self._stored, self._stored_current = _parse_store(data)
+            self._stored, self._stored_current, self._rows_signed = _parse_store(data)
         except ValueError as exc:
             raise StoreDamaged(
                 f"the store's key file {self.path} is corrupt ({exc}). It was left as it "
@@ -290,6 +302,22 @@ class KeyRing:
     def keys(self) -> list[Key]:
         return sorted(self._keys.values(), key=lambda k: (k.created, k.key_id))
 
+    @property
+    def rows_signed(self) -> bool:
+        """The key file records that the store's catalog rows are signed (see the
+        module doc): a row without a signature is then damage."""
+        return self._rows_signed
+
+    def mark_rows_signed(self) -> None:
+        """Record in the key file that the catalog's rows are signed (once, after the
+        store signed an older catalog's rows); never undone."""
+        with self._locked():
+            if not self._reload() or self._rows_signed:
+                return
+            assert self._stored_current is not None  # set by the reload
+            self._rows_signed = True
+            self._save(self._stored, self._stored_current)
+
     # ------------------------------------------------------------ writing
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -328,6 +356,7 @@ class KeyRing:
         with self._locked():
             if not self._reload():  # first use: make the store's key
                 key = _new_key()
+                self._rows_signed = True  # a new store signs its rows from the start
                 self._save({key.key_id: key}, key.key_id)
                 self._stored, self._stored_current = {key.key_id: key}, key.key_id
             stored = dict(self._stored)
@@ -342,13 +371,15 @@ class KeyRing:
     def _save(self, stored: dict[str, Key], current: str) -> None:
         """Write keys.json atomically and durably (temp, fsync, rename, fsync the
         directory): a crash or a failure leaves the previous file whole."""
-        data = {
+        data: dict[str, object] = {
             "current": current,
             "keys": {
                 k.key_id: {"secret": k.secret.hex(), "created": k.created, "retired": k.retired}
                 for k in stored.values()
             },
         }
+        if self._rows_signed:
+            data["rows_signed"] = True
         _fs.write_atomic(self.path, [json.dumps(data, indent=1).encode()], self.fs)
 
     def rotate(self) -> Key:

@@ -16,6 +16,22 @@ guessing and hashing.
 
 In a plaintext store the sealer passes every value through unchanged: no format
 change for existing stores.
+
+Row signatures (every store, plaintext or encrypted): the catalog fields that decide
+what code runs or what value the agent receives (a job's entry point and argv, an
+effect row, an approval row with its decision, a wait row) are covered by one
+HMAC-SHA256 per row under a key derived from the store key ("snapstate catalog row
+hmac-sha256"), over the row's values as the agent sees them (opened) and its identity
+(table, job id, ordinal or approval id):
+
+    mac = "m1:" key id ":" hex HMAC(derived key, "snapstate catalog row" | parts...)
+
+each part tagged with its type and length-prefixed. Whoever can write the catalog but
+not the key cannot forge a row, edit one, or move one to another job or place: the row
+no longer verifies, and the catalog refuses it (StoreDamaged naming the row). A sealer
+without keys (a bare catalog, as the conformance suite opens one) neither signs nor
+checks; `signed` False accepts a row without a signature (a store whose rows were
+written before signatures and are not signed yet: see docs/design.md, "Catalog trust").
 """
 
 from __future__ import annotations
@@ -25,7 +41,7 @@ import hmac
 import json
 import os
 import struct
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -43,10 +59,13 @@ __all__ = [
     "seal_header",
     "open_header",
     "HEADER_PRIVATE",
+    "row_message",
 ]
 
 MAGIC = b"SS1"
 _DIGEST_PREFIX = "hmac-sha256:"
+_MAC_PREFIX = "m1:"
+_ROW_INFO = b"catalog row hmac-sha256"
 _NONCE = 12
 # A value sealed as it is given (None passes through).
 _V = TypeVar("_V", bound=str | bytes | bytearray | memoryview | None)
@@ -65,6 +84,43 @@ def _aad(place: tuple[object, ...]) -> bytes:
         data = str(part).encode()
         out += struct.pack("<I", len(data)) + data
     return bytes(out)
+
+
+def row_message(parts: tuple[object, ...]) -> bytes:
+    """A row's values, unambiguously encoded for its signature: each part tagged with
+    its type and length-prefixed. A whole float counts as the integer it equals (a
+    REAL column may give back 5.0 for the 5 written). (Once per row written or read:
+    the common types take the short way.)"""
+    out = [b"snapstate catalog row"]
+    for part in parts:
+        kind = type(part)
+        if kind is str:
+            tag, data = b"s", str.encode(cast(str, part), "utf-8", "surrogatepass")
+        elif part is None:
+            out.append(b"N")
+            continue
+        elif kind is int:
+            tag, data = b"n", str(part).encode()
+        elif kind is bytes:
+            tag, data = b"b", cast(bytes, part)
+        else:
+            tag, data = _tagged(part)
+        out.append(tag + len(data).to_bytes(4, "little") + data)
+    return b"".join(out)
+
+
+def _tagged(part: object) -> tuple[bytes, bytes]:
+    if isinstance(part, bool):
+        return b"t", b"1" if part else b"0"
+    if isinstance(part, (int, float)):
+        if isinstance(part, float) and part.is_integer() and abs(part) < 2**63:
+            part = int(part)
+        return b"n", repr(part).encode()
+    if isinstance(part, str):  # a subclass (a keyed digest)
+        return b"s", str.encode(part, "utf-8", "surrogatepass")
+    if isinstance(part, (bytes, bytearray, memoryview)):
+        return b"b", bytes(part)
+    return b"?", type(part).__name__.encode()  # never verifies as a value
 
 
 def _where(place: tuple[object, ...]) -> str:
@@ -109,10 +165,18 @@ class Sealer:
     opening passes unsealed values through (only for resealing a whole catalog when
     encryption is turned on, possibly again after an interrupted attempt)."""
 
-    def __init__(self, keys: KeyRing | None, enabled: bool, *, tolerant: bool = False):
+    def __init__(
+        self,
+        keys: KeyRing | None,
+        enabled: bool,
+        *,
+        tolerant: bool = False,
+        signed: bool = True,
+    ):
         if enabled and keys is None:
             raise ValueError("an enabled sealer needs the store's keys")
         self.keys, self.enabled, self.tolerant = keys, enabled, tolerant
+        self.signed = signed
         self._derived: dict[tuple[str, bytes], bytes] = {}
 
     # ------------------------------------------------------------------ keys
@@ -221,6 +285,38 @@ class Sealer:
                 "requires encryption: the catalog was edited or replaced. Refusing it."
             )
         return KeyedDigest(stored, self)
+
+    # ------------------------------------------------------------------ rows
+    def row_mac(self, *parts: object) -> str | None:
+        """The signature of a catalog row (its identity and values, see the module doc)
+        under the current key; None without keys (a bare catalog)."""
+        if self.keys is None:
+            return None
+        kid = self._current()
+        mac = hmac.new(self._key(kid, _ROW_INFO), row_message(parts), hashlib.sha256)
+        return f"{_MAC_PREFIX}{kid}:{mac.hexdigest()}"
+
+    def row_problem(self, stored: object, *parts: object) -> str | None:
+        """Why a row's stored signature does not vouch for `parts` (None: it does, or
+        this sealer has no keys, or the row is unsigned where that is allowed)."""
+        if self.keys is None:
+            return None
+        if stored is None:
+            return "it has no signature" if self.signed else None
+        if not isinstance(stored, str) or not stored.startswith(_MAC_PREFIX):
+            return "its signature is malformed"
+        kid, _, given = stored[len(_MAC_PREFIX) :].partition(":")
+        try:
+            key = self._key(kid, _ROW_INFO)
+        except UnknownKey:
+            return (
+                f"it is signed with key {kid[:40]!r}, which this store does not have (if "
+                f"it is yours, set {ENV_KEY} to it or `snaprun keys import` it)"
+            )
+        mac = hmac.new(key, row_message(parts), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(mac, given):
+            return "its signature does not verify (the row was altered, forged or moved)"
+        return None
 
 
 PLAIN = Sealer(None, False)

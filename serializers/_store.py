@@ -64,6 +64,9 @@ class JobRow:
     parent: str | None = None
     fork_seq: int | None = None
     error: str | None = None
+    # Set only by a listing of the whole store: why this row is refused (its signature
+    # does not verify, serializers/_sealing.py); its other fields are then not to be used.
+    damaged: str | None = None
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,7 @@ class WaitRow:
     since: float  # when it began waiting
     seq: int  # the snapshot it waits at
     approval_id: str | None = None  # the approval whose decision ends the wait
+    damaged: str | None = None  # as JobRow.damaged
 
 
 APPROVAL_STATES = ("pending", "granted", "rejected")
@@ -231,6 +235,7 @@ class ApprovalRow:
     decided_at: float | None = None
     note: str | None = None
     site: str = ""  # the agent's call site
+    damaged: str | None = None  # as JobRow.damaged
 
 
 @dataclass(frozen=True)

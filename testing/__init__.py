@@ -2,8 +2,9 @@
 `Catalog`) must do, so the runtime can rely on it, as pytest specs a backend runs
 unchanged against itself. One spec module per capability (`Capability`): spec_jobs,
 spec_leases, spec_snapshots, spec_events (the base every backend implements), spec_ledger,
-spec_approvals, spec_waits, spec_worker, spec_admin, spec_chunks; spec_concurrency races threads and
-real processes over the base. It needs pytest; nothing in snapstate imports it.
+spec_approvals, spec_waits, spec_worker, spec_admin, spec_chunks; spec_rows (signed
+rows: a row written without the store's key is refused, per capability);
+spec_concurrency races threads and real processes over the base. It needs pytest; nothing in snapstate imports it.
 
 A backend runs it from a test module of its own (pytest collects the inherited specs):
 
@@ -55,6 +56,7 @@ from .spec_events import EventsSpec
 from .spec_jobs import JobsSpec
 from .spec_leases import LeasesSpec
 from .spec_ledger import LedgerSpec
+from .spec_rows import SignedRowsSpec
 from .spec_snapshots import SnapshotsSpec
 from .spec_waits import WaitsSpec
 from .spec_worker import WorkerSpec
@@ -76,6 +78,7 @@ __all__ = [
     "JobsSpec",
     "LeasesSpec",
     "LedgerSpec",
+    "SignedRowsSpec",
     "SnapshotsSpec",
     "WaitsSpec",
     "WorkerSpec",
@@ -93,6 +96,7 @@ class CatalogConformance(
     WorkerSpec,
     AdminSpec,
     ChunksSpec,
+    SignedRowsSpec,
     ConcurrencySpec,
 ):
     """Every spec. Subclass it as `Test...` and define the `make_catalog_backend`

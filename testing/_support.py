@@ -17,7 +17,9 @@ import pytest
 
 from snapstate.serializers._catalog import Catalog
 from snapstate.serializers._fs import pid_alive, process_start
+from snapstate.serializers._keys import KeyRing
 from snapstate.serializers._manifest import MANIFEST_FORMAT
+from snapstate.serializers._sealing import Sealer
 from snapstate.serializers._snapfile import MAGIC
 from snapstate.serializers._store import (
     CHUNKED,
@@ -42,6 +44,7 @@ __all__ = [
     "FakeClock",
     "Spec",
     "requires",
+    "keyed",
 ]
 
 
@@ -219,6 +222,15 @@ class Spec:
         proc.wait()
         assert not pid_alive(proc.pid)
         return proc.pid
+
+
+def keyed(catalog: Catalog, directory: Path, *, encrypt: bool = False) -> Sealer:
+    """Give the catalog a store key (a new key ring in `directory`), as a store does
+    (serializers/_home.py): the rows it writes from then on are signed, and the rows it
+    reads are checked. Returns the sealer (set it back to read as that store again)."""
+    sealer = Sealer(KeyRing(str(directory)), encrypt)
+    catalog.sealer = sealer  # type: ignore[attr-defined]  # every catalog backend has one
+    return sealer
 
 
 def live_owner(pid: int) -> Owner:

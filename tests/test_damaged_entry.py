@@ -35,4 +35,4 @@ def test_a_damaged_entry_point_is_shown_and_refused(tmp_path, entry):
     assert "damaged entry point" in lines["bad"] and str(LOOPS) in lines["good"]
     refused = snaprun("resume", "--store", store, "bad", cwd=tmp_path)
     assert refused.returncode == 2
-    clean_refusal(refused, "job bad", "entry point of the job is damaged", "nothing was run")
+    clean_refusal(refused, "catalog row jobs (job bad", "entry point", "nothing was run")

@@ -248,9 +248,14 @@ def _make_legacy(store: Path) -> None:
     db.execute("DROP TABLE chunks")
     db.execute("ALTER TABLE snapshots DROP COLUMN digest")
     db.execute("ALTER TABLE snapshots DROP COLUMN origin")
+    for table in ("jobs", "effects", "waits", "approvals"):  # no row signatures (schema 5)
+        db.execute(f"ALTER TABLE {table} DROP COLUMN mac")
     db.execute("PRAGMA user_version = 1")
     db.commit()
     db.close()
+    keys = json.loads((store / "keys.json").read_text())  # nor a record of signed rows
+    del keys["rows_signed"]
+    (store / "keys.json").write_text(json.dumps(keys))
 
 
 def test_previous_release_store_gets_identity_on_first_writable_open(store):

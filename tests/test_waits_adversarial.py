@@ -124,7 +124,8 @@ def test_a_widened_scope_with_a_recomputed_digest_authorizes_nothing(tmp_path, e
         )
     done = _cli("resume", "j", cwd=tmp_path, env={**env, "AMOUNT": "5000"})
     assert provider.deliveries["buy-acme"] == 0, done.stdout
-    assert "refused" in done.stdout
+    # the row's signature no longer verifies: a damaged store (exit 2), the job as it was
+    clean_refusal(done, "catalog row approvals (job j, approval a1)", "signature")
 
 
 def test_an_extended_expiry_is_detected_at_the_wait(tmp_path, env, provider):
@@ -568,12 +569,12 @@ def test_a_grant_copied_to_another_job_authorizes_nothing(tmp_path, env, provide
         db.execute("DELETE FROM approvals WHERE job_id = 'k'")
         db.execute(
             "INSERT INTO approvals SELECT 'k', approval_id, name, scope, digest, requested, "
-            "expires, approvers, state, decided_by, decided_at, note, site FROM approvals "
+            "expires, approvers, state, decided_by, decided_at, note, site, mac FROM approvals "
             "WHERE job_id = 'j'"
         )
     other = _cli("resume", "k", cwd=tmp_path, env=env)
-    assert other.returncode == 1, other.stderr
-    assert "ApprovalScopeError" in other.stderr and "was altered" in other.stderr
+    # the row's signature binds it to job j: a damaged store (exit 2), k still waits
+    clean_refusal(other, "catalog row approvals (job k, approval a1)", "signature")
     assert provider.deliveries["buy-acme"] == 0
     mine = _cli("resume", "j", cwd=tmp_path, env=env)
     assert mine.returncode == 0 and provider.deliveries["buy-acme"] == 1, mine.stderr
@@ -681,14 +682,22 @@ TIMER = textwrap.dedent(
 
 def test_an_edited_wait_row_cannot_wake_a_job_early(tmp_path):
     """Attacker with catalog write access: the waits row of a job sleeping two hours is
-    edited (due set to the epoch, kind and reason changed). A resume polls the wait the
-    signed snapshot holds, not the row: it hibernates again (exit 3) before any agent
-    code runs (no stdout), and finishes only when the real due time has come."""
+    edited (due set to the epoch, kind and reason changed). Its signature no longer
+    verifies: a resume refuses it (exit 2 naming the row) before any agent code runs,
+    the job still waiting. With the row restored, a resume polls the wait the signed
+    snapshot holds: it hibernates again (exit 3, no stdout), and finishes only when the
+    real due time has come."""
     (tmp_path / "timer.py").write_text(TIMER)
     first = snaprun("run", "--job", "t", "timer.py", cwd=tmp_path)
     assert first.returncode == 3, first.stderr
     with _db(tmp_path / ".snapstate") as db:
+        (original,) = db.execute("SELECT due, kind, reason FROM waits").fetchall()
         db.execute("UPDATE waits SET due = 0, kind = 'approval', reason = 'go'")
+    edited = snaprun("resume", "t", cwd=tmp_path)
+    clean_refusal(edited, "catalog row waits (job t)", "signature")
+    with _db(tmp_path / ".snapstate") as db:
+        assert db.execute("SELECT status FROM jobs").fetchone() == ("waiting",)
+        db.execute("UPDATE waits SET due = ?, kind = ?, reason = ?", original)
     early = snaprun("resume", "t", cwd=tmp_path)
     assert early.returncode == 3, early.stderr
     assert early.stdout == ""

@@ -29,6 +29,8 @@ from providers import Provider
 from snapstate.runtime._agent import EntryPoint
 from snapstate.runtime._worker import backoff
 from snapstate.serializers._fs import process_start
+from snapstate.serializers._keys import KeyRing
+from snapstate.serializers._sealing import Sealer
 from snapstate.serializers._sqlite import SqliteCatalog
 from snapstate.serializers._store import Owner
 
@@ -54,7 +56,11 @@ def agent_env(tmp: Path, provider: Provider, **extra: str) -> dict[str, str]:
 
 
 def catalog(tmp: Path) -> SqliteCatalog:
-    return SqliteCatalog(str(tmp / ".snapstate"), create=False)
+    """The store's catalog with the store's key, as snaprun opens it: the rows it writes
+    are signed (a row written without the key is refused as forged)."""
+    store = SqliteCatalog(str(tmp / ".snapstate"), create=False)
+    store.sealer = Sealer(KeyRing(str(tmp / ".snapstate"), create=False), False)
+    return store
 
 
 def job_row(tmp: Path, job: str):

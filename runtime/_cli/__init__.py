@@ -30,7 +30,7 @@ from ._approving import approvals, approve, reject
 from ._common import EXIT_HELP, STORE_HELP, damaged, say
 from ._db import db
 from ._keys import keys
-from ._managing import export, fork, init, prune, reconcile, repair
+from ._managing import export, fork, init, prune, reconcile, repair, set_entry
 from ._reading import effects, inspect, list_jobs, log, stats, verify
 from ._running import replay, resume, run, worker
 
@@ -118,6 +118,7 @@ for _command in (
     export,
     fork,
     reconcile,
+    set_entry,
     prune,
     repair,
     approvals,

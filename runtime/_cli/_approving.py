@@ -45,6 +45,7 @@ def approvals(store: str | None, as_json: bool, show_all: bool) -> None:
                 "note": view.note,
                 "site": view.site,
                 "altered": view.altered,  # `approve` refuses such a row
+                "damaged": row.damaged,  # why the catalog refuses the row (None: it doesn't)
             }
         )
     if as_json:

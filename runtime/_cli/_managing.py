@@ -1,5 +1,5 @@
 """snaprun's commands that manage a store's jobs and files: init, export, fork,
-reconcile, prune and repair. Each calls one function of the runtime (runtime/_admin.py,
+reconcile, set-entry, prune and repair. Each calls one function of the runtime (runtime/_admin.py,
 runtime/_repair.py) and says what it did."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import click
 
 from ...serializers._home import default_home
 from .. import _admin, _repair
+from .._agent import EntryPoint, EntryPointError
 from .._api import EXIT_USAGE
 from ._common import (
     EXIT_HELP,
@@ -25,7 +26,7 @@ from ._common import (
     store_option,
 )
 
-__all__ = ["init", "export", "fork", "reconcile", "prune", "repair"]
+__all__ = ["init", "export", "fork", "reconcile", "set_entry", "prune", "repair"]
 
 
 @click.command(epilog=EXIT_HELP)
@@ -128,6 +129,30 @@ def reconcile(
         f"effect {effect} of job {job_id} reconciled as "
         f"{'committed' if committed else 'not committed'}; continue with: snaprun resume "
         f"{job_id}"
+    )
+
+
+@click.command("set-entry", epilog=EXIT_HELP)
+@store_option
+@click.argument("job_id")
+@click.argument("script")
+def set_entry(store: str | None, job_id: str, script: str) -> None:
+    """Change the entry point a job resumes with to SCRIPT (a .py file or
+    module:function, as `snaprun run` takes it), when the agent's file moved.
+
+    The entry point recorded at `run` is the one every resume imports; this is the
+    one command that changes it (the catalog row is signed again with the store's
+    key). Nothing is imported now: `snaprun resume JOB` loads it."""
+    try:
+        entry = EntryPoint.parse(script)
+    except EntryPointError as exc:
+        raise click.UsageError(str(exc)) from None
+    check_ids(job_id)
+    old = _admin.set_entry(open_home(store), job_id, entry)
+    say(
+        f"job {job_id}: entry point set to {entry.path or entry.module + ':' + entry.function}"
+        f" (was {old.path or old.module + ':' + old.function}); continue it with: "
+        f"snaprun resume {job_id}"
     )
 
 

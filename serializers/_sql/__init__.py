@@ -7,6 +7,7 @@ completes with its connection, schema and transactions. `SqlCatalog` composes th
     _waits.py (waits and the worker's queries)  _admin.py (fork, import, prune, rebuild)
     _rows.py (table rows <-> row dataclasses, sealing what the agent produced)
     _reseal.py (rewriting every sealed value when encryption is switched)
+    _signing.py (signing, once, the rows of a catalog written before rows were signed)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ._jobs import SqlJobs
 from ._leases import SqlLeases
 from ._ledger import SqlLedger
 from ._reseal import SqlReseal
+from ._signing import SqlSigning
 from ._snapshots import SqlSnapshots
 from ._waits import SqlWaits, SqlWorker
 
@@ -39,6 +41,7 @@ class SqlCatalog(
     SqlWorker,
     SqlAdmin,
     SqlReseal,
+    SqlSigning,
     Catalog,
 ):
     """Every capability in SQL; a backend class puts its base (a subclass of SqlBase)

@@ -19,6 +19,7 @@ from ._rows import (
     INSERT_SNAPSHOT,
     effect_row,
     effect_values,
+    job_mac,
     snapshot_row,
     snapshot_values,
 )
@@ -37,11 +38,8 @@ class SqlAdmin(SqlBase, AdminCatalog):
     ) -> JobRow:
         now = self.clock()
         with self._tx() as db:
-            source = db.execute(
-                "SELECT entry, argv FROM jobs WHERE job_id = ?", (parent,)
-            ).fetchone()
-            if source is None:
-                raise JobNotFound(f"no job {parent!r} in {self.directory}")
+            # the parent's row, its signature checked (JobNotFound, StoreDamaged)
+            source = read_job(db, self.sealer, self.directory, parent, self.path)
             rows = [
                 snapshot_row(self.sealer, r)
                 for r in db.execute(
@@ -64,14 +62,13 @@ class SqlAdmin(SqlBase, AdminCatalog):
                     f"the snapshots of job {parent} changed during the fork "
                     "(pruned or rewound); nothing was forked, try again"
                 )
-            argv = json.loads(self.sealer.open(source[1], "jobs", "argv", parent))
             insert_job(
                 db,
                 self.sealer,
                 self.directory,
                 job_id,
-                json.loads(source[0]),
-                argv,
+                source.entry,
+                source.argv,
                 parent,
                 fork_seq,
                 now,
@@ -174,17 +171,18 @@ class SqlAdmin(SqlBase, AdminCatalog):
     ) -> None:
         """Recreate a job and its snapshot rows from its files (snaprun repair), in one
         transaction; its next lease epoch is above every epoch its files carry."""
+        entry_text, argv_text = json.dumps(job.entry), json.dumps(job.argv)
         with self._tx() as db:
             if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job.job_id,)).fetchone():
                 raise JobExists(f"a job named {job.job_id!r} already exists in {self.directory}")
             db.execute(
                 "INSERT INTO jobs (job_id, entry, argv, status, created, updated, "
-                "resume_count, parent, fork_seq, error, epoch) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "resume_count, parent, fork_seq, error, epoch, mac) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job.job_id,
-                    json.dumps(job.entry),
-                    self.sealer.seal(json.dumps(job.argv), "jobs", "argv", job.job_id),
+                    entry_text,
+                    self.sealer.seal(argv_text, "jobs", "argv", job.job_id),
                     job.status,
                     job.created,
                     job.updated,
@@ -193,6 +191,9 @@ class SqlAdmin(SqlBase, AdminCatalog):
                     job.fork_seq,
                     self.sealer.seal(job.error, "jobs", "error", job.job_id),
                     epoch,
+                    job_mac(
+                        self.sealer, job.job_id, entry_text, argv_text, job.parent, job.fork_seq
+                    ),
                 ),
             )
             db.executemany(INSERT_SNAPSHOT, [snapshot_values(self.sealer, r) for r in rows])

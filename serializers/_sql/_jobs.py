@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..._errors import JobExists, JobNotFound
+from ..._errors import JobExists, JobNotFound, LeaseHeld
 from .._catalog import JobCatalog
 from .._sealing import Sealer
 from .._store import JobRow
 from ._base import JOB_TABLES, Conn, SqlBase
-from ._rows import JOB_COLUMNS, job_row
+from ._rows import JOB_COLUMNS, job_mac, job_row
 
-__all__ = ["SqlJobs", "insert_job", "read_job"]
+__all__ = ["SqlJobs", "insert_job", "read_job", "set_entry"]
 
 
 def insert_job(
@@ -30,27 +30,46 @@ def insert_job(
     taken."""
     if db.execute("SELECT 1 FROM jobs WHERE job_id = ?", (job_id,)).fetchone():
         raise JobExists(f"a job named {job_id!r} already exists in {directory}; choose another id")
+    entry_text, argv_text = json.dumps(entry), json.dumps(argv)
     db.execute(
         "INSERT INTO jobs (job_id, entry, argv, status, created, updated, parent,"
-        " fork_seq) VALUES (?, ?, ?, 'running', ?, ?, ?, ?)",
+        " fork_seq, mac) VALUES (?, ?, ?, 'running', ?, ?, ?, ?, ?)",
         (
             job_id,
-            json.dumps(entry),
-            sealer.seal(json.dumps(argv), "jobs", "argv", job_id),
+            entry_text,
+            sealer.seal(argv_text, "jobs", "argv", job_id),
             now,
             now,
             parent,
             fork_seq,
+            job_mac(sealer, job_id, entry_text, argv_text, parent, fork_seq),
         ),
     )
 
 
-def read_job(db: Conn, sealer: Sealer, directory: str, job_id: str) -> JobRow:
-    """The job, or JobNotFound."""
+def read_job(
+    db: Conn, sealer: Sealer, directory: str, job_id: str, path: str | None = None
+) -> JobRow:
+    """The job, or JobNotFound; StoreDamaged naming the row if its signature does not
+    verify."""
     row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
     if row is None:
         raise JobNotFound(f"no job {job_id!r} in {directory} (`snaprun ls` lists the jobs)")
-    return job_row(sealer, row)
+    return job_row(sealer, row, path=path)
+
+
+def set_entry(db: Conn, sealer: Sealer, job: JobRow, entry: dict[str, Any]) -> None:
+    """Record a new entry point for a job (`snaprun set-entry`), signed, in the
+    caller's transaction."""
+    entry_text, argv_text = json.dumps(entry), json.dumps(job.argv)
+    db.execute(
+        "UPDATE jobs SET entry = ?, mac = ? WHERE job_id = ?",
+        (
+            entry_text,
+            job_mac(sealer, job.job_id, entry_text, argv_text, job.parent, job.fork_seq),
+            job.job_id,
+        ),
+    )
 
 
 class SqlJobs(SqlBase, JobCatalog):
@@ -77,11 +96,11 @@ class SqlJobs(SqlBase, JobCatalog):
         return self.get_job(job_id)
 
     def get_job(self, job_id: str) -> JobRow:
-        return read_job(self._db(), self.sealer, self.directory, job_id)
+        return read_job(self._db(), self.sealer, self.directory, job_id, self.path)
 
     def list_jobs(self) -> list[JobRow]:
         rows = self._db().execute(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY created, job_id")
-        return [job_row(self.sealer, r) for r in rows]
+        return [job_row(self.sealer, r, path=self.path, lenient=True) for r in rows]
 
     def set_status(
         self, job_id: str, status: str, *, epoch: int | None = None, error: str | None = None
@@ -96,6 +115,25 @@ class SqlJobs(SqlBase, JobCatalog):
             if cur.rowcount == 0:
                 raise JobNotFound(f"no job {job_id!r}")
             self._event(db, job_id, status, error or "")
+
+    def set_entry(self, job_id: str, entry: dict[str, Any]) -> JobRow:
+        with self._tx() as db:
+            job = read_job(db, self.sealer, self.directory, job_id, self.path)
+            lease = self._live_lease(db, job_id)
+            if lease is not None:
+                raise LeaseHeld(
+                    f"job {job_id} is running ({lease.owner}); change its entry point once "
+                    "it has stopped"
+                )
+            set_entry(db, self.sealer, job, entry)
+            self._event(
+                db,
+                job_id,
+                "entry",
+                f"entry point set to {entry.get('path') or entry.get('module')} "
+                f"(was {job.entry.get('path') or job.entry.get('module')})",
+            )
+        return job
 
     def delete_job(self, job_id: str) -> None:
         with self._tx() as db:

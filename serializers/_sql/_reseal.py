@@ -21,6 +21,7 @@ from ._rows import (
     snapshot_row,
     upsert,
     wait_row,
+    wait_values,
 )
 
 __all__ = ["SqlReseal"]
@@ -41,7 +42,7 @@ class SqlReseal(SqlBase):
         try:
             with self._tx() as db:
                 jobs = [
-                    job_row(reader, r)
+                    job_row(reader, r, path=self.path)
                     for r in db.execute(f"SELECT {JOB_COLUMNS} FROM jobs").fetchall()
                 ]
                 snaps = [
@@ -64,19 +65,18 @@ class SqlReseal(SqlBase):
                     ).fetchall()
                 ]
                 waits = [
-                    wait_row(reader, r)
+                    wait_row(reader, r, path=self.path)
                     for r in db.execute(f"SELECT {WAIT_COLUMNS} FROM waits").fetchall()
                 ]
                 approvals = [
-                    approval_row(reader, r)
+                    approval_row(reader, r, path=self.path)
                     for r in db.execute(f"SELECT {APPROVAL_COLUMNS} FROM approvals").fetchall()
                 ]
                 self.sealer = sealer
-                for w in waits:
-                    db.execute(
-                        "UPDATE waits SET reason = ? WHERE job_id = ?",
-                        (sealer.seal(w.reason, "waits", "reason", w.job_id), w.job_id),
-                    )
+                db.executemany(
+                    upsert("waits", WAIT_COLUMNS, "job_id"),
+                    [wait_values(sealer, w) for w in waits],
+                )
                 db.executemany(
                     upsert("approvals", APPROVAL_COLUMNS, "job_id, approval_id"),
                     [approval_values(sealer, a) for a in approvals],

@@ -7,7 +7,7 @@ from __future__ import annotations
 from .._catalog import WaitCatalog, WorkerCatalog
 from .._store import LeaseRow, Owner, WaitRow
 from ._base import SqlBase
-from ._rows import LEASE_COLUMNS, WAIT_COLUMNS, lease_row, upsert, wait_row
+from ._rows import LEASE_COLUMNS, WAIT_COLUMNS, lease_row, upsert, wait_row, wait_values
 
 __all__ = ["SqlWaits", "SqlWorker"]
 
@@ -25,18 +25,7 @@ class SqlWaits(SqlBase, WaitCatalog):
     def hibernate(self, wait: WaitRow, *, epoch: int) -> None:
         with self._tx() as db:
             self._check_epoch(db, wait.job_id, epoch)
-            db.execute(
-                upsert("waits", WAIT_COLUMNS, "job_id"),
-                (
-                    wait.job_id,
-                    wait.kind,
-                    self.sealer.seal(wait.reason, "waits", "reason", wait.job_id),
-                    wait.due,
-                    wait.since,
-                    wait.seq,
-                    wait.approval_id,
-                ),
-            )
+            db.execute(upsert("waits", WAIT_COLUMNS, "job_id"), wait_values(self.sealer, wait))
             db.execute(
                 "UPDATE jobs SET status = 'waiting', error = NULL, updated = ? WHERE job_id = ?",
                 (self.clock(), wait.job_id),
@@ -52,13 +41,13 @@ class SqlWaits(SqlBase, WaitCatalog):
             .execute(f"SELECT {WAIT_COLUMNS} FROM waits WHERE job_id = ?", (job_id,))
             .fetchone()
         )
-        return wait_row(self.sealer, row) if row else None
+        return wait_row(self.sealer, row, path=self.path) if row else None
 
     def waits(self) -> list[WaitRow]:
         if self._no_waits:
             return []
         rows = self._db().execute(f"SELECT {WAIT_COLUMNS} FROM waits ORDER BY since")
-        return [wait_row(self.sealer, r) for r in rows.fetchall()]
+        return [wait_row(self.sealer, r, path=self.path, lenient=True) for r in rows.fetchall()]
 
 
 class SqlWorker(SqlBase, WorkerCatalog):

@@ -27,7 +27,13 @@ __all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES", "sqlit
 
 # The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
 # table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
+# Since schema 5 the rows that decide what code runs or what the agent receives carry
+# a signature (serializers/_sql/_rows.py); an older catalog's rows are signed once, by
+# the store that upgrades it (serializers/_home.py), which then records in its key file
+# that they are signed: a catalog of an older schema is then a rollback, refused.
+SIGNED_SINCE = 5
+_SIGNED_TABLES = ("jobs", "effects", "waits", "approvals")
 _WAIT_TABLES = """
 CREATE TABLE IF NOT EXISTS waits (
     job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, reason TEXT NOT NULL, due REAL,
@@ -38,6 +44,9 @@ CREATE TABLE IF NOT EXISTS approvals (
     state TEXT NOT NULL, decided_by TEXT, decided_at REAL, note TEXT, site TEXT NOT NULL,
     PRIMARY KEY (job_id, approval_id))
 """
+# Schema 5: each row's signature (Sealer.row_mac), on the tables whose rows decide what
+# code runs or what value the agent receives.
+_ROW_SIGNATURES = tuple(f"ALTER TABLE {table} ADD COLUMN mac TEXT" for table in _SIGNED_TABLES)
 # Chunked snapshot bodies (serializers/_chunkstore.py): one signed manifest per chunked
 # snapshot, each chunk once (its encoded bytes here, or where they lie in a pack file).
 # A snapshot row's deletion (prune, rewind, job deletion) takes its manifest with it.
@@ -52,7 +61,8 @@ _CHUNK_TABLES = (
 )
 # Upgrades, applied in order by the first writable open: version 1 lacks the snapshots'
 # digest and origin columns; version 2 the waits and approvals tables; version 3 the
-# manifests and chunks.
+# manifests and chunks; version 4 the rows' signatures (their values are written by the
+# store once it has its keys: serializers/_home.py).
 _UPGRADES = {
     1: (
         "ALTER TABLE snapshots ADD COLUMN digest TEXT",
@@ -60,10 +70,11 @@ _UPGRADES = {
     ),
     2: tuple(s for s in _WAIT_TABLES.split(";") if s.strip()),
     3: _CHUNK_TABLES,
+    4: _ROW_SIGNATURES,
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
 
-_SCHEMA = (
+_CREATE = (
     """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY, entry TEXT NOT NULL, argv TEXT NOT NULL, status TEXT NOT NULL,
@@ -92,6 +103,7 @@ CREATE TABLE IF NOT EXISTS metrics (
 """
     + _WAIT_TABLES
 )
+_SCHEMA = _CREATE + ";" + ";".join(_ROW_SIGNATURES)
 
 
 # SQLite messages of a failing store (the disk, the file system, permissions): the
@@ -195,7 +207,9 @@ class SqliteBase(SqlBase):
     agent produced on write and opens it on read (a pass-through in a plaintext store).
     `create=False`: the catalog must already exist with its schema (an existing
     store's catalog is never re-created: StoreDamaged instead). `writable=False`: open
-    for reading only (no schema upgrade)."""
+    for reading only (no schema upgrade). `signed_rows`: the store's key file records
+    that this catalog's rows are signed, so a schema older than SIGNED_SINCE is a
+    rollback (StoreDamaged, nothing upgraded)."""
 
     integrity_error = sqlite3.IntegrityError
     insertion_order = "rowid"
@@ -209,6 +223,7 @@ class SqliteBase(SqlBase):
         sealer: Sealer = PLAIN,
         create: bool = True,
         writable: bool = True,
+        signed_rows: bool = False,
     ):
         if synchronous not in ("FULL", "NORMAL"):
             raise ValueError("synchronous must be FULL or NORMAL")
@@ -227,6 +242,7 @@ class SqliteBase(SqlBase):
         self._create = create
         self._writable = writable
         self._checked = create  # switch to WAL only once the file is known ours
+        self._unsigned_views: tuple[str, ...] = ()  # read-only over schema < 5
         # Several processes may open a new store at once: the schema is checked and
         # created in one write transaction.
         try:
@@ -251,6 +267,14 @@ class SqliteBase(SqlBase):
                         f"snapstate uses {SCHEMA_VERSION}. Use the snapstate release that "
                         "created it, or start a new store (--store DIR)."
                     )
+                if names and version < SIGNED_SINCE and signed_rows:
+                    raise StoreDamaged(
+                        f"the catalog {self.path} has schema version {version}, but the "
+                        "store's key file records that its rows are signed since schema "
+                        f"{SIGNED_SINCE}: the catalog was rolled back or replaced by an "
+                        "older one (its rows' signatures dropped). Nothing was changed; "
+                        "restore the catalog from a backup taken since the upgrade"
+                    )
                 if not names:
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
@@ -269,6 +293,12 @@ class SqliteBase(SqlBase):
                         self._snapshot_extra = "NULL, NULL"  # read-only over version 1
                     self._no_waits = version < 3  # read-only over version 1 or 2: nothing waits
                     self._no_chunks = True  # read-only over version 1-3: nothing is chunked
+                    # read-only over version 1-4: rows unsigned, read through views
+                    # with an empty signature column (rows not yet signed are accepted
+                    # only while the key file does not record them signed)
+                    self._unsigned_views = tuple(t for t in _SIGNED_TABLES if t in names)
+            if self._unsigned_views:  # the connection opened above has none yet
+                self._views(self._db())
             if not create:
                 self._checked = True  # WAL is persistent: usually already set
                 if writable:
@@ -309,12 +339,21 @@ class SqliteBase(SqlBase):
         try:
             if self._checked and self._writable:
                 self._wal(db)
+            self._views(db)
             db.execute(f"PRAGMA synchronous={self.synchronous}")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
             db.close()
             raise
         return db
+
+    def _views(self, db: sqlite3.Connection) -> None:
+        """Read-only over a schema older than 5: a temp view per signed table, with an
+        empty signature column, shadows the table's name on this connection."""
+        for table in self._unsigned_views:
+            db.execute(
+                f"CREATE TEMP VIEW IF NOT EXISTS {table} AS SELECT *, NULL AS mac FROM main.{table}"
+            )
 
     def _wal(self, db: sqlite3.Connection) -> None:
         for attempt in range(200):  # switching to WAL is not covered by the busy timeout
