@@ -337,6 +337,7 @@ class KeyRing:
         ring.directory, ring.fs, ring.path = "", _fs.OS, ""
         ring._lock_path = ""
         ring._stored, ring._stored_current = {}, None
+        ring._rows_signed = True  # a PostgreSQL store's rows are signed from birth
         ring._env = _env_key()
         if ring._env is None:
             raise StoreError(f"{ENV_KEY} is not set")

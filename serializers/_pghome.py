@@ -150,6 +150,11 @@ class PostgresHome(Home):
             self.catalog.set_meta("keys", json.dumps(recorded, sort_keys=True))
         self.identity = _identity.StoreIdentity(store_id, created, recorded)
 
+    def _seal_catalog(self) -> None:
+        """Every row of a PostgreSQL store is signed from birth: a row without its
+        signature is always refused (whatever the key file says of a directory store)."""
+        self.catalog.sealer = _sealing.Sealer(self.keys, self.encrypt, signed=True)
+
     # ------------------------------------------------------------------ settings
     def _config_mac(self, text: str, key_id: str) -> str:
         key = self.keys.get(key_id)
@@ -188,7 +193,7 @@ class PostgresHome(Home):
     def set_encryption(self, required: bool) -> None:
         self.config = dict(self.config, encrypt=bool(required))
         self._save_config(self.config)
-        self.catalog.reseal(_sealing.Sealer(self.keys, self.encrypt))
+        self.catalog.reseal(_sealing.Sealer(self.keys, self.encrypt, signed=True))
         self._seal_catalog()
 
     # ------------------------------------------------------------------ files

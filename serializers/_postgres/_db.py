@@ -59,7 +59,10 @@ CHANNEL = "snapstate"
 _LOCK = 0x736E6170  # "snap": the store-wide writers' lock (pg_advisory_xact_lock)
 _MIGRATION_LOCK = 0x736E6171
 
-# Migrations: version N's statements create what version N adds. Types: every
+# Migrations: version N's statements create what version N adds. The rows that decide
+# what code runs or what the agent receives (jobs, effects, waits, approvals) carry
+# their signature (`mac`, Sealer.row_mac) from the first version: every row of a
+# PostgreSQL store is signed from birth. Types: every
 # integer is BIGINT (sizes, pids, process start times), every REAL a double, every
 # BLOB bytea. A manifest goes with its snapshot row (ON DELETE CASCADE, SQLite's
 # trigger); approvals keep their insertion order in `n` (SQLite's rowid).
@@ -69,7 +72,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     job_id TEXT PRIMARY KEY, entry TEXT NOT NULL, argv TEXT NOT NULL, status TEXT NOT NULL,
     created DOUBLE PRECISION NOT NULL, updated DOUBLE PRECISION NOT NULL,
     resume_count BIGINT NOT NULL DEFAULT 0, parent TEXT, fork_seq BIGINT, error TEXT,
-    epoch BIGINT NOT NULL DEFAULT 0)""",
+    epoch BIGINT NOT NULL DEFAULT 0, mac TEXT)""",
         """CREATE TABLE snapshots (
     job_id TEXT NOT NULL, seq BIGINT NOT NULL, label TEXT, file TEXT NOT NULL,
     size BIGINT NOT NULL, created DOUBLE PRECISION NOT NULL, epoch BIGINT NOT NULL,
@@ -87,19 +90,20 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     call_site TEXT NOT NULL, args_digest TEXT NOT NULL, args_repr TEXT NOT NULL,
     kind TEXT NOT NULL, state TEXT NOT NULL, result BYTEA, external_id TEXT,
     attempts BIGINT NOT NULL, created DOUBLE PRECISION NOT NULL,
-    updated DOUBLE PRECISION NOT NULL, note TEXT NOT NULL, PRIMARY KEY (job_id, ordinal))""",
+    updated DOUBLE PRECISION NOT NULL, note TEXT NOT NULL, mac TEXT,
+    PRIMARY KEY (job_id, ordinal))""",
         "CREATE INDEX effects_by_key ON effects (job_id, key)",
         """CREATE TABLE metrics (
     job_id TEXT NOT NULL, name TEXT NOT NULL, value DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (job_id, name))""",
         """CREATE TABLE waits (
     job_id TEXT PRIMARY KEY, kind TEXT NOT NULL, reason TEXT NOT NULL, due DOUBLE PRECISION,
-    since DOUBLE PRECISION NOT NULL, seq BIGINT NOT NULL, approval_id TEXT)""",
+    since DOUBLE PRECISION NOT NULL, seq BIGINT NOT NULL, approval_id TEXT, mac TEXT)""",
         """CREATE TABLE approvals (
     job_id TEXT NOT NULL, approval_id TEXT NOT NULL, name TEXT NOT NULL, scope TEXT NOT NULL,
     digest TEXT NOT NULL, requested DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION,
     approvers TEXT, state TEXT NOT NULL, decided_by TEXT, decided_at DOUBLE PRECISION,
-    note TEXT, site TEXT NOT NULL, n BIGSERIAL, PRIMARY KEY (job_id, approval_id))""",
+    note TEXT, site TEXT NOT NULL, mac TEXT, n BIGSERIAL, PRIMARY KEY (job_id, approval_id))""",
         """CREATE TABLE manifests (
     job_id TEXT NOT NULL, seq BIGINT NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (job_id, seq),
     FOREIGN KEY (job_id, seq) REFERENCES snapshots (job_id, seq) ON DELETE CASCADE)""",
@@ -130,7 +134,7 @@ class TextSealer(Sealer):
     PREFIX = "\x1b" + MAGIC.decode() + ":"
 
     def __init__(self, inner: Sealer):
-        super().__init__(inner.keys, inner.enabled, tolerant=inner.tolerant)
+        super().__init__(inner.keys, inner.enabled, tolerant=inner.tolerant, signed=inner.signed)
         self._derived = inner._derived  # the key derivations, shared
 
     def seal(self, value: Any, *place: object) -> Any:
