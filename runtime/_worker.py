@@ -13,6 +13,18 @@ cost); it then runs the CLI as that would, in a process group of its own.
 `SNAPSTATE_WORKER_START=exec` (or a platform without the fork server) starts each child
 as a fresh interpreter instead.
 
+Neither the fork server nor a child puts the worker's current directory (or a script's
+directory) on sys.path: `python -m` and `python -c` would put it first, so a
+`zstandard.py` or a stray `snapstate/` folder where the worker was started would be
+imported by every child, ahead of the real ones. An exec'd child runs `python -P -m`;
+the fork server is started with PYTHONSAFEPATH=1 in its environment (multiprocessing
+builds its command line from the worker's own flags, so the environment is the one way
+in), which its children drop again before they run (the agent's own subprocesses keep
+the usual semantics); a forked child runs with the path the fork server started with
+(PYTHONPATH, the standard library, site-packages), not the worker's. The agent's code
+is found from the module path its job recorded (the entry point's folder, put first by
+the resume), as `snaprun resume` does.
+
 Exclusivity comes from the job's lease, which the child takes with a new fencing epoch
 (runtime/_lease.py): two workers, or a worker and a manual `snaprun resume`, never run
 a job at once; the loser exits 5 (LeaseHeld) and the worker logs "someone else has it",
@@ -94,10 +106,20 @@ def child_args(store: str, job_id: str, grace: float) -> list[str]:
     return ["resume", "--store", store, *grace_args, job_id]
 
 
+# The fork server's sys.path as it started (this module is imported there by the
+# preload): its children run with it, not with the worker's (multiprocessing hands a
+# forked child the parent's sys.path).
+_START_PATH = tuple(p for p in sys.path if p and os.path.isabs(p))
+_SAFE_PATH, _SAFE_PATH_ADDED = "PYTHONSAFEPATH", "SNAPSTATE_WORKER_SAFE_PATH"
+
+
 def _run_child(argv: list[str]) -> None:
-    """A forked child: `snaprun ARGV` as `python -m snapstate.runtime._cli` runs it, in
-    a process group of its own (the worker forwards Ctrl-C and SIGTERM itself)."""
+    """A forked child: `snaprun ARGV` as `python -P -m snapstate.runtime._cli` runs it,
+    in a process group of its own (the worker forwards Ctrl-C and SIGTERM itself)."""
     os.setpgid(0, 0)
+    if os.environ.pop(_SAFE_PATH_ADDED, None):  # the fork server's, not the agent's
+        os.environ.pop(_SAFE_PATH, None)
+    sys.path[:] = _START_PATH
     sys.argv = ["snaprun", *argv]
     runpy.run_module("snapstate.runtime._cli", run_name="__main__", alter_sys=True)
 
@@ -141,10 +163,18 @@ def start_child(store: str, job_id: str, grace: float) -> subprocess.Popen[bytes
     context = _fork_server()
     if context is not None:
         process = context.Process(target=_run_child, args=(args,), daemon=False)
-        process.start()
+        added = _SAFE_PATH not in os.environ
+        if added:  # for the fork server, if this start (re)starts it: see the docstring
+            os.environ.update({_SAFE_PATH: "1", _SAFE_PATH_ADDED: "1"})
+        try:
+            process.start()
+        finally:
+            if added:
+                os.environ.pop(_SAFE_PATH, None)
+                os.environ.pop(_SAFE_PATH_ADDED, None)
         return _Forked(process)
     return subprocess.Popen(
-        [sys.executable, "-m", "snapstate.runtime._cli", *args],
+        [sys.executable, "-P", "-m", "snapstate.runtime._cli", *args],
         stdin=subprocess.DEVNULL,
         process_group=0,  # the worker forwards Ctrl-C and SIGTERM itself
     )
