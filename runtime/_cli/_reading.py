@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from .. import _admin, _api, _inspect
+from .. import _admin, _api, _inspect, _worker
+from .._clock import clock
 from ._common import (
     EXIT_HELP,
     ago,
@@ -56,6 +57,7 @@ def list_jobs(store: str | None, as_json: bool) -> None:
             },
             "meta": view.meta,
             "pins": view.pins,
+            "crashes": _worker.crash_report(home.catalog, view.job_id, view.status, view.error),
         }
         for view in _api.job_views(home, now)
     ]
@@ -77,7 +79,7 @@ def list_jobs(store: str | None, as_json: bool) -> None:
                 ago(now - r["updated"]),
                 str(r["resumes"]),
                 r["entry"],
-                _wait_text(r["wait"], r["label"]),
+                _crash_text(r["crashes"], now) or _wait_text(r["wait"], r["label"]),
             ]
             + ([_pins_text(r["pins"])] if show_pins else [])
             for r in rows
@@ -98,6 +100,22 @@ def _wait_text(wait: dict[str, Any] | None, label: str | None) -> str:
         due = f"due {when(wait['due'])}" if wait["due"] is not None else "until decided"
     reason = "" if label == f"waiting: {wait['reason']}" else f": {wait['reason']}"
     return f"{wait['kind']}, {due}{reason}"
+
+
+def _crash_text(crashes: dict[str, Any] | None, now: float) -> str | None:
+    """`crash N of MAX, retry in S: last error` of a job the worker backs off (`gave up
+    after N crashes` once failed); None for the others."""
+    if crashes is None:
+        return None
+    limit = f" of {crashes['max']}" if crashes["max"] else ""
+    if crashes["gave_up"]:
+        head = f"worker gave up after {crashes['count']} crashes"
+    else:
+        left = crashes["retry_at"] - clock().time()
+        retry = f"retry in {left:.0f}s" if left > 0.5 else "retry due"
+        head = f"crash {crashes['count']}{limit} in a row, {retry}"
+    error = crashes["last_error"]
+    return head + (f": {error}" if error else "")
 
 
 def _pins_text(pins: dict[str, Any]) -> str:

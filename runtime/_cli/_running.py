@@ -69,6 +69,10 @@ def _run_job(job: Job, action: Callable[[], object], grace: float | None = None)
     agent_failed(job, error)
 
 
+def _json_line(line: str) -> None:
+    click.echo(line, err=True)
+
+
 @click.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     epilog=EXIT_HELP,
@@ -226,8 +230,17 @@ def replay(store: str | None, ref: str) -> None:
     type=click.IntRange(1, 10**6),
     default=_worker.DEFAULT_MAX_CRASHES,
     show_default=True,
-    help="Mark a job failed once its runner died this many times in a row without a new "
-    "snapshot (retried at once, then after 1s, 2s, 4s... at most 60s).",
+    help="Mark a job failed once its runner died this many times in a row without "
+    "progress (retried at once, then after 1s, 2s, 4s... at most 60s). A run that wrote "
+    "one snapshot and died is no progress; one that wrote two, or reached an outcome, is.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: each claim, start, outcome, release, back-off, give-up and reconnect as one "
+    "JSON object per line on stderr (ts, event, job, pid, detail...).",
 )
 def worker(
     store: str | None,
@@ -236,6 +249,7 @@ def worker(
     once: bool,
     grace: float,
     max_crashes: int,
+    log_format: str,
 ) -> None:
     """Run jobs that can continue: waiting ones whose timer or rate limit is due or
     whose approval was decided or expired, and interrupted ones (their runner died or
@@ -252,5 +266,6 @@ def worker(
             once=once,
             max_crashes=max_crashes,
             say=say,
+            json_log=_json_line if log_format == "json" else None,
         ).run()
     )
