@@ -1,0 +1,66 @@
+"""What a worker tells its operator (issue 21): `snaprun worker --log-format json`
+writes each of its events (claim, start, outcome, release, back-off, give-up,
+reconnect...) as one JSON object per line on stderr, with ts, event, job, pid and
+detail; text stays the default. Real worker processes, a real provider on 127.0.0.1,
+an agent that SIGKILLs itself (tests/agents/wk_crashloop.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from helpers import AGENTS, snaprun
+from test_worker import create_job, provider, run_job, worker_env, worker_once
+
+__all__ = ["provider"]  # the fixture, shared with test_worker.py
+
+
+def _json_lines(stderr: str) -> list[dict]:
+    """The worker's own lines (the children's messages pass through as text)."""
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def test_json_log_has_one_object_per_event(tmp_path, provider):
+    """One pass over a job that finishes and one that crashes until given up: every
+    worker line is a JSON object with ts, event, job, pid and detail; the finished job
+    is claimed, started, ended (exit 0) and released; the crashing one is given up on;
+    the text log is unchanged without the option."""
+    first = run_job(tmp_path, provider, "timer", "warm")  # creates the store
+    assert first.returncode == 3, first.stderr
+    create_job(tmp_path, "plain", "ok")
+    loop = snaprun("run", "--job", "loop", AGENTS / "wk_crashloop.py", cwd=tmp_path)
+    assert loop.returncode == -signal.SIGKILL, loop.stderr
+    env = worker_env(tmp_path, provider)
+    run = worker_once(tmp_path, env, "--log-format", "json", "--max-crashes", "1")
+    assert run.returncode == 0, run.stderr
+    records = _json_lines(run.stderr)
+    assert records, run.stderr
+    worker_lines = [
+        line for line in run.stderr.splitlines() if line.startswith("snaprun: worker pid")
+    ]
+    assert worker_lines == []  # its own lines are JSON now
+    for record in records:
+        assert {"ts", "event", "job", "pid", "detail"} <= set(record), record
+        assert isinstance(record["ts"], float) and isinstance(record["pid"], int)
+    events = [(r["event"], r["job"]) for r in records]
+    assert events[0] == ("worker-start", None)
+    ok = [e for e, job in events if job == "ok"]
+    assert ok == ["claim", "start", "outcome", "release"], events
+    outcome = next(r for r in records if r["job"] == "ok" and r["event"] == "outcome")
+    assert outcome["code"] == 0 and "done" in outcome["detail"]
+    start = next(r for r in records if r["job"] == "ok" and r["event"] == "start")
+    assert start["pid"] == outcome["pid"] != os.getpid()
+    gave_up = [r for r in records if r["event"] == "give-up"]
+    assert [r["job"] for r in gave_up] == ["loop"] and gave_up[0]["crashes"] == 1
+    assert events[-1] == ("pass-over", None)
+
+    text = worker_once(tmp_path, env)
+    assert text.returncode == 0 and "snaprun: worker pid" in text.stderr
+    assert _json_lines(text.stderr) == []
+
+
+def test_a_bad_log_format_is_refused(tmp_path):
+    run = snaprun("worker", "--once", "--log-format", "yaml", cwd=tmp_path)
+    assert run.returncode == 2 and "--log-format" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
