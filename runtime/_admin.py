@@ -26,8 +26,10 @@ from .._errors import (
     StoreError,
 )
 from ..serializers._fs import write_atomic
-from ..serializers._home import Home, _read_chunks
+from ..serializers._home import Home, _read_chunks, open_store
 from ..serializers._ids import derive_job_id, validate_job_id
+from ..serializers._location import is_postgres_url, redact
+from ..serializers._sqlite import sqlite_schema_version
 from ..serializers._store import CHUNKED, EffectKind, EffectRow, EffectState, SnapshotRow
 from . import _agent
 from ._job import Job
@@ -95,8 +97,8 @@ def check_export_target(home: Home, output: str) -> None:
     """An exported file is new and lies outside the store: `export -o` never replaces
     a file (the catalog, another snapshot, the user's data)."""
     target = os.path.realpath(output)
-    store = os.path.realpath(home.directory)
-    if target == store or target.startswith(store + os.sep):
+    store = os.path.realpath(home.directory) if home.keeps_files else None
+    if store is not None and (target == store or target.startswith(store + os.sep)):
         raise StoreError(
             f"{output} lies inside the store {home.directory}; export to a file outside it"
         )
@@ -151,9 +153,23 @@ def import_file(home: Home, path: str, as_id: str | None = None) -> tuple[Job, i
         raise HeaderMismatch(
             f"{path} is signed but its header names no entry point ({exc}); refusing it"
         ) from None
-    header, row = home.import_file(path, job_id)  # a copy; the row binds its digest
+    header, row, body = home.import_file(path, job_id)  # a copy; the row binds its digest
     # What is committed is the store's copy, checked again against that digest: the
-    # user's file may have changed between the first check and the copy.
+    # user's file may have changed between the first check and the copy. (Chunks are
+    # cut from the very bytes that were verified: nothing to check again.)
+    if body is not None:
+        if (header["job_id"], header["seq"]) != (source_id, seq):
+            raise HeaderMismatch(f"{path} changed while it was imported; nothing was imported")
+        home.catalog.import_job(
+            job_id,
+            entry.as_dict(),
+            argv,
+            row,
+            parent=source_id,
+            source=os.path.abspath(path),
+            body=body,
+        )
+        return Job(home, job_id, entry, argv), seq
     try:
         copied, _ = home.verify_row(row)
     except HeaderMismatch:
@@ -202,7 +218,9 @@ def prune(
     for job in home.catalog.list_jobs():
         catalogued.add(job.job_id)
         try:
-            home.job_directory(job.job_id)
+            validate_job_id(job.job_id)
+            if home.keeps_files:
+                home.job_directory(job.job_id)
             for row in home.catalog.snapshots(job.job_id):
                 if row.file != CHUNKED:
                     home.row_path(row)
@@ -228,7 +246,8 @@ def prune(
             report.orphans += _sweep(
                 home, job.job_id, home.orphan_files(job.job_id), now - orphan_grace
             )
-    report.orphans += _sweep_uncatalogued(home, catalogued, now - orphan_grace)
+    if home.keeps_files:
+        report.orphans += _sweep_uncatalogued(home, catalogued, now - orphan_grace)
     report.chunks, report.packs = home.sweep_chunks()
     report.temp_files = home.sweep_temp_files()
     return report
@@ -335,3 +354,34 @@ def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# ---------------------------------------------------------------------------- db upgrade
+@dataclass
+class SchemaReport:
+    backend: str  # "sqlite" or "postgresql"
+    where: str  # the store (a URL without its password)
+    before: int  # the schema version found (0: none yet)
+    after: int  # the schema version now
+
+
+def upgrade_schema(location: str) -> SchemaReport:
+    """Create or upgrade the catalog's tables of the store at `location` (a directory
+    or a postgresql:// URL) to this release's schema; a newer schema is refused."""
+    if is_postgres_url(location):
+        from ..serializers._postgres import PostgresCatalog
+
+        catalog = PostgresCatalog(location, create=True, writable=True, upgrade=True)
+        try:
+            return SchemaReport(
+                "postgresql", redact(location), catalog.found_version, catalog.version()
+            )
+        finally:
+            catalog.close()
+    before = sqlite_schema_version(location)
+    home = open_store(location, create=True)
+    try:
+        after = int(getattr(home.catalog, "schema_version", 0))
+    finally:
+        home.close()
+    return SchemaReport("sqlite", location, before, after)

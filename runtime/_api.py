@@ -62,7 +62,7 @@ from .._errors import (
     StoreDamaged,
     StoreFailure,
 )
-from ..serializers._home import Home, default_home
+from ..serializers._home import Home, default_home, open_store
 from ..serializers._ids import validate_job_id
 from ..serializers._store import ApprovalRow, EffectRow, JobRow, SnapshotRow, WaitRow
 from . import _approvals, _process, _rootlog
@@ -640,7 +640,7 @@ class Store:
 
     @contextmanager
     def _home(self, *, create: bool = False, readonly: bool = False) -> Iterator[Home]:
-        home = Home(self.path, create=create, writable=not readonly)
+        home = open_store(self.path, create=create, writable=not readonly)
         try:
             yield home
         finally:

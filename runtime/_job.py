@@ -942,6 +942,8 @@ def _refuse_leftover_files(home: Home, job_id: str) -> None:
     """A new job never takes over the folder of an earlier job of that id whose
     snapshots a runner wrote (epoch >= 1): the catalog that lost it is stale, and the
     new job would overwrite them."""
+    if not home.keeps_files:
+        return  # PostgreSQL: no snapshot files, only rows
     try:
         home.catalog.get_job(job_id)
         return  # a known job: creating it again is JobExists

@@ -133,7 +133,7 @@ class Lease:
                 except Exception:  # a busy or briefly unavailable catalog: next beat
                     continue
         finally:
-            self.catalog.close()  # this thread's connection
+            self.catalog.close_thread()  # this thread's connection
 
     def stop(self) -> None:
         self._stop.set()

@@ -22,6 +22,7 @@ Every method is atomic: its checks and its writes happen in one transaction.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -352,6 +353,14 @@ class WorkerCatalog(abc.ABC):
     def release_claims(self, owner: Owner, job_id: str | None = None) -> None:
         """Drop the owner's claim on the job (or all its claims)."""
 
+    def wait_for_change(self, timeout: float) -> bool:
+        """The worker's pause between passes: until a change that may make a job
+        runnable is announced (True: a job released, an approval decided, a job waiting
+        on a timer, an effect reconciled) or `timeout` seconds pass (False). This
+        default sleeps (its workers poll); PostgreSQL listens for NOTIFY."""
+        time.sleep(max(0.0, timeout))
+        return False
+
     @abc.abstractmethod
     def give_up_job(self, job_id: str, error: str) -> bool:
         """Mark a job whose runners keep dying failed with `error` (resumable by hand),
@@ -390,9 +399,11 @@ class AdminCatalog(abc.ABC):
         *,
         parent: str | None,
         source: str,
+        body: SnapshotBody | None = None,
     ) -> JobRow:
         """Create job `job_id` holding the one snapshot `row` (its file copied in by the
-        caller beforehand), imported from `source`. JobExists if the id is taken."""
+        caller beforehand, or, with `body`, its chunks and manifest, added as
+        commit_snapshot adds them), imported from `source`. JobExists if the id is taken."""
 
     @abc.abstractmethod
     def prune_job(
@@ -436,3 +447,9 @@ class Catalog(
 
     def close(self) -> None:  # noqa: B027 (optional hook: most catalogs hold nothing)
         """Release connections."""
+
+    def close_thread(self) -> None:
+        """Release what the calling thread holds (a thread that used the catalog, such
+        as a lease's heartbeat, ends); the catalog stays open for the others. This
+        default suits a catalog with one connection per thread: close() is that."""
+        self.close()

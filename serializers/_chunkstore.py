@@ -158,9 +158,13 @@ class ChunkStore:
         keys: Callable[[], KeyRing],
         encrypt: Callable[[], bool],
         fs: _fs.FileSystem,
+        *,
+        packs: str | None = "",
     ):
+        # `packs`: the folder of pack files (default <directory>/chunks); None: none, every
+        # chunk goes into the catalog (a PostgreSQL store without a shared folder).
         self.directory = directory
-        self.packs = os.path.join(directory, PACKS)
+        self.packs: str | None = os.path.join(directory, PACKS) if packs == "" else packs
         self._catalog, self._keys, self._encrypt, self.fs = catalog, keys, encrypt, fs
         self._last: dict[str, _Last] = {}
 
@@ -236,7 +240,7 @@ class ChunkStore:
             whole.append((chunk_id, content))
         for (chunk_id, content), data in zip(whole, codec.encode_many(whole), strict=True):
             encoded.append((chunk_id, len(content), data, None, 0))
-        if sum(len(e[2]) for e in encoded) <= INLINE_LIMIT:
+        if self.packs is None or sum(len(e[2]) for e in encoded) <= INLINE_LIMIT:
             return [StoredChunk(c, size, data, base=b, depth=d) for c, size, data, b, d in encoded]
         me = f"{os.getpid()}-{_fs.process_start(os.getpid())}"
         name = f"{job_id}.{seq}-e{epoch}.{me}.{os.urandom(4).hex()}.pack"
@@ -376,7 +380,7 @@ class ChunkStore:
         commit, or every chunk swept); returns how many. The writers are judged first,
         then the catalog is asked which packs are in use: a writer dead by then has
         committed its pack already (and it is in use) or never will."""
-        if not os.path.isdir(self.packs) or os.path.islink(self.packs):
+        if self.packs is None or not os.path.isdir(self.packs) or os.path.islink(self.packs):
             return 0
         gone = []
         for name in os.listdir(self.packs):
@@ -406,10 +410,10 @@ class ChunkStore:
 class _Packs:
     """Open pack files while a snapshot is read (each confined to <store>/chunks)."""
 
-    def __init__(self, folder: str, where: str):
+    def __init__(self, folder: str | None, where: str):
         self.folder, self.where = folder, where
         self.open: dict[str, int] = {}
-        if os.path.islink(folder):
+        if folder is not None and os.path.islink(folder):
             raise StoreDamaged(
                 f"{where}: {folder} is a symbolic link: the store was tampered with; refusing it"
             )
@@ -427,6 +431,13 @@ class _Packs:
             raise StoreDamaged(
                 f"{self.where}: the catalog names the pack file {name!r}, not a pack of the "
                 "store; the store is damaged or was tampered with. Refusing it."
+            )
+        if self.folder is None:
+            raise StoreDamaged(
+                f"{self.where}: the catalog says a chunk lives in the pack file {name!r}, but "
+                "this store keeps its chunks in the catalog (no bodies folder is set: "
+                "SNAPSTATE_BODIES); set it to the store's shared folder, or the catalog "
+                "was tampered with"
             )
         if not 0 <= chunk.length <= _chunks.MAX_ENCODED or chunk.offset < 0:
             raise CorruptSnapshot(f"{self.where}: a chunk's place in its pack is damaged")

@@ -45,20 +45,42 @@ from ._catalog import Catalog
 from ._chunkstore import PACKS, ChunkStore, Prepared
 from ._ids import validate_job_id
 from ._keys import KeyRing
+from ._location import is_postgres_url, redact
 from ._manifest import MANIFEST_FORMAT, Manifest
 from ._sqlite import SCHEMA_VERSION, SqliteCatalog
-from ._store import CHUNKED, SnapshotRow
+from ._store import CHUNKED, SnapshotBody, SnapshotRow
 
-__all__ = ["Home", "default_home", "Prepared"]
+__all__ = ["Home", "default_home", "open_store", "is_postgres_url", "redact", "Prepared"]
 
 _CONFIG = "config.json"
 
 
 def default_home(store: str | None = None) -> str:
-    return os.path.abspath(store or os.environ.get("SNAPSTATE_HOME") or ".snapstate")
+    """The store in use: `store` (--store), else SNAPSTATE_STORE, else SNAPSTATE_HOME,
+    else ./.snapstate; a directory as an absolute path, a postgresql:// URL as it is."""
+    location = store or os.environ.get("SNAPSTATE_STORE") or os.environ.get("SNAPSTATE_HOME")
+    if location and is_postgres_url(location):
+        return location
+    return os.path.abspath(location or ".snapstate")
+
+
+def open_store(location: str, **options: Any) -> Home:
+    """The store at `location`: a directory (the embedded SQLite store) or a
+    postgresql:// URL (serializers/_pghome.py; needs `snapstate[postgres]`)."""
+    if not is_postgres_url(location):
+        return Home(location, **options)
+    try:
+        from ._pghome import PostgresHome
+    except ImportError as exc:
+        raise StoreError(
+            f"the store {redact(location)} is a PostgreSQL store, and this installation lacks "
+            f"its driver ({exc.name}): pip install 'snapstate[postgres]'"
+        ) from None
+    return PostgresHome(location, **options)
 
 
 class Home:
+    keeps_files = True  # snapshot files and pack files in a directory (not PostgreSQL's)
     catalog: Catalog
     keys: KeyRing
     identity: _identity.StoreIdentity | None  # None: no store.json (opened read-only)
@@ -74,6 +96,7 @@ class Home:
         writable: bool | None = None,
     ):
         self.directory = os.path.abspath(directory)
+        self.location = self.directory  # what opens this store again (--store)
         self.writable = create if writable is None else writable
         self.fs = fs
         self.chunks = ChunkStore(
@@ -433,22 +456,28 @@ class Home:
             _binding.expected(row, self.store_id),
         )
 
-    def import_file(self, path: str, job_id: str) -> tuple[dict[str, Any], SnapshotRow]:
+    def import_file(
+        self, path: str, job_id: str
+    ) -> tuple[dict[str, Any], SnapshotRow, SnapshotBody | None]:
         """Copy a verified snapshot file from outside into job `job_id`: (its header, the
-        row to record; nothing is recorded here)."""
+        row to record, None: no chunks; nothing is recorded here)."""
         header, digest = _snapfile.verify_digest(path, self.keys, require_encryption=self.encrypt)
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
         target = self.copy_snapshot(path, job_id, header["seq"])
-        return header, SnapshotRow(
-            job_id,
-            header["seq"],
-            header["label"],
-            self.relative(target),
-            os.path.getsize(target),
-            header["created_at"],
-            0,
-            digest,
-            _binding.origin_of(header, self.store_id, job_id, 0),
+        return (
+            header,
+            SnapshotRow(
+                job_id,
+                header["seq"],
+                header["label"],
+                self.relative(target),
+                os.path.getsize(target),
+                header["created_at"],
+                0,
+                digest,
+                _binding.origin_of(header, self.store_id, job_id, 0),
+            ),
+            None,
         )
 
     def copy_snapshot(self, source: str, job_id: str, seq: int, epoch: int = 0) -> str:

@@ -206,10 +206,19 @@ class KeyRing:
     (for a store that already has snapshots, which a new key would never verify).
     Key files are written through `fs` (serializers/_fs.py)."""
 
-    def __init__(self, directory: str, *, create: bool = True, fs: _fs.FileSystem = _fs.OS):
+    def __init__(
+        self,
+        directory: str,
+        *,
+        create: bool = True,
+        fs: _fs.FileSystem = _fs.OS,
+        path: str | None = None,
+    ):
+        # `path`: a key file of another name than <directory>/keys.json (a PostgreSQL
+        # store's, named by SNAPSTATE_KEY_FILE).
         self.directory = directory
         self.fs = fs
-        self.path = os.path.join(directory, _FILE)
+        self.path = path or os.path.join(directory, _FILE)
         self._lock_path = self.path + ".lock"
         self._stored: dict[str, Key] = {}
         self._stored_current: str | None = None
@@ -292,12 +301,30 @@ class KeyRing:
         finally:
             os.close(fd)  # closing releases the lock
 
+    @classmethod
+    def from_env(cls) -> KeyRing:
+        """The one key SNAPSTATE_KEY gives, with no key file (a PostgreSQL store run
+        with the key in its environment): nothing to rotate, import or retire."""
+        ring = cls.__new__(cls)
+        ring.directory, ring.fs, ring.path = "", _fs.OS, ""
+        ring._lock_path = ""
+        ring._stored, ring._stored_current = {}, None
+        ring._env = _env_key()
+        if ring._env is None:
+            raise StoreError(f"{ENV_KEY} is not set")
+        return ring
+
     def _update(self, change: Callable[[dict[str, Key]], tuple[T, str | None]]) -> T:
         """Read-modify-write of keys.json under the lock, on a fresh read of it.
         `change` edits a copy of the stored keys in place and returns its result and
         the id of the key that becomes current (None: the current one stays); the
         file is rewritten only if something changed. The keys in use change only once
         the file holding them is written: a failed write leaves both as they were."""
+        if not self.path:
+            raise StoreError(
+                f"this store's key comes from {ENV_KEY} alone, with no key file to change: "
+                "give the key file (SNAPSTATE_KEY_FILE) to rotate, import or retire keys"
+            )
         with self._locked():
             if not self._reload():  # first use: make the store's key
                 key = _new_key()

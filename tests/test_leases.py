@@ -1,5 +1,5 @@
 """One runner per job, with real processes: leases, epochs and the compare-and-swap
-commit (serializers/_sqlite/_leases.py and _snapshots.py, runtime/_lease.py) seen
+commit (serializers/_sql/_leases.py and _snapshots.py, runtime/_lease.py) seen
 through `snaprun` and Job.
 
 The agent tests/agents/lease_gate.py takes snapshot 1, then waits at a gate (a file the

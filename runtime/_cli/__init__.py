@@ -27,7 +27,8 @@ import click
 from ..._errors import SnapstateError
 from .._api import EXIT_CODES, EXIT_FAILED, EXIT_USAGE, exit_code
 from ._approving import approvals, approve, reject
-from ._common import EXIT_HELP, damaged, say
+from ._common import EXIT_HELP, STORE_HELP, damaged, say
+from ._db import db
 from ._keys import keys
 from ._managing import export, fork, init, prune, reconcile, repair
 from ._reading import effects, inspect, list_jobs, log, stats, verify
@@ -97,7 +98,8 @@ class _Snaprun(click.Group):
 
 @click.group(cls=_Snaprun, epilog=EXIT_HELP)
 @click.version_option(package_name="snapstate")
-def cli() -> None:
+@click.option("--store", type=str, default=None, metavar="DIR|URL", help=STORE_HELP)
+def cli(store: str | None) -> None:
     """Run long-lived Python agents that survive kill -9 and resume where they stopped."""
 
 
@@ -122,6 +124,7 @@ for _command in (
     approve,
     reject,
     keys,
+    db,
 ):
     cli.add_command(_command)
 

@@ -27,8 +27,9 @@ from ..._errors import (
     StoreError,
     StoreFailure,
 )
-from ...serializers._home import Home, default_home
+from ...serializers._home import Home, default_home, open_store
 from ...serializers._ids import validate_job_id
+from ...serializers._location import is_postgres_url, redact
 from ...serializers._sqlite import store_failure
 from ...serializers._store import SnapshotRow
 from .._api import EXIT_FAILED
@@ -102,9 +103,9 @@ def open_home(
     SNAPSTATE_KEY, never with those of a directory around it. `job` names the job in
     the hint of a failing store (resume)."""
     directory = default_home(store)
-    _STORE_IN_USE[:] = [directory]
+    _STORE_IN_USE[:] = [redact(directory) if is_postgres_url(directory) else directory]
     try:
-        home = Home(directory, create=create, writable=not readonly)
+        home = open_store(directory, create=create, writable=not readonly)
     except SnapstateError:
         raise  # its own message and exit code
     except OSError as exc:
@@ -148,12 +149,29 @@ def grace_option(fn: _F) -> _F:
     )(fn)
 
 
+STORE_HELP = (
+    "The store: a directory (the embedded SQLite store) or a postgresql://USER@HOST:PORT/DB "
+    "URL (default: $SNAPSTATE_STORE, else $SNAPSTATE_HOME, else ./.snapstate)."
+)
+
+
+def _store_given_first(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A command's --store, else the one given before the command (`snaprun --store X ls`)."""
+    if value is not None:
+        return value
+    root = ctx.find_root()
+    given = root.params.get("store") if root is not ctx else None
+    return given if isinstance(given, str) else None
+
+
 def store_option(fn: _F) -> _F:
     return click.option(
         "--store",
-        type=click.Path(file_okay=False),
+        type=str,
         default=None,
-        help="Store directory (default: $SNAPSTATE_HOME or ./.snapstate).",
+        metavar="DIR|URL",
+        callback=_store_given_first,
+        help=STORE_HELP,
     )(fn)
 
 

@@ -18,13 +18,12 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Literal, NoReturn
 
-from ..._errors import SnapstateError, StaleWriter, StoreDamaged, StoreError, StoreFailure
+from ..._errors import SnapstateError, StoreDamaged, StoreError, StoreFailure
 from .. import _fs
 from .._sealing import PLAIN, Sealer
-from .._store import LeaseRow
-from ._rows import LEASE_COLUMNS, lease_row, select_snapshots
+from .._sql._base import JOB_TABLES, SqlBase
 
-__all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES"]
+__all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES", "sqlite_schema_version"]
 
 # The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
 # table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
@@ -63,17 +62,6 @@ _UPGRADES = {
     3: _CHUNK_TABLES,
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
-# The tables holding a job's rows besides `jobs` (deleting a job deletes from each).
-JOB_TABLES = (
-    "snapshots",
-    "manifests",
-    "leases",
-    "events",
-    "effects",
-    "metrics",
-    "waits",
-    "approvals",
-)
 
 _SCHEMA = (
     """
@@ -202,14 +190,15 @@ class _Tx:
         raise mapped from exc
 
 
-class SqliteBase:
+class SqliteBase(SqlBase):
     """The catalog file, its connections and transactions. `sealer` seals what the
     agent produced on write and opens it on read (a pass-through in a plaintext store).
     `create=False`: the catalog must already exist with its schema (an existing
     store's catalog is never re-created: StoreDamaged instead). `writable=False`: open
     for reading only (no schema upgrade)."""
 
-    directory: str
+    integrity_error = sqlite3.IntegrityError
+    insertion_order = "rowid"
 
     def __init__(
         self,
@@ -235,9 +224,6 @@ class SqliteBase:
             _fs.create_private_file(self.path)  # before SQLite: -wal and -shm get its mode
         self.clock = clock
         self._local = threading.local()
-        self._snapshot_extra = "digest, origin"
-        self._no_waits = False  # an older catalog opened read-only has no waits tables
-        self._no_chunks = False  # nor manifests and chunks
         self._create = create
         self._writable = writable
         self._checked = create  # switch to WAL only once the file is known ours
@@ -342,7 +328,7 @@ class SqliteBase:
                     raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
                 time.sleep(0.01)
 
-    def _tx(self, immediate: bool = True) -> _Tx:
+    def _tx(self, immediate: bool = True) -> _Tx:  # type: ignore[override]
         return _Tx(self._db(), immediate, self.path)
 
     @contextlib.contextmanager
@@ -360,83 +346,29 @@ class SqliteBase:
         finally:
             db.execute(f"PRAGMA synchronous={self.synchronous}")
 
+    def _after_reseal(self) -> None:
+        """The old plaintext is dropped from the file and its WAL."""
+        db = self._db()
+        db.execute("VACUUM")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def close(self) -> None:
         db = getattr(self._local, "db", None)
         if db is not None:
             db.close()
             self._local.db = None
 
-    @property
-    def _select_snapshots(self) -> str:
-        return select_snapshots(self._snapshot_extra)
 
-    # ------------------------------------------------ inside a transaction
-    def _event(self, db: sqlite3.Connection, job_id: str, kind: str, detail: str) -> None:
-        """Append to the job's timeline, in the caller's transaction."""
-        at = float(self.clock())
-        db.execute(
-            "INSERT INTO events (job_id, at, kind, detail) VALUES (?, ?, ?, ?)",
-            (
-                job_id,
-                at,
-                kind,
-                self.sealer.seal(detail, "events", "detail", job_id, kind, repr(at)),
-            ),
-        )
-
-    def _check_epoch(self, db: sqlite3.Connection, job_id: str, epoch: int | None) -> None:
-        """The fence: StaleWriter unless `epoch` holds the job's lease."""
-        row = db.execute("SELECT epoch FROM leases WHERE job_id = ?", (job_id,)).fetchone()
-        if row is None or row[0] != epoch:
-            current = row[0] if row else "none"
-            raise StaleWriter(
-                f"job {job_id}: this runner's lease epoch {epoch} is no longer current "
-                f"(current: {current}); another runner took the job over. This runner's write "
-                "was rejected; nothing changed."
-            )
-
-    def _live_lease(self, db: sqlite3.Connection, job_id: str) -> LeaseRow | None:
-        """The job's lease if it is live (an admin operation is refused then)."""
-        row = db.execute(
-            f"SELECT {LEASE_COLUMNS} FROM leases WHERE job_id = ?", (job_id,)
-        ).fetchone()
-        lease = lease_row(row) if row else None
-        return lease if lease is not None and lease.is_live(self.clock()) else None
-
-    def _fence_dispatch(
-        self,
-        db: sqlite3.Connection,
-        job_id: str,
-        epoch: int | None,
-        ttl: float,
-        margin: float,
-        what: str,
-    ) -> float:
-        """Inside a dispatch's transaction: the epoch holds the lease and its deadline is
-        more than `margin` seconds away; renew it (a heartbeat) and return the new one.
-        One statement when it holds: the renewal is a compare-and-swap on the epoch and
-        the deadline; only a refusal reads the lease again, to say why."""
-        now = self.clock()  # inside the transaction: after any wait for the lock
-        deadline = now + ttl
-        renewed = db.execute(
-            "UPDATE leases SET expires = ?, heartbeat = ? "
-            "WHERE job_id = ? AND epoch = ? AND expires - ? > ?",
-            (deadline, now, job_id, epoch, now, margin),
-        ).rowcount
-        if renewed == 1:
-            return deadline
-        self._check_epoch(db, job_id, epoch)  # StaleWriter naming the current epoch
-        expires: float = db.execute(
-            "SELECT expires FROM leases WHERE job_id = ?", (job_id,)
-        ).fetchone()[0]
-        raise StaleWriter(
-            f"job {job_id}: {what} was not sent: this runner's lease (epoch {epoch}) "
-            + (
-                f"expired {now - expires:.1f}s ago"
-                if expires <= now
-                else f"expires in {expires - now:.1f}s"
-            )
-            + f", under the {margin:.1f}s a request needs (the runner was paused or its "
-            "heartbeats were delayed), so another runner may take the job over. This "
-            "runner stops; nothing was sent or recorded."
-        )
+def sqlite_schema_version(directory: str) -> int:
+    """The schema version of the catalog in a store directory, read without changing
+    it (0: no catalog yet)."""
+    path = os.path.join(directory, "catalog.db")
+    if not os.path.isfile(path):
+        return 0
+    db = sqlite3.connect(f"file:{urllib.parse.quote(path)}?mode=ro", uri=True)
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.DatabaseError as exc:
+        raise StoreDamaged(f"the catalog {path} is damaged ({exc})") from None
+    finally:
+        db.close()

@@ -9,8 +9,9 @@ from typing import Any
 
 from ..._errors import JobExists, JobNotFound, LeaseHeld, SnapshotNotFound, StoreError
 from .._catalog import AdminCatalog
-from .._store import JobRow, SnapshotRow
-from ._db import JOB_TABLES, SqliteBase
+from .._store import JobRow, SnapshotBody, SnapshotRow
+from ._base import JOB_TABLES, SqlBase
+from ._chunks import add_body
 from ._jobs import insert_job, read_job
 from ._rows import (
     EFFECT_COLUMNS,
@@ -22,10 +23,10 @@ from ._rows import (
     snapshot_values,
 )
 
-__all__ = ["SqliteAdmin"]
+__all__ = ["SqlAdmin"]
 
 
-class SqliteAdmin(SqliteBase, AdminCatalog):
+class SqlAdmin(SqlBase, AdminCatalog):
     def fork_job(
         self,
         parent: str,
@@ -116,11 +117,14 @@ class SqliteAdmin(SqliteBase, AdminCatalog):
         *,
         parent: str | None,
         source: str,
+        body: SnapshotBody | None = None,
     ) -> JobRow:
         now = self.clock()
         with self._tx() as db:
             insert_job(db, self.sealer, self.directory, job_id, entry, argv, parent, row.seq, now)
             db.execute(INSERT_SNAPSHOT, snapshot_values(self.sealer, row))
+            if body is not None:
+                add_body(db, job_id, row.seq, body)
             self._event(db, job_id, "created", f"imported snapshot {row.seq} of {parent}")
             self._event(db, job_id, "imported", f"from {source}")
         return read_job(self._db(), self.sealer, self.directory, job_id)

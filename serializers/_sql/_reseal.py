@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 
 from .._sealing import Sealer
-from ._db import SqliteBase
+from ._base import SqlBase
 from ._rows import (
     APPROVAL_COLUMNS,
-    APPROVAL_PLACES,
     EFFECT_COLUMNS,
-    EFFECT_PLACES,
     JOB_COLUMNS,
     WAIT_COLUMNS,
     approval_row,
@@ -21,13 +19,14 @@ from ._rows import (
     job_row,
     sealed_label,
     snapshot_row,
+    upsert,
     wait_row,
 )
 
-__all__ = ["SqliteReseal"]
+__all__ = ["SqlReseal"]
 
 
-class SqliteReseal(SqliteBase):
+class SqlReseal(SqlBase):
     def reseal(self, sealer: Sealer) -> None:
         """Rewrite every sealed column with `sealer` in one transaction (encryption
         turned on or off for a store that has rows; values already in the new form are
@@ -79,8 +78,7 @@ class SqliteReseal(SqliteBase):
                         (sealer.seal(w.reason, "waits", "reason", w.job_id), w.job_id),
                     )
                 db.executemany(
-                    f"INSERT OR REPLACE INTO approvals ({APPROVAL_COLUMNS}) VALUES "
-                    f"{APPROVAL_PLACES}",
+                    upsert("approvals", APPROVAL_COLUMNS, "job_id, approval_id"),
                     [approval_values(sealer, a) for a in approvals],
                 )
                 for job in jobs:
@@ -103,12 +101,10 @@ class SqliteReseal(SqliteBase):
                         (sealer.seal(detail, "events", "detail", job_id, kind, repr(at)), i),
                     )
                 db.executemany(
-                    f"INSERT OR REPLACE INTO effects ({EFFECT_COLUMNS}) VALUES {EFFECT_PLACES}",
+                    upsert("effects", EFFECT_COLUMNS, "job_id, ordinal"),
                     [effect_values(sealer, r) for r in effects],
                 )
         except BaseException:
             self.sealer = old
             raise
-        db = self._db()
-        db.execute("VACUUM")
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self._after_reseal()

@@ -9,15 +9,15 @@ import time
 from ..._errors import StoreError
 from .._catalog import ApprovalCatalog
 from .._store import ApprovalRow
-from ._db import SqliteBase
+from ._base import SqlBase
 from ._rows import APPROVAL_COLUMNS, APPROVAL_PLACES, approval_row, approval_values
 
-__all__ = ["SqliteApprovals"]
+__all__ = ["SqlApprovals"]
 
 _SELECT_ONE = f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE job_id = ? AND approval_id = ?"
 
 
-class SqliteApprovals(SqliteBase, ApprovalCatalog):
+class SqlApprovals(SqlBase, ApprovalCatalog):
     def add_approval(self, row: ApprovalRow, *, epoch: int | None) -> ApprovalRow:
         with self._tx() as db:
             if epoch is not None:
@@ -43,7 +43,7 @@ class SqliteApprovals(SqliteBase, ApprovalCatalog):
             return []
         where, args = ("WHERE job_id = ?", (job_id,)) if job_id is not None else ("", ())
         rows = self._db().execute(
-            f"SELECT {APPROVAL_COLUMNS} FROM approvals {where} ORDER BY requested, rowid",
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals {where} ORDER BY requested, {self.insertion_order}",
             args,
         )
         return [approval_row(self.sealer, r) for r in rows.fetchall()]
@@ -90,4 +90,5 @@ class SqliteApprovals(SqliteBase, ApprovalCatalog):
                 ),
             )
             self._event(db, job_id, "approval", f"{approval_id} {decided.state} by {by}")
+            self._notify(db, job_id)
             return decided

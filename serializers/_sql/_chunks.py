@@ -3,16 +3,15 @@ chunks tables, and the mark and sweep that drops chunks no manifest lists."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Collection, Iterator
 
 from ..._errors import ChunksMissing
 from .. import _manifest
 from .._catalog import ChunkCatalog
 from .._store import SnapshotBody, StoredChunk
-from ._db import SqliteBase
+from ._base import Conn, SqlBase
 
-__all__ = ["SqliteChunks", "add_body"]
+__all__ = ["SqlChunks", "add_body"]
 
 _BATCH = 500  # ids per IN (...) list, well under SQLite's variable limit
 
@@ -23,7 +22,7 @@ def _batches(ids: Collection[bytes]) -> Iterator[list[bytes]]:
         yield items[start : start + _BATCH]
 
 
-def _held(db: sqlite3.Connection, ids: Collection[bytes]) -> set[bytes]:
+def _held(db: Conn, ids: Collection[bytes]) -> set[bytes]:
     held: set[bytes] = set()
     for batch in _batches(ids):
         places = ",".join("?" * len(batch))
@@ -33,13 +32,13 @@ def _held(db: sqlite3.Connection, ids: Collection[bytes]) -> set[bytes]:
     return held
 
 
-def add_body(db: sqlite3.Connection, job_id: str, seq: int, body: SnapshotBody) -> None:
+def add_body(db: Conn, job_id: str, seq: int, body: SnapshotBody) -> None:
     """Inside the caller's transaction: add the body's new chunks (one already held is
     kept), check that every chunk it lists is held (ChunksMissing otherwise: the
     transaction must roll back), record its manifest."""
     db.executemany(
-        "INSERT OR IGNORE INTO chunks (id, size, data, pack, offset, length, base) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        'INSERT INTO chunks (id, size, data, pack, "offset", length, base) '
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         [(c.chunk_id, c.size, c.data, c.pack, c.offset, c.length, c.base) for c in body.new],
     )
     needed = body.refs | {c.base for c in body.new if c.base is not None}
@@ -55,7 +54,7 @@ def add_body(db: sqlite3.Connection, job_id: str, seq: int, body: SnapshotBody) 
     )
 
 
-class SqliteChunks(SqliteBase, ChunkCatalog):
+class SqlChunks(SqlBase, ChunkCatalog):
     def missing_chunks(self, ids: Collection[bytes]) -> set[bytes]:
         if self._no_chunks:
             return set(ids)
@@ -69,7 +68,7 @@ class SqliteChunks(SqliteBase, ChunkCatalog):
         for batch in _batches(ids):
             places = ",".join("?" * len(batch))
             for r in db.execute(
-                "SELECT id, size, data, pack, offset, length, base FROM chunks "
+                'SELECT id, size, data, pack, "offset", length, base FROM chunks '
                 f"WHERE id IN ({places})",
                 batch,
             ):

@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Any
 
 from ..._errors import JobExists, JobNotFound
 from .._catalog import JobCatalog
 from .._sealing import Sealer
 from .._store import JobRow
-from ._db import JOB_TABLES, SqliteBase
+from ._base import JOB_TABLES, Conn, SqlBase
 from ._rows import JOB_COLUMNS, job_row
 
-__all__ = ["SqliteJobs", "insert_job", "read_job"]
+__all__ = ["SqlJobs", "insert_job", "read_job"]
 
 
 def insert_job(
-    db: sqlite3.Connection,
+    db: Conn,
     sealer: Sealer,
     directory: str,
     job_id: str,
@@ -46,7 +45,7 @@ def insert_job(
     )
 
 
-def read_job(db: sqlite3.Connection, sealer: Sealer, directory: str, job_id: str) -> JobRow:
+def read_job(db: Conn, sealer: Sealer, directory: str, job_id: str) -> JobRow:
     """The job, or JobNotFound."""
     row = db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
     if row is None:
@@ -54,7 +53,7 @@ def read_job(db: sqlite3.Connection, sealer: Sealer, directory: str, job_id: str
     return job_row(sealer, row)
 
 
-class SqliteJobs(SqliteBase, JobCatalog):
+class SqlJobs(SqlBase, JobCatalog):
     def create_job(
         self,
         job_id: str,

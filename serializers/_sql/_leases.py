@@ -6,13 +6,13 @@ from __future__ import annotations
 from ..._errors import JobFinished, JobNotFound, LeaseHeld
 from .._catalog import LeaseCatalog
 from .._store import LeaseRow, Owner
-from ._db import SqliteBase
-from ._rows import LEASE_COLUMNS, lease_row
+from ._base import SqlBase
+from ._rows import LEASE_COLUMNS, lease_row, upsert
 
-__all__ = ["SqliteLeases"]
+__all__ = ["SqlLeases"]
 
 
-class SqliteLeases(SqliteBase, LeaseCatalog):
+class SqlLeases(SqlBase, LeaseCatalog):
     def get_lease(self, job_id: str) -> LeaseRow | None:
         row = (
             self._db()
@@ -69,7 +69,7 @@ class SqliteLeases(SqliteBase, LeaseCatalog):
                 (epoch, now, int(resuming), job_id),
             )
             db.execute(
-                f"INSERT OR REPLACE INTO leases ({LEASE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                upsert("leases", LEASE_COLUMNS, "job_id"),
                 (job_id, owner.host, owner.pid, owner.started, epoch, now + ttl, now),
             )
             self._event(
@@ -104,4 +104,7 @@ class SqliteLeases(SqliteBase, LeaseCatalog):
 
     def release_lease(self, job_id: str, epoch: int) -> None:
         with self._tx() as db:
-            db.execute("DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch))
+            if db.execute(
+                "DELETE FROM leases WHERE job_id = ? AND epoch = ?", (job_id, epoch)
+            ).rowcount:
+                self._notify(db, job_id)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from .._catalog import EventCatalog
 from .._store import EventRow
-from ._db import SqliteBase
+from ._base import SqlBase
+from ._rows import upsert
 
-__all__ = ["SqliteEvents"]
+__all__ = ["SqlEvents"]
 
 
-class SqliteEvents(SqliteBase, EventCatalog):
+class SqlEvents(SqlBase, EventCatalog):
     def log_event(self, job_id: str, kind: str, detail: str = "") -> None:
         with self._tx() as db:
             self._event(db, job_id, kind, detail)
@@ -29,14 +30,14 @@ class SqliteEvents(SqliteBase, EventCatalog):
         with self._tx() as db:
             db.execute(
                 "INSERT INTO metrics (job_id, name, value) VALUES (?, ?, ?) ON CONFLICT "
-                "(job_id, name) DO UPDATE SET value = value + excluded.value",
+                "(job_id, name) DO UPDATE SET value = metrics.value + excluded.value",
                 (job_id, name, by),
             )
 
     def set_metric(self, job_id: str, name: str, value: float) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO metrics (job_id, name, value) VALUES (?, ?, ?)",
+                upsert("metrics", "job_id, name, value", "job_id, name"),
                 (job_id, name, value),
             )
 

@@ -13,7 +13,21 @@ from ..._errors import StoreDamaged
 from .._sealing import Sealer
 from .._store import ApprovalRow, EffectRow, JobRow, LeaseRow, Owner, SnapshotRow, WaitRow
 
-Row = tuple[Any, ...]  # a row as sqlite3 returns it (values by the column's type)
+Row = tuple[Any, ...]  # a row as the driver returns it (values by the column's type)
+
+
+def upsert(table: str, columns: str, key: str) -> str:
+    """INSERT of `columns` (one placeholder each) that overwrites the row with the same
+    `key` columns: SQLite's INSERT OR REPLACE, in the syntax PostgreSQL shares."""
+    names = [c.strip() for c in columns.split(",")]
+    keys = {k.strip() for k in key.split(",")}
+    places = ", ".join("?" * len(names))
+    updates = ", ".join(f"{n} = excluded.{n}" for n in names if n not in keys)
+    return (
+        f"INSERT INTO {table} ({columns}) VALUES ({places}) "
+        f"ON CONFLICT ({key}) DO UPDATE SET {updates}"
+    )
+
 
 # ---------------------------------------------------------------- jobs
 JOB_COLUMNS = "job_id, entry, argv, status, created, updated, resume_count, parent, fork_seq, error"

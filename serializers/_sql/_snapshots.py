@@ -3,19 +3,17 @@ under the lease's fence."""
 
 from __future__ import annotations
 
-import sqlite3
-
 from ..._errors import StaleWriter, StoreError
 from .._catalog import SnapshotCatalog
 from .._store import SnapshotBody, SnapshotRow
+from ._base import SqlBase
 from ._chunks import add_body
-from ._db import SqliteBase
 from ._rows import INSERT_SNAPSHOT, snapshot_row, snapshot_values
 
-__all__ = ["SqliteSnapshots"]
+__all__ = ["SqlSnapshots"]
 
 
-class SqliteSnapshots(SqliteBase, SnapshotCatalog):
+class SqlSnapshots(SqlBase, SnapshotCatalog):
     def commit_snapshot(self, row: SnapshotRow, body: SnapshotBody | None = None) -> None:
         with self._tx() as db:
             self._check_epoch(db, row.job_id, row.epoch)
@@ -54,7 +52,7 @@ class SqliteSnapshots(SqliteBase, SnapshotCatalog):
         with self._tx() as db:
             try:
                 db.execute(INSERT_SNAPSHOT, snapshot_values(self.sealer, row))
-            except sqlite3.IntegrityError:
+            except self.integrity_error:
                 raise StoreError(f"job {row.job_id} already has snapshot {row.seq}") from None
             if body is not None:
                 add_body(db, row.job_id, row.seq, body)

@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import sqlite3
 
 from ..._errors import JobNotFound, LeaseHeld, StoreError
 from .._catalog import LedgerCatalog
 from .._store import EffectKind, EffectRow, EffectState
-from ._db import SqliteBase
-from ._rows import EFFECT_COLUMNS, EFFECT_PLACES, effect_row, effect_values
+from ._base import SqlBase
+from ._rows import EFFECT_COLUMNS, EFFECT_PLACES, effect_row, effect_values, upsert
 
-__all__ = ["SqliteLedger"]
+__all__ = ["SqlLedger"]
 
 
-class SqliteLedger(SqliteBase, LedgerCatalog):
+class SqlLedger(SqlBase, LedgerCatalog):
     def effect(self, job_id: str, ordinal: int) -> EffectRow | None:
         row = (
             self._db()
@@ -60,7 +59,11 @@ class SqliteLedger(SqliteBase, LedgerCatalog):
     ) -> float | None:
         if not rows:
             return None
-        verb = "INSERT OR REPLACE" if replace else "INSERT"
+        insert = (
+            upsert("effects", EFFECT_COLUMNS, "job_id, ordinal")
+            if replace
+            else f"INSERT INTO effects ({EFFECT_COLUMNS}) VALUES {EFFECT_PLACES}"
+        )
         deadline = None
         with self._unsynced() if ordered else contextlib.nullcontext(), self._tx() as db:
             if ttl is not None:
@@ -76,10 +79,10 @@ class SqliteLedger(SqliteBase, LedgerCatalog):
                 self._check_epoch(db, rows[0].job_id, epoch)
             try:
                 db.executemany(
-                    f"{verb} INTO effects ({EFFECT_COLUMNS}) VALUES {EFFECT_PLACES}",
+                    insert,
                     [effect_values(self.sealer, r) for r in rows],
                 )
-            except sqlite3.IntegrityError:
+            except self.integrity_error:
                 raise StoreError(
                     f"job {rows[0].job_id}: effect {rows[0].ordinal} is already recorded"
                 ) from None
@@ -122,15 +125,16 @@ class SqliteLedger(SqliteBase, LedgerCatalog):
                 effect, state=state, result=result, note=note, updated=now
             )
             db.execute(
-                f"INSERT OR REPLACE INTO effects ({EFFECT_COLUMNS}) VALUES {EFFECT_PLACES}",
+                upsert("effects", EFFECT_COLUMNS, "job_id, ordinal"),
                 effect_values(self.sealer, settled),
             )
             db.execute(
                 "INSERT INTO metrics (job_id, name, value) VALUES (?, 'reconciled', 1) "
-                "ON CONFLICT (job_id, name) DO UPDATE SET value = value + 1",
+                "ON CONFLICT (job_id, name) DO UPDATE SET value = metrics.value + 1",
                 (job_id,),
             )
             self._event(db, job_id, "reconciled", f"effect {ordinal}: {note}")
+            self._notify(db, job_id)
             if job[0] == "parked":
                 db.execute(
                     "UPDATE jobs SET status = 'interrupted', error = NULL, updated = ? "

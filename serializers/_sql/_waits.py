@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from .._catalog import WaitCatalog, WorkerCatalog
 from .._store import LeaseRow, Owner, WaitRow
-from ._db import SqliteBase
-from ._rows import LEASE_COLUMNS, WAIT_COLUMNS, lease_row, wait_row
+from ._base import SqlBase
+from ._rows import LEASE_COLUMNS, WAIT_COLUMNS, lease_row, upsert, wait_row
 
-__all__ = ["SqliteWaits", "SqliteWorker"]
+__all__ = ["SqlWaits", "SqlWorker"]
 
 # The worker's claims (runtime/_worker.py): a short note that a worker is starting a
 # child for a job, so that two workers do not both start one. Correctness comes from
@@ -21,12 +21,12 @@ _CLAIMS = (
 )
 
 
-class SqliteWaits(SqliteBase, WaitCatalog):
+class SqlWaits(SqlBase, WaitCatalog):
     def hibernate(self, wait: WaitRow, *, epoch: int) -> None:
         with self._tx() as db:
             self._check_epoch(db, wait.job_id, epoch)
             db.execute(
-                f"INSERT OR REPLACE INTO waits ({WAIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                upsert("waits", WAIT_COLUMNS, "job_id"),
                 (
                     wait.job_id,
                     wait.kind,
@@ -42,6 +42,7 @@ class SqliteWaits(SqliteBase, WaitCatalog):
                 (self.clock(), wait.job_id),
             )
             self._event(db, wait.job_id, "waiting", wait.reason)
+            self._notify(db, wait.job_id)
 
     def get_wait(self, job_id: str) -> WaitRow | None:
         if self._no_waits:
@@ -60,7 +61,7 @@ class SqliteWaits(SqliteBase, WaitCatalog):
         return [wait_row(self.sealer, r) for r in rows.fetchall()]
 
 
-class SqliteWorker(SqliteBase, WorkerCatalog):
+class SqlWorker(SqlBase, WorkerCatalog):
     def runnable_jobs(self, now: float) -> list[str]:
         if self._no_waits:
             return []
@@ -103,8 +104,7 @@ class SqliteWorker(SqliteBase, WorkerCatalog):
                 if holder != owner and LeaseRow(job_id, holder, 0, row[3], now).is_live(now):
                     return False
             db.execute(
-                "INSERT OR REPLACE INTO claims (job_id, host, pid, started, expires) "
-                "VALUES (?, ?, ?, ?, ?)",
+                upsert("claims", "job_id, host, pid, started, expires", "job_id"),
                 (job_id, owner.host, owner.pid, owner.started, now + ttl),
             )
         return True
