@@ -95,6 +95,7 @@ DEFAULT_POLL = 2.0
 DEFAULT_MAX_CRASHES = 5
 BACKOFF_BASE, BACKOFF_MAX = 1.0, 60.0
 CLAIM_TTL = 30.0  # a claim covers the start of a child, until it holds the job's lease
+BEAT_EVERY, WORKER_TTL = 5.0, 30.0  # the heartbeat: how often, and how long it counts
 KILL_MARGIN = 2.0  # after the grace: the child's own stop at its grace's end, then SIGKILL
 TICK = 0.05  # how often children are checked
 
@@ -221,6 +222,8 @@ class Worker:
         self.concurrency, self.poll, self.grace = concurrency, poll, grace
         self.once, self.max_crashes, self.say = once, max_crashes, say
         self.json_log = json_log  # --log-format json: one JSON object per line, here
+        self.started = time.time()
+        self._next_beat = 0.0  # time.monotonic() of the next heartbeat
         self.owner = Owner.me()
         self.children: dict[str, _Child] = {}
         self.signal: int | None = None  # the first SIGTERM/SIGINT received
@@ -249,6 +252,26 @@ class Worker:
                 self.catalog.release_claims(self.owner)
             except SnapstateError:
                 pass  # claims die with this process anyway
+            self._beat(0.0)  # withdrawn: `snaprun worker --status` no longer lists it
+
+    def _beat(self, ttl: float = WORKER_TTL) -> None:
+        """The worker's heartbeat row (`snaprun worker --status`, `snaprun ls`): who it
+        is, since when, its concurrency and the jobs it runs, live for `ttl` seconds.
+        Refreshed every BEAT_EVERY seconds; a worker killed on this host drops out of
+        the list at once (its pid is gone), elsewhere when its row expires."""
+        self._next_beat = time.monotonic() + BEAT_EVERY
+        info = {
+            "started": self.started,
+            "concurrency": self.concurrency,
+            "running": sorted(self.children),
+            "poll": self.poll,
+            "once": self.once,
+            "store": str(self.home.directory),
+        }
+        try:
+            self.catalog.beat_worker(self.owner, info, ttl)
+        except (SnapstateError, sqlite3.Error, OSError):
+            pass  # a note only: a failing store is reported by the next scan
 
     def log(
         self,
@@ -284,6 +307,8 @@ class Worker:
         while True:
             if self._reap():  # a slot freed: look for the next job now, not at the poll
                 next_scan = 0.0
+            if time.monotonic() >= self._next_beat:
+                self._beat()
             if self.signal is not None:
                 return self._shutdown()
             if self.once:

@@ -1,7 +1,8 @@
 """What a worker tells its operator (issue 21): `snaprun worker --log-format json`
 writes each of its events (claim, start, outcome, release, back-off, give-up,
 reconnect...) as one JSON object per line on stderr, with ts, event, job, pid and
-detail; text stays the default. Real worker processes, a real provider on 127.0.0.1,
+detail; text stays the default. A running worker keeps a heartbeat in the store:
+`snaprun worker --status` lists the live workers, `snaprun ls` sums them up. Real worker processes, a real provider on 127.0.0.1,
 an agent that SIGKILLs itself (tests/agents/wk_crashloop.py)."""
 
 from __future__ import annotations
@@ -11,7 +12,16 @@ import os
 import signal
 
 from helpers import AGENTS, snaprun
-from test_worker import create_job, provider, run_job, worker_env, worker_once
+from test_worker import (
+    create_job,
+    job_row,
+    provider,
+    run_job,
+    start_worker,
+    wait_until,
+    worker_env,
+    worker_once,
+)
 
 __all__ = ["provider"]  # the fixture, shared with test_worker.py
 
@@ -64,3 +74,58 @@ def test_a_bad_log_format_is_refused(tmp_path):
     run = snaprun("worker", "--once", "--log-format", "yaml", cwd=tmp_path)
     assert run.returncode == 2 and "--log-format" in run.stderr, run.stderr
     assert "Traceback" not in run.stderr
+
+
+def _status(tmp_path) -> list[dict]:
+    out = snaprun("worker", "--status", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_status_lists_live_workers_from_their_heartbeats(tmp_path, provider):
+    """A worker running a job (held at a gate) is listed by `snaprun worker --status`
+    (host, pid, start, last beat, concurrency, the job it runs) and summed up on one
+    line by `snaprun ls`; stopped by SIGTERM it withdraws its row; a second worker,
+    SIGKILLed, drops out at once (its pid is gone on this host)."""
+    first = run_job(tmp_path, provider, "timer", "warm")  # creates the store
+    assert first.returncode == 3, first.stderr
+    assert "no live workers" in snaprun("worker", "--status", cwd=tmp_path).stdout
+    assert "live worker" not in snaprun("ls", cwd=tmp_path).stdout
+    create_job(tmp_path, "gate", "g1")
+    env = worker_env(tmp_path, provider)
+    worker = start_worker(tmp_path, env, "--concurrency", "2", "--poll", "0.1")
+    try:
+        wait_until("the job at its gate", lambda: (tmp_path / "wk" / "g1.ready").exists())
+        wait_until(
+            "a heartbeat naming the job",
+            lambda: [w["running"] for w in _status(tmp_path)] == [["g1"]],
+        )
+        (row,) = _status(tmp_path)
+        assert row["pid"] == worker.pid and row["concurrency"] == 2
+        assert row["host"] and row["beat"] >= row["started"] > 0
+        text = snaprun("worker", "--status", cwd=tmp_path).stdout
+        assert f"pid {worker.pid} on" in text and "1/2" in text and "g1" in text, text
+        listed = snaprun("ls", cwd=tmp_path).stdout
+        assert "1 live worker(s), running 1 of 2 job slot(s)" in listed, listed
+        json.loads(snaprun("ls", "--json", cwd=tmp_path).stdout)  # --json unchanged: a list
+        (tmp_path / "wk" / "g1.open").touch()
+        wait_until("g1 done", lambda: job_row(tmp_path, "g1").status == "done")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 143
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert _status(tmp_path) == []
+    killed = start_worker(tmp_path, env, "--poll", "0.1", log="killed")
+    try:
+        wait_until("its heartbeat", lambda: [w["pid"] for w in _status(tmp_path)] == [killed.pid])
+    finally:
+        killed.kill()
+        killed.wait()
+    assert _status(tmp_path) == []
+
+
+def test_status_json_needs_status(tmp_path):
+    run = snaprun("worker", "--json", cwd=tmp_path)
+    assert run.returncode == 2 and "--json goes with --status" in run.stderr, run.stderr

@@ -22,7 +22,7 @@ from ._common import (
     when,
 )
 
-__all__ = ["list_jobs", "inspect", "log", "effects", "stats", "verify"]
+__all__ = ["list_jobs", "inspect", "log", "effects", "stats", "verify", "show_workers"]
 
 
 @click.command("ls", epilog=EXIT_HELP)
@@ -83,6 +83,65 @@ def list_jobs(store: str | None, as_json: bool) -> None:
             ]
             + ([_pins_text(r["pins"])] if show_pins else [])
             for r in rows
+        ],
+    )
+    live = _worker_records(home, now)
+    if live:
+        busy = sum(len(w["running"]) for w in live)
+        slots = sum(w["concurrency"] or 0 for w in live)
+        click.echo(
+            f"{len(live)} live worker(s), running {busy} of {slots} job slot(s): "
+            + ", ".join(f"pid {w['pid']} on {w['host']}" for w in live)
+            + " (`snaprun worker --status`)"
+        )
+
+
+def _worker_records(home: Any, now: float) -> list[dict[str, Any]]:
+    """The live workers' heartbeats as JSON records (a catalog row is data: a field of
+    the wrong type is shown as unknown, never a traceback)."""
+    out = []
+    for row in home.catalog.workers(now):
+        info = row.info
+        running = info.get("running")
+        started, concurrency = info.get("started"), info.get("concurrency")
+        out.append(
+            {
+                "host": row.owner.host,
+                "pid": row.owner.pid,
+                "started": started if isinstance(started, (int, float)) else None,
+                "beat": row.beat,
+                "expires": row.expires,
+                "concurrency": concurrency if isinstance(concurrency, int) else None,
+                "running": [j for j in running if isinstance(j, str)]
+                if isinstance(running, list)
+                else [],
+                "store": info.get("store") if isinstance(info.get("store"), str) else None,
+            }
+        )
+    return out
+
+
+def show_workers(home: Any, as_json: bool) -> None:
+    """`snaprun worker --status`: the store's live workers, from their heartbeats."""
+    now = time.time()
+    records = _worker_records(home, now)
+    if as_json:
+        click.echo(json.dumps(records, indent=1))
+        return
+    if not records:
+        click.echo(f"no live workers (none has beaten in the last {_worker.WORKER_TTL:g}s)")
+        return
+    _inspect.table(
+        ["WORKER", "STARTED", "LAST BEAT", "JOBS", "RUNNING"],
+        [
+            [
+                f"pid {r['pid']} on {r['host']}",
+                "-" if r["started"] is None else ago(now - r["started"]),
+                ago(now - r["beat"]),
+                f"{len(r['running'])}/{r['concurrency'] or '?'}",
+                " ".join(r["running"]) or "-",
+            ]
+            for r in records
         ],
     )
 

@@ -30,6 +30,7 @@ from ._common import (
     say,
     store_option,
 )
+from ._reading import show_workers
 
 __all__ = ["run", "resume", "replay", "worker"]
 
@@ -242,6 +243,12 @@ def replay(store: str | None, ref: str) -> None:
     help="json: each claim, start, outcome, release, back-off, give-up and reconnect as one "
     "JSON object per line on stderr (ts, event, job, pid, detail...).",
 )
+@click.option(
+    "--status",
+    is_flag=True,
+    help="List the live workers of the store (their heartbeats) and exit; runs nothing.",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --status: print JSON to stdout.")
 def worker(
     store: str | None,
     concurrency: int,
@@ -250,12 +257,21 @@ def worker(
     grace: float,
     max_crashes: int,
     log_format: str,
+    status: bool,
+    as_json: bool,
 ) -> None:
     """Run jobs that can continue: waiting ones whose timer or rate limit is due or
     whose approval was decided or expired, and interrupted ones (their runner died or
     was stopped). Each runs in a child process (`snaprun resume JOB`); parked and failed
     jobs are left alone. SIGTERM stops it: running jobs stop at their next snapshot
-    (within --grace) and stay resumable; exit 143. Its log goes to stderr."""
+    (within --grace) and stay resumable; exit 143. Its log goes to stderr. While it
+    runs it keeps a heartbeat in the store: `snaprun worker --status` lists the live
+    workers."""
+    if as_json and not status:
+        raise click.UsageError("--json goes with --status")
+    if status:
+        show_workers(open_home(store, readonly=True), as_json)
+        return
     home = open_home(store)
     sys.exit(
         _worker.Worker(
