@@ -85,6 +85,7 @@ from typing import Any
 
 from .._errors import SnapstateError, StaleWriter
 from ..serializers._home import Home
+from ..serializers._location import is_postgres_url, redact
 from ..serializers._store import Owner
 from ._clock import clock
 
@@ -235,14 +236,16 @@ class Worker:
         """Work until stopped (or, with once, until one pass is over); the exit code."""
         for signum in (signal.SIGTERM.value, signal.SIGINT.value):
             self._previous[signum] = signal.signal(signum, self._on_signal)
+        where = str(self.home.directory)
+        where = redact(where) if is_postgres_url(where) else where  # never a password
         try:
             self.log(
                 "worker-start",
-                f"worker {self.owner} on {self.home.directory}: up to {self.concurrency} "
+                f"worker {self.owner} on {where}: up to {self.concurrency} "
                 f"job(s) at once, polling every {self.poll:g}s, grace {self.grace:g}s"
                 + (" (one pass)" if self.once else ""),
                 concurrency=self.concurrency,
-                store=self.home.directory,
+                store=where,
             )
             return self._work()
         finally:
@@ -266,8 +269,7 @@ class Worker:
             "running": sorted(self.children),
             "poll": self.poll,
             "once": self.once,
-            "store": str(self.home.directory),
-        }
+        }  # never the store's location: a PostgreSQL URL may carry a password
         try:
             self.catalog.beat_worker(self.owner, info, ttl)
         except (SnapstateError, sqlite3.Error, OSError):

@@ -115,7 +115,6 @@ def _worker_records(home: Any, now: float) -> list[dict[str, Any]]:
                 "running": [j for j in running if isinstance(j, str)]
                 if isinstance(running, list)
                 else [],
-                "store": info.get("store") if isinstance(info.get("store"), str) else None,
             }
         )
     return out
