@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 
+import pgserver
+import pytest
 from helpers import AGENTS, snaprun
 from test_worker import (
     create_job,
@@ -129,3 +134,81 @@ def test_status_lists_live_workers_from_their_heartbeats(tmp_path, provider):
 def test_status_json_needs_status(tmp_path):
     run = snaprun("worker", "--json", cwd=tmp_path)
     assert run.returncode == 2 and "--json goes with --status" in run.stderr, run.stderr
+
+
+def _pg_start(directory: str, data: str, port: int) -> None:
+    """Start the stopped private server again, on its port (pgserver's own options)."""
+    options = (
+        f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c max_connections=300 "
+        "-c shared_buffers=64MB"
+    )
+    command = [pgserver._binary("pg_ctl"), "-D", data, "-l", f"{directory}/log2", "-o", options]
+    subprocess.run(
+        pgserver._as_postgres([*command, "-w", "start"]),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@pytest.mark.slow
+def test_a_worker_on_postgresql_says_it_reconnects_and_goes_on(tmp_path):
+    """Crash window: the store's PostgreSQL server stops while the worker waits for
+    jobs. The worker's heartbeat is listed by --status (the workers table, PostgreSQL
+    migration 2); with the server down its scan fails and it logs a `reconnect` JSON
+    event (no traceback, it keeps running); once the server is back it beats again and
+    runs a job created meanwhile to done. A private server, so no other test's
+    connections are cut."""
+    if not pgserver._binary("initdb"):
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    pytest.importorskip("psycopg")
+    directory = tempfile.mkdtemp(prefix="snapstate-pg-")
+    os.chmod(directory, 0o755)
+    url, data = pgserver.start_server(directory)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SNAPSTATE_KEY="ab" * 32, SNAPSTATE_STORE=url)
+    worker = None
+    try:
+        init = snaprun("init", cwd=tmp_path, env=env)
+        assert init.returncode == 0, init.stderr
+        worker = start_worker(tmp_path, env, "--poll", "0.2", "--log-format", "json")
+
+        def status() -> list[dict]:
+            out = snaprun("worker", "--status", "--json", cwd=tmp_path, env=env)
+            return json.loads(out.stdout) if out.returncode == 0 else []
+
+        wait_until("its heartbeat", lambda: [w["pid"] for w in status()] == [worker.pid])
+        pgserver.stop_server(data)
+        wait_until(
+            "a reconnect event",
+            lambda: any(
+                r["event"] == "reconnect"
+                for r in _json_lines((tmp_path / "worker.err").read_text())
+            ),
+            timeout=90,
+        )
+        assert worker.poll() is None
+        _pg_start(directory, data, port)
+        pgserver.wait_until_up(url)
+        loop = snaprun(
+            "run", "--job", "pgjob", AGENTS / "wk_crashloop.py", "two", cwd=tmp_path, env=env
+        )
+        assert loop.returncode == -signal.SIGKILL, loop.stderr
+        wait_until(
+            "the worker runs the new job",
+            lambda: (
+                "pgjob" in [r["job"] for r in _json_lines((tmp_path / "worker.err").read_text())]
+            ),
+            timeout=90,
+        )
+        wait_until("its heartbeat again", lambda: [w["pid"] for w in status()] == [worker.pid])
+        log = (tmp_path / "worker.err").read_text()
+        assert "Traceback" not in log, log
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 143
+    finally:
+        if worker is not None and worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        pgserver.stop_server(data, "immediate")
+        shutil.rmtree(directory, ignore_errors=True)

@@ -161,13 +161,13 @@ def _wait_text(wait: dict[str, Any] | None, label: str | None) -> str:
 
 
 def _crash_text(crashes: dict[str, Any] | None, now: float) -> str | None:
-    """`crash N of MAX, retry in S: last error` of a job the worker backs off (`gave up
-    after N crashes` once failed); None for the others."""
+    """`crash N of MAX in a row, retry in S: last error` of a job the worker backs off
+    (once it gave up, its error: "the worker gave up: ..."); None for the others."""
     if crashes is None:
         return None
     limit = f" of {crashes['max']}" if crashes["max"] else ""
-    if crashes["gave_up"]:
-        head = f"worker gave up after {crashes['count']} crashes"
+    if crashes["gave_up"]:  # its error says so: "the worker gave up: ..."
+        return str(crashes["last_error"])
     else:
         left = crashes["retry_at"] - clock().time()
         retry = f"retry in {left:.0f}s" if left > 0.5 else "retry due"
