@@ -76,11 +76,16 @@ class PostgresHome(Home):
             fs,
             packs=os.path.join(bodies, "chunks") if bodies else None,
         )
-        self.keys = self._key_ring(create)
         # An empty database is set up on first use; an older schema waits for
         # `snaprun db upgrade` (every machine's snapstate must know the new one first).
         self.catalog = PostgresCatalog(url, create=create, writable=self.writable, upgrade=False)
         try:
+            if not create and "store_id" not in self.catalog.meta():
+                raise StoreError(
+                    f"no snapstate store in {self.directory} yet (its tables hold no store): "
+                    "stores are created by `snaprun run` and `snaprun init`"
+                )
+            self.keys = self._key_ring(create)
             self._identify(create)
             self.config = self._load_config()
             self._seal_catalog()

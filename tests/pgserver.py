@@ -63,8 +63,9 @@ def start_server(directory: str) -> tuple[str, str]:
         "-c shared_buffers=64MB"
     )
     subprocess.run(
-        _as_postgres([pg_ctl, "-D", data, "-l", os.path.join(directory, "log"), "-o", options,
-                      "-w", "start"]),
+        _as_postgres(
+            [pg_ctl, "-D", data, "-l", os.path.join(directory, "log"), "-o", options, "-w", "start"]
+        ),
         check=True,
         capture_output=True,
     )
@@ -74,16 +75,29 @@ def start_server(directory: str) -> tuple[str, str]:
 def stop_server(data: str, mode: str = "fast") -> None:
     pg_ctl = _binary("pg_ctl")
     assert pg_ctl
-    subprocess.run(_as_postgres([pg_ctl, "-D", data, "-m", mode, "-w", "stop"]),
-                   capture_output=True)
+    subprocess.run(
+        _as_postgres([pg_ctl, "-D", data, "-m", mode, "-w", "stop"]), capture_output=True
+    )
 
 
 def restart_server(data: str, mode: str = "fast") -> None:
     """Restart the server of `data` (the fault tests): every connection is cut."""
     pg_ctl = _binary("pg_ctl")
     assert pg_ctl
-    subprocess.run(_as_postgres([pg_ctl, "-D", data, "-m", mode, "-w", "restart"]),
-                   check=True, capture_output=True)
+    subprocess.run(
+        _as_postgres([pg_ctl, "-D", data, "-m", mode, "-w", "restart"]),
+        check=True,
+        capture_output=True,
+    )
+
+
+def server_data() -> str:
+    """The data directory of the tests' server (to restart it)."""
+    server_url()
+    data = os.environ.get("SNAPSTATE_TEST_PG_DATA") or _SERVER.get("data")
+    if not data:
+        _unavailable("SNAPSTATE_TEST_PG is set without SNAPSTATE_TEST_PG_DATA (its data directory)")
+    return str(data)
 
 
 def server_url() -> str:

@@ -1,0 +1,187 @@
+"""A store in PostgreSQL, end to end through `snaprun` in real processes against a real
+server (tests/pgserver.py): the same promises as the embedded store.
+
+* crash tests: the order agent (tests/agents/shop.py) SIGKILLed at named fault points in
+  an effect's windows and a snapshot's, resumed in a new process: every order delivered
+  exactly once, the same output as an uninterrupted run;
+* export, verify, inspect, fork and `resume FILE` work unchanged; an approval is decided
+  and the job continues;
+* the keys stay with the operator: a store without a key given is refused, a wrong key
+  is refused, settings edited in the database are refused;
+* `snaprun db upgrade` sets a database up and refuses a newer schema; an encrypted
+  store keeps no plaintext of the agent's in the database.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pgserver
+import psycopg
+import pytest
+from helpers import AGENTS, clean_refusal, snaprun
+from providers import Provider
+
+SHOP = AGENTS / "shop.py"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture
+def pg(tmp_path):
+    """(store URL, env): a fresh database and a key file for it."""
+    with pgserver.fresh_database() as url:
+        env = {"SNAPSTATE_KEY_FILE": str(tmp_path / "store-keys.json"), "SNAPSTATE_HOME": ""}
+        yield url, env
+
+
+def _sql(url: str, statement: str, *params) -> list:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cur = conn.execute(statement, params or None)
+        return cur.fetchall() if cur.description else []
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        "effect-after-prepare:2",
+        "effect-after-send:2",
+        "effect-after-confirm:4",
+        "before-commit:2",
+        "after-snapshot:1",
+    ],
+)
+def test_a_killed_run_resumes_and_sends_each_order_once(pg, tmp_path, fault):
+    url, env = pg
+    with Provider() as provider:
+        env = dict(env, PROVIDER_URL=provider.url, PROVIDER_MODE="keyed", ORDERS="3")
+        first = snaprun(
+            "--store", url, "run", "--job", "shop", SHOP, cwd=tmp_path, env=env, fault=fault
+        )
+        assert first.returncode == -9, first.stderr
+        # the store named by SNAPSTATE_STORE this time, as a worker's child would
+        resumed = snaprun("resume", "shop", cwd=tmp_path, env=dict(env, SNAPSTATE_STORE=url))
+        assert resumed.returncode == 0, resumed.stderr
+        assert "all placed 3" in resumed.stdout
+        assert sorted(provider.deliveries.values()) == [1, 1, 1], provider.deliveries
+    effects = json.loads(
+        snaprun("--store", url, "effects", "shop", "--json", cwd=tmp_path, env=env).stdout
+    )
+    confirmed = [e for e in effects if e.get("name", "").endswith("order_keyed")]
+    assert [e["state"] for e in confirmed] == ["confirmed"] * 3, effects
+
+
+def test_export_verify_inspect_fork_and_resume_a_file(pg, tmp_path):
+    url, env = pg
+    agent = EXAMPLES / "research_agent.py"
+    run = snaprun(
+        "--store", url, "run", "--job", "demo", agent, "durable agents", cwd=tmp_path, env=env
+    )
+    assert run.returncode == 0, run.stderr
+    assert snaprun("--store", url, "verify", "demo@2", cwd=tmp_path, env=env).returncode == 0
+    out = tmp_path / "demo2.snap"
+    exported = snaprun("--store", url, "export", "-o", out, "demo@2", cwd=tmp_path, env=env)
+    assert exported.returncode == 0, exported.stderr
+    inspected = snaprun("--store", url, "inspect", out, cwd=tmp_path, env=env)
+    assert inspected.returncode == 0 and "step = 2" in inspected.stdout, inspected.stdout
+    # the file comes back in as a job of its own: cut into chunks in the database
+    again = snaprun("--store", url, "resume", out, "--as", "again", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    assert (
+        again.stdout == run.stdout[run.stdout.index("  - pitfalls") :] or again.result == run.result
+    )
+    forked = snaprun("--store", url, "fork", "demo@1", "--as", "other", cwd=tmp_path, env=env)
+    assert forked.returncode == 0, forked.stderr
+    resumed = snaprun("--store", url, "resume", "other", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0 and resumed.result == run.result, resumed.stderr
+    files = _sql(url, "SELECT count(*) FROM snapshots WHERE file <> ''")
+    assert files == [(0,)]  # every body is chunked in the database
+    # nothing in the database lies outside it: no pack files
+    assert _sql(url, "SELECT count(*) FROM chunks WHERE pack IS NOT NULL") == [(0,)]
+
+
+def test_an_approval_decided_from_another_process_lets_the_job_continue(pg, tmp_path):
+    url, env = pg
+    agent = EXAMPLES / "purchase_agent.py"
+    first = snaprun("--store", url, "run", "--job", "po", agent, cwd=tmp_path, env=env)
+    assert first.returncode == 3, first.stderr  # waiting
+    listed = snaprun("--store", url, "approvals", "--json", cwd=tmp_path, env=env)
+    pending = json.loads(listed.stdout)
+    assert [(a["job"], a["id"]) for a in pending] == [("po", "a1")], listed.stdout
+    decided = snaprun("--store", url, "approve", "po", "a1", "--by", "ana", cwd=tmp_path, env=env)
+    assert decided.returncode == 0, decided.stderr
+    resumed = snaprun("--store", url, "resume", "po", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def test_without_a_key_the_store_is_refused(pg, tmp_path):
+    url, _ = pg
+    nokey = {"SNAPSTATE_KEY_FILE": "", "SNAPSTATE_KEY": ""}
+    run = snaprun("--store", url, "run", EXAMPLES / "research_agent.py", cwd=tmp_path, env=nokey)
+    clean_refusal(run, "SNAPSTATE_KEY_FILE", "never from the database")
+    assert _sql(url, "SELECT count(*) FROM jobs") == [(0,)]
+    assert _sql(url, "SELECT count(*) FROM store_meta") == [(0,)]
+
+
+def test_a_wrong_key_and_edited_settings_are_refused(pg, tmp_path):
+    url, env = pg
+    assert snaprun("--store", url, "init", "--encrypt", cwd=tmp_path, env=env).returncode == 0
+    other = {"SNAPSTATE_KEY_FILE": "", "SNAPSTATE_KEY": "ab" * 32}
+    clean_refusal(snaprun("--store", url, "ls", cwd=tmp_path, env=other), "none of the keys")
+    _sql(url, "UPDATE store_meta SET value = %s WHERE name = 'config'", '{"encrypt": false}')
+    clean_refusal(snaprun("--store", url, "ls", cwd=tmp_path, env=env), "fail authentication")
+
+
+def test_an_encrypted_store_keeps_no_plaintext_in_the_database(pg, tmp_path):
+    url, env = pg
+    assert snaprun("--store", url, "init", "--encrypt", cwd=tmp_path, env=env).returncode == 0
+    run = snaprun(
+        "--store",
+        url,
+        "run",
+        "--job",
+        "demo",
+        EXAMPLES / "research_agent.py",
+        "secret-topic-42",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "secret-topic-42" in run.stdout
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("jobs", "snapshots", "events", "effects", "chunks", "manifests"):
+            dump = conn.execute(f"SELECT {table}::text FROM {table}").fetchall()
+            text = " ".join(r[0] for r in dump)
+            assert "secret-topic" not in text, table
+            assert b"secret-topic".hex() not in text, table
+
+
+def test_db_upgrade_sets_up_a_database_and_refuses_a_newer_schema(pg, tmp_path):
+    url, env = pg
+    first = snaprun("--store", url, "db", "upgrade", cwd=tmp_path, env=env)
+    assert first.returncode == 0 and "was set up (schema 1)" in first.stderr, first.stderr
+    again = snaprun("db", "upgrade", "--store", url, cwd=tmp_path, env=env)
+    assert again.returncode == 0 and "up to date" in again.stderr, again.stderr
+    _sql(url, "INSERT INTO snapstate_schema VALUES (99, 0, 'future')")
+    clean_refusal(snaprun("--store", url, "db", "upgrade", cwd=tmp_path, env=env), "99")
+    clean_refusal(snaprun("--store", url, "ls", cwd=tmp_path, env=env), "schema version 99")
+
+
+def test_a_database_of_another_application_is_not_taken_over(pg, tmp_path):
+    url, env = pg
+    _sql(url, "CREATE TABLE jobs (id int)")
+    clean_refusal(snaprun("--store", url, "ls", cwd=tmp_path, env=env), "another application")
+
+
+def test_an_unreachable_server_is_a_store_failure_not_a_traceback(tmp_path):
+    env = {"SNAPSTATE_KEY_FILE": str(tmp_path / "k.json")}
+    run = snaprun(
+        "--store",
+        "postgresql://nobody@127.0.0.1:1/none",
+        "ls",
+        cwd=tmp_path,
+        env=dict(env, PGCONNECT_TIMEOUT="1"),
+    )
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr
+    assert "cannot connect to PostgreSQL at postgresql://nobody@127.0.0.1:1/none" in run.stderr
