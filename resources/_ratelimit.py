@@ -44,23 +44,25 @@ __all__ = [
 NOT_GIVEN: Final = -1.0  # a 429 without a usable Retry-After: wait the default
 DEFAULT_RETRY_AFTER: Final = 30.0  # seconds, doubled at each refusal in a row
 MAX_DEFAULT_RETRY_AFTER: Final = 3600.0
-# The longest wait a provider can ask for: a longer one (1e300 s, an HTTP-date in year
-# 9999) is waited this long, then the action is sent again (and waits again if the
-# provider still refuses). Without the cap a provider could end a job (a due time past
-# what the platform's clock holds) or park it for millennia.
+# The longest wait a provider can ask for, by default: a longer one (1e300 s, an
+# HTTP-date in year 9999) is waited this long, then the action is sent again (and waits
+# again if the provider still refuses). Without a cap a provider could end a job (a due
+# time past what the platform's clock holds) or park it for millennia. The runtime
+# passes its own cap (SNAPSTATE_MAX_RETRY_AFTER: runtime/_effect_spec.py), and says
+# when it clamped a wait.
 MAX_RETRY_AFTER: Final = 86400.0
 
 
-def retry_after(exc: BaseException, now: float) -> float | None:
+def retry_after(exc: BaseException, now: float, cap: float = MAX_RETRY_AFTER) -> float | None:
     """Seconds to wait before sending again when `exc` is a rate limit (NOT_GIVEN when
-    the provider named no wait; at most MAX_RETRY_AFTER); None when it is not one."""
+    the provider named no wait; at most `cap`); None when it is not one."""
     if isinstance(exc, RateLimited):
         given = exc.retry_after
-        return NOT_GIVEN if given is None else min(given, MAX_RETRY_AFTER)
+        return NOT_GIVEN if given is None else min(given, cap)
     response = _response_429(exc)
     if response is None:
         return None
-    seconds = parse_retry_after(_headers(response), now)
+    seconds = parse_retry_after(_headers(response), now, cap)
     return NOT_GIVEN if seconds is None else seconds
 
 
@@ -105,29 +107,31 @@ def _headers(response: Any) -> dict[str, str]:
     return out
 
 
-def parse_retry_after(headers: dict[str, str], now: float) -> float | None:
-    """The wait the headers ask for, in seconds (never negative, at most
-    MAX_RETRY_AFTER), or None: retry-after-ms first, then Retry-After as seconds or as
+def parse_retry_after(
+    headers: dict[str, str], now: float, cap: float = MAX_RETRY_AFTER
+) -> float | None:
+    """The wait the headers ask for, in seconds (never negative, at most `cap`), or
+    None: retry-after-ms first, then Retry-After as seconds or as
     an HTTP-date (against `now`). A value that is not a finite number or a date counts
     as not given."""
     ms = headers.get("retry-after-ms")
     if ms is not None:
         seconds = _number(ms)
         if seconds is not None:
-            return min(seconds / 1000.0, MAX_RETRY_AFTER)
+            return min(seconds / 1000.0, cap)
     text = headers.get("retry-after")
     if text is None:
         return None
     seconds = _number(text)
     if seconds is not None:
-        return min(seconds, MAX_RETRY_AFTER)
+        return min(seconds, cap)
     try:
         when = email.utils.parsedate_to_datetime(text.strip())
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:  # an HTTP-date is always GMT
         return None
-    return min(max(0.0, when.timestamp() - now), MAX_RETRY_AFTER)
+    return min(max(0.0, when.timestamp() - now), cap)
 
 
 def _number(text: str) -> float | None:

@@ -69,6 +69,7 @@ from . import _approvals, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
 from ._async_loop import settle_seconds
 from ._clock import clock
+from ._effect_spec import max_retry_after
 from ._job import Job
 from ._lease import lease_ttl
 from ._tasks import effect_threads
@@ -636,13 +637,14 @@ def _entry_of(target: object) -> EntryPoint:
 
 def check_settings() -> None:
     """Refuse a bad SNAPSTATE_LEASE_TTL, SNAPSTATE_HIBERNATE_AFTER, SNAPSTATE_CLOCK_OFFSET,
-    SNAPSTATE_EFFECT_THREADS or SNAPSTATE_ASYNC_SETTLE before any job runs (a
+    SNAPSTATE_EFFECT_THREADS, SNAPSTATE_ASYNC_SETTLE or SNAPSTATE_MAX_RETRY_AFTER before any job runs (a
     SnapstateError naming the variable); the CLI maps it to exit 2."""
     lease_ttl()
     hibernate_after()
     clock().time()
     effect_threads()
     settle_seconds()
+    max_retry_after()
 
 
 def _argv(args: tuple[object, ...]) -> list[str]:

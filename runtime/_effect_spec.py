@@ -8,6 +8,8 @@ is called in (`current_job`: the agent's own task, or none in plain Python).
 from __future__ import annotations
 
 import enum
+import math
+import sqlite3
 import sys
 import threading
 import time
@@ -25,10 +27,12 @@ import greenlet
 
 from .._errors import (
     EffectOutsideJob,
+    SnapstateError,
 )
 from ..resources._ratelimit import (
     DEFAULT_RETRY_AFTER,
     MAX_DEFAULT_RETRY_AFTER,
+    MAX_RETRY_AFTER,
     NOT_GIVEN,
     retry_after,
 )
@@ -36,6 +40,7 @@ from ..serializers._store import EffectKind
 from . import _context
 from ._clock import clock
 from ._effect_args import reveal
+from ._settings import env_seconds
 
 if TYPE_CHECKING:
     from ._job import Job
@@ -251,11 +256,49 @@ class Refused(BaseException):
         self.error = error
 
 
+MAX_RETRY_AFTER_VARIABLE = "SNAPSTATE_MAX_RETRY_AFTER"
+_RETRY_AFTER_RANGE = (1.0, 366 * 86400.0)  # a second to a year
+
+
+def max_retry_after() -> float:
+    """The longest wait a provider may name (SNAPSTATE_MAX_RETRY_AFTER seconds, from 1
+    to a year; default MAX_RETRY_AFTER, a day); a SnapstateError names a bad value."""
+    low, high = _RETRY_AFTER_RANGE
+    return env_seconds(MAX_RETRY_AFTER_VARIABLE, MAX_RETRY_AFTER, high, low)
+
+
 def rate_limit(exc: BaseException) -> float | None:
     """Seconds to wait when exc is a rate limit (resources/_ratelimit.py; NOT_GIVEN when
-    the provider named none), else None."""
+    the provider named none), else None. A wait longer than max_retry_after() is
+    clamped to it and said so (the job's timeline, a warning on stderr): never an
+    error, so no provider can end or bury a job through its Retry-After."""
+    asked = retry_after(exc, clock().time(), math.inf)
+    if asked is None or asked == NOT_GIVEN:
+        return asked
+    try:
+        cap = max_retry_after()
+    except SnapstateError:  # refused before any job runs (check_settings); set since
+        cap = MAX_RETRY_AFTER
+    if asked <= cap:
+        return asked
+    _clamped(exc, asked, cap)
+    return cap
 
-    return retry_after(exc, clock().time())
+
+def _clamped(exc: BaseException, asked: float, cap: float) -> None:
+    message = (
+        f"the provider asked to wait {asked:.6g}s before sending again ({type(exc).__name__}); "
+        f"waiting {cap:g}s instead, the most {MAX_RETRY_AFTER_VARIABLE} allows"
+    )
+    job = _context.active_job()
+    if job is None:  # plain Python: no job, no timeline
+        sys.stderr.write(f"snapstate: warning: {message}\n")
+        return
+    job.say(f"warning: job {job.job_id}: {message}")
+    try:
+        job.home.catalog.log_event(job.job_id, "rate-limit-clamped", message)
+    except (SnapstateError, OSError, sqlite3.Error):
+        pass  # a note only: the wait goes on; a failing store is found by the next write
 
 
 def wait_seconds(seconds: float | None, refusals: int) -> float:

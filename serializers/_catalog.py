@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from .._errors import SnapshotNotFound
@@ -39,6 +39,7 @@ from ._store import (
     SnapshotRow,
     StoredChunk,
     WaitRow,
+    WorkerRow,
 )
 
 __all__ = [
@@ -367,6 +368,19 @@ class WorkerCatalog(abc.ABC):
         default sleeps (its workers poll); PostgreSQL listens for NOTIFY."""
         time.sleep(max(0.0, timeout))
         return False
+
+    @abc.abstractmethod
+    def beat_worker(self, owner: Owner, info: Mapping[str, Any], ttl: float) -> None:
+        """Record (or refresh) a running worker's heartbeat: `info` (JSON values: its
+        start, concurrency, running jobs...), live for `ttl` seconds from the catalog's
+        clock; a ttl of 0 withdraws it (a worker that stops). Rows expired long ago are
+        dropped on the way."""
+
+    @abc.abstractmethod
+    def workers(self, now: float) -> list[WorkerRow]:
+        """The heartbeats live at `now` (unexpired; on this host, their process alive),
+        ordered by host and pid. A row whose info is not a JSON object is listed with
+        info {} (a catalog row is data, never trusted)."""
 
     @abc.abstractmethod
     def give_up_job(self, job_id: str, error: str) -> bool:

@@ -180,7 +180,9 @@ class Home:
         version 1), or one whose creation was cut short (no job yet), gets one on its
         first writable open; any other lost its identity file."""
         version = getattr(self.catalog, "schema_version", SCHEMA_VERSION)
-        if version == SCHEMA_VERSION and self.catalog.list_jobs():
+        # Schemas from 4 on (this release's) were written with store.json: one without it
+        # lost it (a schema bump must not make such a store look like an old one).
+        if version >= 4 and self.catalog.list_jobs():
             path = os.path.join(self.directory, _identity.IDENTITY_FILE)
             raise StoreDamaged(
                 f"the store identity {path} is missing; " + _identity.repair_hint(self.directory)

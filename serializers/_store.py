@@ -20,6 +20,7 @@ __all__ = [
     "StoredChunk",
     "SnapshotBody",
     "LeaseRow",
+    "WorkerRow",
     "EventRow",
     "EffectRow",
     "WaitRow",
@@ -135,6 +136,22 @@ class LeaseRow:
                 not self.owner.started or process_start(self.owner.pid) == self.owner.started
             )
         return True
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    """A worker's heartbeat (`snaprun worker --status`): who it is, what it said of
+    itself at its last beat (info: JSON values, e.g. when it started, its concurrency,
+    the jobs it runs), when that was and until when the row counts as live."""
+
+    owner: Owner
+    info: dict[str, Any]
+    beat: float
+    expires: float
+
+    def is_live(self, now: float) -> bool:
+        """Unexpired and, on this host, its process still there (as a lease)."""
+        return LeaseRow("", self.owner, 0, self.expires, self.beat).is_live(now)
 
 
 class EffectState(enum.StrEnum):

@@ -121,3 +121,27 @@ class WorkerSpec(Spec):
             assert (events[-1].kind, events[-1].detail) == ("failed", "runners keep dying")
         assert catalog.get_job("held").status == "running"
         assert catalog.get_job("finished").status == "done"
+
+    def test_worker_heartbeats(self, catalog: Catalog, clock: FakeClock, dead_pid: int) -> None:
+        """beat_worker records a worker's info, live for its ttl from the catalog's
+        clock; a second beat replaces the info and extends it; workers(now) lists the
+        live ones by host and pid, never an expired one, one withdrawn (ttl 0) or one
+        whose process on this host is gone."""
+        assert catalog.workers(T0) == []
+        me, remote = Owner.me(), Owner("other-host", 7, 1)
+        catalog.beat_worker(me, {"concurrency": 2, "jobs": ["a"]}, 30)
+        catalog.beat_worker(remote, {"concurrency": 1, "jobs": []}, 10)
+        catalog.beat_worker(Owner(HOST, dead_pid), {"concurrency": 1}, 30)
+        rows = catalog.workers(T0 + 1)
+        assert [r.owner for r in rows] == sorted([me, remote], key=lambda o: (o.host, o.pid))
+        mine = next(r for r in rows if r.owner == me)
+        assert mine.info == {"concurrency": 2, "jobs": ["a"]}
+        assert (mine.beat, mine.expires) == (T0, T0 + 30)
+        clock.advance(5)
+        catalog.beat_worker(me, {"concurrency": 2, "jobs": ["a", "b"]}, 30)
+        assert [r.owner for r in catalog.workers(T0 + 11)] == [me]  # remote expired
+        mine = catalog.workers(T0 + 11)[0]
+        assert mine.info["jobs"] == ["a", "b"] and mine.beat == T0 + 5
+        assert mine.expires == T0 + 35
+        catalog.beat_worker(me, {"concurrency": 2, "jobs": []}, 0)  # it stops
+        assert [r.owner for r in catalog.workers(T0 + 5)] == [remote]

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from helpers import AGENTS, clean_refusal, snaprun
 
+from snapstate.serializers._sqlite import SCHEMA_VERSION
+
 EFFECT_AGENT = textwrap.dedent(
     """
     import os
@@ -295,6 +297,7 @@ def _as_schema_4(store: Path, *, keep_mark: bool) -> None:
     with _db(store) as db:
         for table in ("jobs", "effects", "waits", "approvals"):
             db.execute(f"ALTER TABLE {table} DROP COLUMN mac")
+        db.execute("DROP TABLE IF EXISTS workers")  # schema 6's
         db.execute("PRAGMA user_version = 4")
     if not keep_mark:
         keys = store / "keys.json"
@@ -326,7 +329,7 @@ def test_an_old_schema_store_is_signed_on_upgrade_and_a_rollback_is_refused(tmp_
     assert resumed.returncode == 0, resumed.stderr
     assert mark.read_text() == "agent ran with me\n"
     with _db(store) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 5
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         for table in ("jobs", "effects"):
             assert db.execute(f"SELECT COUNT(*) FROM {table} WHERE mac IS NULL").fetchone() == (0,)
     assert json.loads((store / "keys.json").read_text())["rows_signed"] is True

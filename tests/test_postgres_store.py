@@ -23,6 +23,8 @@ import pytest
 from helpers import AGENTS, clean_refusal, snaprun
 from providers import Provider
 
+from snapstate.serializers._postgres import SCHEMA_VERSION
+
 SHOP = AGENTS / "shop.py"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -159,7 +161,8 @@ def test_an_encrypted_store_keeps_no_plaintext_in_the_database(pg, tmp_path):
 def test_db_upgrade_sets_up_a_database_and_refuses_a_newer_schema(pg, tmp_path):
     url, env = pg
     first = snaprun("--store", url, "db", "upgrade", cwd=tmp_path, env=env)
-    assert first.returncode == 0 and "was set up (schema 1)" in first.stderr, first.stderr
+    set_up = f"was set up (schema {SCHEMA_VERSION})"
+    assert first.returncode == 0 and set_up in first.stderr, first.stderr
     again = snaprun("db", "upgrade", "--store", url, cwd=tmp_path, env=env)
     assert again.returncode == 0 and "up to date" in again.stderr, again.stderr
     _sql(url, "INSERT INTO snapstate_schema VALUES (99, 0, 'future')")
@@ -185,3 +188,30 @@ def test_an_unreachable_server_is_a_store_failure_not_a_traceback(tmp_path):
     assert run.returncode == 1, run.stderr
     assert "Traceback" not in run.stderr
     assert "cannot connect to PostgreSQL at postgresql://nobody@127.0.0.1:1/none" in run.stderr
+
+
+def test_an_older_schema_waits_for_db_upgrade(pg, tmp_path):
+    """A database of schema 1 (before the workers' heartbeats): refused until `snaprun
+    db upgrade`, which applies migration 2 alone; nothing is lost."""
+    url, env = pg
+    run = snaprun(
+        "--store",
+        url,
+        "run",
+        "--job",
+        "demo",
+        EXAMPLES / "research_agent.py",
+        cwd=tmp_path,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    _sql(url, "DROP TABLE workers")
+    _sql(url, "DELETE FROM snapstate_schema WHERE version > 1")
+    clean_refusal(
+        snaprun("--store", url, "ls", cwd=tmp_path, env=env), "snaprun --store URL db upgrade"
+    )
+    upgraded = snaprun("--store", url, "db", "upgrade", cwd=tmp_path, env=env)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "upgraded from schema 1 to 2" in upgraded.stderr, upgraded.stderr
+    listed = snaprun("--store", url, "ls", cwd=tmp_path, env=env)
+    assert listed.returncode == 0 and "demo" in listed.stdout and "done" in listed.stdout

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from .. import _admin, _api, _inspect
+from .. import _admin, _api, _inspect, _worker
+from .._clock import clock
 from ._common import (
     EXIT_HELP,
     ago,
@@ -21,7 +22,7 @@ from ._common import (
     when,
 )
 
-__all__ = ["list_jobs", "inspect", "log", "effects", "stats", "verify"]
+__all__ = ["list_jobs", "inspect", "log", "effects", "stats", "verify", "show_workers"]
 
 
 @click.command("ls", epilog=EXIT_HELP)
@@ -56,6 +57,7 @@ def list_jobs(store: str | None, as_json: bool) -> None:
             },
             "meta": view.meta,
             "pins": view.pins,
+            "crashes": _worker.crash_report(home.catalog, view.job_id, view.status, view.error),
         }
         for view in _api.job_views(home, now)
     ]
@@ -77,10 +79,68 @@ def list_jobs(store: str | None, as_json: bool) -> None:
                 ago(now - r["updated"]),
                 str(r["resumes"]),
                 r["entry"],
-                _wait_text(r["wait"], r["label"]),
+                _crash_text(r["crashes"], now) or _wait_text(r["wait"], r["label"]),
             ]
             + ([_pins_text(r["pins"])] if show_pins else [])
             for r in rows
+        ],
+    )
+    live = _worker_records(home, now)
+    if live:
+        busy = sum(len(w["running"]) for w in live)
+        slots = sum(w["concurrency"] or 0 for w in live)
+        click.echo(
+            f"{len(live)} live worker(s), running {busy} of {slots} job slot(s): "
+            + ", ".join(f"pid {w['pid']} on {w['host']}" for w in live)
+            + " (`snaprun worker --status`)"
+        )
+
+
+def _worker_records(home: Any, now: float) -> list[dict[str, Any]]:
+    """The live workers' heartbeats as JSON records (a catalog row is data: a field of
+    the wrong type is shown as unknown, never a traceback)."""
+    out = []
+    for row in home.catalog.workers(now):
+        info = row.info
+        running = info.get("running")
+        started, concurrency = info.get("started"), info.get("concurrency")
+        out.append(
+            {
+                "host": row.owner.host,
+                "pid": row.owner.pid,
+                "started": started if isinstance(started, (int, float)) else None,
+                "beat": row.beat,
+                "expires": row.expires,
+                "concurrency": concurrency if isinstance(concurrency, int) else None,
+                "running": [j for j in running if isinstance(j, str)]
+                if isinstance(running, list)
+                else [],
+            }
+        )
+    return out
+
+
+def show_workers(home: Any, as_json: bool) -> None:
+    """`snaprun worker --status`: the store's live workers, from their heartbeats."""
+    now = time.time()
+    records = _worker_records(home, now)
+    if as_json:
+        click.echo(json.dumps(records, indent=1))
+        return
+    if not records:
+        click.echo(f"no live workers (none has beaten in the last {_worker.WORKER_TTL:g}s)")
+        return
+    _inspect.table(
+        ["WORKER", "STARTED", "LAST BEAT", "JOBS", "RUNNING"],
+        [
+            [
+                f"pid {r['pid']} on {r['host']}",
+                "-" if r["started"] is None else ago(now - r["started"]),
+                ago(now - r["beat"]),
+                f"{len(r['running'])}/{r['concurrency'] or '?'}",
+                " ".join(r["running"]) or "-",
+            ]
+            for r in records
         ],
     )
 
@@ -98,6 +158,22 @@ def _wait_text(wait: dict[str, Any] | None, label: str | None) -> str:
         due = f"due {when(wait['due'])}" if wait["due"] is not None else "until decided"
     reason = "" if label == f"waiting: {wait['reason']}" else f": {wait['reason']}"
     return f"{wait['kind']}, {due}{reason}"
+
+
+def _crash_text(crashes: dict[str, Any] | None, now: float) -> str | None:
+    """`crash N of MAX in a row, retry in S: last error` of a job the worker backs off
+    (once it gave up, its error: "the worker gave up: ..."); None for the others."""
+    if crashes is None:
+        return None
+    limit = f" of {crashes['max']}" if crashes["max"] else ""
+    if crashes["gave_up"]:  # its error says so: "the worker gave up: ..."
+        return str(crashes["last_error"])
+    else:
+        left = crashes["retry_at"] - clock().time()
+        retry = f"retry in {left:.0f}s" if left > 0.5 else "retry due"
+        head = f"crash {crashes['count']}{limit} in a row, {retry}"
+    error = crashes["last_error"]
+    return head + (f": {error}" if error else "")
 
 
 def _pins_text(pins: dict[str, Any]) -> str:

@@ -30,6 +30,7 @@ from ._common import (
     say,
     store_option,
 )
+from ._reading import show_workers
 
 __all__ = ["run", "resume", "replay", "worker"]
 
@@ -67,6 +68,10 @@ def _run_job(job: Job, action: Callable[[], object], grace: float | None = None)
         say(str(error))
         sys.exit(outcome.exit_code)
     agent_failed(job, error)
+
+
+def _json_line(line: str) -> None:
+    click.echo(line, err=True)
 
 
 @click.command(
@@ -226,9 +231,24 @@ def replay(store: str | None, ref: str) -> None:
     type=click.IntRange(1, 10**6),
     default=_worker.DEFAULT_MAX_CRASHES,
     show_default=True,
-    help="Mark a job failed once its runner died this many times in a row without a new "
-    "snapshot (retried at once, then after 1s, 2s, 4s... at most 60s).",
+    help="Mark a job failed once its runner died this many times in a row without "
+    "progress (retried at once, then after 1s, 2s, 4s... at most 60s). A run that wrote "
+    "one snapshot and died is no progress; one that wrote two, or reached an outcome, is.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: each claim, start, outcome, release, back-off, give-up and reconnect as one "
+    "JSON object per line on stderr (ts, event, job, pid, detail...).",
+)
+@click.option(
+    "--status",
+    is_flag=True,
+    help="List the live workers of the store (their heartbeats) and exit; runs nothing.",
+)
+@click.option("--json", "as_json", is_flag=True, help="With --status: print JSON to stdout.")
 def worker(
     store: str | None,
     concurrency: int,
@@ -236,12 +256,22 @@ def worker(
     once: bool,
     grace: float,
     max_crashes: int,
+    log_format: str,
+    status: bool,
+    as_json: bool,
 ) -> None:
     """Run jobs that can continue: waiting ones whose timer or rate limit is due or
     whose approval was decided or expired, and interrupted ones (their runner died or
     was stopped). Each runs in a child process (`snaprun resume JOB`); parked and failed
     jobs are left alone. SIGTERM stops it: running jobs stop at their next snapshot
-    (within --grace) and stay resumable; exit 143. Its log goes to stderr."""
+    (within --grace) and stay resumable; exit 143. Its log goes to stderr. While it
+    runs it keeps a heartbeat in the store: `snaprun worker --status` lists the live
+    workers."""
+    if as_json and not status:
+        raise click.UsageError("--json goes with --status")
+    if status:
+        show_workers(open_home(store, readonly=True), as_json)
+        return
     home = open_home(store)
     sys.exit(
         _worker.Worker(
@@ -252,5 +282,6 @@ def worker(
             once=once,
             max_crashes=max_crashes,
             say=say,
+            json_log=_json_line if log_format == "json" else None,
         ).run()
     )

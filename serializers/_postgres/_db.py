@@ -54,7 +54,7 @@ __all__ = [
 
 # The schema's version (table snapstate_schema): bumped when a table changes; older
 # schemas are upgraded by `snaprun db upgrade` (or on first use), newer ones refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 CHANNEL = "snapstate"
 _LOCK = 0x736E6170  # "snap": the store-wide writers' lock (pg_advisory_xact_lock)
 _MIGRATION_LOCK = 0x736E6171
@@ -116,6 +116,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         # The store's identity and settings (what a store directory keeps in store.json
         # and config.json): never its keys.
         "CREATE TABLE store_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    ),
+    # The workers' heartbeats (`snaprun worker --status`; SQLite's schema 6).
+    2: (
+        """CREATE TABLE workers (
+    host TEXT NOT NULL, pid BIGINT NOT NULL, started BIGINT NOT NULL, info TEXT NOT NULL,
+    beat DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (host, pid, started))""",
     ),
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})

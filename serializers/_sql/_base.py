@@ -71,6 +71,7 @@ class SqlBase:
     _snapshot_extra = "digest, origin"
     _no_waits = False  # an older catalog opened read-only has no waits tables
     _no_chunks = False  # nor manifests and chunks
+    _no_workers = False  # nor the workers' heartbeats
 
     def _db(self) -> Any:
         """A connection for reads (its own transaction per statement)."""

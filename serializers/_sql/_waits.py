@@ -4,8 +4,12 @@ job whose runners keep dying."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
 from .._catalog import WaitCatalog, WorkerCatalog
-from .._store import LeaseRow, Owner, WaitRow
+from .._store import LeaseRow, Owner, WaitRow, WorkerRow
 from ._base import SqlBase
 from ._rows import LEASE_COLUMNS, WAIT_COLUMNS, lease_row, upsert, wait_row, wait_values
 
@@ -19,6 +23,13 @@ _CLAIMS = (
     "CREATE TABLE IF NOT EXISTS claims (job_id TEXT PRIMARY KEY, host TEXT NOT NULL, "
     "pid INTEGER NOT NULL, started INTEGER NOT NULL, expires REAL NOT NULL)"
 )
+
+
+# The workers' heartbeats (`snaprun worker --status`, `snaprun ls`): one row per worker
+# process, refreshed at each beat; its info is the worker's own JSON (never an agent's
+# data). A row expired longer than _WORKER_KEEP ago is dropped by the next beat.
+_WORKER_COLUMNS = "host, pid, started, info, beat, expires"
+_WORKER_KEEP = 3600.0
 
 
 class SqlWaits(SqlBase, WaitCatalog):
@@ -106,6 +117,39 @@ class SqlWorker(SqlBase, WorkerCatalog):
                 + (" AND job_id = ?" if job_id is not None else ""),
                 (owner.host, owner.pid, owner.started) + ((job_id,) if job_id is not None else ()),
             )
+
+    def beat_worker(self, owner: Owner, info: Mapping[str, Any], ttl: float) -> None:
+        now = self.clock()
+        text = json.dumps(dict(info), sort_keys=True, default=str)
+        with self._tx() as db:
+            db.execute("DELETE FROM workers WHERE expires < ?", (now - _WORKER_KEEP,))
+            db.execute(
+                upsert("workers", _WORKER_COLUMNS, "host, pid, started"),
+                (owner.host, owner.pid, owner.started, text, now, now + max(0.0, ttl)),
+            )
+
+    def workers(self, now: float) -> list[WorkerRow]:
+        if self._no_workers:
+            return []
+        rows = self._db().execute(
+            f"SELECT {_WORKER_COLUMNS} FROM workers WHERE expires > ? ORDER BY host, pid",
+            (now,),
+        )
+        out = []
+        for host, pid, started, text, beat, expires in rows.fetchall():
+            try:
+                info = json.loads(text)
+            except (TypeError, ValueError, RecursionError):
+                info = None
+            row = WorkerRow(
+                Owner(str(host), int(pid), int(started)),
+                info if isinstance(info, dict) else {},
+                float(beat),
+                float(expires),
+            )
+            if row.is_live(now):
+                out.append(row)
+        return out
 
     def give_up_job(self, job_id: str, error: str) -> bool:
         now = self.clock()

@@ -27,7 +27,7 @@ __all__ = ["SCHEMA_VERSION", "SqliteBase", "store_failure", "JOB_TABLES", "sqlit
 
 # The catalog's schema (PRAGMA user_version; "schema" in snapshot headers): bumped when a
 # table changes. Older schemas are upgraded in place, newer ones refused (CHANGELOG.md).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # Since schema 5 the rows that decide what code runs or what the agent receives carry
 # a signature (serializers/_sql/_rows.py); an older catalog's rows are signed once, by
 # the store that upgrades it (serializers/_home.py), which then records in its key file
@@ -59,10 +59,16 @@ _CHUNK_TABLES = (
     """CREATE TRIGGER IF NOT EXISTS snapshot_drops_manifest AFTER DELETE ON snapshots BEGIN
     DELETE FROM manifests WHERE job_id = OLD.job_id AND seq = OLD.seq; END""",
 )
+# Workers' heartbeats (serializers/_sql/_waits.py, beat_worker and workers): schema 5.
+_WORKER_TABLES = (
+    """CREATE TABLE IF NOT EXISTS workers (
+    host TEXT NOT NULL, pid INTEGER NOT NULL, started INTEGER NOT NULL, info TEXT NOT NULL,
+    beat REAL NOT NULL, expires REAL NOT NULL, PRIMARY KEY (host, pid, started))""",
+)
 # Upgrades, applied in order by the first writable open: version 1 lacks the snapshots'
 # digest and origin columns; version 2 the waits and approvals tables; version 3 the
 # manifests and chunks; version 4 the rows' signatures (their values are written by the
-# store once it has its keys: serializers/_home.py).
+# store once it has its keys: serializers/_home.py); version 5 the workers' heartbeats.
 _UPGRADES = {
     1: (
         "ALTER TABLE snapshots ADD COLUMN digest TEXT",
@@ -71,6 +77,7 @@ _UPGRADES = {
     2: tuple(s for s in _WAIT_TABLES.split(";") if s.strip()),
     3: _CHUNK_TABLES,
     4: _ROW_SIGNATURES,
+    5: _WORKER_TABLES,  # `snaprun worker --status`
 }
 _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metrics"})
 
@@ -279,7 +286,7 @@ class SqliteBase(SqlBase):
                     for statement in _SCHEMA.split(";"):
                         if statement.strip():
                             db.execute(statement)
-                    for statement in _CHUNK_TABLES:
+                    for statement in (*_CHUNK_TABLES, *_WORKER_TABLES):
                         db.execute(statement)
                     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 elif version != SCHEMA_VERSION and writable:
@@ -292,11 +299,13 @@ class SqliteBase(SqlBase):
                     if version < 2:
                         self._snapshot_extra = "NULL, NULL"  # read-only over version 1
                     self._no_waits = version < 3  # read-only over version 1 or 2: nothing waits
-                    self._no_chunks = True  # read-only over version 1-3: nothing is chunked
-                    # read-only over version 1-4: rows unsigned, read through views
-                    # with an empty signature column (rows not yet signed are accepted
-                    # only while the key file does not record them signed)
-                    self._unsigned_views = tuple(t for t in _SIGNED_TABLES if t in names)
+                    self._no_chunks = version < 4  # read-only over 1-3: nothing is chunked
+                    self._no_workers = version < 6  # read-only over 1-5: no worker beats
+                    if version < SIGNED_SINCE:
+                        # read-only over version 1-4: rows unsigned, read through views
+                        # with an empty signature column (rows not yet signed are
+                        # accepted only while the key file does not record them signed)
+                        self._unsigned_views = tuple(t for t in _SIGNED_TABLES if t in names)
             if self._unsigned_views:  # the connection opened above has none yet
                 self._views(self._db())
             if not create:
