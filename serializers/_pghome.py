@@ -50,6 +50,7 @@ class PostgresHome(Home):
     """A store whose catalog and bodies are in PostgreSQL (see the module doc)."""
 
     keeps_files = False
+    catalog: PostgresCatalog
 
     def __init__(
         self,

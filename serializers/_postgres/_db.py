@@ -218,7 +218,7 @@ class _Reads:
 
     def executemany(self, sql: str, seq_of_parameters: Iterable[Sequence[Any]], /) -> _Result:
         with self.base._tx() as db:
-            return db.executemany(sql, seq_of_parameters)  # type: ignore[no-any-return]
+            return db.executemany(sql, seq_of_parameters)
 
 
 class PostgresBase(SqlBase):
@@ -251,6 +251,7 @@ class PostgresBase(SqlBase):
         self.sealer = sealer
         self._writable = writable
         self._synced = threading.local()
+        self._listen: psycopg.Connection[Any] | None = None
         self._pool = ConnectionPool(
             url,
             min_size=1,
@@ -278,7 +279,7 @@ class PostgresBase(SqlBase):
             raise
 
     # ------------------------------------------------------------------ sealing
-    @property  # type: ignore[override]
+    @property
     def sealer(self) -> Sealer:
         return self._sealer
 
@@ -334,7 +335,7 @@ class PostgresBase(SqlBase):
                     )
                 return 0
             row = conn.execute("SELECT max(version) FROM snapstate_schema").fetchone()
-            return int(row[0] or 0)
+            return int(row[0] or 0) if row else 0
 
     def version(self) -> int:
         """The database's schema version (0: no snapstate tables)."""
@@ -351,7 +352,7 @@ class PostgresBase(SqlBase):
                 "applied DOUBLE PRECISION NOT NULL, release TEXT NOT NULL)"
             )
             row = conn.execute("SELECT max(version) FROM snapstate_schema").fetchone()
-            version = int(row[0] or 0)
+            version = int(row[0] or 0) if row else 0
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"the PostgreSQL store {self.path} has schema version {version}; this "
@@ -361,7 +362,7 @@ class PostgresBase(SqlBase):
 
             for step in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[step]:
-                    conn.execute(statement)  # type: ignore[arg-type] (our own constants)
+                    conn.execute(statement)  # our own constants
                 conn.execute(
                     "INSERT INTO snapstate_schema (version, applied, release) VALUES (%s, %s, %s)",
                     (step, time.time(), __version__),
@@ -438,7 +439,7 @@ class PostgresBase(SqlBase):
             return False
 
     def _listener(self) -> psycopg.Connection[Any]:
-        conn: psycopg.Connection[Any] | None = getattr(self, "_listen", None)
+        conn = self._listen
         if conn is None or conn.closed:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
             conn.execute(f"LISTEN {CHANNEL}")
@@ -446,8 +447,7 @@ class PostgresBase(SqlBase):
         return conn
 
     def _drop_listener(self) -> None:
-        conn = getattr(self, "_listen", None)
-        self._listen = None
+        conn, self._listen = self._listen, None
         if conn is not None:
             with contextlib.suppress(psycopg.Error):
                 conn.close()

@@ -376,7 +376,7 @@ class SqliteBase(SqlBase):
                     raise StoreError(f"cannot open the catalog {self.path}: {exc}") from None
                 time.sleep(0.01)
 
-    def _tx(self, immediate: bool = True) -> _Tx:  # type: ignore[override]
+    def _tx(self, immediate: bool = True) -> _Tx:
         return _Tx(self._db(), immediate, self.path)
 
     @contextlib.contextmanager
