@@ -1,6 +1,6 @@
-"""The agents of issue 20's benchmarks, and the helpers their drivers share.
+"""The agents of the benchmarks, and the helpers their drivers share.
 
-bench_conversation.py, bench_bigstate.py and bench_worker.py start these agents through
+bench_conversation.py, bench_bigstate.py, bench_worker.py and bench_postgres.py start these agents through
 the public API (`snapstate.Store`) or `snaprun worker`; this module is the agent's own
 module (its globals are frozen with each snapshot), so it holds nothing large at module
 level and imports only the standard library and `snapstate`. The drivers' own
@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from snapstate import sleep, snapshot
+from snapstate import effect, request_approval, sleep, snapshot
 
 # Syllables the messages are made of: text that varies from step to step (seeded, so
 # every system sees the same messages) and compresses about as well as prose.
@@ -147,6 +147,35 @@ def worker_main() -> str:
     snapshot("one")
     snapshot("two")
     _record(done, "done")
+    return "ok"
+
+
+@effect
+def _bump(n: int) -> int:
+    """A recorded effect with nothing outside: its cost is the ledger's alone."""
+    return n + 1
+
+
+def effects_main() -> int:
+    """argv: EFFECTS DONE_FILE. Records EFFECTS effects (bench_postgres.py), one
+    snapshot every 50, then notes its end in DONE_FILE."""
+    count, done = int(sys.argv[1]), sys.argv[2]
+    total = 0
+    for n in range(count):
+        total += _bump(n)
+        if n % 50 == 49:
+            snapshot(f"after {n + 1}")
+    _record(done, "done")
+    return total
+
+
+def approval_main() -> str:
+    """argv: DONE_FILE. Asks for an approval (the job hibernates until it is decided),
+    then notes the moment it runs again in DONE_FILE: bench_postgres.py's decision-to-
+    running latency."""
+    done = sys.argv[1]
+    request_approval("go", {"bench": True})
+    _record(done, repr(time.time()))
     return "ok"
 
 

@@ -10,7 +10,9 @@ import time
 
 import click
 
+from ..._errors import StoreError
 from ...serializers._home import default_home
+from ...serializers._location import is_postgres_url, redact
 from .. import _admin, _repair
 from .._agent import EntryPoint, EntryPointError
 from .._api import EXIT_USAGE
@@ -209,6 +211,12 @@ def repair(store: str | None, accept_id: str | None) -> None:
     its effect ledger was lost, so check with the providers what it already did, then
     `snaprun repair --accept JOB` lets it resume."""
     directory = default_home(store)
+    if is_postgres_url(directory):
+        raise StoreError(
+            f"`snaprun repair` rebuilds a directory store's catalog from its snapshot files; "
+            f"the PostgreSQL store {redact(directory)} keeps its snapshots in the database: "
+            "restore the database from a backup (or its point-in-time recovery)"
+        )
     if accept_id is not None:
         _repair.accept(open_home(store), accept_id)
         say(f"job {accept_id} accepted; continue it with: snaprun resume {accept_id}")

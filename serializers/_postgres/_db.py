@@ -285,7 +285,10 @@ class PostgresBase(SqlBase):
 
     @sealer.setter
     def sealer(self, value: Sealer) -> None:
-        self._sealer = value if isinstance(value, TextSealer) else TextSealer(value)
+        self._sealer = self._column_sealer(value)
+
+    def _column_sealer(self, sealer: Sealer) -> Sealer:
+        return sealer if isinstance(sealer, TextSealer) else TextSealer(sealer)
 
     # ------------------------------------------------------------------ schema
     def _set_up(self, create: bool, writable: bool, upgrade: bool) -> int:

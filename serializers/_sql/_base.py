@@ -93,6 +93,11 @@ class SqlBase:
         timer, an approval decided, reconciled): tell waiting workers once it commits
         (PostgreSQL's NOTIFY; nothing in SQLite, whose workers poll)."""
 
+    def _column_sealer(self, sealer: Sealer) -> Sealer:
+        """`sealer` as this backend's columns need it (PostgreSQL keeps sealed text in
+        TEXT columns in a text form: serializers/_postgres/_db.py, TextSealer)."""
+        return sealer
+
     def _after_reseal(self) -> None:
         """After every sealed value was rewritten (SQLite truncates its WAL)."""
 

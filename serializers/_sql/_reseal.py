@@ -33,11 +33,14 @@ class SqlReseal(SqlBase):
         turned on or off for a store that has rows; values already in the new form are
         taken as they are), then compact the catalog and empty its WAL, so no earlier
         form of a value stays in the files."""
-        reader = Sealer(
-            sealer.keys if sealer.enabled else self.sealer.keys,
-            sealer.enabled or self.sealer.enabled,
-            tolerant=True,
+        reader = self._column_sealer(
+            Sealer(
+                sealer.keys if sealer.enabled else self.sealer.keys,
+                sealer.enabled or self.sealer.enabled,
+                tolerant=True,
+            )
         )
+        sealer = self._column_sealer(sealer)
         old = self.sealer
         try:
             with self._tx() as db:
