@@ -240,7 +240,7 @@ def test_forks_and_imports_keep_resuming(root, monkeypatch):
         assert result.exit_code == 0, result.stderr
     home = _home(root)
     try:
-        header, row = home.import_file(str(root / "a2.snap"), "imp")
+        header, row, _ = home.import_file(str(root / "a2.snap"), "imp")
         home.catalog.create_job("imp", header["entry"], header["argv"])
         home.catalog.add_snapshot_unfenced(row)
         for job in ("f", "g", "imp"):
