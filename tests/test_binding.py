@@ -205,7 +205,7 @@ def test_forgery_with_the_same_identity_is_refused_by_its_digest(root):
     home = _home(root)
     try:
         path = export_file(store, "b", 1, root / "b1.snap")
-        header, row = home.import_file(str(path), "bf")
+        header, row, _ = home.import_file(str(path), "bf")
         home.catalog.create_job("bf", header["entry"], header["argv"])
         home.catalog.add_snapshot_unfenced(row)
         assert home.verify_row(row)[0]["seq"] == 1
