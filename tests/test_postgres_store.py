@@ -15,12 +15,16 @@ server (tests/pgserver.py): the same promises as the embedded store.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pgserver
 import psycopg
 import pytest
-from helpers import AGENTS, clean_refusal, snaprun
+from helpers import AGENTS, SNAPRUN, clean_refusal, snaprun
 from providers import Provider
 
 from snapstate.serializers._postgres import SCHEMA_VERSION
@@ -240,3 +244,93 @@ def test_encryption_turned_on_over_existing_rows_seals_them(pg, tmp_path):
     # As in a directory store: a snapshot written before encryption was required is
     # refused by a store that now requires it.
     clean_refusal(snaprun("--store", url, "resume", "po", cwd=tmp_path, env=env), "not encrypted")
+
+
+PACK_STEPS = AGENTS / "pack_steps.py"
+
+
+@pytest.mark.parametrize("bodies", [False, True])
+def test_large_bodies_in_the_database_or_in_a_shared_folder(pg, tmp_path, bodies):
+    """pack_steps.py's snapshots add more than 64 KiB of new chunks each: without
+    SNAPSTATE_BODIES they all go into the database; with it, into pack files of that
+    folder (the database keeps where they lie). Killed after snapshot 4 and resumed by
+    another process, the job returns what an uninterrupted run returns."""
+    url, env = pg
+    if bodies:
+        env = dict(env, SNAPSTATE_BODIES=str(tmp_path / "shared"))
+    whole = snaprun("--store", url, "run", "--job", "whole", PACK_STEPS, cwd=tmp_path, env=env)
+    assert whole.returncode == 0, whole.stderr
+    killed = snaprun(
+        "--store",
+        url,
+        "run",
+        "--job",
+        "cut",
+        PACK_STEPS,
+        cwd=tmp_path,
+        env=env,
+        fault="after-snapshot:4",
+    )
+    assert killed.returncode == -9, killed.stderr
+    resumed = snaprun("--store", url, "resume", "cut", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0 and resumed.result == whole.result, resumed.stderr
+    packed = _sql(url, "SELECT count(*) FROM chunks WHERE pack IS NOT NULL")[0][0]
+    packs = list((tmp_path / "shared" / "chunks").glob("*.pack")) if bodies else []
+    if bodies:
+        assert packed > 0 and packs, (packed, packs)
+    else:
+        assert packed == 0 and not (tmp_path / "shared").exists()
+    assert snaprun("--store", url, "verify", "cut@4", cwd=tmp_path, env=env).returncode == 0
+
+
+def test_an_edited_entry_point_is_refused_in_a_postgresql_store(pg, tmp_path):
+    """The entry point is signed: an UPDATE of jobs.entry in the database makes resume
+    refuse the job (exit 2, naming the row), and nothing of the other module runs."""
+    url, env = pg
+    (tmp_path / "evil.py").write_text(
+        "import pathlib\npathlib.Path('ran').write_text('evil')\ndef main():\n    return 1\n"
+    )
+    first = snaprun(
+        "--store", url, "run", "--job", "po", EXAMPLES / "purchase_agent.py", cwd=tmp_path, env=env
+    )
+    assert first.returncode == 3, first.stderr
+    entry = json.loads(_sql(url, "SELECT entry FROM jobs WHERE job_id = 'po'")[0][0])
+    entry.update(module="evil", path=str(tmp_path / "evil.py"))
+    _sql(url, "UPDATE jobs SET entry = %s WHERE job_id = 'po'", json.dumps(entry))
+    clean_refusal(snaprun("--store", url, "resume", "po", cwd=tmp_path, env=env), "jobs")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_decided_approval_wakes_an_idle_worker_at_once(pg, tmp_path):
+    """LISTEN/NOTIFY: a worker polling only every 60 s runs a job within seconds of
+    its approval being decided from another process."""
+    url, env = pg
+    first = snaprun(
+        "--store", url, "run", "--job", "po", EXAMPLES / "purchase_agent.py", cwd=tmp_path, env=env
+    )
+    assert first.returncode == 3, first.stderr
+    wenv = dict(os.environ, **env, PYTHONUNBUFFERED="1")
+    wenv.pop("SNAPSTATE_FAULT", None)
+    with open(tmp_path / "w.err", "wb") as err:
+        worker = subprocess.Popen(
+            [SNAPRUN, "--store", url, "worker", "--poll", "60"],
+            cwd=tmp_path,
+            env=wenv,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "polling every" not in (tmp_path / "w.err").read_text():
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.05)
+        time.sleep(1.0)  # past its first scan: now it waits
+        decided = snaprun("--store", url, "approve", "po", "a1", cwd=tmp_path, env=env)
+        assert decided.returncode == 0, decided.stderr
+        at = time.monotonic()
+        while "job po: done" not in (tmp_path / "w.err").read_text():
+            assert time.monotonic() - at < 20, (tmp_path / "w.err").read_text()
+            time.sleep(0.05)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)

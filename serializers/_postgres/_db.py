@@ -416,6 +416,17 @@ class PostgresBase(SqlBase):
                 ) from None
 
     @contextlib.contextmanager
+    def _claim_tx(self, job_id: str) -> Iterator[_Conn | None]:
+        """A claim needs no store-wide lock: claims are advisory (the job's lease keeps
+        runners exclusive) and touch only the claims table. It locks the job's row, and
+        a worker finding it locked by another's claim skips the job at once."""
+        with self._connection() as conn, conn.transaction():
+            held = conn.execute(
+                "SELECT 1 FROM jobs WHERE job_id = %s FOR UPDATE SKIP LOCKED", (job_id,)
+            ).fetchone()
+            yield _Conn(conn) if held is not None else None
+
+    @contextlib.contextmanager
     def _unsynced(self) -> Iterator[None]:
         self._synced.off = True
         try:

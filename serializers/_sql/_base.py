@@ -93,6 +93,12 @@ class SqlBase:
         timer, an approval decided, reconciled): tell waiting workers once it commits
         (PostgreSQL's NOTIFY; nothing in SQLite, whose workers poll)."""
 
+    def _claim_tx(self, job_id: str) -> contextlib.AbstractContextManager[Any]:
+        """The transaction of a worker's claim on a job (WorkerCatalog.claim_job): a
+        write transaction; PostgreSQL's locks the job's row instead, and yields None
+        when another claimer holds it (FOR UPDATE SKIP LOCKED: that worker gets it)."""
+        return self._tx()
+
     def _column_sealer(self, sealer: Sealer) -> Sealer:
         """`sealer` as this backend's columns need it (PostgreSQL keeps sealed text in
         TEXT columns in a text form: serializers/_postgres/_db.py, TextSealer)."""

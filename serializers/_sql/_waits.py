@@ -94,7 +94,9 @@ class SqlWorker(SqlBase, WorkerCatalog):
 
     def claim_job(self, job_id: str, owner: Owner, ttl: float) -> bool:
         now = self.clock()
-        with self._tx() as db:
+        with self._claim_tx(job_id) as db:
+            if db is None:
+                return False  # another worker is claiming it this very moment
             db.execute(_CLAIMS)
             row = db.execute(
                 "SELECT host, pid, started, expires FROM claims WHERE job_id = ?", (job_id,)
