@@ -64,6 +64,7 @@ from .._errors import (
 )
 from ..serializers._home import Home, default_home, open_store
 from ..serializers._ids import validate_job_id
+from ..serializers._location import is_postgres_url, redact
 from ..serializers._store import ApprovalRow, EffectRow, JobRow, SnapshotRow, WaitRow
 from . import _approvals, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
@@ -664,15 +665,15 @@ def _argv(args: tuple[object, ...]) -> list[str]:
 class Store:
     """A snapstate store opened from Python: the same store and rules as `snaprun`.
 
-    `path` is the store directory (default: $SNAPSTATE_HOME or ./.snapstate, as the
-    CLI). Every call opens the store, does its work and closes it again, so a Store may
+    `path` is the store: a directory or a postgresql:// URL (default: $SNAPSTATE_STORE,
+    else $SNAPSTATE_HOME, else ./.snapstate, as the CLI). Every call opens the store, does its work and closes it again, so a Store may
     be shared between threads (runs are serialized: see start())."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path: str = default_home(os.fspath(path) if path is not None else None)
 
     def __repr__(self) -> str:
-        return f"Store({self.path!r})"
+        return f"Store({redact(self.path) if is_postgres_url(self.path) else self.path!r})"
 
     @contextmanager
     def _home(self, *, create: bool = False, readonly: bool = False) -> Iterator[Home]:
