@@ -23,7 +23,9 @@ from helpers import AGENTS, SNAPRUN, snaprun
 from providers import Provider
 
 from snapstate.runtime._agent import EntryPoint
+from snapstate.serializers._keys import KeyRing
 from snapstate.serializers._postgres import PostgresCatalog
+from snapstate.serializers._sealing import Sealer
 
 AGENT = AGENTS / "wk_agent.py"
 LATER = "7200"  # a worker two hours later: the 1 h timers are due
@@ -84,7 +86,11 @@ def chaos(tmp: Path, *, workers_n: int, jobs: int, kills: int, restarts: int, se
         assert snaprun("init", cwd=tmp, env=env).returncode == 0
         kinds = ["plain", "timer", "approval", "plain"]
         names = [f"j{i:03d}-{kinds[i % len(kinds)]}" for i in range(jobs)]
+        # The store's catalog with its key, as snaprun opens it: the rows it writes are
+        # signed (a row written without the key is refused as forged).
         store = PostgresCatalog(url, create=False)
+        keys = tmp / "keys.json"
+        store.sealer = Sealer(KeyRing(str(tmp), create=False, path=str(keys)), False)
         try:
             for i, job in enumerate(names):
                 kind = kinds[i % len(kinds)]
