@@ -413,6 +413,12 @@ class PostgresBase(SqlBase):
                 ) from None
 
     @contextlib.contextmanager
+    def _read_tx(self) -> Iterator[_Conn]:
+        with self._tx(immediate=False) as db:
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield db
+
+    @contextlib.contextmanager
     def _unsynced(self) -> Iterator[None]:
         self._synced.off = True
         try:
