@@ -113,6 +113,10 @@ def _same_place(src: str, dst: str) -> bool:
     return os.path.realpath(src) == os.path.realpath(dst)
 
 
+def _named(location: str) -> str:
+    return redact(location) if is_postgres_url(location) else os.path.abspath(location)
+
+
 def _exists(location: str) -> bool:
     """Whether a store is at `location` (the tables of an empty database are set up, as
     the destination's opening would)."""
@@ -349,7 +353,7 @@ def migrate_store(src: str, dst: str, *, decrypt: bool = False) -> MigrationRepo
     plaintext destination without `decrypt`, or keys the destination cannot take."""
     if _same_place(src, dst):
         raise StoreError(f"the source and the destination are the same store ({redact(src)})")
-    report = MigrationReport(redact(src), redact(dst))
+    report = MigrationReport(_named(src), _named(dst))
     with _opened(src, dst) as (source, target, created):
         report.created = created
         _check_encryption(source, target, created, decrypt, report)
