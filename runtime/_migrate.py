@@ -175,6 +175,8 @@ def _share_keys(source: Home, target: Home, report: MigrationReport) -> None:
             source.keys.export(key.key_id, path)
             target.keys.import_file(path)
         report.keys_imported.append(key.key_id)
+    if report.keys_imported:
+        target.record_keys()
 
 
 def _check_encryption(
