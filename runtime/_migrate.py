@@ -227,7 +227,7 @@ def _difference(
     mine: tuple[JobCopy, dict[int, _Body]], theirs: tuple[JobCopy, dict[int, _Body]]
 ) -> str | None:
     """What differs between the source's job and the destination's (None: identical,
-    the destination's "migrated" events aside)."""
+    but for events the destination logged after the source's)."""
     (src, src_bodies), (dst, dst_bodies) = mine, theirs
     job_a = dataclasses.replace(src.job, damaged=None)
     job_b = dataclasses.replace(dst.job, damaged=None)
@@ -249,10 +249,9 @@ def _difference(
         return "its wait row"
     if dict(src.metrics) != dict(dst.metrics):
         return "its metrics"
-    events = list(dst.events)
-    while events and events[-1].kind == "migrated" and len(events) > len(src.events):
-        events.pop()
-    if list(src.events) != events:
+    # The destination's timeline goes on from the source's (its "migrated" event, and
+    # what was logged since without changing the job, a fork of it, say).
+    if list(dst.events[: len(src.events)]) != list(src.events):
         return "its timeline"
     return None
 

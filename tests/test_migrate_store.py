@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import time
@@ -283,3 +284,53 @@ def test_a_running_job_is_not_copied_until_it_stops(pg, tmp_path):
         assert run.returncode == 0 and report["copied"] == ["g"], run.stderr
         done = snaprun("--store", url, "resume", "g", cwd=tmp_path, env=env)
         assert done.returncode == 2 and "done" in done.stderr
+
+
+def test_a_tampered_postgresql_source_is_refused_by_name(pg, tmp_path):
+    """PostgreSQL -> SQLite: an entry point edited in the database (someone without the
+    key) and a chunk of a snapshot altered are refused naming them; the clean job is
+    copied, the database left as it was."""
+    url, env = pg
+    dst = tmp_path / "dst"
+    agent = AGENTS.parent.parent / "examples" / "research_agent.py"
+    for job in ("ok", "entry", "body"):
+        run = snaprun("--store", url, "run", "--job", job, agent, job, cwd=tmp_path, env=env)
+        assert run.returncode == 0, run.stderr
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE jobs SET entry = %s WHERE job_id = 'entry'",
+            (json.dumps({"path": "/tmp/evil.py", "function": "main"}),),
+        )
+        # a chunk only job "body"'s last snapshot lists (its argv differs from the others')
+        manifest = conn.execute(
+            "SELECT data FROM manifests WHERE job_id = 'body' ORDER BY seq DESC LIMIT 1"
+        ).fetchone()[0]
+        others = b"".join(
+            r[0]
+            for r in conn.execute("SELECT data FROM manifests WHERE job_id <> 'body'").fetchall()
+        )
+        ids = [i for i in _chunk_ids(bytes(manifest)) if i not in others]
+        assert ids
+        conn.execute(
+            "UPDATE chunks SET data = set_byte(data, length(data) - 1, "
+            "get_byte(data, length(data) - 1) # 1) WHERE id = %s",
+            (ids[0],),
+        )
+    before = _checksums(url)
+    run, report = _migrate(url, dst, tmp_path, env)
+    assert run.returncode == 2, run.stderr
+    refused = {r["job"]: r["reason"] for r in report["refused"]}
+    assert set(refused) == {"entry", "body"} and report["copied"] == ["ok"], report
+    assert "jobs (job entry: its entry point and argv)" in refused["entry"]
+    assert re.search(r"snapshot \d+ of job body: a chunk", refused["body"]), refused["body"]
+    assert _checksums(url) == before
+    listed = json.loads(snaprun("--store", dst, "ls", "--json", cwd=tmp_path, env=env).stdout)
+    assert [j["job"] for j in listed] == ["ok"]
+    resumed = snaprun("--store", dst, "verify", "ok@1", cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def _chunk_ids(manifest: bytes) -> list[bytes]:
+    from snapstate.serializers._manifest import chunk_ids
+
+    return sorted(chunk_ids(manifest))
