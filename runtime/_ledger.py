@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from ._job import Job
     from ._scheduler import _TaskState
 
-__all__ = ["Ledger", "Action", "RECOVERY", "seal", "unseal", "explain_ambiguous"]
+__all__ = ["Ledger", "Action", "RECOVERY", "seal", "unseal", "verify_sealed", "explain_ambiguous"]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -107,13 +107,22 @@ def seal(keys: KeyRing, value: object) -> bytes:
     return bytes([len(kid)]) + kid + hmac.new(key.mac_key, data, hashlib.sha256).digest() + data
 
 
-def unseal(keys: KeyRing, blob: bytes, where: str) -> Any:  # whatever was sealed
-    n = blob[0]
-    kid, mac, data = blob[1 : 1 + n].decode(), blob[1 + n : 33 + n], blob[33 + n :]
+def verify_sealed(keys: KeyRing, blob: bytes, where: str) -> bytes:
+    """The pickle of a stored result once its signature checks out with `keys`
+    (nothing unpickled); TamperedSnapshot naming `where` otherwise."""
+    try:
+        n = blob[0]
+        kid, mac, data = blob[1 : 1 + n].decode(), blob[1 + n : 33 + n], blob[33 + n :]
+    except (IndexError, UnicodeDecodeError):
+        raise TamperedSnapshot(f"the recorded result of {where} is malformed") from None
     key = keys.get(kid)
     if not hmac.compare_digest(hmac.new(key.mac_key, data, hashlib.sha256).digest(), mac):
         raise TamperedSnapshot(f"the recorded result of {where} fails its signature check")
+    return data
 
+
+def unseal(keys: KeyRing, blob: bytes, where: str) -> Any:  # whatever was sealed
+    data = verify_sealed(keys, blob, where)
     _secrets.bind(keys)
     return _pickler.loads(data)
 

@@ -32,6 +32,7 @@ from ._store import (
     EffectRow,
     EffectState,
     EventRow,
+    JobCopy,
     JobRow,
     LeaseRow,
     Owner,
@@ -447,6 +448,27 @@ class AdminCatalog(abc.ABC):
         """Recreate a job (with the given status, error and lease epoch), its snapshot
         rows and metrics in one transaction: `snaprun repair`. JobExists if the id is
         taken."""
+
+    @abc.abstractmethod
+    def read_job_copy(self, job_id: str) -> JobCopy:
+        """Every row of one job, read in one transaction (a consistent view: a writer
+        committing meanwhile is wholly in it or wholly out), each row verified as its
+        own reader verifies it (StoreDamaged naming the row): the job, its lease-epoch
+        counter, snapshot rows, ledger, approvals, wait row, timeline, metrics and
+        lease. Writes nothing. JobNotFound."""
+
+    @abc.abstractmethod
+    def insert_job_copy(
+        self, copy: JobCopy, bodies: Mapping[int, SnapshotBody], note: str
+    ) -> JobRow:
+        """Create job `copy.job` with all its rows in one transaction (`snaprun
+        migrate-store`): the job as it was (status, error, resume count, parent and fork
+        point, created and updated times, its epoch counter), its snapshot rows (with
+        `bodies[seq]`, its chunks and manifest, added as commit_snapshot adds them), its
+        ledger, approvals, wait row, timeline and metrics as given, each row signed (and
+        sealed) by this catalog; no lease. `note` is logged as one more event
+        ("migrated"). JobExists if the id is taken; nothing written then, or on any
+        error (ChunksMissing as commit_snapshot's)."""
 
 
 class Catalog(

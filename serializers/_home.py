@@ -218,6 +218,12 @@ class Home:
             )
             _identity.save(self.directory, self.identity)
 
+    def record_keys(self) -> None:
+        """Record in the store's identity the keys its key ring gained since it was
+        opened (a key imported by `snaprun migrate-store`), as a writable open would."""
+        if self.writable:
+            self._check_keys()
+
     @property
     def store_id(self) -> str | None:
         return self.identity.store_id if self.identity else None

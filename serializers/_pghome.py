@@ -151,6 +151,10 @@ class PostgresHome(Home):
             self.catalog.set_meta("keys", json.dumps(recorded, sort_keys=True))
         self.identity = _identity.StoreIdentity(store_id, created, recorded)
 
+    def record_keys(self) -> None:
+        if self.writable:
+            self._identify(create=False)
+
     def _seal_catalog(self) -> None:
         """Every row of a PostgreSQL store is signed from birth: a row without its
         signature is always refused (whatever the key file says of a directory store)."""

@@ -25,6 +25,7 @@ __all__ = [
     "EffectRow",
     "WaitRow",
     "ApprovalRow",
+    "JobCopy",
     "APPROVAL_STATES",
     "EffectState",
     "EffectKind",
@@ -261,3 +262,21 @@ class EventRow:
     at: float
     kind: str
     detail: str
+
+
+@dataclass(frozen=True)
+class JobCopy:
+    """Every row a catalog holds about one job, read in one transaction, each verified
+    (AdminCatalog.read_job_copy), and what insert_job_copy writes into another store:
+    `snaprun migrate-store` (runtime/_migrate.py). `epoch` is the job's lease-epoch
+    counter (the next runner's epoch is above it); `lease` is read, never copied."""
+
+    job: JobRow
+    epoch: int
+    snapshots: tuple[SnapshotRow, ...]
+    effects: tuple[EffectRow, ...]
+    approvals: tuple[ApprovalRow, ...]
+    wait: WaitRow | None
+    events: tuple[EventRow, ...]
+    metrics: Mapping[str, float]
+    lease: LeaseRow | None = None

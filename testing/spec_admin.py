@@ -1,13 +1,17 @@
-"""Spec: operations on whole jobs (AdminCatalog): fork, import, prune, rebuild, each
-one transaction with its checks inside it."""
+"""Spec: operations on whole jobs (AdminCatalog): fork, import, prune, rebuild, and a
+whole job's rows read and written (`snaprun migrate-store`), each one transaction with
+its checks inside it."""
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from snapstate._errors import (
+    ChunksMissing,
     JobExists,
     JobNotFound,
     LeaseHeld,
@@ -15,7 +19,13 @@ from snapstate._errors import (
     StoreError,
 )
 from snapstate.serializers._catalog import Catalog
-from snapstate.serializers._store import JobRow
+from snapstate.serializers._store import (
+    ApprovalRow,
+    JobCopy,
+    JobRow,
+    StoredChunk,
+    WaitRow,
+)
 
 from ._support import (
     ENTRY,
@@ -23,7 +33,11 @@ from ._support import (
     Capability,
     FakeClock,
     Spec,
+    body,
+    chunk_id,
+    chunked_row,
     effect,
+    keyed,
     live_owner,
     make_job,
     requires,
@@ -160,3 +174,85 @@ class AdminSpec(Spec):
             catalog.rebuild_job(dataclasses.replace(job, status="done"), 9, [], None)
         assert (state(catalog), catalog.metrics("job")) == before
         assert catalog.acquire_lease("job", live_owner(live_pid), 30) == 8
+
+    @requires(Capability.LEDGER, Capability.APPROVALS, Capability.WAITS, Capability.CHUNKS)
+    def test_a_whole_job_is_read_and_written_back_with_every_row(
+        self, catalog: Catalog, clock: FakeClock, live_pid: int, tmp_path: Path
+    ) -> None:
+        """read_job_copy returns every row of a job as its own readers do (the job, its
+        epoch counter, snapshots, ledger, approvals, wait, timeline, metrics, lease);
+        insert_job_copy writes such a copy as a new job in one transaction, every row as
+        given (status, times, counters, its epoch counter: the next lease is above it),
+        signed by this catalog, with one more event ("migrated") and no lease. A taken
+        id raises JobExists, a chunk missing ChunksMissing, with nothing written."""
+        keyed(catalog, tmp_path)  # rows signed and checked, as in a store
+        make_job(catalog)
+        epoch = catalog.acquire_lease("job", live_owner(live_pid), 30)
+        ids = [chunk_id(1), chunk_id(2)]
+        new = [StoredChunk(i, 1000, b"chunk bytes") for i in ids]
+        catalog.commit_snapshot(chunked_row(1, epoch, label="one"), body(ids, new))
+        catalog.record_effects([effect(1, state="confirmed"), effect(2, result=None)], epoch=epoch)
+        request = ApprovalRow(
+            "job", "a1", "purchase", '{"max":5}', "d" * 64, T0, T0 + 60, ["ana"], "pending"
+        )
+        catalog.add_approval(request, epoch=epoch)
+        catalog.decide_approval("job", "a1", granted=True, by="ana", note="ok", at=T0 + 1)
+        catalog.set_metric("job", "served_from_ledger", 2)
+        clock.advance(3)
+        wait = WaitRow("job", "approval", "approval a1", None, T0 + 3, 1, "a1")
+        catalog.hibernate(wait, epoch=epoch)
+        copy = catalog.read_job_copy("job")
+        assert copy.job == catalog.get_job("job") and copy.job.status == "waiting"
+        assert copy.epoch == epoch and copy.lease == catalog.get_lease("job")
+        assert list(copy.snapshots) == catalog.snapshots("job")
+        assert list(copy.effects) == catalog.effects("job")
+        assert list(copy.approvals) == catalog.approvals("job")
+        assert copy.wait == catalog.get_wait("job") == wait
+        assert list(copy.events) == catalog.events("job")
+        assert dict(copy.metrics) == catalog.metrics("job") == {"served_from_ledger": 2}
+        with pytest.raises(JobNotFound):
+            catalog.read_job_copy("nope")
+
+        def moved(job_id: str) -> JobCopy:
+            def to(rows: tuple[Any, ...]) -> tuple[Any, ...]:
+                return tuple(dataclasses.replace(r, job_id=job_id) for r in rows)
+
+            return JobCopy(
+                dataclasses.replace(copy.job, job_id=job_id),
+                copy.epoch,
+                to(copy.snapshots),
+                to(copy.effects),
+                to(copy.approvals),
+                dataclasses.replace(wait, job_id=job_id),
+                to(copy.events),
+                copy.metrics,
+                copy.lease,
+            )
+
+        clock.advance(5)
+        twin = moved("twin")
+        written = catalog.insert_job_copy(twin, {1: body(ids)}, "from elsewhere")
+        assert written == twin.job
+        again = catalog.read_job_copy("twin")
+        assert again.job == twin.job and again.epoch == epoch and again.lease is None
+        assert (again.snapshots, again.effects, again.approvals) == (
+            twin.snapshots,
+            twin.effects,
+            twin.approvals,
+        )
+        assert again.wait == twin.wait and dict(again.metrics) == dict(twin.metrics)
+        assert again.events[:-1] == twin.events
+        last = again.events[-1]
+        assert (last.kind, last.detail, last.at) == ("migrated", "from elsewhere", T0 + 8)
+        assert catalog.manifest("twin", 1) == catalog.manifest("job", 1)
+        assert sorted(catalog.runnable_jobs(T0 + 9)) == ["job", "twin"]  # the decision stands
+        before = catalog.read_job_copy("twin")
+        with pytest.raises(JobExists):
+            catalog.insert_job_copy(twin, {1: body(ids)}, "twice")
+        assert catalog.read_job_copy("twin") == before
+        with pytest.raises(ChunksMissing):
+            catalog.insert_job_copy(moved("third"), {1: body([chunk_id(9)])}, "x")
+        with pytest.raises(JobNotFound):
+            catalog.get_job("third")
+        assert catalog.effects("third") == [] and catalog.events("third") == []
+        assert catalog.acquire_lease("twin", live_owner(live_pid), 30) == epoch + 1

@@ -6,7 +6,7 @@ stdout; with --json, as JSON.
 
 The commands live by what they do: _running.py (run, resume, replay, worker),
 _reading.py (ls, inspect, log, effects, stats, verify), _managing.py (init, export,
-fork, reconcile, prune, repair), _approving.py (approvals, approve, reject) and
+fork, reconcile, prune, repair), _migrating.py (migrate-store), _approving.py (approvals, approve, reject) and
 _keys.py; what they share is in _common.py. A command parses, calls the runtime and
 prints; whatever it raises ends in main(), the one error path: a snapstate error is
 its message and its exit code (runtime/_api.py's EXIT_CODES), a usage error the same
@@ -31,6 +31,7 @@ from ._common import EXIT_HELP, STORE_HELP, damaged, say
 from ._db import db
 from ._keys import keys
 from ._managing import export, fork, init, prune, reconcile, repair, set_entry
+from ._migrating import migrate_store
 from ._reading import effects, inspect, list_jobs, log, stats, verify
 from ._running import replay, resume, run, worker
 
@@ -126,6 +127,7 @@ for _command in (
     reject,
     keys,
     db,
+    migrate_store,
 ):
     cli.add_command(_command)
 

@@ -427,6 +427,12 @@ class PostgresBase(SqlBase):
             yield _Conn(conn) if held is not None else None
 
     @contextlib.contextmanager
+    def _read_tx(self) -> Iterator[_Conn]:
+        with self._tx(immediate=False) as db:
+            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield db
+
+    @contextlib.contextmanager
     def _unsynced(self) -> Iterator[None]:
         self._synced.off = True
         try:

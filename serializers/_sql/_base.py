@@ -82,6 +82,11 @@ class SqlBase:
         writer of the store from its start (compare-and-swap checks inside it hold)."""
         raise NotImplementedError
 
+    def _read_tx(self) -> contextlib.AbstractContextManager[Any]:
+        """A transaction that only reads, every statement in it seeing the same
+        committed state (SQLite's deferred transaction; PostgreSQL's repeatable read)."""
+        return self._tx(immediate=False)
+
     @contextlib.contextmanager
     def _unsynced(self) -> Iterator[None]:
         """Transactions inside may commit without waiting for the disk (see
