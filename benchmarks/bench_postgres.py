@@ -90,8 +90,13 @@ class Server:
     def _run(self, cmd: list[str]) -> None:
         if os.geteuid() == 0:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        subprocess.run(cmd, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            cmd,
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def database(self) -> str:
         import psycopg
@@ -203,14 +208,26 @@ def effects(location: str, base: str, effects_per_job: int, jobs: int) -> float:
     env = _env(base)
     agent = "growth_agents:effects_main"  # importable from HERE (PYTHONPATH)
     env["PYTHONPATH"] = HERE
-    subprocess.run([snaprun(), "init", "--store", location], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [snaprun(), "init", "--store", location], env=env, check=True, capture_output=True
+    )
     start = time.monotonic()
     procs = [
         subprocess.Popen(
-            [snaprun(), "run", "--store", location, "--job", f"fx{n}", agent,
-             str(effects_per_job), done],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                snaprun(),
+                "run",
+                "--store",
+                location,
+                "--job",
+                f"fx{n}",
+                agent,
+                str(effects_per_job),
+                done,
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         for n in range(jobs)
     ]
@@ -276,8 +293,10 @@ def main() -> None:
     counts = [int(n) for n in args.workers.split(",")]
     url = args.pg or os.environ.get("SNAPSTATE_BENCH_PG") or os.environ.get("SNAPSTATE_TEST_PG")
     server = Server(url)
-    print(f"bench_postgres: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-          f"load {os.getloadavg()[0]:.2f}; server {'given' if url else 'started here'}")
+    print(
+        f"bench_postgres: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.2f}; server {'given' if url else 'started here'}"
+    )
 
     def each(kind: str, measure) -> list:  # type: ignore[no-untyped-def]
         out = []
@@ -300,9 +319,11 @@ def main() -> None:
             for n in counts:
                 rates = each(kind, lambda loc, base, n=n: effects(loc, base, args.effects, n))
                 print(f"{kind:10s} effects/s, {n} job(s) at once: {_fmt(rates, 'effects/s')}")
-            lat = [s for r in each(kind, lambda loc, base: approval_latency(loc, base,
-                                                                             args.approvals))
-                   for s in r]
+            lat = [
+                s
+                for r in each(kind, lambda loc, base: approval_latency(loc, base, args.approvals))
+                for s in r
+            ]
             print(f"{kind:10s} approval -> running again:   {_fmt(lat, 's')}")
     finally:
         server.stop()
