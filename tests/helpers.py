@@ -144,3 +144,43 @@ def clean_refusal(run: Run, *needles: str) -> str:
 def snapshot_files(store: Path, job: str) -> list[Path]:
     """The job's snapshot files in the store, by sequence number."""
     return sorted((Path(store) / "snapshots" / job).glob("*.snap"))
+
+
+# ------------------------------------------------------------------ worker processes
+def child_pids(pid: int) -> list[int]:
+    """The pids whose parent is `pid` (Linux /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+def cmdline_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def worker_runners(worker: int) -> list[int]:
+    """The worker's job runners: forked from its fork server (a child of the worker),
+    or its own children when exec'd; never the fork server or multiprocessing's
+    resource tracker themselves."""
+    out = []
+    for child in child_pids(worker):
+        line = cmdline_of(child)
+        if "forkserver" in line:
+            out.extend(child_pids(child))
+        elif "resource_tracker" not in line:
+            out.append(child)
+    return out

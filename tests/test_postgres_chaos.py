@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pgserver
 import pytest
-from helpers import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun, worker_runners
 from providers import Provider
 
 from snapstate.runtime._agent import EntryPoint
@@ -29,37 +29,6 @@ from snapstate.serializers._sealing import Sealer
 
 AGENT = AGENTS / "wk_agent.py"
 LATER = "7200"  # a worker two hours later: the 1 h timers are due
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(entry))
-    return out
-
-
-def _runners(worker: int) -> list[int]:
-    """A worker's job runners (forked from its fork server, or its own children)."""
-    out = []
-    for child in _children(worker):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as f:
-                line = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        if "forkserver" in line:
-            out.extend(_children(child))
-        elif "resource_tracker" not in line:
-            out.append(child)
-    return out
 
 
 def _read(path: Path) -> str:
@@ -163,7 +132,7 @@ def chaos(tmp: Path, *, workers_n: int, jobs: int, kills: int, restarts: int, se
                     workers[n] = start(n)
                     done_kills.append(f"worker {n}")
                     continue
-                victims = _runners(workers[n].pid)
+                victims = worker_runners(workers[n].pid)
                 if victims:
                     try:
                         os.kill(rng.choice(victims), signal.SIGKILL)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from helpers import AGENTS, SNAPRUN, snaprun
+from helpers import AGENTS, SNAPRUN, snaprun, worker_runners
 from providers import Provider
 
 from snapstate.runtime._agent import EntryPoint
@@ -547,45 +547,6 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _children(pid: int) -> list[int]:
-    """The pids whose parent is `pid` (Linux /proc)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.append(int(entry))
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _runners(worker: int) -> list[int]:
-    """The worker's job runners: forked from its fork server (a child of the worker),
-    or its own children when exec'd; never the fork server or multiprocessing's
-    resource tracker themselves."""
-    out = []
-    for child in _children(worker):
-        line = _cmdline(child)
-        if "forkserver" in line:
-            out.extend(_children(child))
-        elif "resource_tracker" not in line:
-            out.append(child)
-    return out
-
-
 def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) -> None:
     """Two workers on one store run `jobs` jobs of CHAOS_KINDS while `kills` SIGKILLs
     hit a random worker (restarted at once) or one of a worker's children, at random
@@ -634,7 +595,7 @@ def chaos(tmp: Path, provider: Provider, *, jobs: int, kills: int, seed: int) ->
                 workers[n] = start_worker(tmp, env, *args, log=f"w{n}")
                 done_kills.append(f"worker {n}")
                 continue
-            victims = _runners(workers[n].pid)
+            victims = worker_runners(workers[n].pid)
             if victims:
                 victim = rng.choice(victims)
                 try:

@@ -10,6 +10,7 @@ import os
 import signal
 
 import pytest
+from helpers import child_pids, cmdline_of
 from test_worker import (
     assert_finished_once,
     create_job,
@@ -27,26 +28,6 @@ __all__ = ["provider"]  # the fixture, shared with test_worker.py
 def _parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if _parent(int(entry)) == pid:
-                    out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def _drain(tmp_path, provider, jobs, *, env_extra=None, during=None):
@@ -82,9 +63,9 @@ def test_children_are_forked_from_the_fork_server_not_the_worker(tmp_path, provi
 
     def watch(worker):
         def forked() -> bool:
-            for server in _children(worker.pid):
-                if "forkserver" in _cmdline(server):
-                    for child in _children(server):
+            for server in child_pids(worker.pid):
+                if "forkserver" in cmdline_of(server):
+                    for child in child_pids(server):
                         seen[child] = server
             return len(seen) >= 1
 
@@ -108,7 +89,9 @@ def test_exec_start_still_runs_every_job(tmp_path, provider):
     def watch(worker):
         def started() -> bool:
             direct.update(
-                c for c in _children(worker.pid) if "snapstate.runtime._cli resume" in _cmdline(c)
+                c
+                for c in child_pids(worker.pid)
+                if "snapstate.runtime._cli resume" in cmdline_of(c)
             )
             return bool(direct)
 
@@ -128,7 +111,7 @@ def test_a_killed_fork_server_is_replaced(tmp_path, provider, victim):
 
     def kill_server(worker):
         def server() -> int | None:
-            found = [c for c in _children(worker.pid) if "forkserver" in _cmdline(c)]
+            found = [c for c in child_pids(worker.pid) if "forkserver" in cmdline_of(c)]
             return found[0] if found else None
 
         wait_until("the fork server", lambda: server() is not None, timeout=60)
