@@ -96,15 +96,6 @@ def restart_server(data: str, mode: str = "fast") -> None:
     )
 
 
-def server_data() -> str:
-    """The data directory of the tests' server (to restart it)."""
-    server_url()
-    data = os.environ.get("SNAPSTATE_TEST_PG_DATA") or _SERVER.get("data")
-    if not data:
-        _unavailable("SNAPSTATE_TEST_PG is set without SNAPSTATE_TEST_PG_DATA (its data directory)")
-    return str(data)
-
-
 def server_url() -> str:
     """The superuser URL of the tests' server (started on first use)."""
     url = os.environ.get("SNAPSTATE_TEST_PG")
@@ -157,6 +148,24 @@ def drop_database(url: str) -> None:
     name = url.rsplit("/", 1)[1]
     with contextlib.suppress(psycopg.Error), psycopg.connect(server_url(), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@contextlib.contextmanager
+def private_server():
+    """A server of the test's own, (superuser URL, data directory), stopped afterwards:
+    for the tests that restart or stop the server, which must not cut the connections
+    of other tests running beside them on the shared one."""
+    server_url()  # skip (or fail) as the other PostgreSQL tests do without PostgreSQL
+    if not _binary("initdb"):
+        _unavailable("PostgreSQL's initdb is not installed (Debian: apt-get install postgresql)")
+    directory = tempfile.mkdtemp(prefix="snapstate-pg-own-")
+    os.chmod(directory, 0o755)
+    url, data = start_server(directory)
+    try:
+        yield url, data
+    finally:
+        stop_server(data, "immediate")
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """Workers on many machines share one PostgreSQL store: several `snaprun worker`
-processes against one real server, jobs with effects against a counting provider on
+processes against one real server (a private one: it is restarted), jobs with effects against a counting provider on
 127.0.0.1 (tests/agents/wk_agent.py: plain jobs, timers hibernated before the workers
 start, approvals decided during the run), while workers and their children are
 SIGKILLed at random and the PostgreSQL server is restarted (every connection cut,
@@ -38,8 +38,7 @@ def _read(path: Path) -> str:
 def chaos(tmp: Path, *, workers_n: int, jobs: int, kills: int, restarts: int, seed: int) -> None:
     print(f"postgres chaos seed {seed} (rerun with SNAPSTATE_CHAOS_SEED={seed})")
     rng = random.Random(seed)
-    data = pgserver.server_data()
-    with pgserver.fresh_database() as url, Provider() as provider:
+    with pgserver.private_server() as (url, data), Provider() as provider:
         (tmp / "wk").mkdir()
         env = dict(
             os.environ,
@@ -87,7 +86,8 @@ def chaos(tmp: Path, *, workers_n: int, jobs: int, kills: int, restarts: int, se
         budget = 120 + jobs * 2.5
 
         def pending(store: PostgresCatalog) -> list[str]:
-            return [j for j in names if store.get_job(j).status != "done"]
+            done = {j.job_id for j in store.list_jobs() if j.status == "done"}
+            return [j for j in names if j not in done]
 
         store = None
         try:
@@ -102,8 +102,10 @@ def chaos(tmp: Path, *, workers_n: int, jobs: int, kills: int, restarts: int, se
                 if not left:
                     break
                 assert time.monotonic() - started < budget, f"jobs left: {left}"
-                for job in left:
-                    if "approval" not in job or job in approved or rng.random() < 0.7:
+                # a few decisions per round, so kills keep coming while jobs wait
+                waiting = [j for j in left if "approval" in j and j not in approved]
+                for job in rng.sample(waiting, min(2, len(waiting))):
+                    if rng.random() < 0.5:
                         continue
                     try:
                         ids = [a.approval_id for a in store.approvals(job) if a.state == "pending"]
@@ -182,3 +184,51 @@ def test_postgres_chaos_full(tmp_path):
     """The issue's size: 4 workers, 200 jobs, kills, two server restarts."""
     seed = int(os.environ.get("SNAPSTATE_CHAOS_SEED") or random.randrange(2**32))
     chaos(tmp_path, workers_n=4, jobs=200, kills=40, restarts=2, seed=seed)
+
+
+def test_a_runner_cut_off_from_the_database_sends_nothing_more(tmp_path):
+    """The runner pauses right before recording its second order's dispatch; the
+    server stops meanwhile. Continued, the runner cannot record the dispatch, so it
+    sends nothing: it stops as the store's failure (exit 1, no traceback). With the
+    server back, a resume (once the dead runner's lease expired) places the second
+    and third orders; each order is delivered exactly once."""
+    with pgserver.private_server() as (url, data), Provider() as provider:
+        url += "?connect_timeout=2"  # a store failure is reported 2 s into the outage
+        env = {
+            "SNAPSTATE_KEY_FILE": str(tmp_path / "keys.json"),
+            "SNAPSTATE_HOME": "",
+            "SNAPSTATE_LEASE_TTL": "3",
+            "PROVIDER_URL": provider.url,
+            "PROVIDER_MODE": "keyed",
+            "ORDERS": "3",
+        }
+        full_env = dict(
+            os.environ, PYTHONUNBUFFERED="1", **env, SNAPSTATE_FAULT="effect-before-prepare:4:stop"
+        )
+        runner = subprocess.Popen(
+            [SNAPRUN, "--store", url, "run", "--job", "shop", str(AGENTS / "shop.py")],
+            cwd=tmp_path,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while True:  # paused at the fault point: state T in /proc
+            with open(f"/proc/{runner.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    break
+            assert time.monotonic() < deadline and runner.poll() is None
+            time.sleep(0.02)
+        assert sum(provider.deliveries.values()) == 1
+        pgserver.stop_server(data, "fast")
+        os.kill(runner.pid, signal.SIGCONT)
+        out, err = runner.communicate(timeout=120)
+        assert runner.returncode == 1, err
+        assert b"Traceback" not in err and b"the store failed" in err, err
+        assert sum(provider.deliveries.values()) == 1  # nothing more was sent
+        pgserver.restart_server(data)
+        time.sleep(3.5)  # the dead runner's lease expires
+        resumed = snaprun("--store", url, "resume", "shop", cwd=tmp_path, env=env)
+        assert resumed.returncode == 0, resumed.stderr
+        assert "all placed 3" in resumed.stdout
+        assert sorted(provider.deliveries.values()) == [1, 1, 1], provider.deliveries

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
 import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -130,6 +131,16 @@ _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metric
 # the program's, Python would print it raw on stderr. Snapstate says it in its own words
 # (a StoreFailure; the worker's "cannot read the store ... retrying").
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+
+
+def _url_timeout(url: str, default: float = 10.0) -> float:
+    """The URL's connect_timeout (seconds): also how long a statement waits for a
+    connection while the server is unreachable, before the store is reported failed."""
+    try:
+        value = float(psycopg.conninfo.conninfo_to_dict(url).get("connect_timeout") or default)
+    except (psycopg.ProgrammingError, TypeError, ValueError):
+        return default
+    return value if 1 <= value <= 3600 else default
 
 
 class TextSealer(Sealer):
@@ -241,12 +252,14 @@ class PostgresBase(SqlBase):
         writable: bool = True,
         upgrade: bool = True,
         pool_size: int = 4,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
     ):
         if not is_postgres_url(url):
             raise StoreError(f"{redact(url)} is not a postgresql:// URL")
         self.url = url
         self.path = self.directory = redact(url)
+        if connect_timeout is None:  # the URL's own connect_timeout, else 10 s
+            connect_timeout = _url_timeout(url)
         self.clock = clock
         self.sealer = sealer
         self._writable = writable
@@ -461,7 +474,7 @@ class PostgresBase(SqlBase):
     def _listener(self) -> psycopg.Connection[Any]:
         conn = self._listen
         if conn is None or conn.closed:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            conn = psycopg.connect(self.url, autocommit=True)
             conn.execute(f"LISTEN {CHANNEL}")
             self._listen = conn
         return conn
