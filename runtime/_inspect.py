@@ -124,7 +124,9 @@ def written_by(header: dict[str, Any]) -> str:
     release = versions.get("snapstate") if isinstance(versions, dict) else None
     return (
         f"written by snapstate {release or '?'} (snapshot format {header.get('format') or '?'}, "
-        f"catalog schema {header.get('schema') or '?'})"
+        f"catalog schema {header.get('schema') or '?'}"
+        + (f" of {header['catalog']}" if isinstance(header.get("catalog"), str) else "")
+        + ")"
     )
 
 

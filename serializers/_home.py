@@ -81,6 +81,8 @@ def open_store(location: str, **options: Any) -> Home:
 
 class Home:
     keeps_files = True  # snapshot files and pack files in a directory (not PostgreSQL's)
+    catalog_kind = "sqlite"  # which catalog schema `catalog_schema` numbers (headers)
+    catalog_schema = SCHEMA_VERSION
     catalog: Catalog
     keys: KeyRing
     identity: _identity.StoreIdentity | None  # None: no store.json (opened read-only)
@@ -364,7 +366,8 @@ class Home:
             seq=seq,
             epoch=epoch,
             format=MANIFEST_FORMAT,
-            schema=SCHEMA_VERSION,
+            schema=self.catalog_schema,
+            **({"catalog": self.catalog_kind} if self.catalog_kind != "sqlite" else {}),
         )
         if self.encrypt:
             header = _sealing.seal_header(header, self.keys)

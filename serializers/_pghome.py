@@ -36,6 +36,7 @@ from ._home import Home, _job_header
 from ._ids import validate_job_id
 from ._keys import ENV_KEY, KeyRing
 from ._location import redact
+from ._postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from ._postgres import PostgresCatalog
 from ._store import CHUNKED, SnapshotBody, SnapshotRow
 
@@ -50,6 +51,8 @@ class PostgresHome(Home):
     """A store whose catalog and bodies are in PostgreSQL (see the module doc)."""
 
     keeps_files = False
+    catalog_kind = "postgresql"
+    catalog_schema = PG_SCHEMA_VERSION
     catalog: PostgresCatalog
 
     def __init__(
