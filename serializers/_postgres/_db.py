@@ -30,6 +30,7 @@ import base64
 import contextlib
 import logging
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -131,6 +132,19 @@ _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metric
 # the program's, Python would print it raw on stderr. Snapstate says it in its own words
 # (a StoreFailure; the worker's "cannot read the store ... retrying").
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
+
+
+def _alive(conn: psycopg.Connection[Any]) -> None:
+    """The pool's check of a connection it hands out, without a round trip: an idle
+    connection's socket has nothing to read unless the server wrote to it unasked (it
+    ended the session: a restart, an administrator's command), or closed it. Such a
+    connection is replaced; one the check cannot see fails its statement, as a store
+    failure."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    readable, _, _ = select.select([conn.fileno()], [], [], 0)
+    if readable:
+        raise psycopg.OperationalError("the server ended the session")
 
 
 def _url_timeout(url: str, default: float = 10.0) -> float:
@@ -270,7 +284,7 @@ class PostgresBase(SqlBase):
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
-            check=ConnectionPool.check_connection,
+            check=_alive,
             timeout=connect_timeout,
             reconnect_timeout=max(connect_timeout, 60.0),
             open=False,
@@ -415,14 +429,23 @@ class PostgresBase(SqlBase):
 
     @contextlib.contextmanager
     def _tx(self, immediate: bool = True) -> Iterator[_Conn]:
+        # BEGIN, the writers' lock and the commit setting in one round trip.
+        begin = "BEGIN"
+        if immediate:
+            begin += f"; SELECT pg_advisory_xact_lock({_LOCK})"
+        if getattr(self._synced, "off", False):
+            begin += "; SET LOCAL synchronous_commit = off"
         with self._connection() as conn:
             try:
-                with conn.transaction():
-                    if immediate:
-                        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
-                    if getattr(self._synced, "off", False):
-                        conn.execute("SET LOCAL synchronous_commit = off")
+                conn.execute(begin)  # type: ignore[arg-type]  # our own constants
+                try:
                     yield _Conn(conn)
+                except BaseException:
+                    if not conn.broken:
+                        with contextlib.suppress(psycopg.Error):
+                            conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
             except psycopg.errors.DataError as exc:
                 raise StoreError(
                     f"PostgreSQL at {self.path} refused a value: {exc}".strip()
