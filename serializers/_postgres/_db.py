@@ -437,7 +437,7 @@ class PostgresBase(SqlBase):
             begin += "; SET LOCAL synchronous_commit = off"
         with self._connection() as conn:
             try:
-                conn.execute(begin)  # type: ignore[arg-type]  # our own constants
+                conn.execute(begin)  # our own constants
                 try:
                     yield _Conn(conn)
                 except BaseException:
