@@ -165,7 +165,8 @@ def private_server():
         yield url, data
     finally:
         stop_server(data, "immediate")
-        shutil.rmtree(directory, ignore_errors=True)
+        if not os.environ.get("SNAPSTATE_TEST_KEEP_PG"):  # kept to read its log
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextlib.contextmanager

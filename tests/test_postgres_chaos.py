@@ -96,12 +96,19 @@ def chaos(tmp: Path, *, workers_n: int, jobs: int, kills: int, restarts: int, se
                     store = store or PostgresCatalog(url, create=False)
                     left = pending(store)
                 except Exception:  # the server restarting: ask again
+                    if store is not None:
+                        store.close()
                     store = None
                     time.sleep(0.2)
                     continue
                 if not left:
                     break
-                assert time.monotonic() - started < budget, f"jobs left: {left}"
+                assert time.monotonic() - started < budget, (
+                    f"jobs left: {left}; server log: "
+                    + _read(Path(data).parent / "log")[-3000:]
+                    + " worker logs: "
+                    + " | ".join(_read(tmp / f"w{n}.err")[-1500:] for n in range(workers_n))
+                )
                 # a few decisions per round, so kills keep coming while jobs wait
                 waiting = [j for j in left if "approval" in j and j not in approved]
                 for job in rng.sample(waiting, min(2, len(waiting))):
@@ -232,3 +239,33 @@ def test_a_runner_cut_off_from_the_database_sends_nothing_more(tmp_path):
         assert resumed.returncode == 0, resumed.stderr
         assert "all placed 3" in resumed.stdout
         assert sorted(provider.deliveries.values()) == [1, 1, 1], provider.deliveries
+
+
+def test_after_a_server_restart_the_next_statements_succeed_at_once():
+    """Every pooled connection's session ends with a restart: the next statement gets a
+    new connection at once (the dead ones are drained without a round trip each), not a
+    store failure after the connect timeout, and again after a second restart."""
+    import threading
+
+    with pgserver.private_server() as (url, data):
+        catalog = PostgresCatalog(url)
+        try:
+            catalog.create_job("j", {"module": "m", "function": "main"}, [])
+
+            def use() -> None:
+                for _ in range(5):
+                    catalog.list_jobs()
+
+            for _ in range(2):
+                threads = [threading.Thread(target=use) for _ in range(4)]  # 4 connections
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                pgserver.restart_server(data)
+                started = time.monotonic()
+                assert [j.job_id for j in catalog.list_jobs()] == ["j"]
+                assert time.monotonic() - started < 2.0
+                assert catalog.wait_for_change(0.1) is False  # the listener reconnects
+        finally:
+            catalog.close()

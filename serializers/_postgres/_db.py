@@ -134,17 +134,15 @@ _TABLES = frozenset({"jobs", "snapshots", "leases", "events", "effects", "metric
 logging.getLogger("psycopg.pool").addHandler(logging.NullHandler())
 
 
-def _alive(conn: psycopg.Connection[Any]) -> None:
-    """The pool's check of a connection it hands out, without a round trip: an idle
-    connection's socket has nothing to read unless the server wrote to it unasked (it
-    ended the session: a restart, an administrator's command), or closed it. Such a
-    connection is replaced; one the check cannot see fails its statement, as a store
-    failure."""
+def _ended(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server ended an idle connection's session, seen without a round
+    trip: its socket has nothing to read unless the server wrote to it unasked (a
+    restart, an administrator's command) or closed it. A session ended in a way this
+    cannot see fails its statement, as a store failure."""
     if conn.closed or conn.broken:
-        raise psycopg.OperationalError("the connection is closed")
+        return True
     readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
-        raise psycopg.OperationalError("the server ended the session")
+    return bool(readable)
 
 
 def _url_timeout(url: str, default: float = 10.0) -> float:
@@ -279,12 +277,12 @@ class PostgresBase(SqlBase):
         self._writable = writable
         self._synced = threading.local()
         self._listen: psycopg.Connection[Any] | None = None
+        self._timeout = float(connect_timeout)
         self._pool = ConnectionPool(
             url,
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"autocommit": True, "connect_timeout": max(1, int(connect_timeout))},
-            check=_alive,
             timeout=connect_timeout,
             reconnect_timeout=max(connect_timeout, 60.0),
             open=False,
@@ -403,8 +401,11 @@ class PostgresBase(SqlBase):
     @contextlib.contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
         try:
-            with self._pool.connection() as conn:
+            conn = self._live_connection()
+            try:
                 yield conn
+            finally:
+                self._pool.putconn(conn)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise self._failure(exc) from exc
         except psycopg.errors.IntegrityError:
@@ -415,6 +416,18 @@ class PostgresBase(SqlBase):
                 "not the ones this snapstate made (damaged, or changed by hand); nothing was "
                 "changed. Restore the database from a backup"
             ) from None
+
+    def _live_connection(self) -> psycopg.Connection[Any]:
+        """A pooled connection whose session the server has not ended. One it ended (a
+        restart) is closed and given back, which the pool replaces: after a restart the
+        dead ones are drained at once, without a round trip each."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            conn = self._pool.getconn(timeout=max(0.001, deadline - time.monotonic()))
+            if not _ended(conn):
+                return conn
+            conn.close()
+            self._pool.putconn(conn)
 
     def _failure(self, exc: BaseException) -> SnapstateError:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
