@@ -6,7 +6,8 @@ Without either the PostgreSQL tests skip, saying why, unless SNAPSTATE_TEST_REQU
 (.ci/run sets it), which makes them fail.
 
 `fresh_database()` creates an empty database per test (dropped afterwards), so every
-test sees a store of its own.
+test sees a store of its own; `private_server()` starts a server of the test's own, for
+the tests that restart or stop it (SNAPSTATE_TEST_KEEP_PG=1 keeps its folder and log).
 """
 
 from __future__ import annotations
