@@ -117,10 +117,14 @@ OUTCOMES = {
 }
 
 
-def child_args(store: str, job_id: str, grace: float) -> list[str]:
-    """The arguments of a child's `snaprun resume --store STORE --grace G JOB`."""
+def child_args(store: str, job_id: str, grace: float) -> tuple[list[str], dict[str, str]]:
+    """The arguments of a child's `snaprun resume --store STORE --grace G JOB`, and the
+    environment it adds: a PostgreSQL store's URL (which may hold a password) goes as
+    SNAPSTATE_STORE, never on a command line that every user of the machine can list."""
     grace_args = ["--grace", f"{grace:g}"] if grace > 0 else []  # 0: stop at once
-    return ["resume", "--store", store, *grace_args, job_id]
+    if is_postgres_url(store):
+        return ["resume", *grace_args, job_id], {"SNAPSTATE_STORE": store}
+    return ["resume", "--store", store, *grace_args, job_id], {}
 
 
 # The fork server's sys.path as it started (this module is imported there by the
@@ -130,10 +134,12 @@ _START_PATH = tuple(p for p in sys.path if p and os.path.isabs(p))
 _SAFE_PATH, _SAFE_PATH_ADDED = "PYTHONSAFEPATH", "SNAPSTATE_WORKER_SAFE_PATH"
 
 
-def _run_child(argv: list[str]) -> None:
-    """A forked child: `snaprun ARGV` as `python -P -m snapstate.runtime._cli` runs it,
-    in a process group of its own (the worker forwards Ctrl-C and SIGTERM itself)."""
+def _run_child(argv: list[str], env: dict[str, str]) -> None:
+    """A forked child: `snaprun ARGV` as `python -P -m snapstate.runtime._cli` runs it
+    with `env` added, in a process group of its own (the worker forwards Ctrl-C and
+    SIGTERM itself)."""
     os.setpgid(0, 0)
+    os.environ.update(env)
     if os.environ.pop(_SAFE_PATH_ADDED, None):  # the fork server's, not the agent's
         os.environ.pop(_SAFE_PATH, None)
     sys.path[:] = _START_PATH
@@ -176,10 +182,10 @@ def _fork_server() -> multiprocessing.context.ForkServerContext | None:
 
 def start_child(store: str, job_id: str, grace: float) -> subprocess.Popen[bytes] | _Forked:
     """Start `snaprun resume` of a job: forked from the fork server, or exec'd."""
-    args = child_args(store, job_id, grace)
+    args, env = child_args(store, job_id, grace)
     context = _fork_server()
     if context is not None:
-        process = context.Process(target=_run_child, args=(args,), daemon=False)
+        process = context.Process(target=_run_child, args=(args, env), daemon=False)
         added = _SAFE_PATH not in os.environ
         if added:  # for the fork server, if this start (re)starts it: see the docstring
             os.environ.update({_SAFE_PATH: "1", _SAFE_PATH_ADDED: "1"})
@@ -192,6 +198,7 @@ def start_child(store: str, job_id: str, grace: float) -> subprocess.Popen[bytes
         return _Forked(process)
     return subprocess.Popen(
         [sys.executable, "-P", "-m", "snapstate.runtime._cli", *args],
+        env=dict(os.environ, **env) if env else None,
         stdin=subprocess.DEVNULL,
         process_group=0,  # the worker forwards Ctrl-C and SIGTERM itself
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 import pgserver
 import psycopg
 import pytest
-from helpers import AGENTS, SNAPRUN, clean_refusal, snaprun
+from helpers import AGENTS, SNAPRUN, child_pids, clean_refusal, cmdline_of, snaprun
 from providers import Provider
 
 from snapstate.serializers._postgres import SCHEMA_VERSION
@@ -93,9 +93,11 @@ def test_export_verify_inspect_fork_and_resume_a_file(pg, tmp_path):
     # the file comes back in as a job of its own: cut into chunks in the database
     again = snaprun("--store", url, "resume", out, "--as", "again", cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
-    assert (
-        again.stdout == run.stdout[run.stdout.index("  - pitfalls") :] or again.result == run.result
-    )
+    # the same result, and the same output as the uninterrupted run from snapshot 2 on
+    assert again.result == run.result, again.stderr
+    resumed_note, _, rest = again.stdout.partition("\n")  # the agent says it resumed
+    assert "resumed from snapshot 2" in resumed_note, again.stdout
+    assert rest and run.stdout.endswith(rest), (again.stdout, run.stdout)
     forked = snaprun("--store", url, "fork", "demo@1", "--as", "other", cwd=tmp_path, env=env)
     assert forked.returncode == 0, forked.stderr
     resumed = snaprun("--store", url, "resume", "other", cwd=tmp_path, env=env)
@@ -334,3 +336,59 @@ def test_a_decided_approval_wakes_an_idle_worker_at_once(pg, tmp_path):
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
+
+
+@pytest.mark.parametrize("start", ["fork", "exec"])
+def test_a_worker_never_puts_the_store_password_on_a_command_line(pg, tmp_path, start):
+    """The store URL may hold a password: a worker's children get it in their
+    environment, and no process's command line (which any user of the machine can
+    read in /proc) shows it."""
+    url, env = pg
+    secret = "s3cret-not-on-argv"
+    with_password = url.replace("postgres@", f"postgres:{secret}@", 1)  # trust: accepted
+    with Provider() as provider:
+        (tmp_path / "wk").mkdir()
+        env = dict(
+            env, PROVIDER_URL=provider.url, PROVIDER_MODE="keyed", WK_DIR=str(tmp_path / "wk")
+        )
+        gate = AGENTS / "wk_agent.py"
+        first = snaprun(
+            "--store", with_password, "run", "--job", "g", gate, "timer", "g", cwd=tmp_path, env=env
+        )
+        assert first.returncode == 3, first.stderr
+        wenv = dict(
+            os.environ,
+            **env,
+            SNAPSTATE_STORE=with_password,
+            SNAPSTATE_CLOCK_OFFSET="7200",
+            SNAPSTATE_WORKER_START=start,
+        )
+        wenv.pop("SNAPSTATE_FAULT", None)
+        with open(tmp_path / "w.err", "wb") as err:
+            worker = subprocess.Popen(
+                [SNAPRUN, "worker", "--poll", "0.2"],
+                cwd=tmp_path,
+                env=wenv,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        seen: set[str] = set()
+        runners: set[int] = set()
+        try:
+            deadline = time.monotonic() + 60
+            while "job g: done" not in (tmp_path / "w.err").read_text():
+                assert time.monotonic() < deadline, (tmp_path / "w.err").read_text()
+                for child in child_pids(worker.pid):
+                    seen.add(cmdline_of(child))
+                    if start == "exec" and "resume" in cmdline_of(child):
+                        runners.add(child)
+                    for runner in child_pids(child):  # forked from the fork server
+                        runners.add(runner)
+                        seen.add(cmdline_of(runner))
+                time.sleep(0.01)
+        finally:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=60)
+        assert runners, seen  # the job's runner was seen
+        assert not any(secret in line for line in seen), seen
+        assert secret not in (tmp_path / "w.err").read_text()

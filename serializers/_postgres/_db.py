@@ -42,6 +42,7 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ..._errors import SnapstateError, StoreDamaged, StoreError, StoreFailure
+from ..._version import __version__
 from .._location import is_postgres_url, redact
 from .._sealing import MAGIC, PLAIN, Sealer
 from .._sql._base import SqlBase
@@ -386,8 +387,6 @@ class PostgresBase(SqlBase):
                     f"the PostgreSQL store {self.path} has schema version {version}; this "
                     f"snapstate knows up to {SCHEMA_VERSION}"
                 )
-            from ..._version import __version__
-
             for step in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in _MIGRATIONS[step]:
                     conn.execute(statement)  # our own constants
@@ -510,7 +509,9 @@ class PostgresBase(SqlBase):
     def _listener(self) -> psycopg.Connection[Any]:
         conn = self._listen
         if conn is None or conn.closed:
-            conn = psycopg.connect(self.url, autocommit=True)
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=max(1, int(self._timeout))
+            )
             conn.execute(f"LISTEN {CHANNEL}")
             self._listen = conn
         return conn

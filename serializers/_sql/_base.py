@@ -67,7 +67,7 @@ class SqlBase:
     sealer: Sealer
     clock: Callable[[], float]
     integrity_error: type[Exception] | tuple[type[Exception], ...] = ()
-    insertion_order = "rowid"
+    insertion_order: str  # each backend's (SQLite: rowid; PostgreSQL: a serial column)
     _snapshot_extra = "digest, origin"
     _no_waits = False  # an older catalog opened read-only has no waits tables
     _no_chunks = False  # nor manifests and chunks

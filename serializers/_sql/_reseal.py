@@ -1,5 +1,6 @@
-"""Rewriting every sealed column of the SQLite catalog (`snaprun keys` turning
-encryption on or off): not part of the catalog contract, a SQLite catalog's own."""
+"""Rewriting every sealed column of a catalog (`snaprun init --encrypt` over a store
+that has rows): not part of the catalog contract; shared by the SQL backends, each
+sealing as its columns need (SqlBase._column_sealer)."""
 
 from __future__ import annotations
 

@@ -33,7 +33,9 @@ class SqlSigning(SqlBase):
         transaction; returns how many. A row that cannot be read (a sealed value that
         does not open, a malformed value) is left unsigned: it stays refused."""
         sealer = self.sealer
-        reader = Sealer(sealer.keys, sealer.enabled, tolerant=sealer.tolerant, signed=False)
+        reader = self._column_sealer(
+            Sealer(sealer.keys, sealer.enabled, tolerant=sealer.tolerant, signed=False)
+        )
         signed = 0
         with self._tx() as db:
             for r in db.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE mac IS NULL").fetchall():
