@@ -3,7 +3,7 @@ subprocesses: jobs run in this process, in the calling thread, on a real store (
 SQLite, real snapshot files), and waits end through the clock seam (runtime/_clock.py
 set_clock(FakeClock)) rather than real sleeping. Also a small real HTTP app on
 127.0.0.1 (the standard library's http.server, in a thread) whose endpoint resumes a job,
-as the README's embedding example does."""
+as docs/api.md's embedding example does."""
 
 from __future__ import annotations
 
@@ -303,7 +303,7 @@ def test_runs_from_several_threads_are_serialized(agent):
 
 # ------------------------------------------------------------------------ HTTP app
 def _app(store: snapstate.Store) -> ThreadingHTTPServer:
-    """The README's embedding example on the standard library: POST /jobs/JOB/resume
+    """docs/api.md's embedding example on the standard library: POST /jobs/JOB/resume
     resumes the job in the server's thread; GET /jobs/JOB shows it."""
 
     class Handler(BaseHTTPRequestHandler):

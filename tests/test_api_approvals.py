@@ -1,6 +1,6 @@
 """The Python API's approvals (runtime/_api.py over runtime/_approvals.py), in process:
 store.approvals() lists what a job waits for, store.approve()/reject() record who decided,
-store.resume() continues the job where request_approval() hibernated it; and the README's
+store.resume() continues the job where request_approval() hibernated it; and docs/api.md's
 approval endpoint on a real HTTP server (http.server on 127.0.0.1)."""
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def store(tmp_path, monkeypatch):
 
 
 def _app(store: snapstate.Store) -> ThreadingHTTPServer:
-    """The README's endpoint: POST /jobs/JOB/approvals/ID?user=NAME approves and resumes."""
+    """docs/api.md's endpoint: POST /jobs/JOB/approvals/ID?user=NAME approves and resumes."""
 
     class Handler(BaseHTTPRequestHandler):
         def _reply(self, code: int, body: dict) -> None:

@@ -143,7 +143,7 @@ def _missing(distributions: tuple[str, ...]) -> str | None:
 if all(_missing(distributions) for distributions, _ in MATRIX.values()):
     pytest.skip(
         "no agent framework is installed: the matrix runs in an environment of its own "
-        '(pip install -e ".[test,frameworks]"; see the README, "Tests")',
+        '(pip install -e ".[test,frameworks]"; see docs/testing.md, "The framework matrix")',
         allow_module_level=True,
     )
 

@@ -3,7 +3,7 @@
 Every test here reproduces a finding against the merged code: a secret written into a
 snapshot in clear, a restore that crashes, or a client / response / adapter that comes
 back configured differently without an error. Each failed on the code before its fix;
-the one still marked xfail(strict=True) is a documented limitation (README).
+the one still marked xfail(strict=True) is a documented limitation (docs/resources.md).
 """
 
 from __future__ import annotations
@@ -506,7 +506,7 @@ def test_csv_writer_on_a_file_that_is_redirected_stdout_keeps_its_file(tmp_path)
 
 @pytest.mark.xfail(
     strict=True,
-    reason="known limitation (README, numpy paragraph): a view's "
+    reason="known limitation (docs/resources.md, numpy): a view's "
     "root is saved whole, as memory holds it; whether anything else refers "
     "to the root is unknown until the one-pass pickle ends",
 )
