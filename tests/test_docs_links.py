@@ -1,6 +1,7 @@
-"""The README and the pages of docs/ hold together: every relative link resolves to a
-file of the repository, every anchor to a heading of the page it names, and every
-`snaprun COMMAND` they show (in code) is a command `snaprun` has."""
+"""The README, the pages of docs/, ARCHITECTURE.md and CONTRIBUTING.md hold together:
+every relative link resolves to a file of the repository, every anchor to a heading of
+the page it names, and every `snaprun COMMAND` they show (in code) is a command
+`snaprun` has."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import pytest
 from snapstate.runtime._cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "ARCHITECTURE.md",
+    ROOT / "CONTRIBUTING.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 
 # Pages and commands that other branches of issue 22 add (the README links them): each
 # is checked like any other once it exists; until its branch is merged it may be absent.
