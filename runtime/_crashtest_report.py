@@ -173,10 +173,8 @@ def _first_difference(expected: bytes, got: bytes) -> str:
             continue
         line = i1 + 1
         if tag == "insert":
-            twice = " (printed twice: once before the kill, once by the resume)" if (
-                have[j1] in want[:i1]
-            ) else ""
-            return f"an extra line {line}: {short(have[j1])}{twice}"
+            again = " (a line written again after the kill)" if have[j1] in want else ""
+            return f"an extra line {line}: {short(have[j1])}{again}"
         if tag == "delete":
             return f"line {line} is missing: {short(want[i1])}"
         return f"line {line} is {short(have[j1])}, the uninterrupted run's is {short(want[i1])}"

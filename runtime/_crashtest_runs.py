@@ -229,7 +229,13 @@ def _ledger(store: Path, key: str) -> list[EffectRow]:
         home.close()
 
 
-def _count_sends(seq: Sequence, rows: list[EffectRow]) -> None:
+def _shown(row: EffectRow, work: Path) -> str:
+    """An effect as a problem line names it: its call site relative to the copy."""
+    site = row.call_site.replace(str(work) + os.sep, "")
+    return f"{row.name}({row.args_repr}) at {site}"
+
+
+def _count_sends(seq: Sequence, rows: list[EffectRow], work: Path) -> None:
     """Requests sent per effect (name, arguments): `effect-before-send` reached, less a
     kill right there (nothing went out)."""
     by_point = {point_of(r): r for r in rows if r.kind != EffectKind.VALUE}
@@ -242,7 +248,7 @@ def _count_sends(seq: Sequence, rows: list[EffectRow]) -> None:
                 run.fault == t.point
             )
             ident = (row.name, row.args_digest)
-            seq.shown[ident] = f"{row.name}({row.args_repr}) at {row.call_site}"
+            seq.shown[ident] = _shown(row, work)
             if row.kind == EffectKind.READ:
                 seq.reads.add(ident)
             if "same idempotency key" in row.note:
@@ -270,17 +276,21 @@ def _went_out(seq: Sequence, point: str) -> bool | None:
 
 
 def _reconcile(
-    seq: Sequence, store: Path, key: str, baseline: list[EffectRow] | None, allow_parks: bool
+    seq: Sequence,
+    dirs: SequenceDirs,
+    key: str,
+    baseline: list[EffectRow] | None,
+    allow_parks: bool,
 ) -> bool:
     """Reconcile every ambiguous effect with the truth; False when one cannot be."""
-    home = _open(store, key)
+    home, work = _open(dirs.store, key), dirs.work
     try:
         for row in home.catalog.effects(JOB):
             if row.state != EffectState.AMBIGUOUS:
                 continue
             point = point_of(row)
             sent = _went_out(seq, point)
-            shown = f"{row.name}({row.args_repr}) at {row.call_site}"
+            shown = _shown(row, work)
             if sent is None:
                 seq.problems.append(
                     Problem(
@@ -429,7 +439,7 @@ def run_sequence(
                 offset = _continue_wait(seq, dirs.store, key, settings.approvals, offset)
                 continue
             if code == 4:
-                if not _reconcile(seq, dirs.store, key, baseline_rows, allow_parks):
+                if not _reconcile(seq, dirs, key, baseline_rows, allow_parks):
                     break
                 continue
             if code in (2, 5):
@@ -448,7 +458,7 @@ def run_sequence(
             )
         seq.files = _files(dirs.work, dirs)
         rows = _ledger(dirs.store, key) if (dirs.store / "catalog.db").exists() else []
-        _count_sends(seq, rows)
+        _count_sends(seq, rows, dirs.work)
     finally:
         if setup is not None:
             setup.stop()
