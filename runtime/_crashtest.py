@@ -20,8 +20,9 @@ was never killed (docs/crashtest.md).
    parks with the truth), and compared with the baseline (runtime/_crashtest_report.py
    has the rules: stdout, result, files, effects sent twice, parks, refusals).
 
---max-kills N tries N of the kill points, spread evenly over the run; --budget SECONDS
-starts no trial once the budget is spent (the report names those not tried)."""
+--max-kills N tries N of the kill points, spread evenly over the run; --point NAME:SEQ
+tries only the points named; --budget SECONDS starts no trial once the budget is spent
+(the report names the points not tried, and why)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,7 @@ def crashtest(
     *,
     setup: str | None = None,
     max_kills: int | None = None,
+    points: Seq[str] | None = None,
     budget: float | None = None,
     timeout: float = 120.0,
     jobs: int = 2,
@@ -109,8 +111,9 @@ def crashtest(
     progress: Callable[[str], None] | None = None,
 ) -> CrashReport:
     """Crash-test the agent file `agent` run with `args` (its sys.argv[1:]): see the
-    module's docstring. Returns the report; raises SnapstateError for input it cannot
-    use (no such file, a --setup command that never gets ready)."""
+    module's docstring. `points` (e.g. ["effect-after-send:2"]) tries only those kill
+    points. Returns the report; raises SnapstateError for input it cannot use (no such
+    file, a --setup command that never gets ready)."""
     say = progress or (lambda _: None)
     path = Path(agent).resolve()
     if path.suffix != ".py" or not path.is_file():
@@ -136,7 +139,9 @@ def crashtest(
             approvals=approvals,
             say=say,
         )
-        report = _crashtest(settings, max_kills, budget, max(1, jobs), allow_parks, str(agent))
+        report = _crashtest(
+            settings, max_kills, points, budget, max(1, jobs), allow_parks, str(agent)
+        )
     except BaseException:
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -152,6 +157,7 @@ def crashtest(
 def _crashtest(
     settings: Settings,
     max_kills: int | None,
+    only: Seq[str] | None,
     budget: float | None,
     jobs: int,
     allow_parks: bool,
@@ -194,10 +200,14 @@ def _crashtest(
         say("the uninterrupted run did not end: no kill is tried")
         return CrashReport(agent, list(settings.args), summary, trials, problems, not_tried)
     points = [p for p in base.points() if p.split(":", 1)[0] in KILL_WINDOWS]
-    chosen = select(points, max_kills)
+    for p in only or ():
+        if p not in points:
+            not_tried[p] = "not reached by the uninterrupted run"
+            say(f"{p}: the uninterrupted run did not reach this kill point")
+    chosen = select([p for p in points if only is None or p in only], max_kills)
     for p in points:
         if p not in chosen:
-            not_tried[p] = "--max-kills"
+            not_tried[p] = "--max-kills" if only is None or p in only else "--point"
     say(f"{len(points)} kill point(s); trying {len(chosen)}")
     found_by: dict[str, list[Problem]] = {}
     lock = threading.Lock()

@@ -40,6 +40,14 @@ Exit codes:
     "runs only).",
 )
 @click.option(
+    "--point",
+    "points",
+    multiple=True,
+    metavar="NAME:SEQ",
+    help="Try only this kill point (repeatable), e.g. effect-after-send:2; the "
+    "uninterrupted run lists them (--json: baseline.points).",
+)
+@click.option(
     "--budget",
     type=click.FloatRange(min=0, min_open=True, max=30 * 86400),
     default=None,
@@ -88,6 +96,7 @@ Exit codes:
 def crashtest(
     setup: str | None,
     max_kills: int | None,
+    points: tuple[str, ...],
     budget: float | None,
     timeout: float,
     jobs: int,
@@ -112,6 +121,7 @@ def crashtest(
         args,
         setup=setup,
         max_kills=max_kills,
+        points=points or None,
         budget=budget,
         timeout=timeout,
         jobs=jobs,
