@@ -33,11 +33,20 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence as Seq
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from pathlib import Path
 
 from .._errors import SnapstateError
-from ._crashtest_report import CrashReport, Problem, Sequence, TrialSummary, compare, unstable_aspects
+from ..serializers._store import EffectRow
+from ._crashtest_report import (
+    CrashReport,
+    Problem,
+    Sequence,
+    TrialSummary,
+    compare,
+    unstable_aspects,
+)
 from ._crashtest_runs import CONTROLLED, Settings, copy_sources, run_sequence
 
 __all__ = ["crashtest", "KILL_WINDOWS", "select"]
@@ -165,16 +174,16 @@ def _crashtest(
 ) -> CrashReport:
     say, started = settings.say, time.monotonic()
     say("running the agent uninterrupted (twice, to tell apart what changes between runs)")
-    results: dict[str, tuple[Sequence, list]] = {}
+    results: dict[str, tuple[Sequence, list[EffectRow]]] = {}
     errors: list[BaseException] = []
 
-    def one(name: str, fault: str | None, **options: object) -> None:
+    def one(name: str) -> None:
         try:
-            results[name] = run_sequence(settings, name, fault, **options)  # type: ignore[arg-type]
+            results[name] = run_sequence(settings, name, None)
         except BaseException as exc:  # a --setup that fails: raised in the caller
             errors.append(exc)
 
-    pair = [threading.Thread(target=one, args=(n, None)) for n in ("baseline", "baseline-2")]
+    pair = [threading.Thread(target=one, args=(n,)) for n in ("baseline", "baseline-2")]
     for t in pair if jobs > 1 else []:
         t.start()
     for t in pair:
@@ -186,7 +195,9 @@ def _crashtest(
         raise errors[0]
     (base, rows), (second, _) = results["baseline"], results["baseline-2"]
     problems = list(base.problems)
-    problems += [Problem(p.kind, "baseline", p.message) for p in second.problems if not base.problems]
+    problems += [
+        Problem(p.kind, "baseline", p.message) for p in second.problems if not base.problems
+    ]
     unstable, found = unstable_aspects(base, second)
     problems += found
     summary = _baseline_summary(base)
@@ -234,7 +245,10 @@ def _crashtest(
                 found_by[point] = mine
                 trials.append(
                     TrialSummary(
-                        point, [r.summary() for r in seq.runs], len(mine), round(seq.seconds, 3),
+                        point,
+                        [r.summary() for r in seq.runs],
+                        len(mine),
+                        round(seq.seconds, 3),
                         seq.notes,
                     )
                 )

@@ -168,7 +168,9 @@ class Sequence:
 def _first_difference(expected: bytes, got: bytes) -> str:
     want = expected.decode(errors="replace").splitlines()
     have = got.decode(errors="replace").splitlines()
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, want, have, autojunk=False).get_opcodes():
+    for tag, i1, _i2, j1, _j2 in difflib.SequenceMatcher(
+        None, want, have, autojunk=False
+    ).get_opcodes():
         if tag == "equal":
             continue
         line = i1 + 1
@@ -189,13 +191,13 @@ def _file_differences(expected: dict[str, bytes], got: dict[str, bytes]) -> list
         elif path not in expected:
             out.append(f"file {short(path)} was left behind (the uninterrupted run left none)")
         elif expected[path] != got[path]:
-            out.append(f"file {short(path)} differs: {_first_difference(expected[path], got[path])}")
+            out.append(
+                f"file {short(path)} differs: {_first_difference(expected[path], got[path])}"
+            )
     return out
 
 
-def compare(
-    baseline: Sequence, trial: Sequence, unstable: set[str]
-) -> list[Problem]:
+def compare(baseline: Sequence, trial: Sequence, unstable: set[str]) -> list[Problem]:
     """The problems of a trial against the baseline; aspects in `unstable` ("stdout",
     "result", "files": the two baselines disagreed on them) are not compared."""
     point, found = trial.name, []

@@ -49,8 +49,19 @@ __all__ = ["JOB", "Settings", "Setup", "run_sequence", "point_of", "CONTROLLED"]
 JOB = "crashtest"
 MAX_ROUNDS = 40  # runs of one sequence before it counts as stuck
 SKIPPED_DIRS = frozenset(
-    {".snapstate", "__pycache__", ".git", ".hg", ".venv", "venv", "node_modules", ".tox",
-     ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+    {
+        ".snapstate",
+        "__pycache__",
+        ".git",
+        ".hg",
+        ".venv",
+        "venv",
+        "node_modules",
+        ".tox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+    }
 )
 # The variables crashtest sets itself for every run (the user's values are not used).
 CONTROLLED = (
@@ -155,8 +166,13 @@ class Setup:
 
 # ------------------------------------------------------------------------ one process
 def _run_once(
-    settings: Settings, command: list[str], cwd: Path, env: dict[str, str], fault: str | None,
-    trace: Path, out: Path,
+    settings: Settings,
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    fault: str | None,
+    trace: Path,
+    out: Path,
 ) -> RunRecord:
     argv = [settings.python, "-m", "snapstate.runtime._cli", *command]
     env = dict(env, **{TRACE_VARIABLE: str(trace)})
@@ -166,8 +182,13 @@ def _run_once(
     timed_out = False
     with open(out, "wb") as stdout:
         proc = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-            stderr=subprocess.PIPE, start_new_session=True,
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
         )
         try:
             _, err = proc.communicate(timeout=settings.timeout)
@@ -244,8 +265,10 @@ def _count_sends(seq: Sequence, rows: list[EffectRow], work: Path) -> None:
             row = by_point.get(t.seq)
             if t.name != "effect-before-send" or row is None:
                 continue
-            killed_here = i == len(run.trace) - 1 and run.exit_code == -signal.SIGKILL and (
-                run.fault == t.point
+            killed_here = (
+                i == len(run.trace) - 1
+                and run.exit_code == -signal.SIGKILL
+                and (run.fault == t.point)
             )
             ident = (row.name, row.args_digest)
             seq.shown[ident] = _shown(row, work)
@@ -294,7 +317,8 @@ def _reconcile(
             if sent is None:
                 seq.problems.append(
                     Problem(
-                        "parked", seq.name,
+                        "parked",
+                        seq.name,
                         f"{shown} parked the job and the trace does not say whether its "
                         "request went out: crashtest cannot reconcile it; the trial stops",
                     )
@@ -303,8 +327,10 @@ def _reconcile(
             result: bytes | None = None
             if sent:
                 match = [
-                    r for r in baseline or []
-                    if point_of(r) == point and r.args_digest == row.args_digest
+                    r
+                    for r in baseline or []
+                    if point_of(r) == point
+                    and r.args_digest == row.args_digest
                     and r.state == EffectState.CONFIRMED
                 ]
                 result = match[0].result if match else None
@@ -314,7 +340,8 @@ def _reconcile(
             if not allow_parks:
                 seq.problems.append(
                     Problem(
-                        "parked", seq.name,
+                        "parked",
+                        seq.name,
                         f"{shown} parked the job: its outcome was unknown after the kill "
                         "(no idempotency key, no lookup), so in production someone must run "
                         f"`snaprun reconcile`; crashtest reconciled it as {truth} (the "
@@ -323,7 +350,8 @@ def _reconcile(
                     )
                 )
             home.catalog.reconcile_effect(
-                JOB, row.ordinal,
+                JOB,
+                row.ordinal,
                 state=EffectState.CONFIRMED if sent else EffectState.NOT_COMMITTED,
                 result=result,
                 note=f"reconciled: {truth} by crashtest",
@@ -334,9 +362,7 @@ def _reconcile(
     return True
 
 
-def _continue_wait(
-    seq: Sequence, store: Path, key: str, approvals: str, offset: float
-) -> float:
+def _continue_wait(seq: Sequence, store: Path, key: str, approvals: str, offset: float) -> float:
     """Decide a waiting job's approval; the clock offset past its due time."""
     home = _open(store, key)
     try:
@@ -409,15 +435,27 @@ def run_sequence(
     try:
         env = dict(setup.env if setup else {}, **settings.env)
         offset = 0.0
-        command = ["run", "--store", str(dirs.store), "--job", JOB, str(settings.agent),
-                   *settings.args]
+        command = [
+            "run",
+            "--store",
+            str(dirs.store),
+            "--job",
+            JOB,
+            str(settings.agent),
+            *settings.args,
+        ]
         pending_fault = fault
         for round_ in range(MAX_ROUNDS):
             if offset:
                 env[OFFSET_VARIABLE] = f"{offset:.3f}"
             run = _run_once(
-                settings, command, dirs.work, env, pending_fault,
-                dirs.root / f"trace-{round_}", dirs.root / f"stdout-{round_}",
+                settings,
+                command,
+                dirs.work,
+                env,
+                pending_fault,
+                dirs.root / f"trace-{round_}",
+                dirs.root / f"stdout-{round_}",
             )
             run.stdout = _normalize(run.stdout, dirs)
             run.stderr = _normalize(run.stderr.encode(), dirs).decode()
@@ -425,15 +463,30 @@ def run_sequence(
             command = ["resume", "--store", str(dirs.store), JOB]
             code = run.exit_code
             if run.timed_out:
-                seq.problems.append(Problem("stuck", name, f"a run took over {settings.timeout:g}s (--timeout); it was killed"))
+                seq.problems.append(
+                    Problem(
+                        "stuck",
+                        name,
+                        f"a run took over {settings.timeout:g}s (--timeout); it was killed",
+                    )
+                )
                 break
-            if pending_fault and code == -signal.SIGKILL and run.trace and (
-                run.trace[-1].point == pending_fault
+            if (
+                pending_fault
+                and code == -signal.SIGKILL
+                and run.trace
+                and (run.trace[-1].point == pending_fault)
             ):
                 pending_fault = None  # killed where asked: the resumes run without it
                 continue
             if code < 0:
-                seq.problems.append(Problem("stuck", name, f"a {run.command} died of signal {-code} ({short(run.stderr[-300:])})"))
+                seq.problems.append(
+                    Problem(
+                        "stuck",
+                        name,
+                        f"a {run.command} died of signal {-code} ({short(run.stderr[-300:])})",
+                    )
+                )
                 break
             if code == 3:
                 offset = _continue_wait(seq, dirs.store, key, settings.approvals, offset)
@@ -445,16 +498,24 @@ def run_sequence(
             if code in (2, 5):
                 what = "was refused" if code == 2 else "met a conflict"
                 seq.problems.append(
-                    Problem("refusal", name, f"`snaprun {run.command}` {what} (exit {code}): {short(run.error_line(), 300)}")
+                    Problem(
+                        "refusal",
+                        name,
+                        f"`snaprun {run.command}` {what} (exit {code}): {short(run.error_line(), 300)}",
+                    )
                 )
             break
         else:
             seq.problems.append(Problem("stuck", name, f"the job did not end in {MAX_ROUNDS} runs"))
         if pending_fault and fault is not None:
             seq.problems.append(
-                Problem("unreached", name, "the trial's runs never reached this fault point, "
-                        "which the uninterrupted run reached: the agent does not take the same "
-                        "path twice (see the nondeterministic problems, if any)")
+                Problem(
+                    "unreached",
+                    name,
+                    "the trial's runs never reached this fault point, "
+                    "which the uninterrupted run reached: the agent does not take the same "
+                    "path twice (see the nondeterministic problems, if any)",
+                )
             )
         seq.files = _files(dirs.work, dirs)
         rows = _ledger(dirs.store, key) if (dirs.store / "catalog.db").exists() else []

@@ -36,8 +36,7 @@ Exit codes:
     type=click.IntRange(min=0),
     default=None,
     metavar="N",
-    help="Try at most N kill points, spread evenly over the run (0: the uninterrupted "
-    "runs only).",
+    help="Try at most N kill points, spread evenly over the run (0: the uninterrupted runs only).",
 )
 @click.option(
     "--point",
