@@ -34,7 +34,9 @@ AGENTS = Path(__file__).parent / "crash_agents"
 PROVIDER = AGENTS / "counting_provider.py"
 
 
-def crashtest(*args: str, counts: Path | None = None, cwd: Path = AGENTS) -> subprocess.CompletedProcess:
+def crashtest(
+    *args: str, counts: Path | None = None, cwd: Path = AGENTS
+) -> subprocess.CompletedProcess:
     """`snaprun crashtest ARGS...`, with the counting provider as --setup when `counts`
     names the file its per-run counts go to."""
     setup = ["--setup", f"{sys.executable} {PROVIDER} {counts}"] if counts else []
@@ -181,14 +183,27 @@ def test_a_refused_resume_is_reported_and_the_json_report_has_its_shape():
     assert run.returncode == 1, run.stderr
     report = json.loads(run.stdout)
     assert set(report) == {
-        "agent", "args", "ok", "baseline", "kills", "trials", "problems", "not_tried", "scratch"
+        "agent",
+        "args",
+        "ok",
+        "baseline",
+        "kills",
+        "trials",
+        "problems",
+        "not_tried",
+        "scratch",
     }
     assert report["ok"] is False and report["kills"] == 1 and report["scratch"] is None
     assert report["baseline"]["points"] == [
-        "before-commit:1", "after-snapshot:1", "before-commit:2", "after-snapshot:2"
+        "before-commit:1",
+        "after-snapshot:1",
+        "before-commit:2",
+        "after-snapshot:2",
     ]
     assert report["not_tried"] == {
-        "before-commit:1": "--point", "after-snapshot:1": "--point", "before-commit:2": "--point"
+        "before-commit:1": "--point",
+        "after-snapshot:1": "--point",
+        "before-commit:2": "--point",
     }
     (trial,) = report["trials"]
     assert [r["command"] for r in trial["runs"]] == ["run", "resume"]
@@ -211,8 +226,9 @@ def test_usage_errors_exit_2():
     assert run.returncode == 2 and "no agent file at missing_agent.py" in run.stderr
     run = crashtest("--setup", "echo starting; exit 3", "shop_agent.py")
     assert run.returncode == 2, run.stderr
-    assert "the --setup command 'echo starting; exit 3' exited with 3 before it printed `ready`" in (
-        run.stderr
+    assert (
+        "the --setup command 'echo starting; exit 3' exited with 3 before it printed `ready`"
+        in (run.stderr)
     )
     assert "Traceback" not in run.stderr and run.stdout == ""
 
@@ -243,8 +259,19 @@ def test_the_pytest_plugin_crashtests_an_agent_that_waits(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "snapstate.testing.pytest_plugin", "-q",
-         "-p", "no:cacheprovider", "-n", "0", str(test)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "snapstate.testing.pytest_plugin",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "0",
+            str(test),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
