@@ -85,6 +85,21 @@ def _environment() -> dict[str, str]:
     return env
 
 
+def _start_and_join(settings: Settings, threads: list[threading.Thread]) -> None:
+    """Run the threads; on Ctrl-C, kill every run in progress, start none, and let the
+    KeyboardInterrupt go on once the threads have stopped (their --setup stopped)."""
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        settings.kill_live()
+        for t in threads:
+            t.join()
+        raise
+
+
 def _baseline_summary(seq: Sequence) -> dict[str, object]:
     points = seq.points()
     return {
@@ -183,13 +198,13 @@ def _crashtest(
         except BaseException as exc:  # a --setup that fails: raised in the caller
             errors.append(exc)
 
-    pair = [threading.Thread(target=one, args=(n,)) for n in ("baseline", "baseline-2")]
-    for t in pair if jobs > 1 else []:
-        t.start()
-    for t in pair:
-        if jobs > 1:
-            t.join()
-        else:
+    pair = [
+        threading.Thread(target=one, args=(n,), daemon=True) for n in ("baseline", "baseline-2")
+    ]
+    if jobs > 1:
+        _start_and_join(settings, pair)
+    else:
+        for t in pair:
             t.run()
     if errors:
         raise errors[0]
@@ -240,6 +255,8 @@ def _crashtest(
             except BaseException as exc:
                 errors.append(exc)
                 return
+            if settings.stop.is_set():  # Ctrl-C killed its runs: nothing to report
+                return
             mine = seq.problems + compare(base, seq, unstable)
             with lock:
                 found_by[point] = mine
@@ -255,11 +272,10 @@ def _crashtest(
                 state = "ok" if not mine else f"{len(mine)} problem(s)"
                 say(f"[{index + 1}/{len(chosen)}] {point}: {state}")
 
-    threads = [threading.Thread(target=worker) for _ in range(min(jobs, max(1, len(chosen))))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    threads = [
+        threading.Thread(target=worker, daemon=True) for _ in range(min(jobs, max(1, len(chosen))))
+    ]
+    _start_and_join(settings, threads)
     if errors:
         raise errors[0]
     order = {p: i for i, p in enumerate(points)}

@@ -23,6 +23,7 @@ unpickled here."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import re
@@ -74,6 +75,7 @@ CONTROLLED = (
     OFFSET_VARIABLE,
     "SNAPSTATE_HIBERNATE_AFTER",
 )
+_KEEP_BYTES = 1 << 20  # files larger than this are compared by their digest
 _NAME_VALUE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)")
 _TASK_LABEL = re.compile(r"\(task (\S+#\d+)\)$")
 
@@ -93,6 +95,17 @@ class Settings:
     timeout: float
     approvals: str  # "approve" or "reject"
     say: Callable[[str], None]
+    stop: threading.Event = field(default_factory=threading.Event)  # Ctrl-C: no new run
+    live: set[subprocess.Popen[bytes]] = field(default_factory=set)  # killed on stop
+
+    def kill_live(self) -> None:
+        """Stop now (Ctrl-C): SIGKILL every run's process group."""
+        self.stop.set()
+        for proc in list(self.live):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 # ------------------------------------------------------------------------ --setup
@@ -188,14 +201,17 @@ def _run_once(
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=subprocess.PIPE,
-            start_new_session=True,
+            start_new_session=True,  # Ctrl-C reaches crashtest, which stops the runs
         )
+        settings.live.add(proc)
         try:
             _, err = proc.communicate(timeout=settings.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
             _, err = proc.communicate()
+        finally:
+            settings.live.discard(proc)
     points = []
     if trace.exists():
         for line in trace.read_text().splitlines():
@@ -402,7 +418,13 @@ def _files(work: Path, dirs: SequenceDirs) -> dict[str, bytes]:
         subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
         for name in names:
             path = Path(folder) / name
-            found[str(path.relative_to(work))] = _normalize(path.read_bytes(), dirs)
+            try:
+                data = _normalize(path.read_bytes(), dirs)
+            except OSError as exc:  # a dangling link, a FIFO...
+                data = f"<unreadable: {exc.strerror}>".encode()
+            if len(data) > _KEEP_BYTES:  # compared by digest, not kept
+                data = b"<sha256 " + hashlib.sha256(data).hexdigest().encode() + b">"
+            found[str(path.relative_to(work))] = data
     return found
 
 
@@ -446,6 +468,8 @@ def run_sequence(
         ]
         pending_fault = fault
         for round_ in range(MAX_ROUNDS):
+            if settings.stop.is_set():
+                raise KeyboardInterrupt
             if offset:
                 env[OFFSET_VARIABLE] = f"{offset:.3f}"
             run = _run_once(

@@ -115,22 +115,26 @@ def crashtest(
 
     Every run uses a scratch copy of AGENT's folder and a scratch store: nothing of
     yours is touched. ARGS become the agent's sys.argv[1:]. Progress goes to stderr."""
-    report = run_crashtest(
-        agent,
-        args,
-        setup=setup,
-        max_kills=max_kills,
-        points=points or None,
-        budget=budget,
-        timeout=timeout,
-        jobs=jobs,
-        approvals=approvals,
-        allow_parks=allow_parks,
-        python=python,
-        keep=keep,
-        workdir=workdir,
-        progress=lambda text: say(f"crashtest: {text}"),
-    )
+    try:
+        report = run_crashtest(
+            agent,
+            args,
+            setup=setup,
+            max_kills=max_kills,
+            points=points or None,
+            budget=budget,
+            timeout=timeout,
+            jobs=jobs,
+            approvals=approvals,
+            allow_parks=allow_parks,
+            python=python,
+            keep=keep,
+            workdir=workdir,
+            progress=lambda text: say(f"crashtest: {text}"),
+        )
+    except KeyboardInterrupt:
+        say("crashtest: interrupted; the runs in progress were killed")
+        sys.exit(130)
     if as_json:
         click.echo(report.dumps())
     else:
