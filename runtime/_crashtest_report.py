@@ -67,6 +67,7 @@ class Problem:
     message: str
 
     def line(self) -> str:
+        """The line `snaprun crashtest` prints: `POINT: KIND: MESSAGE`."""
         return f"{self.point}: {self.kind}: {self.message}"
 
 
@@ -287,6 +288,9 @@ def unstable_aspects(first: Sequence, second: Sequence) -> tuple[set[str], list[
 
 @dataclass(frozen=True)
 class TrialSummary:
+    """One trial: its kill point, its runs (command, fault, exit code, seconds, how it
+    ended), how many problems it found, and how it was continued (notes)."""
+
     point: str
     runs: list[dict[str, Any]]
     problems: int
@@ -309,9 +313,11 @@ class CrashReport:
 
     @property
     def ok(self) -> bool:
+        """True when no problem was found."""
         return not self.problems
 
     def lines(self) -> list[str]:
+        """One line per problem, as `snaprun crashtest` prints them."""
         return [p.line() for p in self.problems]
 
     def assert_ok(self) -> None:
@@ -323,6 +329,7 @@ class CrashReport:
             )
 
     def to_json(self) -> dict[str, Any]:
+        """The `--json` document (docs/crashtest.md)."""
         return {
             "agent": self.agent,
             "args": self.args,
@@ -336,4 +343,5 @@ class CrashReport:
         }
 
     def dumps(self) -> str:
+        """to_json() as indented JSON text."""
         return json.dumps(self.to_json(), indent=2)
