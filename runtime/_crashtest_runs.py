@@ -455,7 +455,12 @@ def run_sequence(
         else None
     )
     try:
-        env = dict(setup.env if setup else {}, **settings.env)
+        # The setup's variables win over the inherited ones, never over crashtest's own.
+        given = {k: v for k, v in (setup.env if setup else {}).items() if k not in CONTROLLED}
+        env = {**settings.env, **given}
+        for name in CONTROLLED + ("PYTHONUNBUFFERED",):
+            if name in settings.env:
+                env[name] = settings.env[name]
         offset = 0.0
         command = [
             "run",

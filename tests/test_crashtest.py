@@ -35,7 +35,7 @@ PROVIDER = AGENTS / "counting_provider.py"
 
 
 def crashtest(
-    *args: str, counts: Path | None = None, cwd: Path = AGENTS
+    *args: str, counts: Path | None = None, cwd: Path = AGENTS, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """`snaprun crashtest ARGS...`, with the counting provider as --setup when `counts`
     names the file its per-run counts go to."""
@@ -46,6 +46,7 @@ def crashtest(
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -64,9 +65,11 @@ def test_a_correct_agent_passes_and_each_order_is_carried_out_once_per_run(tmp_p
     the second order's request, and right after the last snapshot (four points spread
     by --max-kills over the ten the uninterrupted run reached): every resumed job
     prints, returns and leaves what the uninterrupted run did, exit 0, nothing on
-    stdout but the JSON report; each run's fresh provider carried out each order once."""
+    stdout but the JSON report; each run's fresh provider carried out each order once
+    (the --setup's PROVIDER_URL wins over one inherited from crashtest's environment)."""
     counts = tmp_path / "counts"
-    run = crashtest("--json", "--max-kills", "4", "shop_agent.py", counts=counts)
+    stale = {"PROVIDER_URL": "http://127.0.0.1:9"}  # nothing listens there
+    run = crashtest("--json", "--max-kills", "4", "shop_agent.py", counts=counts, env=stale)
     assert run.returncode == 0, (run.stdout, run.stderr)
     report = json.loads(run.stdout)
     assert report["ok"] is True and report["problems"] == []
