@@ -225,7 +225,11 @@ def _crashtest(
     if base.exit_code not in (0, 1) or base.problems:
         say("the uninterrupted run did not end: no kill is tried")
         return CrashReport(agent, list(settings.args), summary, trials, problems, not_tried)
+    if base.exit_code == 1:
+        say(f"note: the uninterrupted run fails (exit 1: {base.ending}); trials must fail alike")
     points = [p for p in base.points() if p.split(":", 1)[0] in KILL_WINDOWS]
+    if not points:
+        say("the uninterrupted run reached no snapshot, effect or approval: nothing to kill")
     for p in only or ():
         if p not in points:
             not_tried[p] = "not reached by the uninterrupted run"
