@@ -230,6 +230,10 @@ def _crashtest(
     points = [p for p in base.points() if p.split(":", 1)[0] in KILL_WINDOWS]
     if not points:
         say("the uninterrupted run reached no snapshot, effect or approval: nothing to kill")
+    if only is not None:  # any fault point the run reached may be named
+        reached = base.points()
+        points += [p for p in reached if p in only and p not in points]
+        points.sort(key=reached.index)
     for p in only or ():
         if p not in points:
             not_tried[p] = "not reached by the uninterrupted run"
