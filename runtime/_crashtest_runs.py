@@ -458,9 +458,9 @@ def run_sequence(
         # The setup's variables win over the inherited ones, never over crashtest's own.
         given = {k: v for k, v in (setup.env if setup else {}).items() if k not in CONTROLLED}
         env = {**settings.env, **given}
-        for name in CONTROLLED + ("PYTHONUNBUFFERED",):
-            if name in settings.env:
-                env[name] = settings.env[name]
+        for variable in CONTROLLED + ("PYTHONUNBUFFERED",):
+            if variable in settings.env:
+                env[variable] = settings.env[variable]
         offset = 0.0
         command = [
             "run",
