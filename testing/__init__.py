@@ -35,9 +35,22 @@ subclass the spec classes you want (`class TestMine(JobsSpec, LeasesSpec)`) inst
 Lease owners in the specs are real processes of this host (a live `sleep` and a
 finished one), so "live" and "dead" come from the operating system, not from a flag.
 examples/store_backend/test_sqlite_conformance.py runs the suite against SQLite.
+
+It also holds the crash test of a user's own agent (`snaprun crashtest`, docs/crashtest.md)
+for Python and pytest: `crashtest(agent, args, ...)` returns a `CrashReport`, and the
+pytest plugin `snapstate.testing.pytest_plugin` (enabled with `-p
+snapstate.testing.pytest_plugin` or `pytest_plugins = ["snapstate.testing.pytest_plugin"]`;
+never loaded by itself) gives tests a `crashtest` fixture:
+
+    def test_my_agent_survives_kill_9(crashtest):
+        report = crashtest("agent.py", "--fast", setup="python stubs.py", max_kills=20)
+        report.assert_ok()                     # AssertionError: one line per problem
 """
 
 from __future__ import annotations
+
+from snapstate.runtime._crashtest import crashtest
+from snapstate.runtime._crashtest_report import CrashReport, Problem, TrialSummary
 
 from ._support import (
     ALL_CAPABILITIES,
@@ -62,6 +75,10 @@ from .spec_waits import WaitsSpec
 from .spec_worker import WorkerSpec
 
 __all__ = [
+    "crashtest",
+    "CrashReport",
+    "Problem",
+    "TrialSummary",
     "ALL_CAPABILITIES",
     "BASE_CAPABILITIES",
     "BackendMaker",

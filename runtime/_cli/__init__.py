@@ -6,8 +6,8 @@ stdout; with --json, as JSON.
 
 The commands live by what they do: _running.py (run, resume, replay, worker),
 _reading.py (ls, inspect, log, effects, stats, verify), _managing.py (init, export,
-fork, reconcile, prune, repair), _migrating.py (migrate-store), _approving.py (approvals, approve, reject) and
-_keys.py; what they share is in _common.py. A command parses, calls the runtime and
+fork, reconcile, prune, repair), _migrating.py (migrate-store), _approving.py (approvals, approve, reject),
+_crashtest.py (crashtest) and _keys.py; what they share is in _common.py. A command parses, calls the runtime and
 prints; whatever it raises ends in main(), the one error path: a snapstate error is
 its message and its exit code (runtime/_api.py's EXIT_CODES), a usage error the same
 `snaprun: error:` line with exit 2, and nothing ends in a traceback.
@@ -28,6 +28,7 @@ from ..._errors import SnapstateError
 from .._api import EXIT_CODES, EXIT_FAILED, EXIT_USAGE, exit_code
 from ._approving import approvals, approve, reject
 from ._common import EXIT_HELP, STORE_HELP, damaged, say
+from ._crashtest import crashtest
 from ._db import db
 from ._keys import keys
 from ._managing import export, fork, init, prune, reconcile, repair, set_entry
@@ -128,6 +129,7 @@ for _command in (
     keys,
     db,
     migrate_store,
+    crashtest,
 ):
     cli.add_command(_command)
 

@@ -1,0 +1,143 @@
+"""snaprun crashtest: kill an agent at every snapshot and effect window, resume it, and
+report what differs from an uninterrupted run (runtime/_crashtest.py does the work)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .._crashtest import crashtest as run_crashtest
+from ._common import say
+
+__all__ = ["crashtest"]
+
+_CODES = """\b
+Exit codes:
+  0  no problem found
+  1  a problem found (one line each on stdout)
+  2  usage error, no such agent file, or a --setup command that never got ready"""
+
+
+@click.command(
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog=_CODES,
+)
+@click.option(
+    "--setup",
+    metavar="CMD",
+    default=None,
+    help="A shell command started before the uninterrupted run and before each trial, and "
+    "stopped (SIGTERM) after it: the agent's stub providers. It prints NAME=VALUE lines, "
+    "then a line `ready`, on its stdout; those variables are set for the agent.",
+)
+@click.option(
+    "--max-kills",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Try at most N kill points, spread evenly over the run (0: the uninterrupted runs only).",
+)
+@click.option(
+    "--point",
+    "points",
+    multiple=True,
+    metavar="NAME:SEQ",
+    help="Try only this kill point (repeatable), e.g. effect-after-send:2; the "
+    "uninterrupted run lists them (--json: baseline.points).",
+)
+@click.option(
+    "--budget",
+    type=click.FloatRange(min=0, min_open=True, max=30 * 86400),
+    default=None,
+    metavar="SECONDS",
+    help="Start no trial after this many seconds; the kill points not tried are named.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True, max=86400),
+    default=120.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The longest one run of the agent may take (and --setup to get ready).",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="How many runs at once.",
+)
+@click.option(
+    "--approvals",
+    type=click.Choice(["approve", "reject"]),
+    default="approve",
+    show_default=True,
+    help="How the approvals the agent requests are decided, in every run.",
+)
+@click.option(
+    "--allow-parks",
+    is_flag=True,
+    help="An ambiguous effect that parks the job is no problem (it is reconciled with "
+    "what happened and the job resumed, as always).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="The folder copied as the agent's working directory (default: AGENT's folder).",
+)
+@click.option("--python", default=None, metavar="PATH", help="The interpreter that runs snaprun.")
+@click.option("--keep", is_flag=True, help="Keep the scratch folders (runs' output, stores).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON to stdout.")
+@click.argument("agent", type=click.Path(dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def crashtest(
+    setup: str | None,
+    max_kills: int | None,
+    points: tuple[str, ...],
+    budget: float | None,
+    timeout: float,
+    jobs: int,
+    approvals: str,
+    allow_parks: bool,
+    workdir: str | None,
+    python: str | None,
+    keep: bool,
+    as_json: bool,
+    agent: str,
+    args: tuple[str, ...],
+) -> None:
+    """Run AGENT (a .py file) uninterrupted, then kill it (SIGKILL) at every snapshot and
+    every effect window, resume each, and print one line per difference from the
+    uninterrupted run: stdout, return value or exit code, files left in its working
+    directory, effects sent twice, ambiguous effects that parked, refusals.
+
+    Every run uses a scratch copy of AGENT's folder and a scratch store: nothing of
+    yours is touched. ARGS become the agent's sys.argv[1:]. Progress goes to stderr."""
+    try:
+        report = run_crashtest(
+            agent,
+            args,
+            setup=setup,
+            max_kills=max_kills,
+            points=points or None,
+            budget=budget,
+            timeout=timeout,
+            jobs=jobs,
+            approvals=approvals,
+            allow_parks=allow_parks,
+            python=python,
+            keep=keep,
+            workdir=workdir,
+            progress=lambda text: say(f"crashtest: {text}"),
+        )
+    except KeyboardInterrupt:
+        say("crashtest: interrupted; the runs in progress were killed")
+        sys.exit(130)
+    if as_json:
+        click.echo(report.dumps())
+    else:
+        for line in report.lines():
+            click.echo(line)
+    sys.exit(0 if report.ok else 1)
