@@ -41,17 +41,18 @@ from . import _machine, _report, _suite
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "RESULTS.md")
+PROG = "python -m benchmarks"
 TIMEOUT = {"full": 1800.0, "fast": 300.0}  # per script run, seconds
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    print(f"benchmarks: error: {message}", file=sys.stderr)
+    print(f"{PROG}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks",
+        prog=PROG,
         description="Run every benchmark and rewrite the generated part of benchmarks/RESULTS.md.",
         epilog="Benchmarks: " + ", ".join(_suite.NAMES) + ". See docs/benchmarks.md.",
     )
@@ -97,7 +98,7 @@ WARM = (
 def warm(python: str) -> None:
     """Import what the scripts import once, so their bytecode caches exist before timing."""
     subprocess.run(
-        [python, "-c", WARM], cwd=ROOT, env=environment(), capture_output=True, timeout=600
+        [python, "-c", WARM], cwd=HERE, env=environment(), capture_output=True, timeout=600
     )
 
 
@@ -117,18 +118,32 @@ def run_script(bench: _suite.Bench, python: str, mode: str, out: str, log: str) 
         try:
             code = proc.wait(timeout=TIMEOUT[mode])
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop(proc)
             return f"no result in {TIMEOUT[mode]:.0f} s (stopped)"
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)  # Ctrl-C: the script and its children
-            proc.wait()
+        except BaseException:  # Ctrl-C: the script runs in a session of its own
+            stop(proc)
             raise
     if code != 0:
         return f"exit {code}: {_last_line(log)}"
     if not os.path.exists(out):
         return "it wrote no JSON file"
     return None
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a script and its children: SIGINT first (its `finally` blocks run: the
+    PostgreSQL server bench_postgres.py started is stopped, temporary folders removed),
+    SIGKILL to the whole group after 30 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 def _last_line(log: str) -> str:
@@ -215,11 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     generated = _report.block(run)
     if output:
         _report.write(output, generated)
-        print(f"benchmarks: wrote {output} ({run.seconds:.0f} s)", file=sys.stderr)
+        print(f"{PROG}: wrote {output} ({run.seconds:.0f} s)", file=sys.stderr)
     else:
         sys.stdout.write(generated)
         print(
-            "benchmarks: a fast or partial run: benchmarks/RESULTS.md left as it was "
+            f"{PROG}: a fast or partial run: benchmarks/RESULTS.md left as it was "
             "(--output FILE writes one)",
             file=sys.stderr,
         )
@@ -233,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = [o for o in outcomes if o.error]
     if failed:
         names = sorted({o.bench.name for o in failed})
-        print(f"benchmarks: {len(failed)} run(s) failed: {', '.join(names)}", file=sys.stderr)
+        print(f"{PROG}: {len(failed)} run(s) failed: {', '.join(names)}", file=sys.stderr)
         return 1
     return 0
 
@@ -242,5 +257,5 @@ if __name__ == "__main__":
     try:
         raise SystemExit(main())
     except KeyboardInterrupt:
-        print("benchmarks: interrupted; nothing written", file=sys.stderr)
+        print(f"{PROG}: interrupted; nothing written", file=sys.stderr)
         raise SystemExit(130) from None

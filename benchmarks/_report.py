@@ -191,7 +191,13 @@ def block(run: Run) -> str:
         ):  # fmt: skip
             if name not in by_bench:
                 continue
-            lines += [f"#### {title}", "", *make(runs(name)), ""]
+            try:
+                made = make(runs(name))
+            except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+                made = [
+                    f"Not shown: the figures lack what the table reads ({type(e).__name__}: {e})."
+                ]
+            lines += [f"#### {title}", "", *made, ""]
     lines += ["### Every benchmark", ""]
     for outcomes in by_bench.values():
         lines += bench_table(outcomes[0].bench, outcomes, pythons)

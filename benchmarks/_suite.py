@@ -260,11 +260,11 @@ BENCHES: tuple[Bench, ...] = (
           ("--jobs", "200"), ("--jobs", "10"), _worker),
     Bench("postgres", "bench_postgres.py", "Workers sharing a PostgreSQL store against SQLite",
           ("--jobs", "60", "--effects", "200", "--approvals", "5", "--workers", "1,2,4"),
-          ("--jobs", "6", "--effects", "40", "--approvals", "2", "--workers", "1,2"),
+          ("--jobs", "6", "--effects", "40", "--approvals", "1", "--workers", "2"),
           _postgres, _no_postgres),
     Bench("recovery", "bench_recovery.py",
           "Recovery after a crash, start to first instruction",
-          ("--steps", "100", "--rounds", "1"), ("--steps", "10", "--rounds", "1"), _recovery),
+          ("--steps", "100", "--rounds", "1"), ("--steps", "5", "--rounds", "1"), _recovery),
     Bench("effect", "bench_effect.py", "A recorded effect against a DBOS step",
           ("--calls", "300", "--rounds", "1"), ("--calls", "40", "--rounds", "1"), _effect),
 )  # fmt: skip

@@ -80,7 +80,7 @@ def test_damaged_markers_are_refused_and_nothing_is_written(tmp_path):
     output.write_text(damaged)
     run = bench("--fast", "--only", "ledger", "--output", str(output), timeout=60)
     assert run.returncode == 2
-    assert run.stderr.startswith("benchmarks: error: ")
+    assert run.stderr.startswith("python -m benchmarks: error: ")
     assert str(output) in run.stderr and "markers are damaged" in run.stderr
     assert "Traceback" not in run.stderr
     assert output.read_text() == damaged
