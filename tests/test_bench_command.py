@@ -139,9 +139,27 @@ def test_a_missing_comparator_is_a_row_and_every_loss_has_its_reason(report_modu
     assert "| LangGraph SqliteSaver | 1.25x | 1.25x | 0.01x |" in text
     assert "Where snapstate loses, and why:" in text
     reasons = [line for line in conversation if line.startswith("- **")]
-    assert len(reasons) == 2  # durable per step and whole step; not bytes on disk
-    assert all("against LangGraph SqliteSaver" in r for r in reasons)
+    assert len(reasons) == 1  # durable per step and whole step, together; not bytes on disk
+    assert "durable per step and whole step, against LangGraph SqliteSaver" in reasons[0]
     assert "journal_mode=wal, synchronous=FULL" in reasons[0]
+    assert "530.0 KB per late step" in reasons[0]  # LangGraph's measured growth
+
+    with_dbos = compare.conversation(
+        [
+            {
+                "steps": 1000,
+                "missing": {},
+                "systems": {
+                    "snapstate": [_conversation(1.5, 2_760_000, 0.0)],
+                    "langgraph": [_conversation(3.0, 267_000_000, 530_000.0)],
+                    "dbos": [_conversation(3.0, 1_380_000, 1200.0)],
+                },
+            }
+        ]
+    )
+    reasons = [line for line in with_dbos if line.startswith("- **")]
+    assert len(reasons) == 1 and "bytes on disk, against DBOS" in reasons[0]
+    assert "2.8 KB per step against 1.4 KB" in reasons[0]
 
     recovery = compare.recovery(
         [
