@@ -171,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             facts = _machine.python_facts(python)
         except (OSError, ValueError, subprocess.TimeoutExpired) as e:
             fail(f"--python {python}: it does not run ({e})")
-        if not facts["libraries"].get("snapstate"):
-            fail(f"--python {python}: snapstate is not installed in it (pip install -e '.[test]')")
+        if not facts["snapstate"]:
+            fail(
+                f"--python {python}: snapstate does not import in it ({python} -m pip install -e '.[test]')"
+            )
         pythons.append(facts)
     started = time.time()
     for facts in pythons:

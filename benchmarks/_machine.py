@@ -16,8 +16,9 @@ import tempfile
 import time
 from typing import Any
 
-# Run by each benchmarked interpreter: its version, SQLite and the libraries the
-# figures depend on (None where one is not installed).
+# Run by each benchmarked interpreter: its version, SQLite, whether snapstate imports
+# (metadata alone can outlive an uninstalled package) and the libraries the figures
+# depend on (None where one is not installed).
 _PROBE = r"""
 import importlib.metadata, json, sqlite3, sys
 def version(name):
@@ -27,9 +28,14 @@ def version(name):
         return None
 names = ("snapstate", "greenlet", "cloudpickle", "zstandard", "pyfastcdc", "numpy",
          "langgraph", "langgraph-checkpoint-sqlite", "dbos", "psycopg")
+try:
+    import snapstate
+    importable = True
+except ImportError:
+    importable = False
 print(json.dumps({"python": sys.version.split()[0], "implementation": sys.implementation.name,
                   "executable": sys.executable, "sqlite": sqlite3.sqlite_version,
-                  "libraries": {n: version(n) for n in names}}))
+                  "snapstate": importable, "libraries": {n: version(n) for n in names}}))
 """
 
 

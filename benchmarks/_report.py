@@ -175,8 +175,10 @@ def block(run: Run) -> str:
             "",
         ]
     lines += ["### The machine", "", *machine_table(run), ""]
-    lines += ["### Side by side: snapstate, LangGraph's SqliteSaver and DBOS", ""]
-    for python in pythons:
+    compared = [name for name in ("recovery", "conversation", "effect") if name in by_bench]
+    if compared:
+        lines += ["### Side by side: snapstate, LangGraph's SqliteSaver and DBOS", ""]
+    for python in pythons if compared else []:
         if len(pythons) > 1:
             lines += [f"On Python {python}.", ""]
 
