@@ -146,6 +146,24 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+def check_output(output: str) -> None:
+    """Refuse, before anything runs, an output file that could not be rewritten."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        fail(f"{output}: its folder {folder} does not exist or is not writable")
+    try:
+        with open(output, encoding="utf-8") as f:
+            existing = f.read()
+    except FileNotFoundError:
+        return
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"{output}: cannot be read ({e})")
+    try:
+        _report.splice(existing, "")
+    except _report.MarkerError as e:
+        fail(f"{output}: the current-results markers are damaged ({e}); fix them by hand")
+
+
 def _last_line(log: str) -> str:
     with open(log, errors="replace") as f:
         lines = [line.strip() for line in f if line.strip()]
@@ -159,12 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     benches = [b for b in _suite.BENCHES if not args.only or b.name in args.only]
     whole = mode == "full" and not args.only
     output = args.output or (RESULTS if whole else None)
-    if output and os.path.exists(output):
-        with open(output, encoding="utf-8") as f:
-            try:
-                _report.splice(f.read(), "")
-            except _report.MarkerError as e:
-                fail(f"{output}: the current-results markers are damaged ({e}); fix them by hand")
+    if output:
+        check_output(output)
     pythons = []
     for python in args.python or [sys.executable]:
         try:
@@ -175,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             fail(
                 f"--python {python}: snapstate does not import in it ({python} -m pip install -e '.[test]')"
             )
+        if any(p["python"] == facts["python"] for p in pythons):  # a column per interpreter
+            facts["python"] += f" ({facts['executable']})"
         pythons.append(facts)
     started = time.time()
     for facts in pythons:
@@ -210,8 +226,13 @@ def main(argv: list[str] | None = None) -> int:
                             sys.stderr.write(f.read()[-4000:])
                         print(f"{label}: FAILED ({outcome.error})", file=sys.stderr)
                         continue
-                    with open(out) as f:
-                        outcome.data = json.load(f)
+                    try:
+                        with open(out) as f:
+                            outcome.data = json.load(f)
+                    except (OSError, ValueError) as e:
+                        outcome.error = f"its JSON file could not be read ({e})"
+                        print(f"{label}: FAILED ({outcome.error})", file=sys.stderr)
+                        continue
                     print(f"{label}: {outcome.seconds:.1f} s", file=sys.stderr)
     run = _report.Run(
         command=" ".join(
@@ -231,7 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     generated = _report.block(run)
     if output:
-        _report.write(output, generated)
+        try:
+            _report.write(output, generated)
+        except (OSError, ValueError) as e:  # changed while the benchmarks ran (markers, bytes)
+            sys.stdout.write(generated)
+            fail(f"{output}: not written ({e}); the results are on stdout above", 1)
         print(f"{PROG}: wrote {output} ({run.seconds:.0f} s)", file=sys.stderr)
     else:
         sys.stdout.write(generated)
