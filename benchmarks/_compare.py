@@ -198,8 +198,7 @@ def _latency_loss(other: str, keys: list[str], rounds: dict[str, list[Json]], st
         f"last snapshot's; {NAMES[other]} "
         + (
             "serializes its new checkpoint, the whole message list too, with msgpack (its "
-            f"file grew {late_kb:.1f} KB per late step): less work per byte than capturing "
-            "and pickling a running job."
+            f"file grew {late_kb:.1f} KB per late step)."
             if other == "langgraph"
             else f"records the step's output (its files grew {late_kb:.1f} KB per late step)."
         )
