@@ -2,6 +2,7 @@
 snapshot costs against the job's first, full one.
 
     python benchmarks/bench_bigstate.py [--steps 50] [--rounds 3] [--records 10000] [--dir DIR]
+                                        [--json FILE]
 
 A job (`snapstate.Store.start`, `growth_agents.bigstate_main`) builds a state of about
 10 MB pickled (a dict of 10,000 records of ~0.6 KB, a list of 200,000 floats, a list of
@@ -22,6 +23,7 @@ added on average. Speed is printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pickle
 import shutil
@@ -79,6 +81,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="jobs, each in a new store")
     parser.add_argument("--records", type=int, default=10_000, help="records in the state")
     parser.add_argument("--dir", help="where the temporary folder goes (default: $TMPDIR)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args()
     if args.steps < 3 or args.rounds < 1:
         parser.error("--steps must be at least 3 and --rounds at least 1")
@@ -130,6 +133,17 @@ def main() -> None:
     )
     for entry, size, files in last["layout"]:
         print(f"  {entry:<24} {agents.megabytes(size):>10} {files:>6} files")
+    if args.json:
+        rounds = []
+        for run in runs:
+            median, low, high = agents.spread(run["steps"])
+            rounds.append(
+                {"first_ms": run["first"], "step_ms": median, "step_p10": low, "step_p90": high,
+                 "after_first": run["after_first"], "after_last": run["after_last"]}
+            )  # fmt: skip
+        with open(args.json, "w") as f:
+            json.dump({"steps": args.steps, "records": args.records, "state_bytes": state_bytes,
+                       "rounds": rounds}, f, indent=1)  # fmt: skip
 
 
 def _over(values: list[float], unit: str, digits: int = 2) -> str:

@@ -39,7 +39,6 @@ ratios are then the median (min-max) over the rounds. Speed is printed, never as
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import operator
 import os
@@ -55,14 +54,11 @@ from typing import Annotated, Any, TypedDict
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import comparators  # noqa: E402
 import growth_agents as agents  # noqa: E402
+from comparators import versions  # noqa: E402
 
 SYSTEMS = ("snapstate", "langgraph", "dbos")
-PACKAGES = {
-    "snapstate": ("snapstate",),
-    "langgraph": ("langgraph", "langgraph-checkpoint-sqlite"),
-    "dbos": ("dbos",),
-}
 SEED = 20
 
 
@@ -83,17 +79,6 @@ def probe_steps(steps: int) -> list[int]:
     return sorted({early[0] - 1, early[-1], late[0] - 1, late[-1]})
 
 
-def versions(system: str) -> str | None:
-    """The installed versions of a system's packages, or None when one is missing."""
-    found = []
-    for package in PACKAGES[system]:
-        try:
-            found.append(f"{package} {importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            return None
-    return ", ".join(found)
-
-
 # ------------------------------------------------------------------ the children
 def run_snapstate(steps: int, folder: str, timings: str) -> dict[str, object]:
     from snapstate import JobStatus, Store
@@ -109,11 +94,22 @@ def run_snapstate(steps: int, folder: str, timings: str) -> dict[str, object]:
         raise SystemExit(f"the snapstate job ended {result.status}: {result.error!r}")
     sizes = [s.size for s in store.snapshots("conversation")]
     return {
+        "settings": snapstate_settings(store_dir),
         "store": store_dir,
         "listed": len(sizes),
         "first_size": sizes[0] if sizes else None,
         "last_size": sizes[-1] if sizes else None,
     }
+
+
+def snapstate_settings(store_dir: str) -> dict[str, str]:
+    """The journal mode the store's catalog file holds, and the synchronous setting its
+    connections use (SqliteCatalog's `synchronous`, FULL unless a caller asks otherwise)."""
+    from snapstate.serializers._sqlite import SqliteCatalog
+
+    with sqlite3.connect(os.path.join(store_dir, "catalog.db")) as db:
+        journal = db.execute("PRAGMA journal_mode").fetchone()[0]
+    return {"journal_mode": journal, "synchronous": SqliteCatalog(store_dir).synchronous}
 
 
 def run_langgraph(steps: int, folder: str, timings: str) -> dict[str, object]:
@@ -186,13 +182,14 @@ def run_langgraph(steps: int, folder: str, timings: str) -> dict[str, object]:
         config: Any = {"configurable": {"thread_id": "conversation"}, "recursion_limit": steps + 10}
         final = app.invoke({"messages": []}, config, durability="sync")
         settle(steps, time.perf_counter())
+        settings = comparators.sqlite_settings(conn)
     finally:
         conn.close()
     if len(final["messages"]) != steps:
         raise SystemExit(f"the graph ended with {len(final['messages'])} messages, not {steps}")
     with open(timings, "a") as side:
         side.write("\n".join(lines) + "\n")
-    return {"sqlite": sqlite3.sqlite_version}
+    return {"sqlite": sqlite3.sqlite_version, "settings": settings}
 
 
 def run_dbos(steps: int, folder: str, timings: str) -> dict[str, object]:
@@ -217,48 +214,20 @@ def run_dbos(steps: int, folder: str, timings: str) -> dict[str, object]:
                 lines.append("probe {} {} {} {}".format(step, *agents.disk_usage(folder)))
         return len(messages)
 
-    shimmed = _unixepoch_shim()
+    shimmed = comparators.unixepoch_shim()
     database = os.path.join(folder, "dbos.sqlite")
-    DBOS(
-        config={
-            "name": "bench-conversation",
-            "system_database_url": f"sqlite:///{database}",
-            "log_level": "WARNING",
-        }
-    )
+    DBOS(config=comparators.dbos_config("bench-conversation", database))
     DBOS.launch()
     try:
         count = conversation(steps)
+        settings = comparators.dbos_sqlite_settings()
     finally:
         DBOS.destroy()
     if count != steps:
         raise SystemExit(f"the workflow returned {count}, not {steps}")
     with open(timings, "a") as side:
         side.write("\n".join(lines) + "\n")
-    return {"sqlite": sqlite3.sqlite_version, "shim": shimmed}
-
-
-def _unixepoch_shim() -> bool:
-    """DBOS's SQLite schema stamps rows with `unixepoch('subsec')`, which SQLite gained in
-    3.42: an older SQLite returns NULL and DBOS's launch fails on a NOT NULL column. There,
-    every SQLAlchemy connection gets a `unixepoch('subsec')` of its own (the same value:
-    seconds since the epoch, with a fraction). Returns whether the shim was needed."""
-    if sqlite3.sqlite_version_info >= (3, 42):
-        return False
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    def unixepoch(modifier: str) -> float:
-        if modifier != "subsec":
-            raise ValueError(f"the benchmark's unixepoch() shim knows 'subsec', not {modifier!r}")
-        return time.time()
-
-    def register(dbapi_conn: Any, _record: Any) -> None:
-        if isinstance(dbapi_conn, sqlite3.Connection):
-            dbapi_conn.create_function("unixepoch", 1, unixepoch, deterministic=False)
-
-    event.listen(Engine, "connect", register)
-    return True
+    return {"sqlite": sqlite3.sqlite_version, "shim": shimmed, "settings": settings}
 
 
 RUNNERS = {"snapstate": run_snapstate, "langgraph": run_langgraph, "dbos": run_dbos}
@@ -341,6 +310,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1, help="runs of every system")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
     parser.add_argument("--keep", action="store_true", help="keep the stores afterwards")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     parser.add_argument("--child-folder", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", help=argparse.SUPPRESS)
@@ -380,6 +350,43 @@ def main() -> None:
         else:
             shutil.rmtree(base, ignore_errors=True)
     report(results, args.steps, early, late)
+    if args.json:
+        write_json(args.json, results, args.steps, [s for s in systems if s not in present])
+
+
+def write_json(
+    path: str, results: dict[str, list[dict[str, object]]], steps: int, missing: list[str]
+) -> None:
+    """Per system and round: the medians, spreads, bytes and SQLite settings printed."""
+    out: dict[str, object] = {
+        "steps": steps,
+        "missing": {s: "not installed (pip install -e .[bench])" for s in missing},
+        "versions": {s: versions(s) for s in results},
+    }
+    systems: dict[str, list[dict[str, object]]] = {}
+    for system, runs in results.items():
+        systems[system] = []
+        for run in runs:
+            d = agents.spread(run["durable"])  # type: ignore[arg-type]
+            s = agents.spread(run["step"])  # type: ignore[arg-type]
+            growth = run["growth"]
+            systems[system].append(
+                {
+                    "durable_ms": d[0], "durable_p10": d[1], "durable_p90": d[2],
+                    "step_ms": s[0], "step_p10": s[1], "step_p90": s[2],
+                    "early_ms": run["early"], "late_ms": run["late"],
+                    "apparent": run["apparent"], "allocated": run["allocated"],
+                    "files": run["files"],
+                    "early_bytes_per_step": growth["early"][0],  # type: ignore[index]
+                    "late_bytes_per_step": growth["late"][0],  # type: ignore[index]
+                    "settings": run.get("settings"), "shim": run.get("shim", False),
+                    "sqlite": run.get("sqlite", sqlite3.sqlite_version),
+                    "last_size": run.get("last_size"),
+                }
+            )  # fmt: skip
+    out["systems"] = systems
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
 
 
 def report(

@@ -1,6 +1,6 @@
 """A durable snapshot against its floor, measured in the same run.
 
-    python benchmarks/bench_durable.py
+    python benchmarks/bench_durable.py [--json FILE]
 
 The chat workload of bench_agent.py ((a): a 200-message, ~100 KB history in a
 6-frame stack) runs as a real job in a real store, under its lease. While it is
@@ -26,6 +26,8 @@ snapstate installed, the script measures that release the same way (its "full" a
 "unchanged" are the same: it wrote the whole file each time).
 """
 
+import argparse
+import json
 import os
 import pickle
 import shutil
@@ -134,12 +136,17 @@ def measure(encrypt: bool) -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args()
+    results = {}
     print(
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, store on "
         f"{os.path.abspath(os.getcwd())}"
     )
     for encrypt in (False, True):
         r = measure(encrypt)
+        results["encrypted" if encrypt else "signed"] = r
         ratio = r["durable"] / r["floor"]
         print(
             f"\n{'encrypted' if encrypt else 'signed'} store, a full snapshot stores "
@@ -158,6 +165,9 @@ def main() -> None:
             f"  unchanged durable snapshot             {r['unchanged']:7.3f} ms   "
             f"{r['unchanged'] / r['floor']:5.2f}x floor"
         )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Effect-ledger overhead per effect call, against one fsync'd SQLite insert.
 
-    python benchmarks/bench_ledger.py
+    python benchmarks/bench_ledger.py [--json FILE]
 
 A real job in a real store calls a trivial effect (it returns a small dict at once)
 many times; each call makes all of its durable transitions: the row committed in
@@ -12,6 +12,8 @@ that insert with synchronous=FULL; synchronous=NORMAL is reported too. Speed is
 printed, never asserted.
 """
 
+import argparse
+import json
 import os
 import sqlite3
 import statistics
@@ -81,12 +83,17 @@ def measure(synchronous: str) -> dict:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args()
+    results = {}
     print(
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, store on {os.getcwd()}; "
         f"{CALLS} calls, medians"
     )
     for synchronous in ("FULL", "NORMAL"):
         r = measure(synchronous)
+        results[synchronous] = r
         ratio = r["effect"] / r["insert"]
         verdict = (
             f"   target <= 1.5x: {'met' if ratio <= 1.5 else 'missed'}"
@@ -97,6 +104,9 @@ def main() -> None:
             f"synchronous={synchronous:6}  one insert {r['insert']:8.1f} us   ledger per effect "
             f"{r['effect']:8.1f} us   {ratio:5.2f}x{verdict}   CPU per effect {r['cpu']:6.1f} us"
         )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

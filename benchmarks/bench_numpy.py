@@ -1,6 +1,6 @@
 """numpy views through the snapshot pickler against plain numpy pickling.
 
-    python benchmarks/bench_numpy.py [MEGABYTES]
+    python benchmarks/bench_numpy.py [MEGABYTES] [--json FILE]
 
 A float64 root of MEGABYTES (default 200) MB, in three states:
 
@@ -18,9 +18,10 @@ asserted.
 
 from __future__ import annotations
 
+import argparse
+import json
 import pickle
 import statistics
-import sys
 import time
 
 CASES = ("root", "root+view", "view only")
@@ -52,8 +53,10 @@ def _reset_peak() -> None:
         f.write("5")
 
 
-def main(megabytes: int) -> None:
+def main(megabytes: int, json_path: str | None = None) -> None:
     from snapstate.serializers import _pickler
+
+    results: dict[str, dict[str, dict[str, float]]] = {}
 
     print(f"float64 root of {megabytes} MB; times are medians of 3")
     print(
@@ -82,8 +85,21 @@ def main(megabytes: int) -> None:
                 f"{statistics.median(times):>8.3f} {statistics.median(load_times):>8.3f} "
                 f"{peak:>8.0f}"
             )
+            results.setdefault(case, {})[kind] = {
+                "size_mb": len(data) / (1 << 20),
+                "dumps_s": statistics.median(times),
+                "loads_s": statistics.median(load_times),
+                "peak_mb": peak,
+            }
             del data
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"megabytes": megabytes, "cases": results}, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("megabytes", nargs="?", type=int, default=200, help="the root's size")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args()
+    main(args.megabytes, args.json)

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_postgres.py [--pg URL] [--jobs 60] [--effects 200]
                                         [--approvals 5] [--workers 1,2,4] [--rounds 1]
+                                        [--json FILE]
 
 Three measurements, each on a fresh store per round (a new database on the server for
 PostgreSQL, a new directory for SQLite), printed as medians with their spread:
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import shutil
 import signal
@@ -289,6 +291,7 @@ def main() -> None:
     parser.add_argument("--approvals", type=int, default=5)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
     url = args.pg or os.environ.get("SNAPSTATE_BENCH_PG") or os.environ.get("SNAPSTATE_TEST_PG")
@@ -311,22 +314,30 @@ def main() -> None:
                 shutil.rmtree(base, ignore_errors=True)
         return out
 
+    results: dict = {"jobs": args.jobs, "effects": args.effects}
     try:
         for kind in ("sqlite", "postgresql"):
+            found = results[kind] = {"jobs_per_s": {}, "effects_per_s": {}}
             for n in counts:
                 rates = each(kind, lambda loc, base, n=n: drain(loc, base, args.jobs, n))
+                found["jobs_per_s"][n] = rates
                 print(f"{kind:10s} jobs/s, {n} worker(s) x2:  {_fmt(rates, 'jobs/s')}")
             for n in counts:
                 rates = each(kind, lambda loc, base, n=n: effects(loc, base, args.effects, n))
+                found["effects_per_s"][n] = rates
                 print(f"{kind:10s} effects/s, {n} job(s) at once: {_fmt(rates, 'effects/s')}")
             lat = [
                 s
                 for r in each(kind, lambda loc, base: approval_latency(loc, base, args.approvals))
                 for s in r
             ]
+            found["approval_s"] = lat
             print(f"{kind:10s} approval -> running again:   {_fmt(lat, 's')}")
     finally:
         server.stop()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

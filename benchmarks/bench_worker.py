@@ -1,7 +1,7 @@
 """A long-running worker draining many short jobs (issue 20): jobs per second.
 
     python benchmarks/bench_worker.py [--jobs 200] [--concurrency 2] [--poll SECONDS]
-                                      [--rounds 1] [--dir DIR]
+                                      [--rounds 1] [--dir DIR] [--json FILE]
 
 Submitting: `--jobs` jobs are started through the public API (`snapstate.Store.start`,
 `growth_agents.worker_main`) with SNAPSTATE_HIBERNATE_AFTER=0, so each one's first act,
@@ -23,6 +23,7 @@ folder (`--dir` chooses where). Speed is printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -153,6 +154,7 @@ def main() -> None:
     parser.add_argument("--poll", type=float, help="the worker's --poll (default: its own)")
     parser.add_argument("--rounds", type=int, default=1, help="runs, each on a new store")
     parser.add_argument("--dir", help="where the temporary folder goes (default: $TMPDIR)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args()
     if args.jobs < 1 or args.rounds < 1:
         parser.error("--jobs and --rounds must be at least 1")
@@ -188,6 +190,9 @@ def main() -> None:
                 f"({min(values):.2f}-{max(values):.2f})"
             )
     print("target: >= 5 jobs/s with --concurrency 2 on an idle 2-core machine")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"jobs": args.jobs, "concurrency": args.concurrency, "rounds": runs}, f)
 
 
 if __name__ == "__main__":

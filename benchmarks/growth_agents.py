@@ -1,7 +1,8 @@
 """The agents of the benchmarks, and the helpers their drivers share.
 
-bench_conversation.py, bench_bigstate.py, bench_worker.py and bench_postgres.py start these agents through
-the public API (`snapstate.Store`) or `snaprun worker`; this module is the agent's own
+bench_conversation.py, bench_bigstate.py, bench_worker.py, bench_postgres.py and
+bench_effect.py start these agents through the public API (`snapstate.Store`) or
+`snaprun worker`; this module is the agent's own
 module (its globals are frozen with each snapshot), so it holds nothing large at module
 level and imports only the standard library and `snapstate`. The drivers' own
 bookkeeping (timings, probes of the store's size on disk) goes to side files outside the
@@ -166,6 +167,20 @@ def effects_main() -> int:
         if n % 50 == 49:
             snapshot(f"after {n + 1}")
     _record(done, "done")
+    return total
+
+
+def effect_timing_main() -> int:
+    """argv: CALLS TIMINGS_FILE. Calls the recorded effect `_bump` CALLS times, timing
+    each call (bench_effect.py); the timings go to TIMINGS_FILE at the end."""
+    calls, timings = int(sys.argv[1]), sys.argv[2]
+    samples = []
+    total = 0
+    for n in range(calls):
+        t0 = time.perf_counter()
+        total += _bump(n)
+        samples.append(time.perf_counter() - t0)
+    _record(timings, "\n".join(f"call {n} {s:.9f}" for n, s in enumerate(samples)))
     return total
 
 
