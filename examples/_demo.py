@@ -45,7 +45,9 @@ class Demo:
             description=doc.strip().splitlines()[0],
             epilog="examples/README.md walks through it.",
         )
-        parser.add_argument("--dir", help="folder for the demo's store (default: a new temp folder)")
+        parser.add_argument(
+            "--dir", help="folder for the demo's store (default: a new temp folder)"
+        )
         parser.add_argument("--report", help="write what the demo observed as JSON to this file")
         args = parser.parse_args()
         self.name = name

@@ -134,9 +134,10 @@ class LLM(Stub):
       of the last user message (its first twelve words): "Summarise: the acme quote"
       -> "notes on the acme quote";
     - with `tools` offered and the user speaking last, it calls the first tool, filling
-      each string parameter with the last word of the user's message ("Where is order
-      A-1042?" -> {"order_id": "A-1042"});
-    - after a tool's result it answers "<tool name> says: <result>";
+      each string parameter with the last word of the user's message that holds a digit
+      (else its last word): "Where is order A-1042?" -> {"order_id": "A-1042"};
+    - after a tool's result it answers "according to <tool name>: <result>", a JSON
+      object's fields as words ("order A-1042, status packed");
     - like real models, it obeys an instruction found in what it reads: once any
       message of the conversation says ANSWER IN CAPITALS, it does.
     """
@@ -156,8 +157,11 @@ class LLM(Stub):
         if tools and last.get("role") == "user":
             function = tools[0]["function"]
             params = function.get("parameters", {}).get("properties", {})
-            word = (words(_text(last)) or [""])[-1].strip("?.!,;:")
-            arguments = {name: word for name, spec in params.items() if spec.get("type") == "string"}
+            said = [w.strip("?.!,;:") for w in words(_text(last))] or [""]
+            word = ([w for w in said if any(c.isdigit() for c in w)] or said)[-1]
+            arguments = {
+                name: word for name, spec in params.items() if spec.get("type") == "string"
+            }
             call_id = "call_" + hashlib.sha256(json.dumps(messages).encode()).hexdigest()[:12]
             message["tool_calls"] = [
                 {
@@ -170,7 +174,7 @@ class LLM(Stub):
             answer = ""
         elif last.get("role") == "tool":
             name = _tool_name(messages, last.get("tool_call_id"))
-            answer = f"{name} says: {_text(last)}"
+            answer = f"according to {name}: {_facts(_text(last))}"
         else:
             subject = _text(last).rsplit(":", 1)[-1]
             answer = "notes on " + " ".join(words(subject)[:12])
@@ -199,6 +203,17 @@ def _text(message: dict[str, Any]) -> str:
     if isinstance(content, list):
         content = " ".join(str(part.get("text", "")) for part in content)
     return str(content)
+
+
+def _facts(content: str) -> str:
+    """A tool's JSON result as words: {"a": 1, "b": "x"} -> "a 1, b x"."""
+    try:
+        result = json.loads(content)
+    except ValueError:
+        return content
+    if not isinstance(result, dict):
+        return content
+    return ", ".join(f"{key} {value}" for key, value in result.items())
 
 
 def _tool_name(messages: list[dict[str, Any]], call_id: str | None) -> str:
@@ -357,3 +372,19 @@ def main_with(*stubs: Stub) -> None:
     except KeyboardInterrupt:  # a second Ctrl-C while stopping
         sys.exit(130)
 
+
+# ------------------------------------------------------------------ an order-tracking API
+class Orders(Stub):
+    """`GET /orders/<id>`: an order's status, made from its id (any id exists)."""
+
+    env = "ORDERS_URL"
+
+    def handle(self, method, path, query, headers, body):
+        if method != "GET" or not path.startswith("/orders/"):
+            return super().handle(method, path, query, headers, body)
+        order = path.removeprefix("/orders/")
+        with self.lock:
+            self.counts["lookups"] += 1
+        day = 1 + int(hashlib.sha256(order.encode()).hexdigest(), 16) % 28
+        status = "shipped" if day % 2 else "packed"
+        return 200, {"order": order, "status": status, "arrives": f"2026-12-{day:02d}"}, {}

@@ -56,8 +56,12 @@ def ask_llm(prompt):
 @effect(idempotency="key")  # the CMS honours an Idempotency-Key
 def save_draft(slot, title, text, *, idempotency_key):
     draft = {"slot": slot, "title": title, "text": text}
-    return http("POST", f"{os.environ['CMS_URL']}/drafts", draft,
-                headers={"Idempotency-Key": idempotency_key})
+    return http(
+        "POST",
+        f"{os.environ['CMS_URL']}/drafts",
+        draft,
+        headers={"Idempotency-Key": idempotency_key},
+    )
 
 
 @effect(
@@ -66,8 +70,12 @@ def save_draft(slot, title, text, *, idempotency_key):
     within=lambda scope, draft, **_: draft in scope["drafts"],  # ...and for what she saw
 )
 def schedule(draft, slot, *, idempotency_key):
-    return http("POST", f"{os.environ['CMS_URL']}/schedule", {"draft": draft, "slot": slot},
-                headers={"Idempotency-Key": idempotency_key})
+    return http(
+        "POST",
+        f"{os.environ['CMS_URL']}/schedule",
+        {"draft": draft, "slot": slot},
+        headers={"Idempotency-Key": idempotency_key},
+    )
 
 
 def main():

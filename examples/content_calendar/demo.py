@@ -32,8 +32,9 @@ def main():
             "the process SIGKILL itself right after the CMS answered effect 6, "
             "Wednesday's draft, before the ledger recorded the answer."
         )
-        killed = demo.snaprun("run", "--job", "calendar", demo.agent,
-                              env={"SNAPSTATE_FAULT": "effect-after-send:6"})
+        killed = demo.snaprun(
+            "run", "--job", "calendar", demo.agent, env={"SNAPSTATE_FAULT": "effect-after-send:6"}
+        )
         demo.report["killed"] = killed.returncode
 
         demo.say(
@@ -62,8 +63,9 @@ def main():
             "day: SNAPSTATE_CLOCK_OFFSET moves the store's clock forward six days)."
         )
         later = {"SNAPSTATE_CLOCK_OFFSET": str(6 * DAY)}
-        demo.snaprun("approve", "calendar", approval["id"], "--by", "dana",
-                     "--note", "looks good", env=later)
+        demo.snaprun(
+            "approve", "calendar", approval["id"], "--by", "dana", "--note", "looks good", env=later
+        )
 
         demo.say(
             "The worker finds the decided approval and resumes the job right after "

@@ -95,15 +95,18 @@ def main():
     quotes = get_quotes(item, qty)
     snapshot("quotes")
     for quote in quotes:
-        note = ask_llm(f"Assess this offer: {quote['vendor']} sells {qty} {item} "
-                       f"for {quote['total_usd']} USD")
+        note = ask_llm(
+            f"Assess this offer: {quote['vendor']} sells {qty} {item} for {quote['total_usd']} USD"
+        )
         print(f"researched {quote['vendor']}: {note}", flush=True)
         snapshot(f"researched {quote['vendor']}")
     best = min(quotes, key=lambda quote: quote["total_usd"])
     print(f"ordering {qty} {item} from {best['vendor']} for {best['total_usd']} USD", flush=True)
     order = place_order(best["vendor"], item, qty, best["total_usd"])
-    text = ask_llm(f"Write the purchase order email for: order {order['order']}, "
-                   f"{qty} {item} from {best['vendor']}")
+    text = ask_llm(
+        f"Write the purchase order email for: order {order['order']}, "
+        f"{qty} {item} from {best['vendor']}"
+    )
     send_email("purchasing@example.com", f"Purchase order {order['order']}", text)
     snapshot("ordered")
     print(f"order {order['order']} placed and emailed to purchasing", flush=True)

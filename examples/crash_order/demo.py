@@ -28,8 +28,10 @@ def main():
             "its answer arrives, the job is killed with kill -9."
         )
         run = demo.start_snaprun("run", "--job", "po", demo.agent)
-        demo.wait_for("the shop to receive the order",
-                      lambda: demo.stats("SHOP_URL").get("orders_placed") == 1)
+        demo.wait_for(
+            "the shop to receive the order",
+            lambda: demo.stats("SHOP_URL").get("orders_placed") == 1,
+        )
         demo.kill9(run)
         demo.report["killed"] = run.returncode
 
