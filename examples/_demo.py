@@ -56,6 +56,8 @@ class Demo:
         self.dir = Path(args.dir or tempfile.mkdtemp(prefix=f"snapstate-{name}-")).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.store = self.dir / "store"
+        if self.store.exists():
+            parser.error(f"{self.store} exists already: give --dir a new folder")
         self.report_path = args.report
         self.report: dict[str, Any] = {}
         self.env = dict(os.environ, SNAPSTATE_STORE=str(self.store), PYTHONUNBUFFERED="1")
@@ -119,9 +121,10 @@ class Demo:
         return argv, " ".join(shlex.quote(str(w)) for w in words)
 
     def snaprun(
-        self, *args: str | Path, env: dict[str, str] | None = None
+        self, *args: str | Path, env: dict[str, str] | None = None, expect: int = 0
     ) -> subprocess.CompletedProcess[str]:
-        """Run `snaprun ARGS`, narrated, and show what it printed and its exit code."""
+        """Run `snaprun ARGS`, narrated, and show what it printed and its exit code; stop
+        the demo if the exit code is not `expect` (-9: killed by SIGKILL)."""
         argv, line = self._argv(args)
         prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
         self.shell(f"{prefix}snaprun {line}")
@@ -135,7 +138,12 @@ class Demo:
         )
         self.output(done.stdout)
         print(f"    (exit {done.returncode})", flush=True)
+        self._expect(done.returncode, expect)
         return done
+
+    def _expect(self, code: int, expect: int) -> None:
+        if code != expect:
+            raise SystemExit(f"demo {self.name}: expected exit {expect}, got {code}: stopping")
 
     def snaprun_json(self, *args: str | Path) -> Any:
         """`snaprun ARGS --json`, for the report: not narrated."""
@@ -168,6 +176,7 @@ class Demo:
         out, _ = proc.communicate(timeout=60)
         self.output(out)
         print(f"    (killed: exit {proc.returncode})", flush=True)
+        self._expect(proc.returncode, -signal.SIGKILL)
 
     def wait_for(self, what: str, check: Any, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -181,8 +190,6 @@ class Demo:
         if self.servers is not None:
             self.servers.send_signal(signal.SIGTERM)
             self.servers.wait(timeout=30)
-        if self.report_path:
-            Path(self.report_path).write_text(json.dumps(self.report, indent=1))
         self.say(
             f"The store stays in {shown(self.store)}: look around with "
             f"`SNAPSTATE_STORE={shown(self.store)} snaprun ls`, or delete it."
@@ -192,9 +199,14 @@ class Demo:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop the servers if the demo stopped early; write the report either way."""
         if self.servers is not None and self.servers.poll() is None:
             self.servers.kill()
             self.servers.wait()
+        if self.servers is not None and self.servers.stdout is not None:
+            self.servers.stdout.close()
+        if self.report_path:
+            Path(self.report_path).write_text(json.dumps(self.report, indent=1))
 
 
 def _snaprun_command() -> list[str]:

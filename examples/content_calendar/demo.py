@@ -33,7 +33,12 @@ def main():
             "Wednesday's draft, before the ledger recorded the answer."
         )
         killed = demo.snaprun(
-            "run", "--job", "calendar", demo.agent, env={"SNAPSTATE_FAULT": "effect-after-send:6"}
+            "run",
+            "--job",
+            "calendar",
+            demo.agent,
+            env={"SNAPSTATE_FAULT": "effect-after-send:6"},
+            expect=-9,
         )
         demo.report["killed"] = killed.returncode
 
@@ -43,7 +48,7 @@ def main():
             "draft it already saved. Then it asks Dana to approve the calendar and "
             "hibernates: exit 3, status waiting, no process left."
         )
-        first = demo.snaprun("resume", "calendar")
+        first = demo.snaprun("resume", "calendar", expect=3)
         demo.report["run"] = first.returncode
         demo.snaprun("ls")
         demo.snaprun("approvals")
@@ -55,7 +60,9 @@ def main():
             "nobody has decided yet, so it hibernates again at once. No agent code runs "
             "and nothing is drafted again."
         )
-        early = demo.snaprun("resume", "calendar", env={"SNAPSTATE_CLOCK_OFFSET": str(DAY)})
+        early = demo.snaprun(
+            "resume", "calendar", env={"SNAPSTATE_CLOCK_OFFSET": str(DAY)}, expect=3
+        )
         demo.report["early_resume"] = early.returncode
 
         demo.say(

@@ -30,7 +30,12 @@ def main():
             "itself right after snapshot 1, the first answer."
         )
         killed = demo.snaprun(
-            "run", "--job", "support", demo.agent, env={"SNAPSTATE_FAULT": "after-snapshot:1"}
+            "run",
+            "--job",
+            "support",
+            demo.agent,
+            env={"SNAPSTATE_FAULT": "after-snapshot:1"},
+            expect=-9,
         )
         demo.report["killed"] = killed.returncode
         demo.report["killed_output"] = killed.stdout

@@ -30,7 +30,7 @@ def main():
             "happen, and an hour is too long to wait in a process, so the job "
             "hibernates at the call (exit 3)."
         )
-        run = demo.snaprun("run", "--job", "research", demo.agent)
+        run = demo.snaprun("run", "--job", "research", demo.agent, expect=3)
         demo.report["run"] = run.returncode
         demo.report["run_output"] = run.stdout
         demo.snaprun("ls")
