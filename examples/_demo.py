@@ -42,13 +42,15 @@ def shown(path: Path | str) -> str:
 class Demo:
     def __init__(self, name: str, doc: str) -> None:
         parser = argparse.ArgumentParser(
-            description=doc.strip().splitlines()[0],
+            description=" ".join(doc.strip().split("\n\n")[0].split()),
             epilog="examples/README.md walks through it.",
         )
         parser.add_argument(
             "--dir", help="folder for the demo's store (default: a new temp folder)"
         )
-        parser.add_argument("--report", help="write what the demo observed as JSON to this file")
+        parser.add_argument(
+            "--report", metavar="FILE", help="write what the demo observed as JSON to FILE"
+        )
         args = parser.parse_args()
         self.name = name
         self.folder = EXAMPLES / name

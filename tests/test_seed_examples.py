@@ -148,6 +148,7 @@ def test_openai_sdk_agent_killed_and_resumed_answers_as_a_plain_run(tmp_path):
     """The OpenAI SDK tool-calling agent, SIGKILLed right after snapshot 1 and resumed:
     its three answers are the deterministic ones, and each model call and lookup was
     made once (six completions, three lookups, nine confirmed ledger rows)."""
+    pytest.importorskip("openai", reason="the integrations extra is not installed")
     report = demo("openai_agent", tmp_path)
     assert report["killed"] == -9 and report["resumed"] == 0
     answers = agent_lines(report["killed_output"]) + agent_lines(report["resumed_output"])
