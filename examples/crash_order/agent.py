@@ -2,8 +2,8 @@
 LLM about each one (a snapshot after each), orders from the cheapest and emails the order
 to purchasing. Killed while the shop is still answering the order, it is resumed and
 orders nothing twice: the order is sent again with the same idempotency key (the shop
-answers with the order it already has), the email is looked up by its reference before
-it is sent.
+answers with the order it already has). Killed while the email is in flight, it would
+ask the mail service whether the email with its reference was sent before sending it.
 
     python examples/crash_order/demo.py        # the whole story, narrated
 

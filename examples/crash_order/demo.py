@@ -47,8 +47,7 @@ def main():
             "Resume it. It continues after its last snapshot: the research is not "
             "done again (the LLM's answers are in the ledger), and the order is sent "
             "again with the same idempotency key, which the shop answers with the "
-            "order it already placed. The email is looked up by its reference before "
-            "it is sent."
+            "order it already placed. Then it sends the email, once."
         )
         resumed = demo.snaprun("resume", "po")
         demo.report["resumed"] = resumed.returncode
