@@ -283,7 +283,7 @@ def _httpx_stream(lib: Any) -> type:
     """A byte stream of the recorded chunks, sync and async (the client checks the
     stream's type against its own library's)."""
 
-    class RecordedStream(lib.SyncByteStream, lib.AsyncByteStream):  # type: ignore[misc,name-defined]
+    class RecordedStream(lib.SyncByteStream, lib.AsyncByteStream):  # type: ignore[misc]
         def __init__(self, chunks: list[bytes]) -> None:
             self.chunks = chunks
 
@@ -320,9 +320,7 @@ class _HttpxTransport:
         self.lib, self.stream, self.inner = lib, stream, inner
 
     def _exchange(self, request: Any, **senders: Any) -> Exchange:
-        headers = [
-            (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw
-        ]
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
         content = getattr(request, "_content", None)
         return Exchange(request.method, str(request.url), content, headers, **senders)
 
@@ -461,7 +459,9 @@ def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
     response.raw = _RecordedRaw(b"".join(recorded.chunks), headers)
     response.reason = recorded.reason
     response.url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
-    requests.cookies.extract_cookies_to_jar(response.cookies, request, response.raw)
+    requests.cookies.extract_cookies_to_jar(  # type: ignore[no-untyped-call]
+        response.cookies, request, response.raw
+    )
     response.request = request
     response.connection = adapter
     return response

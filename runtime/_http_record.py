@@ -36,6 +36,7 @@ on from there and is kept in the frozen state of every later snapshot.
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import pickle
 import re
@@ -43,11 +44,12 @@ import sys
 import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import greenlet
 
-from .._errors import DivergenceError, StoreDamaged, StoreFailure
+from .._errors import DivergenceError, RestoreError, StoreDamaged, StoreFailure
 from ..resources import _http_record as _lib
 from ..resources._http_record import Exchange, Recorded, body_digest, redacted_url
 from ..serializers import _inert
@@ -162,9 +164,7 @@ def restore(job: Job, saved: object) -> None:
 
 
 # ------------------------------------------------------------------------ reading
-def summary(
-    keys: KeyRing, row: EffectRow
-) -> tuple[int | None, str | None, int | None, int | None]:
+def summary(keys: KeyRing, row: EffectRow) -> tuple[int | None, str | None, int | None, int | None]:
     """(status, model, input tokens, output tokens) of a recorded request's response,
     read without running anything (the signed result decoded by the inert unpickler:
     `snaprun effects` is read-only); Nones for any other row."""
@@ -177,7 +177,7 @@ def summary(
         value = _inert.loads(verify_sealed(keys, row.result, f"effect {row.ordinal}"))
     except Exception:  # a damaged row is named by the commands that use it
         return nothing
-    args = getattr(value, "_args", ())
+    args: tuple[Any, ...] = tuple(getattr(value, "_args", ()))
     if len(args) != 6 or not isinstance(args[0], int):
         return nothing
     usage = args[5] if isinstance(args[5], dict) else {}
@@ -212,22 +212,24 @@ def _is_library(filename: str) -> bool:
 def _call_site() -> str:
     """The agent's line that sent the request: the innermost frame neither snapstate's
     nor a library's (an SDK, httpx)."""
-    frame = sys._getframe(2)
-    fallback = None
+    frame: FrameType | None = sys._getframe(2)
+    fallback: FrameType | None = None
     while frame is not None:
         name = str(frame.f_globals.get("__name__", ""))
         if not name.startswith("snapstate."):
             fallback = fallback or frame
             if not _is_library(frame.f_code.co_filename):
                 break
-        frame = frame.f_back  # type: ignore[assignment]
-    frame = frame or fallback
-    if frame is None:
+        frame = frame.f_back
+    found = frame or fallback
+    if found is None:
         return "?"
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+    return f"{found.f_code.co_filename}:{found.f_lineno}"
 
 
-def _describe(job: Job, exchange: Exchange) -> tuple[Spec[Recorded], tuple[str, str], str, str | None]:
+def _describe(
+    job: Job, exchange: Exchange
+) -> tuple[Spec[Recorded], tuple[str, str], str, str | None]:
     """The ledger's view of a request: its spec (name, kind, idempotency), the arguments
     it is matched by, how `snaprun effects` shows it, the provider's key."""
     recording = job._recording
@@ -272,6 +274,35 @@ def _saved(job: Job, recorded: Recorded) -> None:
             catalog.bump_metric(job.job_id, f"http_saved_{field}", value)
 
 
+def _answer(job: Job, value: object, shown: str) -> Recorded:
+    """The response a confirmed row holds: the one recorded, or the one given by
+    `snaprun reconcile --committed --result '{"status": 200, "body": ...}'` for a write
+    whose outcome was unknown. Anything else has no response to hand back: the run
+    stops, naming the fix (an invented answer would be a wrong one)."""
+    if isinstance(value, Recorded):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("status"), int):
+        body = value.get("body", "")
+        headers = value.get("headers") or {}
+        if isinstance(headers, dict) and all(isinstance(v, str) for v in headers.values()):
+            items = [(str(k), v) for k, v in headers.items()]
+            if not isinstance(body, str):  # a JSON answer
+                body = json.dumps(body)
+                if not any(k.lower() == "content-type" for k, _ in items):
+                    items.append(("content-type", "application/json"))
+            data = body.encode("utf-8")
+            return Recorded(value["status"], "", "HTTP/1.1", items, [data], None)
+    job.refuse(
+        RestoreError(
+            f"the recorded request {shown} was reconciled as committed with the result "
+            f"{str(value)[:80]!r}, which is no HTTP response; reconcile it again with "
+            "the provider's answer: `snaprun reconcile JOB N --committed --result "
+            '\'{"status": 200, "body": ...}\'` (headers as "headers": {...})'
+        )
+    )
+    raise AssertionError("not reached: the job stopped this run")
+
+
 class _Recorder:
     """The runtime's side of the patches (resources/_http_record.py)."""
 
@@ -285,11 +316,11 @@ class _Recorder:
         runner = job._async
         if runner is not None and runner.effect_depth:  # an async effect's coroutine
             return False
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:  # inside an @effect (its function, its lookup)
             if frame.f_code is _LEDGER_CALL:
                 return False
-            frame = frame.f_back  # type: ignore[assignment]
+            frame = frame.f_back
         return True
 
     def record(self, exchange: Exchange) -> Recorded:
@@ -314,6 +345,7 @@ class _Recorder:
             job.store_failed(exc)
             raise
         if not sent:
+            recorded = _answer(job, recorded, shown)
             _saved(job, recorded)
         return recorded
 
@@ -327,10 +359,12 @@ class _Recorder:
             sent.append(True)
             return await exchange.asend(idempotency_key=idempotency_key)
 
-        spec = Spec(send, spec.name, spec.idempotency, None, spec.kind, None)
+        # the ledger runs it through async_spec (the coroutine sent by the awaiting task)
+        spec = Spec(cast(Any, send), spec.name, spec.idempotency, None, spec.kind, None)
         point = _HttpPoint(spec, args, _call_site(), shown, key)
         recorded: Recorded = await point
         if not sent:
+            recorded = _answer(job, recorded, shown)
             _saved(job, recorded)
         return recorded
 

@@ -106,7 +106,7 @@ class RecordStub:
                 self.end_headers()
                 text = reply["choices"][0]["message"]["content"]
                 events = []
-                for i, piece in enumerate([text[: len(text) // 2], text[len(text) // 2 :]]):
+                for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
                     chunk = {
                         "id": reply["id"],
                         "object": "chat.completion.chunk",

@@ -7,6 +7,7 @@ which prints the digest of every body it got."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -19,7 +20,6 @@ from store_bytes import chunk_contents, snapshot_body, zstd_frames
 AGENT = AGENTS / "record_http_agent.py"
 TOKEN = "sk-test-5ecret-rh-0123456789abcdef"
 ENV = {"RH_TOKEN": TOKEN}
-ALL = ["chat", "stream", "search", "charge", "order", "cookie"]
 NAMES = {
     "chat": "POST /v1/chat/completions",
     "stream": "POST /v1/chat/completions",
@@ -37,10 +37,31 @@ def stub():
     server.stop()
 
 
-def _run(tmp: Path, url: str, client: str, steps=(), *, fault=None, job="rh", flags=("--record-http",), env=None):
+def _run(
+    tmp: Path,
+    url: str,
+    client: str,
+    steps=(),
+    *,
+    fault=None,
+    job="rh",
+    flags=("--record-http",),
+    env=None,
+):
     return snaprun(
-        "run", "--store", tmp / "store", *flags, "--job", job, AGENT, client, url, *steps,
-        cwd=tmp, fault=fault, env={**ENV, **(env or {})},
+        "run",
+        "--store",
+        tmp / "store",
+        *flags,
+        "--job",
+        job,
+        AGENT,
+        client,
+        url,
+        *steps,
+        cwd=tmp,
+        fault=fault,
+        env={**ENV, **(env or {})},
     )
 
 
@@ -54,17 +75,24 @@ def _effects(tmp: Path, job="rh") -> list[dict]:
     return json.loads(run.stdout)
 
 
+_FIRST: dict[tuple[str, tuple[str, ...]], str] = {}  # (client, steps) -> its output
+
+
 def _uninterrupted(tmp: Path, client: str, steps=()) -> str:
-    """The agent's output on a fresh stub, run without a kill."""
-    server = RecordStub().start()
-    try:
-        first = tmp / "first"
-        first.mkdir()
-        run = _run(first, server.url, client, steps)
-        assert run.returncode == 0, run.stderr
-        return run.stdout
-    finally:
-        server.stop()
+    """The agent's output on a fresh stub, run without a kill (once per client and
+    steps in a test process: the stub's answers are the same on every fresh stub)."""
+    key = (client, tuple(steps))
+    if key not in _FIRST:
+        server = RecordStub().start()
+        try:
+            first = tmp / "first"
+            first.mkdir()
+            run = _run(first, server.url, client, steps)
+            assert run.returncode == 0, run.stderr
+            _FIRST[key] = run.stdout
+        finally:
+            server.stop()
+    return _FIRST[key]
 
 
 def _store_files(store: Path) -> dict[str, bytes]:
@@ -74,13 +102,13 @@ def _store_files(store: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize(
     "client, fault",
     [
-        ("httpx", "effect-after-confirm:5"),  # resumed at "mid": charge and order served
-        ("httpx", "effect-after-confirm:2"),  # resumed at "start": chat and stream served
+        ("httpx", "effect-after-confirm:6"),  # resumed at "mid": search...order served
+        ("httpx", "effect-after-confirm:3"),  # resumed at "start": chat, stream, cookie
         ("httpx", "after-snapshot:2"),  # right after "mid": nothing to serve
-        ("async", "effect-after-confirm:5"),
-        ("async", "effect-after-confirm:2"),
-        ("requests", "effect-after-confirm:5"),
-        ("requests", "effect-after-confirm:2"),
+        ("async", "effect-after-confirm:6"),
+        ("async", "effect-after-confirm:3"),
+        ("requests", "effect-after-confirm:6"),
+        ("requests", "effect-after-confirm:3"),
     ],
 )
 def test_a_killed_job_gets_every_response_again_and_sends_each_request_once(
@@ -96,14 +124,14 @@ def test_a_killed_job_gets_every_response_again_and_sends_each_request_once(
     assert killed.returncode == -9, killed.stderr
     resumed = _resume(tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert resumed.stdout == expected
-    assert json.loads(expected)[1].startswith("stream:True:")  # streamed in several chunks
+    assert resumed.stdout == expected  # the cookie jar too (a served Set-Cookie)
+    output = json.loads(expected)
+    assert output[1].startswith("stream:True:") and output[-1] == "cookies:['session']"
     for step in ("search", "charge", "order", "cookie"):
         assert stub.count(NAMES[step]) == 1, (step, stub.counts)
     assert stub.count("POST /v1/chat/completions") == 2  # chat and stream, once each
-    # the cookie the server set was in the client's jar after a restore as in the first run
     rows = _effects(tmp_path)
-    assert [r["name"] for r in rows] == ["http.POST", "http.POST", "http.GET", "http.POST", "http.POST", "http.POST"]
+    assert [r["name"] for r in rows] == ["http.POST"] * 3 + ["http.GET"] + ["http.POST"] * 2
     assert all(r["state"] == "confirmed" and r["status"] == 200 for r in rows)
 
 
@@ -164,6 +192,36 @@ def test_a_plain_write_killed_after_sending_parks(tmp_path, stub):
     assert stub.count("POST /order") == 1
     [row] = _effects(tmp_path)
     assert (row["kind"], row["state"]) == ("write", "ambiguous")
+    # reconciled as committed with the provider's answer: the agent gets that answer
+    answer = '{"status": 201, "body": {"order": 99}}'
+    store = tmp_path / "store"
+    reconcile = snaprun(
+        "reconcile", "--store", store, "rh", "1", "--committed", "--result", answer, cwd=tmp_path
+    )
+    assert reconcile.returncode == 0, reconcile.stderr
+    done = _resume(tmp_path)
+    assert done.returncode == 0, done.stderr
+    body = hashlib.sha256(json.dumps({"order": 99}).encode()).hexdigest()[:16]
+    assert json.loads(done.stdout)[0] == f"order:201:{body}"
+    assert stub.count("POST /order") == 1
+
+
+def test_a_write_reconciled_without_a_response_is_refused(tmp_path, stub):
+    """Crash window: as above; reconciled --committed without --result, the ledger holds
+    no response to hand back: the resumed run stops (exit 1) saying how to reconcile
+    it with the provider's answer, and sends nothing."""
+    killed = _run(tmp_path, stub.url, "httpx", ["order"], fault="effect-after-send:1")
+    assert killed.returncode == -9, killed.stderr
+    assert _resume(tmp_path).returncode == 4
+    store = tmp_path / "store"
+    assert (
+        snaprun("reconcile", "--store", store, "rh", "1", "--committed", cwd=tmp_path).returncode
+        == 0
+    )
+    refused = _resume(tmp_path)
+    assert refused.returncode == 1, refused.stderr
+    assert '--result \'{"status": 200' in refused.stderr and "Traceback" not in refused.stderr
+    assert stub.count("POST /order") == 1
 
 
 def test_a_write_with_an_idempotency_key_is_sent_again_with_the_same_key(tmp_path, stub):
@@ -186,7 +244,9 @@ def test_a_re_executed_request_that_does_not_match_is_refused(tmp_path, stub):
     """Crash window: after the chat request was recorded, before the "mid" snapshot; the
     resumed code sends another body at that position. The run stops there (exit 1)
     naming both requests; nothing is sent and no recorded answer is handed back."""
-    killed = _run(tmp_path, stub.url, "httpx", ["chat", "search", "order"], fault="effect-after-confirm:2")
+    killed = _run(
+        tmp_path, stub.url, "httpx", ["chat", "search", "order"], fault="effect-after-confirm:2"
+    )
     assert killed.returncode == -9, killed.stderr
     resumed = _resume(tmp_path, env={"RH_VARIANT": " but different"})
     assert resumed.returncode == 1, resumed.stderr
@@ -201,7 +261,7 @@ def test_record_http_called_by_the_agent_is_kept_in_its_snapshots(tmp_path, stub
     record_http() call (no --record-http) before the "mid" snapshot it resumes from: the
     frozen state keeps it, and the re-executed writes are served, not sent again."""
     expected = _uninterrupted(tmp_path, "httpx")
-    killed = _run(tmp_path, stub.url, "call", fault="effect-after-confirm:5", flags=())
+    killed = _run(tmp_path, stub.url, "call", fault="effect-after-confirm:6", flags=())
     assert killed.returncode == -9, killed.stderr
     resumed = _resume(tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -216,6 +276,18 @@ def test_a_job_without_record_http_sends_as_before(tmp_path, stub):
     assert run.returncode == 0, run.stderr
     assert _effects(tmp_path) == []
     assert sum(stub.counts.values()) == 6
+
+
+def test_a_request_inside_an_explicit_effect_is_not_recorded_again(tmp_path, stub):
+    """Crash window: after the @effect that sends POST /order was confirmed, before the
+    next snapshot. The effect is the unit: the ledger holds its row only (no http row
+    inside it), and the resumed run serves it without sending."""
+    killed = _run(tmp_path, stub.url, "httpx", ["chat", "effect"], fault="effect-after-confirm:2")
+    assert killed.returncode == -9, killed.stderr
+    assert _resume(tmp_path).returncode == 0
+    rows = _effects(tmp_path)
+    assert [r["name"] for r in rows] == ["http.POST", "record_http_agent.place_order"]
+    assert stub.count("POST /order") == 1 and stub.count("POST /v1/chat/completions") == 1
 
 
 def test_secrets_are_never_stored(tmp_path, stub):
@@ -241,7 +313,7 @@ def test_an_encrypted_store_holds_no_body_in_clear(tmp_path, stub):
     no file holds a body's text, the URL or the token; the job still resumes from them."""
     init = snaprun("init", "--store", tmp_path / "store", "--encrypt", cwd=tmp_path)
     assert init.returncode == 0, init.stderr
-    killed = _run(tmp_path, stub.url, "httpx", fault="effect-after-confirm:5")
+    killed = _run(tmp_path, stub.url, "httpx", fault="effect-after-confirm:6")
     assert killed.returncode == -9, killed.stderr
     assert _resume(tmp_path).returncode == 0
     assert stub.count("POST /order") == 1

@@ -12,14 +12,14 @@ third request:
     charge   POST /charge with an Idempotency-Key drawn by uuid.uuid4() (not recorded:
              a re-executed request draws another; the first one must be sent again)
     order    POST /order (a plain write)
-    cookie   POST /cookie (a Set-Cookie answer; the next request carries the cookie)
+    cookie   POST /cookie (a Set-Cookie answer: the client's cookie jar, printed last)
+    effect   POST /order inside an explicit @effect (not recorded again: the effect is)
 
 Every request carries Authorization: Bearer $RH_TOKEN. RH_VARIANT changes the chat
 request's body (a re-executed request that does not match the ledger). Prints one JSON
 line: each step's body digest (the bytes the agent got), and returns the list's digest.
 """
 
-import asyncio
 import hashlib
 import json
 import os
@@ -31,13 +31,17 @@ from snapstate import snapshot
 
 CLIENT = sys.argv[1]
 URL = sys.argv[2]
-STEPS = sys.argv[3:] or ["chat", "stream", "search", "charge", "order", "cookie"]
+STEPS = sys.argv[3:] or ["chat", "stream", "cookie", "search", "charge", "order"]
 TOKEN = os.environ.get("RH_TOKEN", "sk-test-0000000000")
 
 
 def _chat_body(stream: bool) -> dict:
     text = "hello snapstate" + os.environ.get("RH_VARIANT", "")
-    return {"model": "stub-model", "messages": [{"role": "user", "content": text}], "stream": stream}
+    return {
+        "model": "stub-model",
+        "messages": [{"role": "user", "content": text}],
+        "stream": stream,
+    }
 
 
 def digest(data: bytes) -> str:
@@ -48,18 +52,33 @@ def _request(step: str) -> tuple[str, str, dict]:
     """method, path, keyword arguments (json, headers, params) of a step."""
     headers = {"Authorization": "Bearer " + TOKEN}  # built per request: never in a snapshot
     if step in ("chat", "stream"):
-        return "POST", "/v1/chat/completions", {"json": _chat_body(step == "stream"), "headers": headers}
+        return (
+            "POST",
+            "/v1/chat/completions",
+            {"json": _chat_body(step == "stream"), "headers": headers},
+        )
     if step == "search":
         return "GET", "/search", {"params": {"q": "pumps", "api_key": TOKEN}, "headers": headers}
     if step == "charge":
         headers["Idempotency-Key"] = f"charge-{uuid.uuid4()}"
         return "POST", "/charge", {"json": {"amount": 42}, "headers": headers}
-    if step == "order":
+    if step in ("order", "effect"):
         return "POST", "/order", {"json": {"item": "pump", "qty": 2}, "headers": headers}
     return "POST", "/cookie", {"json": {}, "headers": headers}
 
 
+@snapstate.effect
+def place_order() -> str:
+    import httpx
+
+    method, path, kwargs = _request("effect")
+    with httpx.Client(timeout=30) as client:
+        return client.request(method, URL + path, **kwargs).text
+
+
 def _one_sync(client, step: str) -> str:
+    if step == "effect":
+        return f"effect:{digest(place_order().encode())}"
     method, path, kwargs = _request(step)
     if step == "stream":
         with client.stream(method, URL + path, **kwargs) as response:
@@ -75,6 +94,7 @@ def run_sync(client) -> list[str]:
         out.append(_one_sync(client, step))
         if i == 2:
             snapshot("mid")
+    out.append(f"cookies:{sorted(client.cookies.keys())}")
     return out
 
 
@@ -140,6 +160,7 @@ async def run_async() -> list[str]:
             out.append(await _one_async(client, step))
             if i == 2:
                 await snapshot("mid")
+        out.append(f"cookies:{sorted(client.cookies.keys())}")
     return out
 
 
@@ -162,7 +183,9 @@ else:
     def main():
         snapshot("start")
         if CLIENT == "call":
-            snapstate.record_http(reads=["127.0.0.1/order"] if os.environ.get("RH_ORDER_READ") else [])
+            snapstate.record_http(
+                reads=["127.0.0.1/order"] if os.environ.get("RH_ORDER_READ") else []
+            )
         if CLIENT == "requests":
             out = run_requests()
         elif CLIENT == "openai":
