@@ -6,7 +6,7 @@ test process (or as `python http_record_stub.py` printing its URL):
                                 a request sent twice gets a different answer; "stream":
                                 true answers server-sent events, several chunks written
                                 apart, with a final usage event
-    GET  /search?q=...          a read: the query and the count
+    GET  /search?q=...          a read: the query and its count
     POST /order                 a plain write (no idempotency): an order number
     POST /charge                honours Idempotency-Key: a key seen before gets the
                                 same answer, and the server counts one charge per key
@@ -76,6 +76,10 @@ class RecordStub:
                         return
                 elif parts.path == "/search":
                     q = parse_qs(parts.query).get("q", [""])[0]
+                    with stub.lock:  # counted per query: answers do not depend on arrival
+                        n = stub.counts[f"GET /search?q={q}"] = (
+                            stub.counts.get(f"GET /search?q={q}", 0) + 1
+                        )
                     reply = {"q": q, "n": n}
                 elif parts.path == "/order":
                     reply = {"order": n}

@@ -290,6 +290,28 @@ def test_a_request_inside_an_explicit_effect_is_not_recorded_again(tmp_path, stu
     assert stub.count("POST /order") == 1 and stub.count("POST /v1/chat/completions") == 1
 
 
+def test_requests_of_spawned_tasks_are_recorded_by_task(tmp_path, stub):
+    """Crash window: after task 2's request was recorded (its first action, 2#1), before
+    the next snapshot. Each spawned task's request is its own row (identity T#n): task
+    2's is served without sending, the same answer; task 1's, sent at the same time on
+    the effect pool, is served too if it was recorded before the kill, else (a read
+    whose outcome is unknown) sent again."""
+    steps = ["chat", "tasks"]
+    expected = json.loads(_uninterrupted(tmp_path, "httpx", steps))
+    killed = _run(tmp_path, stub.url, "httpx", steps, fault="effect-after-confirm:2#1")
+    assert killed.returncode == -9, killed.stderr
+    resumed = _resume(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    got = json.loads(resumed.stdout)
+    assert got[0] == expected[0] and stub.count("POST /v1/chat/completions") == 1
+    assert got[1].split(", ")[1] == expected[1].split(", ")[1]  # task 2: served
+    assert stub.count("GET /search?q=task-2") == 1
+    if stub.count("GET /search?q=task-1") == 1:  # task 1 was recorded before the kill
+        assert got == expected
+    rows = _effects(tmp_path)
+    assert sorted(r["call_site"].rsplit("(task ", 1)[-1] for r in rows[1:]) == ["1#1)", "2#1)"]
+
+
 def test_secrets_are_never_stored(tmp_path, stub):
     """The Authorization header, the api_key= query value and the cookie the server set
     are in no byte of the plain store (catalog, WAL, snapshot chunks), though the

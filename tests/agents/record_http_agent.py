@@ -14,6 +14,7 @@ third request:
     order    POST /order (a plain write)
     cookie   POST /cookie (a Set-Cookie answer: the client's cookie jar, printed last)
     effect   POST /order inside an explicit @effect (not recorded again: the effect is)
+    tasks    two spawned tasks (snapstate.spawn), each GET /search?q=task-N (httpx)
 
 Every request carries Authorization: Bearer $RH_TOKEN. RH_VARIANT changes the chat
 request's body (a re-executed request that does not match the ledger). Prints one JSON
@@ -76,9 +77,17 @@ def place_order() -> str:
         return client.request(method, URL + path, **kwargs).text
 
 
+def _search(client, q: str) -> str:
+    response = client.get(URL + "/search", params={"q": q})
+    return digest(response.content)
+
+
 def _one_sync(client, step: str) -> str:
     if step == "effect":
         return f"effect:{digest(place_order().encode())}"
+    if step == "tasks":  # two spawned tasks, each sending its own request
+        tasks = [snapstate.spawn(_search, client, f"task-{i}") for i in (1, 2)]
+        return f"tasks:{snapstate.gather(*tasks)}"
     method, path, kwargs = _request(step)
     if step == "stream":
         with client.stream(method, URL + path, **kwargs) as response:
