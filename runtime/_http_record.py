@@ -49,7 +49,13 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 import greenlet
 
-from .._errors import DivergenceError, RestoreError, StoreDamaged, StoreFailure
+from .._errors import (
+    DivergenceError,
+    RestoreError,
+    SnapstateError,
+    StoreDamaged,
+    StoreFailure,
+)
 from ..resources import _http_record as _lib
 from ..resources._http_record import Exchange, Recorded, body_digest, redacted_url
 from ..serializers import _inert
@@ -249,15 +255,18 @@ def _describe(
     return spec, (url, body), shown, key
 
 
-def _refused(job: Job, exc: DivergenceError) -> None:
-    job.refuse(
-        DivergenceError(
+def _refused(job: Job, exc: SnapstateError) -> None:
+    """The ledger refused a recorded request (a mismatch, a result that cannot be served,
+    a row that fails its signature): the run stops here. Raised into the agent's code,
+    an SDK that retries any error would send it again as a new request."""
+    if isinstance(exc, DivergenceError):
+        exc = DivergenceError(
             f"{exc} The request was recorded by record_http: the job stopped here (the "
             "agent's code never sees this error, so an SDK cannot retry it as a new "
             "request); restore the code that sent the recorded request, or fork the job "
             "from an earlier snapshot."
         )
-    )
+    job.refuse(exc)
 
 
 def _saved(job: Job, recorded: Recorded) -> None:
@@ -338,11 +347,11 @@ class _Recorder:
             recorded = job.ledger.call(
                 spec, args, {}, None, _call_site(), shown=shown, provider_key=key
             )
-        except DivergenceError as exc:
-            _refused(job, exc)
-            raise
         except (StoreFailure, StoreDamaged) as exc:
             job.store_failed(exc)
+            raise
+        except SnapstateError as exc:
+            _refused(job, exc)
             raise
         if not sent:
             recorded = _answer(job, recorded, shown)
@@ -416,11 +425,11 @@ def _ledger_call(job: Job, point: _HttpPoint) -> tuple[str, Any]:
             provider_key=point.provider_key,
         )
         return ("done", recorded)
-    except DivergenceError as exc:
-        _refused(job, exc)
-        raise
     except (StoreFailure, StoreDamaged) as exc:
         job.store_failed(exc)
+        raise
+    except SnapstateError as exc:
+        _refused(job, exc)
         raise
     except Refused as refused:  # (a transport raises no rate limit; kept as effects do)
         job.ledger.set_actions(before)
