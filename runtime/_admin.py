@@ -12,6 +12,7 @@ sweeps. Every id is validated and every path confined to the store (serializers/
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -70,6 +71,11 @@ def set_entry(home: Home, job_id: str, entry: _agent.EntryPoint) -> _agent.Entry
     Returns the entry point it replaces. LeaseHeld while the job runs; StoreDamaged
     for a row that does not verify (restore it: it is never re-signed)."""
     validate_job_id(job_id)
+    try:  # the job's settings stay (record_http): only where its code is changes
+        current = _agent.EntryPoint.from_dict(home.catalog.get_job(job_id).entry)
+        entry = dataclasses.replace(entry, record_http=current.record_http)
+    except ValueError:
+        pass  # a damaged entry: the catalog's own check below names it
     old = home.catalog.set_entry(job_id, entry.as_dict())
     return _agent.EntryPoint.from_dict(old.entry)
 
@@ -343,7 +349,8 @@ def reconcile(
 def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
     """Durability metrics per job (or of one job): resumes, snapshot age, effects,
     effects served from the ledger, reconciled and ambiguous actions, restart-to-
-    progress time. Reads only. Over every job, a job whose catalog rows are refused
+    progress time, recorded HTTP requests (and their model tokens) served from the
+    ledger after a restore. Reads only. Over every job, a job whose catalog rows are refused
     (their signatures do not verify) is listed with status "damaged" and its effects
     uncounted; asked for by name, it is refused (StoreDamaged)."""
     if job_id is not None:
@@ -375,6 +382,11 @@ def stats(home: Home, job_id: str | None = None) -> list[dict[str, Any]]:
                 "ambiguous": sum(1 for e in ledger if e.state == EffectState.AMBIGUOUS),
                 "ambiguous_total": int(metrics.get("ambiguous", 0)),
                 "restart_to_progress_s": metrics.get("restart_to_progress_s"),
+                # record_http: requests answered from the ledger after a restore, and
+                # the model tokens (in/out) their answers had: what the ledger saved
+                "http_saved_calls": int(metrics.get("http_saved_calls", 0)),
+                "http_saved_input_tokens": int(metrics.get("http_saved_input_tokens", 0)),
+                "http_saved_output_tokens": int(metrics.get("http_saved_output_tokens", 0)),
             }
         )
     return rows

@@ -26,6 +26,7 @@ import sysconfig
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import RestoreError
 from ..serializers._codeid import module_digest
@@ -54,6 +55,10 @@ class EntryPoint:
     function: str
     path: str | None = None  # the script file, for scripts
     search_path: str | None = None  # for module:function, the directory it is found from
+    # `snaprun run --record-http` (runtime/_http_record.py): the read patterns, or None
+    # when the job does not record HTTP. Kept with the entry point so that resume, the
+    # worker, fork and export keep it; written only when set (older rows unchanged).
+    record_http: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, spec: str) -> EntryPoint:
@@ -70,13 +75,16 @@ class EntryPoint:
         # Like `python -m`: a module is found from the current directory first.
         return cls(module, function, None, os.getcwd())
 
-    def as_dict(self) -> dict[str, str | None]:
-        return {
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
             "module": self.module,
             "function": self.function,
             "path": self.path,
             "search_path": self.search_path,
         }
+        if self.record_http is not None:
+            data["record_http"] = list(self.record_http)
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> EntryPoint:
@@ -85,13 +93,19 @@ class EntryPoint:
         if isinstance(data, dict):
             module, function = data.get("module"), data.get("function")
             path, search = data.get("path"), data.get("search_path")
+            record = data.get("record_http")
             if (
                 isinstance(module, str)
                 and isinstance(function, str)
                 and (path is None or isinstance(path, str))
                 and (search is None or isinstance(search, str))
+                and (
+                    record is None
+                    or (isinstance(record, list) and all(isinstance(p, str) for p in record))
+                )
             ):
-                return cls(module, function, path, search)
+                reads = None if record is None else tuple(record)
+                return cls(module, function, path, search, reads)
         raise ValueError(f"{str(data)[:80]!r} is not an entry point")
 
     @property

@@ -38,6 +38,7 @@ JobResult.exit_code give one answer.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -47,7 +48,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -66,11 +67,12 @@ from ..serializers._home import Home, default_home, open_store
 from ..serializers._ids import validate_job_id
 from ..serializers._location import is_postgres_url, redact
 from ..serializers._store import ApprovalRow, EffectRow, JobRow, SnapshotRow, WaitRow
-from . import _approvals, _process, _rootlog
+from . import _approvals, _http_record, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
 from ._async_loop import settle_seconds
 from ._clock import clock
 from ._effect_spec import max_retry_after
+from ._http_record import check_reads
 from ._job import Job
 from ._lease import lease_ttl
 from ._tasks import effect_threads
@@ -240,7 +242,9 @@ class EffectView:
     "confirmed", "failed" (the call raised), "ambiguous" (outcome unknown: the job
     parks), "not-committed" (reconciled by hand); kind: "write", "read" or "value"
     (now(), random(), uuid4()). args is redacted and truncated, for people; key is the
-    idempotency key given to the provider."""
+    idempotency key given to the provider. A request recorded by record_http (name
+    "http.<METHOD>") has its response's HTTP status, and for an OpenAI- or
+    Anthropic-shaped answer the model and input/output tokens (None otherwise)."""
 
     ordinal: int
     name: str
@@ -252,9 +256,13 @@ class EffectView:
     attempts: int
     note: str
     updated: float
+    status: int | None = None
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
-def _effect_view(row: EffectRow) -> EffectView:
+def _effect_view(row: EffectRow, home: Home | None = None) -> EffectView:
     # The row's state and kind are members of EffectState / EffectKind (checked when the
     # row is built), whose values are exactly these literals.
     state = cast(
@@ -273,6 +281,7 @@ def _effect_view(row: EffectRow) -> EffectView:
         row.attempts,
         row.note,
         row.updated,
+        *(_http_record.summary(home.keys, row) if home is not None else (None,) * 4),
     )
 
 
@@ -463,7 +472,7 @@ def job_view(home: Home, job_id: str, now: float) -> JobView:
 def effect_views(home: Home, job_id: str) -> list[EffectView]:
     """A job's effect ledger in order (`snaprun effects`); JobNotFound names the job."""
     home.catalog.get_job(job_id)
-    return [_effect_view(e) for e in home.catalog.effects(job_id)]
+    return [_effect_view(e, home) for e in home.catalog.effects(job_id)]
 
 
 def snapshot_views(home: Home, job_id: str) -> list[SnapshotView]:
@@ -689,6 +698,8 @@ class Store:
         target: str | os.PathLike[str] | Callable[[], object],
         *args: str,
         job_id: str | None = None,
+        record_http: bool = False,
+        http_reads: Sequence[str] = (),
     ) -> JobResult:
         """Start a new job and run it in this process until it is done, waits, parks or
         fails (see JobResult).
@@ -696,8 +707,15 @@ class Store:
         target: a path to a .py file (its main() runs), "module:function", or a
         module-level function of an importable module. args become the agent's
         sys.argv[1:] (strings, as `snaprun run`); the entry function is called with no
-        arguments. Without job_id one is derived from the module's name."""
+        arguments. Without job_id one is derived from the module's name.
+        record_http=True (as `snaprun run --record-http`): every HTTP request the job
+        sends through httpx or requests is recorded in its ledger (snapstate.record_http);
+        http_reads (implies it): host/path patterns of requests that change nothing. Kept
+        with the job: resume(), the worker and fork keep it."""
         entry = _entry_of(target)
+        if record_http or http_reads:
+            reads = check_reads(http_reads, "Store.start(http_reads=...)")
+            entry = dataclasses.replace(entry, record_http=reads)
         argv = _argv(args)
         if job_id is not None:
             validate_job_id(job_id, what="the job id job_id=")

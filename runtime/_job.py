@@ -64,6 +64,7 @@ from . import (
     _async_pickle,
     _context,
     _defstate,
+    _http_record,
     _pins,
     _process,
     _rootlog,
@@ -230,6 +231,8 @@ class Job:
         self._scheduler: Scheduler | None = None
         # An async agent's runner (runtime/_async.py), while its event loop runs.
         self._async: _async.AsyncRunner | None = None
+        # Recording HTTP at the transport (runtime/_http_record.py), or None.
+        self._recording: _http_record.Recording | None = None
 
     def _is_task(self, glet: greenlet.greenlet) -> bool:
         """`glet` is one of this job's tasks (main or spawned)."""
@@ -320,6 +323,13 @@ class Job:
         assert self._hub is not None  # called by the agent, so the job runs
         self._hub.switch(Stop(JobParked(explain_ambiguous(self.job_id, row)), "parked"))
 
+    def refuse(self, error: SnapstateError) -> None:
+        """Stop the run here with `error`, the agent paused: a recorded HTTP request that
+        does not match the ledger (nothing was sent; raised into the agent, an SDK that
+        retries on any error would send it as a new request)."""
+        assert self._hub is not None  # called by the agent, so the job runs
+        self._hub.switch(Stop(error, "refused"))
+
     def fenced(self, error: StaleWriter) -> None:
         """This runner may no longer send (its lease is lost or about to be): the run
         stops here, the agent stays paused (no agent code runs after it)."""
@@ -354,6 +364,7 @@ class Job:
         """Load the entry point; returns the function to run."""
         _process.begin(self)  # the environment the job's changes are measured against
         _rootlog.begin(self)  # root logger handlers already there are the host's
+        _http_record.begin(self)  # `snaprun run --record-http`
         sys.argv = [self.entry.path or self.entry.module, *self.argv]
         fn = self.entry.load()
         if inspect.iscoroutinefunction(fn):  # async def main(): on the job's event loop
@@ -728,6 +739,8 @@ class Job:
             "wait": request.wait.as_dict() if request.wait is not None else None,
             "pins": dict(_pins.current(self)),
         }
+        if self._recording is not None:  # record_http(): kept for the restored job
+            state["record_http"] = _http_record.capture(self)
         context = self._agent.gr_context if request.async_state is None else None
         if context is not None and len(context):  # context variables the agent set
             state["context"] = context
@@ -871,6 +884,8 @@ class Job:
         _process.restore(self, state.get("process"))  # cwd, random; env applied by loads
         _rootlog.restore(self, state.get("logging"))
         _pins.restore(self, state.get("pins"))
+        _http_record.begin(self)
+        _http_record.restore(self, state.get("record_http"))
         self.ledger.ordinal = state.get("effects", 0)
         self.ledger.restored = True
         self._restored_context = state.get("context")

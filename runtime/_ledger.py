@@ -369,7 +369,14 @@ class Ledger:
         kwargs: dict[str, Any],
         explicit: str | None,
         call_site: str,
+        *,
+        shown: str | None = None,
+        provider_key: str | None = None,
     ) -> R:
+        """Call an effect through the ledger. `shown` replaces the arguments' display
+        and `provider_key` is the key the provider is sent (kept in the row's
+        external_id, sent again on a retry): both given by recorded HTTP only
+        (runtime/_http_record.py: the request's own Idempotency-Key)."""
         task = self._spawned()
         point: int | str
         if task is None:
@@ -385,7 +392,8 @@ class Ledger:
             ordinal = 0  # allocated when the row is first recorded
         self._bind_agent_modules()
         digest = args_digest(spec.name, args, kwargs)
-        shown = args_repr(args, kwargs)
+        if shown is None:
+            shown = args_repr(args, kwargs)
         # An explicit key names one logical action wherever it is called from.
         if task is not None:
             row = self.catalog.effect_by_key(self.job.job_id, key)
@@ -415,6 +423,7 @@ class Ledger:
             args_repr=shown,
             kind=spec.kind,
             state=EffectState.DISPATCHED,
+            external_id=provider_key,
             attempts=1,
             created=t,
             updated=t,
@@ -483,14 +492,15 @@ class Ledger:
                 )
             )
         scheduler = self.job._scheduler
+        key = row.external_id or row.key  # the provider's own key (recorded HTTP), or ours
         if scheduler is not None and scheduler.active:  # several tasks: on the pool
-            key, token = row.key, self.job.epoch
+            token = self.job.epoch
             return scheduler.run_effect(
                 ends, lambda: invoke(spec, args, kwargs, key, timeout=left, token=token)
             )
         self.sending = ends
         try:
-            return invoke(spec, args, kwargs, row.key, timeout=left, token=self.job.epoch)
+            return invoke(spec, args, kwargs, key, timeout=left, token=self.job.epoch)
         finally:
             self.sending = None
 

@@ -64,6 +64,7 @@ from snapstate.runtime._effect_spec import Retry as Retry
 from snapstate.runtime._effect_spec import effect_time_left as effect_time_left
 from snapstate.runtime._effects import call_effect as call_effect
 from snapstate.runtime._effects import effect as effect
+from snapstate.runtime._http_record import record_http as record_http
 from snapstate.runtime._job import snapshot as snapshot
 from snapstate.runtime._pins import pin as pin
 from snapstate.runtime._pins import pins as pins
@@ -89,6 +90,7 @@ __all__ = [
     "random",
     "uuid4",
     "effect_time_left",
+    "record_http",
     "sleep",
     "sleep_until",
     "request_approval",

@@ -140,6 +140,7 @@ NAMES: dict[str, str] = {
     "http_new_shell": "snapstate.resources._http:_new_shell",
     "http_configure_client": "snapstate.resources._http:_configure_client",
     "http_rebuilt_response": "snapstate.resources._http:_rebuilt_response",
+    "http_recorded": "snapstate.resources._http_record:_recorded",
     "requests_rebuild_headers": "snapstate.resources._requests:_rebuild_headers",
     "requests_configure_session": "snapstate.resources._requests:_configure_session",
     "requests_rebuilt_response": "snapstate.resources._requests:_rebuilt_requests_response",

@@ -76,6 +76,10 @@ FIELDS = {
         "attempts",
         "note",
         "updated",
+        "status",
+        "model",
+        "input_tokens",
+        "output_tokens",
     ],
     ApprovalView: [
         "job_id",

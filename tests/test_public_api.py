@@ -26,6 +26,7 @@ PUBLIC = [
     "random",
     "uuid4",
     "effect_time_left",
+    "record_http",
     "sleep",
     "sleep_until",
     "request_approval",

@@ -235,14 +235,20 @@ def effects(store: str | None, as_json: bool, job_id: str) -> None:
             "attempts": e.attempts,
             "note": e.note,
             "updated": e.updated,
+            # a request recorded by record_http: its status; model and tokens of a model call
+            "status": e.status,
+            "model": e.model,
+            "input_tokens": e.input_tokens,
+            "output_tokens": e.output_tokens,
         }
         for e in _api.effect_views(home, job_id)
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
+    http = any(r["status"] is not None for r in rows)  # the HTTP column only when recorded
     _inspect.table(
-        ["#", "STATE", "CALL", "AT", "ATTEMPTS", "KEY", "NOTE"],
+        ["#", "STATE", "CALL", "AT", "ATTEMPTS", "KEY", "NOTE"] + (["HTTP"] if http else []),
         [
             [
                 str(r["effect"]),
@@ -253,9 +259,22 @@ def effects(store: str | None, as_json: bool, job_id: str) -> None:
                 r["key"],
                 r["note"],
             ]
+            + ([_http_cell(r)] if http else [])
             for r in rows
         ],
     )
+
+
+def _http_cell(row: dict[str, Any]) -> str:
+    """A recorded request's status, and the model and tokens (in/out) of a model call."""
+    if row["status"] is None:
+        return ""
+    parts = [str(row["status"])]
+    if row["model"]:
+        parts.append(str(row["model"]))
+    if row["input_tokens"] is not None or row["output_tokens"] is not None:
+        parts.append(f"{row['input_tokens'] or 0}/{row['output_tokens'] or 0} tokens")
+    return " ".join(parts)
 
 
 @click.command(epilog=EXIT_HELP)
@@ -282,6 +301,7 @@ def stats(store: str | None, as_json: bool, job_id: str | None) -> None:
             "RECONCILED",
             "AMBIGUOUS",
             "RESTART->PROGRESS",
+            "HTTP SAVED",
         ],
         [
             [
@@ -294,6 +314,8 @@ def stats(store: str | None, as_json: bool, job_id: str | None) -> None:
                 str(r["reconciled"]),
                 str(r["ambiguous"]),
                 "-" if r["restart_to_progress_s"] is None else f"{r['restart_to_progress_s']:.3f}s",
+                f"{r['http_saved_calls']} ({r['http_saved_input_tokens']}/"
+                f"{r['http_saved_output_tokens']} tokens)",
             ]
             for r in rows
         ],

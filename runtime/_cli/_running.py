@@ -4,6 +4,7 @@ resumes jobs whose wait is over. Each runs the job through the Python API
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from ..._errors import DivergenceError, SnapshotWriteError, SnapstateError, Stor
 from .. import _admin, _api, _worker
 from .._agent import EntryPoint, EntryPointError
 from .._api import EXIT_DONE, EXIT_FAILED, JobStatus
+from .._http_record import check_reads
 from .._job import Job
 from .._signals import SigtermHandler
 from ._common import (
@@ -80,12 +82,29 @@ def _json_line(line: str) -> None:
 )
 @store_option
 @click.option("--job", "job_id", default=None, help="Job id (default: generated).")
+@click.option(
+    "--record-http",
+    is_flag=True,
+    help="Record every HTTP request the job sends (httpx, requests; the OpenAI and "
+    "Anthropic SDKs) in its effect ledger: re-executed code gets the recorded response.",
+)
+@click.option(
+    "--http-read",
+    "http_reads",
+    multiple=True,
+    metavar="HOST/PATH",
+    help="With --record-http (implied): requests matching this pattern (e.g. "
+    "'api.example.com/search*') change nothing and are sent again when their outcome "
+    "is unknown. Repeatable.",
+)
 @grace_option
 @click.argument("script")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def run(
     store: str | None,
     job_id: str | None,
+    record_http: bool,
+    http_reads: tuple[str, ...],
     grace: float | None,
     script: str,
     args: tuple[str, ...],
@@ -98,6 +117,12 @@ def run(
         entry = EntryPoint.parse(script)
     except EntryPointError as exc:
         raise click.UsageError(str(exc)) from None
+    if record_http or http_reads:  # kept with the job: resume, worker, fork keep it
+        try:
+            reads = check_reads(http_reads, "--http-read")
+        except (TypeError, ValueError) as exc:
+            raise click.UsageError(str(exc)) from None
+        entry = dataclasses.replace(entry, record_http=reads)
     check_new_id(job_id, "--job")
     _api.check_settings()  # refused before the job exists
     home = open_home(store, create=True)

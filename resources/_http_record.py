@@ -1,0 +1,546 @@
+"""HTTP recorded at the transport (`snapstate.record_http()`): the library side.
+
+When a job records HTTP, every request its code sends through httpx or httpx2 (Client
+and AsyncClient, so the OpenAI and Anthropic SDKs and the frameworks built on them) or
+requests (Session, through its HTTPAdapter) reaches the transport as an `Exchange`:
+the runtime (runtime/_http_record.py, registered here with `set_recorder`) records it
+in the job's ledger and answers with a `Recorded` response, either the one it just
+received or the one recorded before a restore. The agent's code gets a response built
+from that record in both cases, so a re-executed request sees the same bytes the first
+run saw: status, headers, and the body as the chunks the transport delivered (httpx:
+the raw chunks, decoded again by the client as the first time; requests: the decoded
+body, read in the sizes the caller asks for).
+
+What is patched: httpx's and httpx2's `Client._transport_for_url` and
+`AsyncClient._transport_for_url` (the transport a client picks for a request is
+wrapped), and `requests.adapters.HTTPAdapter.send`. The patches are installed when a
+job turns recording on (`install`), and each asks the registered recorder first
+(`active()`): outside a job, in a job that does not record, in a thread the job did not
+start, or inside an explicit @effect (the effect already is the unit), the request
+goes out exactly as before.
+
+What is stored: never the request (its digest and its method and URL, credentials
+redacted, are the ledger row's arguments); the response's status, reason, HTTP version,
+headers (credential values such as Set-Cookie sealed with the store's key, as in every
+adapter: resources/_http.py) and body chunks, plus a usage summary (model, input and
+output tokens) when the body is an OpenAI or Anthropic answer (`usage_of`).
+
+Registered with register_optional? No: nothing here imports httpx, httpx2 or requests
+until a job turns recording on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import json
+import sys
+import urllib.parse
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+from .._abi import pinned
+from ._http import is_sensitive_param, seal_items
+
+__all__ = [
+    "Exchange",
+    "Recorded",
+    "Recorder",
+    "set_recorder",
+    "install",
+    "redacted_url",
+    "body_digest",
+    "usage_of",
+    "IDEMPOTENCY_HEADERS",
+]
+
+# Request headers whose value is an idempotency key the provider honours (Stripe's and
+# most APIs' Idempotency-Key; the OpenAI and Anthropic SDKs send it when asked to).
+IDEMPOTENCY_HEADERS = ("idempotency-key", "x-idempotency-key")
+
+
+# ------------------------------------------------------------------------ the record
+class Recorded:
+    """A response as the ledger keeps it: status, reason, HTTP version, headers (name,
+    value) as the library gave them (bytes for httpx, str for requests), the body's
+    chunks, and the usage summary of a model call (or None)."""
+
+    __slots__ = ("status", "reason", "version", "headers", "chunks", "usage")
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        version: str,
+        headers: list[tuple[Any, Any]],
+        chunks: list[bytes],
+        usage: dict[str, Any] | None,
+    ) -> None:
+        self.status, self.reason, self.version = status, reason, version
+        self.headers, self.chunks, self.usage = headers, chunks, usage
+
+    def __reduce__(self) -> tuple[Callable[..., Recorded], tuple[Any, ...]]:
+        # Credential headers (Set-Cookie...) sealed, or saved as environment references
+        return (
+            _recorded,
+            (
+                self.status,
+                self.reason,
+                self.version,
+                seal_items(self.headers),
+                self.chunks,
+                self.usage,
+            ),
+        )
+
+
+@pinned("http_recorded")
+def _recorded(
+    status: int,
+    reason: str,
+    version: str,
+    headers: list[tuple[Any, Any]],
+    chunks: list[bytes],
+    usage: dict[str, Any] | None,
+) -> Recorded:
+    return Recorded(status, reason, version, list(headers), list(chunks), usage)
+
+
+class Exchange:
+    """One request on its way out: what the runtime matches and classifies it by, and
+    how to send it (`send`, or `asend` for an async client). `send` returns the
+    response as a Recorded; `idempotency_key` replaces the value of the request's
+    idempotency header (the key of the first attempt, sent again)."""
+
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        body: bytes | None,
+        headers: Iterable[tuple[str, str]],
+        send: Callable[[str | None], Recorded] | None = None,
+        asend: Callable[[str | None], Awaitable[Recorded]] | None = None,
+    ) -> None:
+        self.method, self.url, self.body = method.upper(), url, body
+        self.headers = [(k.lower(), v) for k, v in headers]
+        self._send, self._asend = send, asend
+
+    @property
+    def idempotency_key(self) -> str | None:
+        for name, value in self.headers:
+            if name in IDEMPOTENCY_HEADERS:
+                return value
+        return None
+
+    def send(self, *_described: object, idempotency_key: str | None = None) -> Recorded:
+        assert self._send is not None, "a sync client's exchange"
+        return self._send(idempotency_key)
+
+    async def asend(self, *_described: object, idempotency_key: str | None = None) -> Recorded:
+        assert self._asend is not None, "an async client's exchange"
+        return await self._asend(idempotency_key)
+
+
+class Recorder(Protocol):
+    """What the runtime registers: whether a request sent here now is recorded, and the
+    recording itself (sync, and async as an awaitable)."""
+
+    def active(self, is_async: bool) -> bool: ...
+    def record(self, exchange: Exchange) -> Recorded: ...
+    def arecord(self, exchange: Exchange) -> Awaitable[Recorded]: ...
+
+
+_RECORDER: list[Recorder] = []
+
+
+def set_recorder(recorder: Recorder) -> None:
+    _RECORDER[:] = [recorder]
+
+
+def _active(is_async: bool) -> Recorder | None:
+    if not _RECORDER:
+        return None
+    recorder = _RECORDER[0]
+    return recorder if recorder.active(is_async) else None
+
+
+# ------------------------------------------------------------------------ matching
+def redacted_url(url: str) -> str:
+    """The URL as the ledger shows and matches it: a password in it and the values of
+    credential query parameters (key=, api_key=, sig=...) replaced by `***`."""
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+    query = "&".join(
+        f"{name}={'***' if value and is_sensitive_param(urllib.parse.unquote_plus(name)) else value}"
+        if eq
+        else name
+        for name, eq, value in (item.partition("=") for item in parts.query.split("&") if item)
+    )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def body_digest(body: bytes | None) -> str:
+    """How a request body is matched and shown: its length and SHA-256."""
+    if body is None:
+        return "streamed body (not matched)"
+    if not body:
+        return "no body"
+    return f"{len(body)} bytes, sha256 {hashlib.sha256(body).hexdigest()}"
+
+
+# ------------------------------------------------------------------------ usage
+_NUMBER = (int, float)
+
+
+def usage_of(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> dict[str, Any] | None:
+    """model, input_tokens and output_tokens of an OpenAI- or Anthropic-shaped answer
+    (a JSON body, or a server-sent event stream: the last usage seen, Anthropic's
+    message_start and message_delta merged), or None for any other body."""
+    kind, encoding = "", ""
+    for name, value in headers:
+        name = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
+        value = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+        if name == "content-type":
+            kind = value.lower()
+        elif name == "content-encoding":
+            encoding = value.lower().strip()
+    body = b"".join(chunks)
+    try:
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            body = zlib.decompress(body, 47 if encoding != "deflate" else 15)
+        elif encoding not in ("", "identity"):
+            return None
+    except zlib.error:
+        return None
+    objects: list[object] = []
+    try:
+        if "text/event-stream" in kind:
+            for line in body.decode("utf-8").splitlines():
+                if line.startswith("data:"):
+                    data = line[5:].strip()
+                    if data.startswith("{"):
+                        objects.append(json.loads(data))
+        elif "json" in kind:
+            objects.append(json.loads(body))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    found: dict[str, Any] = {}
+    for obj in objects:
+        for part in _parts(obj):
+            model = part.get("model")
+            if isinstance(model, str) and model:
+                found["model"] = model
+            usage = part.get("usage")
+            if isinstance(usage, dict):
+                for key, field in (
+                    ("prompt_tokens", "input_tokens"),
+                    ("input_tokens", "input_tokens"),
+                    ("completion_tokens", "output_tokens"),
+                    ("output_tokens", "output_tokens"),
+                ):
+                    value = usage.get(key)
+                    if isinstance(value, _NUMBER) and not isinstance(value, bool):
+                        found[field] = int(value)
+    if "input_tokens" not in found and "output_tokens" not in found:
+        return None
+    return {
+        "model": found.get("model"),
+        "input_tokens": found.get("input_tokens"),
+        "output_tokens": found.get("output_tokens"),
+    }
+
+
+def _parts(obj: object) -> Iterator[dict[str, Any]]:
+    """The object and the nested answers that carry model and usage (a Responses
+    stream's "response", Anthropic's message_start "message")."""
+    if not isinstance(obj, dict):
+        return
+    yield obj
+    for key in ("response", "message"):
+        inner = obj.get(key)
+        if isinstance(inner, dict):
+            yield inner
+
+
+# ------------------------------------------------------------------------ httpx, httpx2
+def _scrubbed(exc: Exception) -> Exception:
+    """The transport's error as it is recorded: the same type and message, without the
+    request it holds (its headers carry the credentials)."""
+    try:
+        clean = type(exc)(str(exc))
+    except Exception:
+        return exc
+    return clean if type(clean) is type(exc) else exc
+
+
+def _httpx_stream(lib: Any) -> type:
+    """A byte stream of the recorded chunks, sync and async (the client checks the
+    stream's type against its own library's)."""
+
+    class RecordedStream(lib.SyncByteStream, lib.AsyncByteStream):  # type: ignore[misc]
+        def __init__(self, chunks: list[bytes]) -> None:
+            self.chunks = chunks
+
+        def __iter__(self) -> Iterator[bytes]:
+            yield from self.chunks
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for chunk in self.chunks:
+                yield chunk
+
+    RecordedStream.__qualname__ = f"RecordedStream[{lib.__name__}]"
+    return RecordedStream
+
+
+def _httpx_record(response: Any, chunks: list[bytes]) -> Recorded:
+    headers = list(response.headers.raw)
+    reason = response.extensions.get("reason_phrase", b"")
+    version = response.extensions.get("http_version", b"HTTP/1.1")
+    return Recorded(
+        response.status_code,
+        reason.decode("latin-1") if isinstance(reason, bytes) else str(reason),
+        version.decode("latin-1") if isinstance(version, bytes) else str(version),
+        headers,
+        chunks,
+        usage_of(headers, chunks),
+    )
+
+
+class _HttpxTransport:
+    """The transport a recording job's client uses for one request: the client's own
+    transport behind the ledger."""
+
+    def __init__(self, lib: Any, stream: type, inner: Any) -> None:
+        self.lib, self.stream, self.inner = lib, stream, inner
+
+    def _exchange(self, request: Any, **senders: Any) -> Exchange:
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        content = getattr(request, "_content", None)
+        return Exchange(request.method, str(request.url), content, headers, **senders)
+
+    def _rekey(self, request: Any, key: str | None) -> None:
+        if key is None:
+            return
+        for name in IDEMPOTENCY_HEADERS:
+            if name in request.headers:
+                request.headers[name] = key
+
+    def _response(self, recorded: Recorded, request: Any) -> Any:
+        return self.lib.Response(
+            recorded.status,
+            headers=list(recorded.headers),
+            stream=self.stream(list(recorded.chunks)),
+            extensions={
+                "http_version": recorded.version.encode("latin-1"),
+                "reason_phrase": recorded.reason.encode("latin-1"),
+            },
+            request=request,
+        )
+
+    def handle_request(self, request: Any) -> Any:
+        request.read()
+        recorder = _active(False)
+        if recorder is None:  # turned off since the transport was picked
+            return self.inner.handle_request(request)
+
+        def send(key: str | None) -> Recorded:
+            self._rekey(request, key)
+            try:
+                response = self.inner.handle_request(request)
+                try:
+                    chunks = [bytes(chunk) for chunk in response.stream]
+                finally:
+                    response.stream.close()
+            except Exception as exc:
+                raise _scrubbed(exc) from None
+            return _httpx_record(response, chunks)
+
+        recorded = recorder.record(self._exchange(request, send=send))
+        return self._response(recorded, request)
+
+    async def handle_async_request(self, request: Any) -> Any:
+        await request.aread()
+        recorder = _active(True)
+        if recorder is None:
+            return await self.inner.handle_async_request(request)
+
+        async def asend(key: str | None) -> Recorded:
+            self._rekey(request, key)
+            try:
+                response = await self.inner.handle_async_request(request)
+                try:
+                    chunks = [bytes(chunk) async for chunk in response.stream]
+                finally:
+                    await response.stream.aclose()
+            except Exception as exc:
+                raise _scrubbed(exc) from None
+            return _httpx_record(response, chunks)
+
+        recorded = await recorder.arecord(self._exchange(request, asend=asend))
+        return self._response(recorded, request)
+
+    def close(self) -> None:  # the client closes its own transports, never this view
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _patch_httpx(lib: Any) -> None:
+    stream = _httpx_stream(lib)
+    for cls, is_async in ((lib.Client, False), (lib.AsyncClient, True)):
+        original = cls._transport_for_url
+        if getattr(original, "__snapstate_records__", False):
+            continue
+
+        def transport_for_url(
+            self: Any, url: Any, _original: Any = original, _async: bool = is_async
+        ) -> Any:
+            transport = _original(self, url)
+            if _active(_async) is None:
+                return transport
+            return _HttpxTransport(lib, stream, transport)
+
+        transport_for_url.__snapstate_records__ = True  # type: ignore[attr-defined]
+        transport_for_url.__wrapped__ = original  # type: ignore[attr-defined]
+        cls._transport_for_url = transport_for_url
+
+
+# ------------------------------------------------------------------------ requests
+class _RecordedRaw:
+    """The recorded (decoded) body as urllib3's response would give it to requests:
+    read(amt) in the sizes asked for, and the headers for the cookie jar."""
+
+    def __init__(self, body: bytes, headers: list[tuple[str, str]]) -> None:
+        import http.client
+
+        self._body, self._at = body, 0
+        message = http.client.HTTPMessage()
+        for name, value in headers:
+            message[name] = value
+        self._original_response = _Original(message)
+
+    def read(self, amt: int | None = None, decode_content: bool = True) -> bytes:
+        end = len(self._body) if amt is None else min(len(self._body), self._at + amt)
+        chunk, self._at = self._body[self._at : end], end
+        return chunk
+
+    def close(self) -> None:
+        self._at = len(self._body)
+
+    def release_conn(self) -> None:
+        return None
+
+
+class _Original:
+    __slots__ = ("msg",)
+
+    def __init__(self, msg: object) -> None:
+        self.msg = msg
+
+
+def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
+    import requests
+    from requests.structures import CaseInsensitiveDict
+    from requests.utils import get_encoding_from_headers
+    from urllib3._collections import HTTPHeaderDict
+
+    headers = [(str(k), str(v)) for k, v in recorded.headers]
+    response = requests.Response()
+    response.status_code = recorded.status
+    response.headers = CaseInsensitiveDict(HTTPHeaderDict(headers))
+    response.encoding = get_encoding_from_headers(response.headers)
+    response.raw = _RecordedRaw(b"".join(recorded.chunks), headers)
+    response.reason = recorded.reason
+    response.url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
+    requests.cookies.extract_cookies_to_jar(  # type: ignore[no-untyped-call]
+        response.cookies, request, response.raw
+    )
+    response.request = request
+    response.connection = adapter
+    return response
+
+
+def _patch_requests() -> None:
+    adapters = importlib.import_module("requests.adapters")
+    cls = adapters.HTTPAdapter
+    original = cls.send
+    if getattr(original, "__snapstate_records__", False):
+        return
+
+    def send(self: Any, request: Any, stream: bool = False, *args: Any, **kwargs: Any) -> Any:
+        recorder = _active(False)
+        if recorder is None:
+            return original(self, request, stream, *args, **kwargs)
+        body = request.body
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif body is not None and not isinstance(body, bytes):
+            body = None  # a file or generator: sent as it is, not matched
+
+        def live(key: str | None) -> Recorded:
+            if key is not None:
+                for name in IDEMPOTENCY_HEADERS:
+                    if name in request.headers:
+                        request.headers[name] = key
+            try:
+                response = original(self, request, True, *args, **kwargs)
+                try:
+                    chunks = [
+                        bytes(c) for c in response.raw.stream(65536, decode_content=True) if c
+                    ]
+                finally:
+                    response.close()
+            except Exception as exc:
+                raise _scrubbed(exc) from None
+            raw = response.raw.headers
+            headers = [(str(k), str(v)) for k, v in getattr(raw, "iteritems", raw.items)()]
+            return Recorded(
+                response.status_code,
+                response.reason or "",
+                "HTTP/1.1",
+                headers,
+                chunks,
+                usage_of(headers, chunks),
+            )
+
+        url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
+        exchange = Exchange(
+            request.method or "GET",
+            url,
+            body,
+            [(str(k), str(v)) for k, v in request.headers.items()],
+            send=live,
+        )
+        return _requests_response(self, request, recorder.record(exchange))
+
+    send.__snapstate_records__ = True  # type: ignore[attr-defined]
+    send.__wrapped__ = original  # type: ignore[attr-defined]
+    cls.send = send
+
+
+# ------------------------------------------------------------------------ install
+_LIBRARIES = ("httpx", "httpx2", "requests")
+_INSTALLED: set[str] = set()
+
+
+def install() -> None:
+    """Patch the installed HTTP libraries (importing them: a job that records HTTP
+    uses them). Once per library per process; the patches ask the recorder on every
+    request, so jobs that do not record pay one call."""
+    for name in _LIBRARIES:
+        if name in _INSTALLED:
+            continue
+        if name not in sys.modules and importlib.util.find_spec(name) is None:
+            continue
+        _INSTALLED.add(name)
+        if name == "requests":
+            _patch_requests()
+        else:
+            _patch_httpx(importlib.import_module(name))
