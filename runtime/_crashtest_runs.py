@@ -387,13 +387,16 @@ def _continue_wait(seq: Sequence, store: Path, key: str, approvals: str, offset:
             return offset
         if wait.approval_id is not None:
             try:
-                _approvals.decide(
-                    home, JOB, wait.approval_id, granted=approvals == "approve", by="crashtest"
-                )
+                row = home.catalog.get_approval(JOB, wait.approval_id)
+                # Decided as one of its approvers when it names them (anyone else is refused).
+                by = row.approvers[0] if row is not None and row.approvers else "crashtest"
+                _approvals.decide(home, JOB, wait.approval_id, granted=approvals == "approve", by=by)
                 seq.notes.append(f"approval {wait.approval_id}: {approvals}d")
             except SnapstateError as exc:  # decided already, or expired: the job goes on
                 seq.notes.append(f"approval {wait.approval_id}: {exc}")
-        if wait.due is not None:
+        if wait.due is not None and wait.approval_id is None:
+            # An approval wait's due time is its expiry: past it, the decision just made
+            # would expire. Only timers and rate limits are fast-forwarded.
             offset = max(offset, wait.due - time.time() + 1.0)
             seq.notes.append(f"{wait.kind} wait fast-forwarded ({offset:.0f}s clock offset)")
     finally:
