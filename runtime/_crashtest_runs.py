@@ -390,7 +390,9 @@ def _continue_wait(seq: Sequence, store: Path, key: str, approvals: str, offset:
                 row = home.catalog.get_approval(JOB, wait.approval_id)
                 # Decided as one of its approvers when it names them (anyone else is refused).
                 by = row.approvers[0] if row is not None and row.approvers else "crashtest"
-                _approvals.decide(home, JOB, wait.approval_id, granted=approvals == "approve", by=by)
+                _approvals.decide(
+                    home, JOB, wait.approval_id, granted=approvals == "approve", by=by
+                )
                 seq.notes.append(f"approval {wait.approval_id}: {approvals}d")
             except SnapstateError as exc:  # decided already, or expired: the job goes on
                 seq.notes.append(f"approval {wait.approval_id}: {exc}")
@@ -538,7 +540,10 @@ def run_sequence(
                 )
             break
         else:
-            seq.problems.append(Problem("stuck", name, f"the job did not end in {MAX_ROUNDS} runs"))
+            last = f"; the last step: {seq.notes[-1]}" if seq.notes else ""
+            seq.problems.append(
+                Problem("stuck", name, f"the job did not end in {MAX_ROUNDS} runs{last}")
+            )
         if pending_fault and fault is not None:
             seq.problems.append(
                 Problem(
