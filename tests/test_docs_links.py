@@ -26,12 +26,8 @@ PAGES = [
 # Remove an entry once it has landed.
 ARRIVING_FILES = {
     "docs/cli.md",
-    "docs/benchmarks.md",
-    "docs/crashtest.md",
-    "docs/record-http.md",
-    "examples/README.md",
 }
-ARRIVING_COMMANDS = {"crashtest", "help"}
+ARRIVING_COMMANDS = {"help"}
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
