@@ -145,7 +145,8 @@ def test_debug_fork_inspects_and_forks_before_the_problem(tmp_path):
 
 
 def test_openai_sdk_agent_killed_and_resumed_answers_as_a_plain_run(tmp_path):
-    """The OpenAI SDK tool-calling agent, SIGKILLed right after snapshot 1 and resumed:
+    """The OpenAI SDK tool-calling agent, SIGKILLed right after its 4th ledger row (a model
+    call recorded after snapshot 1) and resumed:
     its three answers are the deterministic ones, and each model call and lookup was
     made once (six completions, three lookups, nine confirmed ledger rows)."""
     pytest.importorskip("openai", reason="the integrations extra is not installed")
@@ -164,6 +165,11 @@ def test_openai_sdk_agent_killed_and_resumed_answers_as_a_plain_run(tmp_path):
     effects = report["effects"]
     assert [row["state"] for row in effects] == ["confirmed"] * 9
     assert [row["attempts"] for row in effects] == [1] * 9
+    # The completions are recorded by record_http(), with no wrapping in the agent; the
+    # one recorded before the kill was answered from the ledger after the resume.
+    assert [row["name"] for row in effects] == ["http.POST", "agent.order_status", "http.POST"] * 3
+    assert {row["model"] for row in effects if row["name"] == "http.POST"} == {"stub-1"}
+    assert report["http_saved_calls"] == 1
 
 
 @pytest.mark.parametrize("name", SEEDS)

@@ -11,11 +11,13 @@ prints LLM_URL and ORDERS_URL: export them):
 
     snaprun run --job support examples/openai_agent/agent.py
 
-Nothing is wrapped but the two outbound calls: the SDK's `chat.completions.create`
-goes through `call_effect(..., kind="read")` (recorded in the ledger with its answer,
-so code re-executed after a restore gets the same completion instead of paying for a
-new one that might differ), and the order lookup is an `@effect(kind="read")`. The
-client and the template themselves are saved with the job as they are.
+Nothing of the model calls is wrapped: `record_http()` at the start of main() records
+every HTTP request the job sends through httpx (so the SDK's `chat.completions.create`)
+in the ledger with its response, and code re-executed after a restore gets the same
+completion, byte for byte, instead of paying for a new one that might differ. Model
+calls change nothing, so one whose outcome a crash left unknown is simply sent again.
+The order lookup is an `@effect(kind="read")`. The client and the template themselves
+are saved with the job as they are.
 """
 
 import json
@@ -26,7 +28,7 @@ import urllib.request
 import openai
 from jinja2 import Environment, StrictUndefined
 
-from snapstate import call_effect, effect, snapshot
+from snapstate import effect, record_http, snapshot
 
 QUESTIONS = [
     "Where is my order A-1042?",
@@ -62,15 +64,8 @@ def order_status(order_id):
 
 
 def complete(client, messages):
-    """One model call, recorded: a read (it changes nothing), so a call whose outcome a
-    crash left unknown is simply sent again."""
-    return call_effect(
-        client.chat.completions.create,
-        model="stub-1",
-        messages=messages,
-        tools=TOOLS,
-        kind="read",
-    )
+    """One model call: a plain SDK call, recorded by record_http()."""
+    return client.chat.completions.create(model="stub-1", messages=messages, tools=TOOLS)
 
 
 def answer(client, system, question):
@@ -88,6 +83,7 @@ def answer(client, system, question):
 
 
 def main():
+    record_http()  # every HTTP request of this job is recorded from here on
     client = openai.OpenAI(
         base_url=os.environ["LLM_URL"] + "/v1",
         api_key=os.environ.get("OPENAI_API_KEY", "sk-stub-no-key-needed"),

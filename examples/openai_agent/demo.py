@@ -27,14 +27,16 @@ def main():
             "Run the job. It answers three questions, each in two model calls (the "
             "model asks for the order_status tool, then answers with its result). "
             "SNAPSTATE_FAULT (snapstate's crash-test seam) makes the process SIGKILL "
-            "itself right after snapshot 1, the first answer."
+            "itself right after the ledger recorded effect 4: the model's first answer "
+            "to the second question, after snapshot 1 (the first answer) and before the "
+            "agent could act on it."
         )
         killed = demo.snaprun(
             "run",
             "--job",
             "support",
             demo.agent,
-            env={"SNAPSTATE_FAULT": "after-snapshot:1"},
+            env={"SNAPSTATE_FAULT": "effect-after-confirm:4"},
             expect=-9,
         )
         demo.report["killed"] = killed.returncode
@@ -43,7 +45,8 @@ def main():
         demo.say(
             "Resume it in a new process: the OpenAI client, the rendered template and "
             "the conversation come back with the job, and it goes on with the second "
-            "question."
+            "question from snapshot 1. Its model call, recorded before the kill, is "
+            "answered from the ledger, byte for byte: not sent, not paid for again."
         )
         resumed = demo.snaprun("resume", "support")
         demo.report["resumed"] = resumed.returncode
@@ -51,14 +54,15 @@ def main():
 
         demo.say(
             "The ledger (`snaprun effects support`, shortened): each model call "
-            "and lookup once, in order."
+            "(recorded by record_http: an http.POST row with its model and tokens) and "
+            "each lookup once, in order."
         )
         effects = demo.snaprun_json("effects", "support")
         demo.report["effects"] = effects
         demo.output(
             "\n".join(
-                f"{e['effect']}  {e['state']}  {e['name'].rsplit('.', 1)[-1]}  "
-                f"attempts {e['attempts']}"
+                f"{e['effect']}  {e['state']}  {e['name']}  attempts {e['attempts']}"
+                + (f"  model {e['model']}, {e['input_tokens']} tokens in" if e.get("model") else "")
                 for e in effects
             )
         )
@@ -67,6 +71,13 @@ def main():
         demo.say(
             f"The LLM answered {llm.get('chat_completions', 0)} requests and the order "
             f"API {orders.get('lookups', 0)} lookups: two and one per question."
+        )
+        (saved,) = demo.snaprun_json("stats")
+        demo.report["http_saved_calls"] = saved["http_saved_calls"]
+        demo.say(
+            f"`snaprun stats`: the ledger answered {saved['http_saved_calls']} model "
+            f"call(s) after the restore ({saved['http_saved_input_tokens']} input tokens "
+            "not paid for again)."
         )
         demo.finish()
 
