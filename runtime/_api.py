@@ -62,10 +62,18 @@ from .._errors import (
     StoreDamaged,
     StoreFailure,
 )
+from ..serializers._catalog import status_with_lease
 from ..serializers._home import Home, default_home, open_store
 from ..serializers._ids import validate_job_id
 from ..serializers._location import is_postgres_url, redact
-from ..serializers._store import ApprovalRow, EffectRow, JobRow, SnapshotRow, WaitRow
+from ..serializers._store import (
+    ApprovalRow,
+    EffectRow,
+    JobListing,
+    JobRow,
+    SnapshotRow,
+    WaitRow,
+)
 from . import _approvals, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
 from ._async_loop import settle_seconds
@@ -92,6 +100,7 @@ __all__ = [
     "create_job",
     "open_job",
     "job_views",
+    "job_page",
     "approval_rows",
     "approval_view",
     "effect_views",
@@ -403,9 +412,12 @@ def _entry_text(entry: object) -> str:
     return "<damaged entry point: `snaprun resume` refuses it>"
 
 
-def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(meta, pins) of the job's latest snapshot, from its verified header."""
-    row = home.catalog.latest(job_id)
+def _header_extras(
+    home: Home, job_id: str, latest: SnapshotRow | None = None
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(meta, pins) of the job's latest snapshot (`latest`, else read), from its
+    verified header."""
+    row = latest if latest is not None else home.catalog.latest(job_id)
     if row is None:
         return None, {}
     try:
@@ -419,18 +431,39 @@ def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict
     )
 
 
-def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
-    snaps = home.catalog.snapshots(job.job_id)
-    status = _job_status(home.catalog.effective_status(job, now), job.job_id)
+def _view(
+    home: Home,
+    job: JobRow,
+    now: float,
+    *,
+    effects: bool,
+    listing: JobListing | None = None,
+) -> JobView:
+    """The job's view; from `listing`'s rows when given (`snaprun ls`), else read."""
+    if listing is not None:
+        snaps = list(listing.snapshots.get(job.job_id, ()))
+        status = _job_status(
+            status_with_lease(job, listing.leases.get(job.job_id), now), job.job_id
+        )
+    else:
+        snaps = home.catalog.snapshots(job.job_id)
+        status = _job_status(home.catalog.effective_status(job, now), job.job_id)
     wait: WaitInfo | None = None
     if status == JobStatus.WAITING:
-        try:
-            wait_row = home.catalog.get_wait(job.job_id)
-        except StoreDamaged:  # a refused wait row: shown as such, the listing goes on
+        wait_row: WaitRow | None
+        if listing is not None:
+            wait_row = listing.waits.get(job.job_id)
+            damaged = wait_row is not None and wait_row.damaged is not None
+        else:
+            try:
+                wait_row, damaged = home.catalog.get_wait(job.job_id), False
+            except StoreDamaged:
+                wait_row, damaged = None, True
+        if damaged:  # a refused wait row: shown as such, the listing goes on
             wait = WaitInfo("damaged", _DAMAGED_WAIT, None)
         else:
             wait = _wait_info(wait_row) if wait_row is not None else None
-    meta, pins = _header_extras(home, job.job_id) if snaps else (None, {})
+    meta, pins = _header_extras(home, job.job_id, snaps[-1]) if snaps else (None, {})
     return JobView(
         job_id=job.job_id,
         status=status,
@@ -450,8 +483,20 @@ def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
 
 
 def job_views(home: Home, now: float, *, effects: bool = False) -> list[JobView]:
-    """Every job of the store (`snaprun ls`); read-only."""
-    return [_view(home, job, now, effects=effects) for job in home.catalog.list_jobs()]
+    """Every job of the store (`snaprun ls --all`); read-only."""
+    return job_page(home, now, None, effects=effects)[1]
+
+
+def job_page(
+    home: Home, now: float, limit: int | None, *, effects: bool = False
+) -> tuple[int, list[JobView]]:
+    """(how many jobs the store holds, the views of its newest `limit` jobs, oldest
+    first; every job with None): `snaprun ls`. One catalog read for all of them
+    (JobCatalog.job_listing); read-only."""
+    listing = home.catalog.job_listing(limit)
+    return listing.total, [
+        _view(home, job, now, effects=effects, listing=listing) for job in listing.jobs
+    ]
 
 
 def job_view(home: Home, job_id: str, now: float) -> JobView:

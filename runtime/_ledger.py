@@ -43,6 +43,7 @@ import asyncio
 import enum
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -88,7 +89,16 @@ if TYPE_CHECKING:
     from ._job import Job
     from ._scheduler import _TaskState
 
-__all__ = ["Ledger", "Action", "RECOVERY", "seal", "unseal", "verify_sealed", "explain_ambiguous"]
+__all__ = [
+    "Ledger",
+    "Action",
+    "RECOVERY",
+    "seal",
+    "unseal",
+    "verify_sealed",
+    "explain_ambiguous",
+    "effect_label",
+]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -652,13 +662,26 @@ def _again(row: EffectRow, note: str = "") -> EffectRow:
     )
 
 
+_TASK_SITE = re.compile(r"^(.*) \(task ([0-9][0-9.]*#[0-9]+)\)$", re.DOTALL)
+
+
+def effect_label(ordinal: int, call_site: str) -> tuple[str, str]:
+    """(how people name the effect, its call site without the task suffix): a spawned
+    task's effect by its identity `TASK#N` (its row's call site ends with it: task 2's
+    first effect is `2#1`), the main task's by its ordinal (`snaprun effects`,
+    `snaprun reconcile`)."""
+    match = _TASK_SITE.match(call_site)
+    return (match.group(2), match.group(1)) if match else (str(ordinal), call_site)
+
+
 def explain_ambiguous(job_id: str, row: EffectRow) -> str:
+    name = effect_label(row.ordinal, row.call_site)[0]
     return (
-        f"job {job_id} parked: effect {row.ordinal} ({row.name}({row.args_repr}) at "
+        f"job {job_id} parked: effect {name} ({row.name}({row.args_repr}) at "
         f"{row.call_site}, idempotency key {row.key}) was dispatched but its outcome is "
         "unknown: the process stopped before the response was recorded, and the provider "
         "honours no idempotency key and offers no lookup. Check with the provider whether "
-        f"it happened, then run `snaprun reconcile {job_id} {row.ordinal} --committed "
-        f"[--result JSON]` or `snaprun reconcile {job_id} {row.ordinal} --not-committed`, "
+        f"it happened, then run `snaprun reconcile {job_id} {name} --committed "
+        f"[--result JSON]` or `snaprun reconcile {job_id} {name} --not-committed`, "
         f"and `snaprun resume {job_id}`."
     )

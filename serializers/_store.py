@@ -26,6 +26,7 @@ __all__ = [
     "WaitRow",
     "ApprovalRow",
     "JobCopy",
+    "JobListing",
     "APPROVAL_STATES",
     "EffectState",
     "EffectKind",
@@ -280,3 +281,18 @@ class JobCopy:
     events: tuple[EventRow, ...]
     metrics: Mapping[str, float]
     lease: LeaseRow | None = None
+
+
+@dataclass(frozen=True)
+class JobListing:
+    """What `snaprun ls` shows of a store, read in one transaction
+    (JobCatalog.job_listing): how many jobs it holds, the newest jobs asked for (oldest
+    first, as list_jobs orders them), and, for those jobs only, their snapshot rows (by
+    sequence), leases and wait rows (read leniently: a wait row that does not verify
+    comes back marked `damaged`, as WaitCatalog.waits() gives it)."""
+
+    total: int
+    jobs: tuple[JobRow, ...]
+    snapshots: Mapping[str, tuple[SnapshotRow, ...]]
+    leases: Mapping[str, LeaseRow]
+    waits: Mapping[str, WaitRow]

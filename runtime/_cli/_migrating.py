@@ -8,12 +8,12 @@ import sys
 import click
 
 from .. import _migrate
-from ._common import EXIT_HELP, say
+from ._common import exit_codes, json_option, say
 
 __all__ = ["migrate_store"]
 
 
-@click.command("migrate-store", epilog=EXIT_HELP)
+@click.command("migrate-store", epilog=exit_codes(0, 1, 2, 5))
 @click.argument("source", metavar="SRC")
 @click.argument("target", metavar="DST")
 @click.option(
@@ -21,7 +21,7 @@ __all__ = ["migrate_store"]
     is_flag=True,
     help="Let an encrypted source go into an existing plaintext destination, stored in clear.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON to stdout.")
+@json_option
 def migrate_store(source: str, target: str, decrypt: bool, as_json: bool) -> None:
     """Copy every job of the store SRC into the store DST (each a store directory or a
     postgresql:// URL; DST is created if need be), with its snapshots, effect ledger,
