@@ -11,7 +11,17 @@ import click
 from ..._errors import ApprovalError
 from .. import _api, _approvals
 from .._clock import clock
-from ._common import check_ids, exit_codes, json_option, open_home, say, store_option, when
+from ._common import (
+    ago,
+    check_ids,
+    exit_codes,
+    json_option,
+    open_home,
+    say,
+    store_option,
+    until,
+    when,
+)
 from ._records import approval_record
 from ._table import Column, table, wide_option
 
@@ -39,28 +49,31 @@ def approvals(store: str | None, as_json: bool, wide: bool, show_all: bool) -> N
         say("no approval is waiting for a decision" if not show_all else "no approvals")
         return
     columns: list[Column[dict[str, Any]]] = [
-        Column("JOB", lambda r: r["job"], min_width=12),
-        Column("ID", lambda r: r["id"]),
-        Column(
-            "NAME",
-            lambda r: r["name"] + (" (ALTERED in the catalog: refused)" if r["altered"] else ""),
-            flex=True,
-        ),
+        Column("JOB", lambda r: r["job"], keep=True),
+        Column("ID", lambda r: r["id"], keep=True),
+        Column("STATE", _state_text, keep=True),  # never cut: ALTERED is a refusal
+        Column("NAME", lambda r: r["name"], flex=True),
         Column("SCOPE", lambda r: json.dumps(r["scope"], sort_keys=True), flex=True),
-        Column("REQUESTED", lambda r: when(r["requested"])),
-        Column("EXPIRES", lambda r: "never" if r["expires"] is None else when(r["expires"])),
+        Column("REQUESTED", lambda r: ago(now - r["requested"])),
+        Column("EXPIRES", lambda r: "never" if r["expires"] is None else until(r["expires"] - now)),
         Column(
             "APPROVERS",
             lambda r: "anyone" if r["approvers"] is None else ", ".join(r["approvers"]),
             flex=True,
         ),
     ]
-    if show_all:
-        columns += [
-            Column("STATE", lambda r: r["state"]),
-            Column("DECIDED BY", lambda r: r["decided_by"] or "-", flex=True),
-        ]
     table(columns, records, wide=wide)
+
+
+def _state_text(record: dict[str, Any]) -> str:
+    """`pending`, `granted by alice`...; `ALTERED: refused` for a row the catalog
+    refuses (approve and reject refuse it too)."""
+    if record["altered"]:
+        return "ALTERED: refused"
+    by = record["decided_by"]
+    return record["state"] + (
+        f" by {by}" if by and record["state"] in ("granted", "rejected") else ""
+    )
 
 
 def _decide(store: str | None, job_id: str, approval_id: str, **how: Any) -> None:

@@ -55,6 +55,7 @@ __all__ = [
     "agent_failed",
     "agent_traceback",
     "ago",
+    "until",
     "when",
     "parse_duration",
 ]
@@ -327,6 +328,13 @@ def ago(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.0f}{unit} ago"
     return f"{seconds:.0f}s ago"
+
+
+def until(seconds: float) -> str:
+    """`in 5m`, or `expired 2h ago` once past."""
+    if seconds <= 0:
+        return "expired " + ago(-seconds)
+    return "in " + ago(seconds).removesuffix(" ago")
 
 
 def when(t: float) -> str:

@@ -46,7 +46,7 @@ def keys_list(store: str | None, as_json: bool, wide: bool) -> None:
         return
     table(
         [
-            Column("KEY", lambda r: r["key"]),
+            Column("KEY", lambda r: r["key"], keep=True),
             Column(
                 "STATE",
                 lambda r: "current" if r["current"] else ("retired" if r["retired"] else "valid"),

@@ -133,8 +133,8 @@ def reconcile(
     check_ids(job_id)
     if not re.fullmatch(r"[0-9]+|[0-9][0-9.]*#[0-9]+", effect) or effect.strip("0") == "":
         raise click.BadParameter(
-            f"{effect!r}: name an effect as `snaprun effects {job_id}` shows it: a number "
-            "from 1, or TASK#N (task 2's first effect is 2#1)"
+            f"EFFECT {effect!r}: name an effect as `snaprun effects {job_id}` shows it: a "
+            "number from 1, or TASK#N (task 2's first effect is 2#1)"
         )
     home = open_home(store)
     ordinal = effect_ref(_api.effect_views(home, job_id), effect) if "#" in effect else int(effect)

@@ -85,8 +85,8 @@ def list_jobs(store: str | None, as_json: bool, wide: bool, limit: int, show_all
     else:
         show_pins = any(r["pins"] for r in rows)
         columns: list[Column[dict[str, Any]]] = [
-            Column("JOB", lambda r: r["job"], min_width=12),
-            Column("STATUS", lambda r: r["status"]),
+            Column("JOB", lambda r: r["job"], keep=True),
+            Column("STATUS", lambda r: r["status"], keep=True),
             Column("SNAPS", lambda r: r["snapshots"], right=True),
             Column("LATEST", _latest_text, flex=True, min_width=12),
             Column("UPDATED", lambda r: ago(now - r["updated"])),
@@ -255,7 +255,7 @@ def log(store: str | None, as_json: bool, wide: bool, job_id: str) -> None:
     "--all",
     "show_all",
     is_flag=True,
-    help="Also the rows snapstate records for the agent's now(), random() and uuid4().",
+    help="Also the rows snapstate records for the agent's now(), random() and uuid4() (--json always lists them, each marked internal).",
 )
 @click.argument("job_id")
 def effects(store: str | None, as_json: bool, wide: bool, show_all: bool, job_id: str) -> None:
@@ -265,29 +265,29 @@ def effects(store: str | None, as_json: bool, wide: bool, show_all: bool, job_id
     check_ids(job_id)
     home = open_home(store, readonly=True)
     views = _api.effect_views(home, job_id)
+    if as_json:  # every row, each saying whether it is internal
+        click.echo(json.dumps([effect_record(v) for v in views], indent=1))
+        return
     shown = [v for v in views if show_all or v.kind not in INTERNAL_KINDS]
     rows: list[dict[str, Any]] = [effect_record(v) for v in shown]
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
-    else:
-        table(
-            [
-                Column("#", lambda r: r["id"]),
-                Column("STATE", lambda r: r["state"]),
-                Column(
-                    "CALL",
-                    lambda r: f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
-                    flex=True,
-                    min_width=16,
-                ),
-                Column("AT", lambda r: r["site"].rsplit("/", 1)[-1], flex=True),
-                Column("TRIES", lambda r: r["attempts"], right=True),
-                Column("KEY", lambda r: r["key"], flex=True),
-                Column("NOTE", lambda r: r["note"], flex=True),
-            ],
-            [dict(r, site=effect_site(v)) for r, v in zip(rows, shown, strict=True)],
-            wide=wide,
-        )
+    table(
+        [
+            Column("#", lambda r: r["id"], keep=True),
+            Column("STATE", lambda r: r["state"], keep=True),
+            Column(
+                "CALL",
+                lambda r: f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
+                flex=True,
+                min_width=16,
+            ),
+            Column("AT", lambda r: r["site"].rsplit("/", 1)[-1], flex=True),
+            Column("TRIES", lambda r: r["attempts"], right=True),
+            Column("KEY", lambda r: r["key"], flex=True),
+            Column("NOTE", lambda r: r["note"], flex=True),
+        ],
+        [dict(r, site=effect_site(v)) for r, v in zip(rows, shown, strict=True)],
+        wide=wide,
+    )
     hidden = len(views) - len(shown)
     if hidden:
         say(
@@ -312,8 +312,8 @@ def stats(store: str | None, as_json: bool, wide: bool, job_id: str | None) -> N
         return
     table(
         [
-            Column("JOB", lambda r: r["job"], flex=True, min_width=12),
-            Column("STATUS", lambda r: r["status"]),
+            Column("JOB", lambda r: r["job"], keep=True),
+            Column("STATUS", lambda r: r["status"], keep=True),
             Column("RESUMES", lambda r: r["resumes"], right=True),
             Column(
                 "AGE",

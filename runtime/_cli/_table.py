@@ -64,11 +64,13 @@ R = TypeVar("R")
 class Column(Generic[R]):
     """One column of a listing: its header and the cell of a record (any value; shown
     through `visible()`). `flex`: free text that gives way first when the table is too
-    wide; `right`: aligned right (counts)."""
+    wide (down to `min_width`); `keep`: what a user types next (ids, statuses), cut only
+    when nothing else is left to cut; `right`: aligned right (counts)."""
 
     header: str
     cell: Callable[[R], object]
     flex: bool = False
+    keep: bool = False
     right: bool = False
     min_width: int = 8
 
@@ -118,8 +120,11 @@ def _widths(columns: Sequence[Column[Any]], cells: list[list[str]], width: int) 
         ]
         for i, w in zip(flex, _fit([natural[i] for i in flex], floors, room - fixed), strict=True):
             widths[i] = w
-    if sum(widths) > room:  # then every column, down to its header
-        floors = [min(w, cell_len(c.header)) for w, c in zip(widths, columns, strict=True)]
+    if sum(widths) > room:  # then every column but those kept, down to its header
+        floors = [
+            w if c.keep else min(w, cell_len(c.header))
+            for w, c in zip(widths, columns, strict=True)
+        ]
         widths = _fit(widths, floors, room)
     if sum(widths) > room:  # a very narrow terminal: headers are cut too
         widths = _fit(widths, [min(w, 2) for w in widths], room)
