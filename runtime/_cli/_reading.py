@@ -90,8 +90,8 @@ def list_jobs(store: str | None, as_json: bool, wide: bool, limit: int, show_all
             Column("SNAPS", lambda r: r["snapshots"], right=True),
             Column("LATEST", _latest_text, flex=True, min_width=12),
             Column("UPDATED", lambda r: ago(now - r["updated"])),
-            Column("RESUMES", lambda r: r["resumes"], right=True),
-            Column("ENTRY", lambda r: r["entry"], flex=True),
+            Column("RESUMES", lambda r: r["resumes"], right=True, optional=True),
+            Column("ENTRY", lambda r: r["entry"], flex=True, optional=True),
             Column(
                 "WAIT",
                 lambda r: _crash_text(r["crashes"], now) or _wait_text(r["wait"], r["label"]),

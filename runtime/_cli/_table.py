@@ -8,10 +8,11 @@ characters, line and paragraph separators and lone surrogates are shown as `\\xN
 here: the table is laid out as plain strings). `table()` is the one way a listing
 prints: every cell goes through `visible()`, so no command has to remember to.
 
-Width: `--wide` prints every cell whole; otherwise the table fits the width of the
-terminal ($COLUMNS when set, else the terminal's, else 80 when stdout is no terminal),
-one line per row, no trailing spaces: the `flex` columns (free text) give way first,
-cut with an ellipsis, then the others. --json is the form for programs.
+Width: `--wide` prints every column, every cell whole; otherwise the table fits the
+width of the terminal ($COLUMNS when set, else the terminal's, else 80 when stdout is
+no terminal), one line per row, no trailing spaces: the `flex` columns (free text)
+give way first, cut with an ellipsis, then `optional` columns are left out, then the
+others are cut. --json is the form for programs.
 """
 
 from __future__ import annotations
@@ -65,12 +66,15 @@ class Column(Generic[R]):
     """One column of a listing: its header and the cell of a record (any value; shown
     through `visible()`). `flex`: free text that gives way first when the table is too
     wide (down to `min_width`); `keep`: what a user types next (ids, statuses), cut only
-    when nothing else is left to cut; `right`: aligned right (counts)."""
+    when nothing else is left to cut; `optional`: left out (the last first) when the
+    table cannot fit otherwise without cutting free text below its `min_width`;
+    `right`: aligned right (counts)."""
 
     header: str
     cell: Callable[[R], object]
     flex: bool = False
     keep: bool = False
+    optional: bool = False
     right: bool = False
     min_width: int = 8
 
@@ -104,10 +108,7 @@ def _fit(natural: list[int], floors: list[int], room: int) -> list[int]:
 
 
 def _widths(columns: Sequence[Column[Any]], cells: list[list[str]], width: int) -> list[int]:
-    natural = [
-        max([cell_len(c.header), *(cell_len(row[i]) for row in cells)])
-        for i, c in enumerate(columns)
-    ]
+    natural = _natural(columns, cells)
     room = width - len(_GAP) * (len(columns) - 1)
     if sum(natural) <= room:
         return natural
@@ -139,14 +140,39 @@ def _cut(text: str, width: int, right: bool) -> str:
     return pad + text if right else text + pad
 
 
+def _natural(columns: Sequence[Column[Any]], cells: list[list[str]]) -> list[int]:
+    return [
+        max([cell_len(c.header), *(cell_len(row[i]) for row in cells)])
+        for i, c in enumerate(columns)
+    ]
+
+
+def _least(column: Column[Any], natural: int) -> int:
+    """The width a column takes before optional columns are left out."""
+    if column.flex:
+        return min(natural, max(column.min_width, cell_len(column.header)))
+    return natural
+
+
 def render(columns: Sequence[Column[R]], records: Iterable[R], *, wide: bool) -> list[str]:
     """The table's lines (headers first); see the module doc for the width."""
+    records = list(records)
     cells = [[visible(c.cell(record)) for c in columns] for record in records]
-    widths = (
-        [max([cell_len(c.header), *(cell_len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-        if wide
-        else _widths(columns, cells, terminal_width())
-    )
+    if wide:
+        widths = _natural(columns, cells)
+    else:
+        width = terminal_width()
+        shown = list(range(len(columns)))
+        while True:
+            natural = _natural([columns[i] for i in shown], [[r[i] for i in shown] for r in cells])
+            least = sum(_least(columns[i], n) for i, n in zip(shown, natural, strict=True))
+            optional = [i for i in shown if columns[i].optional]
+            if least + len(_GAP) * (len(shown) - 1) <= width or not optional:
+                break
+            shown.remove(optional[-1])
+        columns = [columns[i] for i in shown]
+        cells = [[row[i] for i in shown] for row in cells]
+        widths = _widths(columns, cells, width)
     lines = []
     for row in [[c.header for c in columns], *cells]:
         line = _GAP.join(
