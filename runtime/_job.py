@@ -200,8 +200,8 @@ def waiting_message(job_id: str, kind: str, outcome: _waits.NotYet, seq: int) ->
         )
     due = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(outcome.due))
     return (
-        f"job {job_id} waits: {outcome.reason}; due {due}. {saved}: from {due}, a running "
-        f"`snaprun worker` continues it (or `snaprun resume {job_id}` then)"
+        f"job {job_id} waits: {outcome.reason}; due {due}. {saved}: then a running "
+        f"`snaprun worker` continues it (or `snaprun resume {job_id}` once it is due)"
     )
 
 
