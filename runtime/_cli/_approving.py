@@ -70,10 +70,8 @@ def _state_text(record: dict[str, Any]) -> str:
     refuses (approve and reject refuse it too)."""
     if record["altered"]:
         return "ALTERED: refused"
-    by = record["decided_by"]
-    return record["state"] + (
-        f" by {by}" if by and record["state"] in ("granted", "rejected") else ""
-    )
+    by, state = record["decided_by"], str(record["state"])
+    return state + (f" by {by}" if by and record["state"] in ("granted", "rejected") else "")
 
 
 def _decide(store: str | None, job_id: str, approval_id: str, **how: Any) -> None:

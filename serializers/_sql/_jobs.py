@@ -115,8 +115,9 @@ class SqlJobs(SqlBase, JobCatalog):
         # Four set-based reads in one transaction, whatever the number of jobs: the
         # newest jobs, then the snapshots, leases and waits of exactly those jobs.
         newest = "SELECT job_id FROM jobs ORDER BY created DESC, job_id DESC"
+        args: tuple[int, ...] = ()
         if limit is None:
-            chosen, args = "", ()
+            chosen = ""
         else:
             chosen, args = f" WHERE job_id IN ({newest} LIMIT ?)", (limit,)
         with self._read_tx() as db:
