@@ -66,14 +66,7 @@ from ..serializers._catalog import status_with_lease
 from ..serializers._home import Home, default_home, open_store
 from ..serializers._ids import validate_job_id
 from ..serializers._location import is_postgres_url, redact
-from ..serializers._store import (
-    ApprovalRow,
-    EffectRow,
-    JobListing,
-    JobRow,
-    SnapshotRow,
-    WaitRow,
-)
+from ..serializers._store import ApprovalRow, EffectRow, JobListing, JobRow, SnapshotRow, WaitRow
 from . import _approvals, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
 from ._async_loop import settle_seconds
@@ -412,14 +405,8 @@ def _entry_text(entry: object) -> str:
     return "<damaged entry point: `snaprun resume` refuses it>"
 
 
-def _header_extras(
-    home: Home, job_id: str, latest: SnapshotRow | None = None
-) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(meta, pins) of the job's latest snapshot (`latest`, else read), from its
-    verified header."""
-    row = latest if latest is not None else home.catalog.latest(job_id)
-    if row is None:
-        return None, {}
+def _header_extras(home: Home, row: SnapshotRow) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(meta, pins) of a snapshot (the job's latest), from its verified header."""
     try:
         header = home.row_header(row)
     except (SnapstateError, OSError):
@@ -440,30 +427,23 @@ def _view(
     listing: JobListing | None = None,
 ) -> JobView:
     """The job's view; from `listing`'s rows when given (`snaprun ls`), else read."""
-    if listing is not None:
-        snaps = list(listing.snapshots.get(job.job_id, ()))
-        status = _job_status(
-            status_with_lease(job, listing.leases.get(job.job_id), now), job.job_id
-        )
-    else:
-        snaps = home.catalog.snapshots(job.job_id)
-        status = _job_status(home.catalog.effective_status(job, now), job.job_id)
+    if listing is None:  # one job's rows, as a listing of it has them
+        try:
+            waits = {w.job_id: w for w in [home.catalog.get_wait(job.job_id)] if w is not None}
+        except StoreDamaged:  # a refused wait row: shown as such
+            waits = {job.job_id: WaitRow(job.job_id, "damaged", "", None, 0.0, 0, None, "x")}
+        lease = home.catalog.get_lease(job.job_id)
+        leases = {job.job_id: lease} if lease is not None else {}
+        snapshots = {job.job_id: tuple(home.catalog.snapshots(job.job_id))}
+        listing = JobListing(1, (job,), snapshots, leases, waits)
+    snaps = list(listing.snapshots.get(job.job_id, ()))
+    status = _job_status(status_with_lease(job, listing.leases.get(job.job_id), now), job.job_id)
     wait: WaitInfo | None = None
-    if status == JobStatus.WAITING:
-        wait_row: WaitRow | None
-        if listing is not None:
-            wait_row = listing.waits.get(job.job_id)
-            damaged = wait_row is not None and wait_row.damaged is not None
-        else:
-            try:
-                wait_row, damaged = home.catalog.get_wait(job.job_id), False
-            except StoreDamaged:
-                wait_row, damaged = None, True
-        if damaged:  # a refused wait row: shown as such, the listing goes on
-            wait = WaitInfo("damaged", _DAMAGED_WAIT, None)
-        else:
-            wait = _wait_info(wait_row) if wait_row is not None else None
-    meta, pins = _header_extras(home, job.job_id, snaps[-1]) if snaps else (None, {})
+    wait_row = listing.waits.get(job.job_id)
+    if status == JobStatus.WAITING and wait_row is not None:  # a refused row: shown as such
+        damaged = wait_row.damaged is not None
+        wait = WaitInfo("damaged", _DAMAGED_WAIT, None) if damaged else _wait_info(wait_row)
+    meta, pins = _header_extras(home, snaps[-1]) if snaps else (None, {})
     return JobView(
         job_id=job.job_id,
         status=status,
