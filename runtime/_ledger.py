@@ -43,7 +43,6 @@ import asyncio
 import enum
 import hashlib
 import hmac
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -67,7 +66,7 @@ from ..resources import _secrets
 from ..resources._ratelimit import NOT_GIVEN
 from ..serializers import _pickler, _refs
 from ..serializers._catalog import Catalog
-from ..serializers._store import EffectKind, EffectRow, EffectState
+from ..serializers._store import EffectKind, EffectRow, EffectState, effect_label
 from . import _agent
 from ._effect_args import args_digest, args_repr
 from ._effect_spec import (
@@ -97,7 +96,6 @@ __all__ = [
     "unseal",
     "verify_sealed",
     "explain_ambiguous",
-    "effect_label",
 ]
 
 R = TypeVar("R")
@@ -365,7 +363,8 @@ class Ledger:
             or (row.kind == EffectKind.VALUE and row.args_digest != expected)
         ):
             raise DivergenceError(
-                f"effect {row.ordinal} at {call_site} diverged from the ledger: it recorded "
+                f"effect {effect_label(row.ordinal, row.call_site)[0]} at {call_site} diverged "
+                f"from the ledger: it recorded "
                 f"{row.name}({row.args_repr}) at {row.call_site}, and the re-executed code "
                 f"now calls {name}({shown}). Nothing was dispatched. Code between a snapshot "
                 "and a crash must make the same calls; use snapstate.now()/random()/uuid4() "
@@ -486,7 +485,8 @@ class Ledger:
         if left <= 0:
             self.job.fenced(
                 StaleWriter(
-                    f"job {self.job.job_id}: effect {row.ordinal} ({row.name}) was not sent: the "
+                    f"job {self.job.job_id}: effect {effect_label(row.ordinal, row.call_site)[0]} "
+                    f"({row.name}) was not sent: the "
                     f"lease deadline recorded when it was dispatched passed {-left:.1f}s ago (the "
                     "runner was paused between recording and sending it), so another runner may "
                     "have taken the job over. This runner stops; nothing was sent."
@@ -595,7 +595,8 @@ class Ledger:
             self.catalog.bump_metric(self.job.job_id, "served_from_ledger")
         if row.result is None:
             raise RestoreError(
-                f"effect {row.ordinal} at {call_site} happened but its result "
+                f"effect {effect_label(row.ordinal, row.call_site)[0]} at {call_site} happened "
+                "but its result "
                 f"could not be stored ({row.note}); it cannot be replayed"
             )
         value = unseal(self.job.home.keys, row.result, f"effect {row.ordinal}")
@@ -643,7 +644,8 @@ class Ledger:
                 self.job.park(row, call_site)
             case Action.END_REPLAY:
                 self.job.end_replay(
-                    f"effect {row.ordinal} ({row.name} at {call_site}) has no "
+                    f"effect {effect_label(row.ordinal, row.call_site)[0]} ({row.name} at "
+                    f"{call_site}) has no "
                     f"recorded outcome (state {row.state})"
                 )
         raise AssertionError("not reached: the job stopped this run")
@@ -660,18 +662,6 @@ def _again(row: EffectRow, note: str = "") -> EffectRow:
         updated=time.time(),
         note=note or row.note,
     )
-
-
-_TASK_SITE = re.compile(r"^(.*) \(task ([0-9][0-9.]*#[0-9]+)\)$", re.DOTALL)
-
-
-def effect_label(ordinal: int, call_site: str) -> tuple[str, str]:
-    """(how people name the effect, its call site without the task suffix): a spawned
-    task's effect by its identity `TASK#N` (its row's call site ends with it: task 2's
-    first effect is `2#1`), the main task's by its ordinal (`snaprun effects`,
-    `snaprun reconcile`)."""
-    match = _TASK_SITE.match(call_site)
-    return (match.group(2), match.group(1)) if match else (str(ordinal), call_site)
 
 
 def explain_ambiguous(job_id: str, row: EffectRow) -> str:

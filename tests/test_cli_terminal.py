@@ -161,9 +161,9 @@ def test_internal_rows_are_listed_with_all(hostile):
 
 
 def test_task_effects_are_numbered_and_reconciled_as_shown(tmp_path):
-    """A spawned task's ambiguous effect is `1#1` in the park message, in `effects` and
-    for `reconcile` (the raw catalog ordinal still works); reconciled, the job ends with
-    the order sent once."""
+    """A spawned task's ambiguous effect is `1#1` in the park message, in `effects`, for
+    `reconcile` and in the timeline (the raw catalog ordinal still works); reconciled,
+    the job ends with the order sent once."""
     orders = tmp_path / "orders.txt"
     env = {"ORDERS_FILE": str(orders)}
     store = tmp_path / "s"
@@ -184,6 +184,8 @@ def test_task_effects_are_numbered_and_reconciled_as_shown(tmp_path):
     clean_refusal(missing, "no effect 1#2")
     done = snaprun("reconcile", "--store", store, "p", "1#1", "--committed", cwd=tmp_path)
     assert done.returncode == 0 and "effect 1#1 of job p reconciled" in done.stderr, done.stderr
+    log = snaprun("log", "p", "--wide", "--store", store, cwd=tmp_path).stdout
+    assert "effect 1#1: reconciled" in log, log
     finished = snaprun("resume", "--store", store, "p", cwd=tmp_path, env=env)
     assert finished.returncode == 0, finished.stderr
     assert orders.read_text() == "paper\n"

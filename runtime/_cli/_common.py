@@ -236,9 +236,8 @@ def check_globals(ctx: click.Context) -> None:
         if ctx.find_root().params.get(param) and param not in taken:
             path = f"{ctx.command_path.removeprefix(ctx.find_root().info_name or '')} {name}"
             path = "snaprun" + (" " + path.strip() if path.strip() else "")
-            raise click.UsageError(
-                f"{flag} does not apply to `{path}`; see `{path.replace('snaprun', 'snaprun help', 1)}`"
-            )
+            topic = path.replace("snaprun", "snaprun help", 1)
+            raise click.UsageError(f"{flag} does not apply to `{path}`; see `{topic}`")
 
 
 # ------------------------------------------------------------------------ ids and refs

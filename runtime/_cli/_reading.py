@@ -255,7 +255,8 @@ def log(store: str | None, as_json: bool, wide: bool, job_id: str) -> None:
     "--all",
     "show_all",
     is_flag=True,
-    help="Also the rows snapstate records for the agent's now(), random() and uuid4() (--json always lists them, each marked internal).",
+    help="Also the rows snapstate records for the agent's now(), random() and uuid4() "
+    "(--json always lists them, each marked internal).",
 )
 @click.argument("job_id")
 def effects(store: str | None, as_json: bool, wide: bool, show_all: bool, job_id: str) -> None:

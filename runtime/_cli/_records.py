@@ -14,9 +14,8 @@ from typing import Any
 
 import click
 
-from ...serializers._store import EventRow
+from ...serializers._store import EventRow, effect_label
 from .. import _api
-from .._ledger import effect_label
 
 __all__ = [
     "job_record",
