@@ -234,6 +234,9 @@ def test_global_options_before_the_command(hostile, tmp_path):
     assert max(len(line) for line in wide.stdout.splitlines()) > 80
     refused = snaprun("--json", "run", AGENT, cwd=tmp_path)
     clean_refusal(refused, "--json does not apply to `snaprun run`")
+    elsewhere = snaprun("--store", store, "migrate-store", store, tmp_path / "b", cwd=tmp_path)
+    clean_refusal(elsewhere, "--store does not apply to `snaprun migrate-store`")
+    clean_refusal(snaprun("--wide", "keys", "rotate", cwd=tmp_path), "`snaprun keys rotate`")
     assert not (tmp_path / ".snapstate").exists()
 
 

@@ -218,7 +218,7 @@ def json_option(fn: _F) -> _F:
     )(fn)
 
 
-_GLOBAL_FLAGS = {"as_json": "--json", "wide": "--wide"}
+_GLOBAL_FLAGS = {"store": "--store", "as_json": "--json", "wide": "--wide"}
 
 
 def check_globals(ctx: click.Context) -> None:
@@ -229,7 +229,7 @@ def check_globals(ctx: click.Context) -> None:
     if name is None or not isinstance(group, click.Group):
         return
     command = group.get_command(ctx, name)
-    if command is None or isinstance(command, click.Group):
+    if command is None or isinstance(command, click.Group) or name == "help":
         return  # click names an unknown command; a group checks its own commands
     taken = {p.name for p in command.params}
     for param, flag in _GLOBAL_FLAGS.items():
