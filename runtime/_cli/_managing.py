@@ -29,6 +29,7 @@ from ._common import (
     store_option,
 )
 from ._records import effect_ref
+from ._table import print_text
 
 __all__ = ["init", "export", "fork", "reconcile", "set_entry", "prune", "repair"]
 
@@ -193,7 +194,7 @@ def prune(store: str | None, keep_last: int | None, older_than: str | None, fini
     cutoff = time.time() - parse_duration(older_than) if older_than else None
     home = open_home(store)
     report = _admin.prune(home, keep_last=keep_last, older_than=cutoff, finished=finished)
-    click.echo(
+    print_text(
         f"pruned {report.snapshots} snapshot(s) and {len(report.jobs)} finished job(s)"
         + (f": {', '.join(report.jobs)}" if report.jobs else "")
         + (f"; removed {report.orphans} orphan file(s)" if report.orphans else "")
@@ -255,7 +256,7 @@ def repair(store: str | None, accept_id: str | None) -> None:
         for path in job.left_alone:
             say(f"left alone (not on job {job.job_id}'s latest branch): {path}")
         copied = f" (its first files are copies of job {job.parent}'s)" if job.parent else ""
-        click.echo(
+        print_text(
             f"rebuilt job {job.job_id}: snapshots {', '.join(map(str, job.seqs))}{copied}, parked"
         )
     say(

@@ -9,7 +9,7 @@ import click
 
 from .. import _migrate
 from ._common import exit_codes, json_option, say
-from ._table import visible
+from ._table import print_text
 
 __all__ = ["migrate_store"]
 
@@ -40,7 +40,7 @@ def migrate_store(source: str, target: str, decrypt: bool, as_json: bool) -> Non
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=1))
     else:
-        say_out(
+        print_text(
             f"{report.source} -> {report.target}"
             + (
                 " (created" + (", encrypted)" if report.encrypted else ")")
@@ -52,7 +52,7 @@ def migrate_store(source: str, target: str, decrypt: bool, as_json: bool) -> Non
             f"{report.approvals} approval(s)"
         )
         if report.keys_imported:
-            say_out(f"keys imported into the destination: {', '.join(report.keys_imported)}")
+            print_text(f"keys imported into the destination: {', '.join(report.keys_imported)}")
     for job_id in report.running:
         say(
             f"job {job_id} is running in the source (its lease is live): not copied; stop "
@@ -62,8 +62,3 @@ def migrate_store(source: str, target: str, decrypt: bool, as_json: bool) -> Non
         say(f"error: job {refusal.job} was not copied: {refusal.reason}")
     if report.exit_code:
         sys.exit(report.exit_code)
-
-
-def say_out(line: str) -> None:
-    """A line of the summary, to stdout, as text (paths are the user's)."""
-    click.echo(visible(line))

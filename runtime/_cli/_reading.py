@@ -31,7 +31,7 @@ from ._records import (
     event_record,
     job_record,
 )
-from ._table import Column, table, visible, wide_option
+from ._table import Column, print_text, table, wide_option
 
 __all__ = [
     "list_jobs",
@@ -113,12 +113,10 @@ def list_jobs(store: str | None, as_json: bool, wide: bool, limit: int, show_all
     if live:
         busy = sum(len(w["running"]) for w in live)
         slots = sum(w["concurrency"] or 0 for w in live)
-        click.echo(
-            visible(
-                f"{len(live)} live worker(s), running {busy} of {slots} job slot(s): "
-                + ", ".join(f"pid {w['pid']} on {w['host']}" for w in live)
-                + " (`snaprun worker --status`)"
-            )
+        print_text(
+            f"{len(live)} live worker(s), running {busy} of {slots} job slot(s): "
+            + ", ".join(f"pid {w['pid']} on {w['host']}" for w in live)
+            + " (`snaprun worker --status`)"
         )
 
 
@@ -219,7 +217,7 @@ def inspect(store: str | None, as_json: bool, ref: str) -> None:
         click.echo(json.dumps(report, indent=1, default=str))
     else:
         for line in render_report(report):
-            click.echo(visible(line))
+            print_text(line)
 
 
 @click.command(epilog=_READ_CODES)
@@ -354,14 +352,9 @@ def verify(store: str | None, ref: str) -> None:
         assert row is not None  # not a FILE: the job's catalog row
         header = home.verify_row(row)[0]
     label = f" ({header['label']})" if header.get("label") else ""
-    say_out(
+    print_text(
         f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "
         f"{header['key_id']}, {'+'.join(header['codecs'])}, taken {when(header['created_at'])}"
         f" under Python {header['versions']['python_full']}"
     )
-    say_out(_inspect.written_by(header))
-
-
-def say_out(line: str) -> None:
-    """A line of a reading command's report, to stdout, as text."""
-    click.echo(visible(line))
+    print_text(_inspect.written_by(header))

@@ -29,7 +29,15 @@ from typing import Any, Generic, TypeVar
 import click
 from rich.cells import cell_len, set_cell_size
 
-__all__ = ["Column", "visible", "table", "terminal_width", "wide_option", "ELLIPSIS"]
+__all__ = [
+    "Column",
+    "visible",
+    "print_text",
+    "table",
+    "terminal_width",
+    "wide_option",
+    "ELLIPSIS",
+]
 
 ELLIPSIS = "\u2026"
 _GAP = "  "  # between two columns
@@ -56,6 +64,11 @@ def visible(value: object) -> str:
     if text.isascii():
         return _ASCII_UNSAFE.sub(lambda m: _escape(m.group()), text)
     return "".join(_escape(c) if unicodedata.category(c) in _UNSAFE_CATEGORIES else c for c in text)
+
+
+def print_text(line: str) -> None:
+    """A line of a command's report (not a table) to stdout, as text."""
+    click.echo(visible(line))
 
 
 R = TypeVar("R")
