@@ -63,15 +63,17 @@ from .._errors import (
     StoreDamaged,
     StoreFailure,
 )
+from ..serializers._catalog import status_with_lease
 from ..serializers._home import Home, default_home, open_store
 from ..serializers._ids import validate_job_id
 from ..serializers._location import is_postgres_url, redact
-from ..serializers._store import ApprovalRow, EffectRow, JobRow, SnapshotRow, WaitRow
-from . import _approvals, _http_record, _process, _rootlog
+from ..serializers._store import ApprovalRow, JobListing, JobRow, SnapshotRow, WaitRow
+from . import _approvals, _process, _rootlog
 from ._agent import EntryPoint, EntryPointError
 from ._async_loop import settle_seconds
 from ._clock import clock
 from ._effect_spec import max_retry_after
+from ._effect_views import EffectView, effect_views
 from ._http_record import check_reads
 from ._job import Job
 from ._lease import lease_ttl
@@ -94,6 +96,7 @@ __all__ = [
     "create_job",
     "open_job",
     "job_views",
+    "job_page",
     "approval_rows",
     "approval_view",
     "effect_views",
@@ -235,57 +238,6 @@ def _snapshot_view(row: SnapshotRow) -> SnapshotView:
 
 
 @dataclass(frozen=True)
-class EffectView:
-    """One logical action of a job's effect ledger, as `snaprun effects` lists it.
-
-    state: "dispatched" (recorded before it was sent: it may have happened),
-    "confirmed", "failed" (the call raised), "ambiguous" (outcome unknown: the job
-    parks), "not-committed" (reconciled by hand); kind: "write", "read" or "value"
-    (now(), random(), uuid4()). args is redacted and truncated, for people; key is the
-    idempotency key given to the provider. A request recorded by record_http (name
-    "http.<METHOD>") has its response's HTTP status, and for an OpenAI- or
-    Anthropic-shaped answer the model and input/output tokens (None otherwise)."""
-
-    ordinal: int
-    name: str
-    state: Literal["dispatched", "confirmed", "failed", "ambiguous", "not-committed"]
-    kind: Literal["write", "read", "value"]
-    key: str
-    args: str
-    call_site: str
-    attempts: int
-    note: str
-    updated: float
-    status: int | None = None
-    model: str | None = None
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-
-
-def _effect_view(row: EffectRow, home: Home | None = None) -> EffectView:
-    # The row's state and kind are members of EffectState / EffectKind (checked when the
-    # row is built), whose values are exactly these literals.
-    state = cast(
-        Literal["dispatched", "confirmed", "failed", "ambiguous", "not-committed"],
-        str(row.state),
-    )
-    kind = cast(Literal["write", "read", "value"], str(row.kind))
-    return EffectView(
-        row.ordinal,
-        row.name,
-        state,
-        kind,
-        row.key,
-        row.args_repr,
-        row.call_site,
-        row.attempts,
-        row.note,
-        row.updated,
-        *(_http_record.summary(home.keys, row) if home is not None else (None,) * 4),
-    )
-
-
-@dataclass(frozen=True)
 class ApprovalView:
     """An approval a job requested, as `snaprun approvals` lists it.
 
@@ -412,11 +364,8 @@ def _entry_text(entry: object) -> str:
     return "<damaged entry point: `snaprun resume` refuses it>"
 
 
-def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """(meta, pins) of the job's latest snapshot, from its verified header."""
-    row = home.catalog.latest(job_id)
-    if row is None:
-        return None, {}
+def _header_extras(home: Home, row: SnapshotRow) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(meta, pins) of a snapshot (the job's latest), from its verified header."""
     try:
         header = home.row_header(row)
     except (SnapstateError, OSError):
@@ -428,18 +377,32 @@ def _header_extras(home: Home, job_id: str) -> tuple[dict[str, Any] | None, dict
     )
 
 
-def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
-    snaps = home.catalog.snapshots(job.job_id)
-    status = _job_status(home.catalog.effective_status(job, now), job.job_id)
-    wait: WaitInfo | None = None
-    if status == JobStatus.WAITING:
+def _view(
+    home: Home,
+    job: JobRow,
+    now: float,
+    *,
+    effects: bool,
+    listing: JobListing | None = None,
+) -> JobView:
+    """The job's view; from `listing`'s rows when given (`snaprun ls`), else read."""
+    if listing is None:  # one job's rows, as a listing of it has them
         try:
-            wait_row = home.catalog.get_wait(job.job_id)
-        except StoreDamaged:  # a refused wait row: shown as such, the listing goes on
-            wait = WaitInfo("damaged", _DAMAGED_WAIT, None)
-        else:
-            wait = _wait_info(wait_row) if wait_row is not None else None
-    meta, pins = _header_extras(home, job.job_id) if snaps else (None, {})
+            waits = {w.job_id: w for w in [home.catalog.get_wait(job.job_id)] if w is not None}
+        except StoreDamaged:  # a refused wait row: shown as such
+            waits = {job.job_id: WaitRow(job.job_id, "damaged", "", None, 0.0, 0, None, "x")}
+        lease = home.catalog.get_lease(job.job_id)
+        leases = {job.job_id: lease} if lease is not None else {}
+        snapshots = {job.job_id: tuple(home.catalog.snapshots(job.job_id))}
+        listing = JobListing(1, (job,), snapshots, leases, waits)
+    snaps = list(listing.snapshots.get(job.job_id, ()))
+    status = _job_status(status_with_lease(job, listing.leases.get(job.job_id), now), job.job_id)
+    wait: WaitInfo | None = None
+    wait_row = listing.waits.get(job.job_id)
+    if status == JobStatus.WAITING and wait_row is not None:  # a refused row: shown as such
+        damaged = wait_row.damaged is not None
+        wait = WaitInfo("damaged", _DAMAGED_WAIT, None) if damaged else _wait_info(wait_row)
+    meta, pins = _header_extras(home, snaps[-1]) if snaps else (None, {})
     return JobView(
         job_id=job.job_id,
         status=status,
@@ -459,20 +422,26 @@ def _view(home: Home, job: JobRow, now: float, *, effects: bool) -> JobView:
 
 
 def job_views(home: Home, now: float, *, effects: bool = False) -> list[JobView]:
-    """Every job of the store (`snaprun ls`); read-only."""
-    return [_view(home, job, now, effects=effects) for job in home.catalog.list_jobs()]
+    """Every job of the store (`snaprun ls --all`); read-only."""
+    return job_page(home, now, None, effects=effects)[1]
+
+
+def job_page(
+    home: Home, now: float, limit: int | None, *, effects: bool = False
+) -> tuple[int, list[JobView]]:
+    """(how many jobs the store holds, the views of its newest `limit` jobs, oldest
+    first; every job with None): `snaprun ls`. One catalog read for all of them
+    (JobCatalog.job_listing); read-only."""
+    listing = home.catalog.job_listing(limit)
+    return listing.total, [
+        _view(home, job, now, effects=effects, listing=listing) for job in listing.jobs
+    ]
 
 
 def job_view(home: Home, job_id: str, now: float) -> JobView:
     """One job with its effects; JobNotFound / InvalidJobId as `snaprun` reports them."""
     validate_job_id(job_id)
     return _view(home, home.catalog.get_job(job_id), now, effects=True)
-
-
-def effect_views(home: Home, job_id: str) -> list[EffectView]:
-    """A job's effect ledger in order (`snaprun effects`); JobNotFound names the job."""
-    home.catalog.get_job(job_id)
-    return [_effect_view(e, home) for e in home.catalog.effects(job_id)]
 
 
 def snapshot_views(home: Home, job_id: str) -> list[SnapshotView]:

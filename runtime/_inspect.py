@@ -11,17 +11,13 @@ kind and path. If the body cannot be decoded, the frames are still shown."""
 
 from __future__ import annotations
 
-import json
 import linecache
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table
 
 from ..serializers import _inert
 from ..serializers._inert import NULL
 
-__all__ = ["describe", "render", "table", "written_by"]
+__all__ = ["describe", "written_by"]
 
 
 def _locals(names: object, slots: object) -> dict[str, str]:
@@ -128,47 +124,3 @@ def written_by(header: dict[str, Any]) -> str:
         + (f" of {header['catalog']}" if isinstance(header.get("catalog"), str) else "")
         + ")"
     )
-
-
-def table(headers: list[str], rows: list[list[str]]) -> None:
-    grid = Table(*headers, box=None, pad_edge=False, show_edge=False)
-    for row in rows:
-        grid.add_row(*row)
-    Console(width=200, soft_wrap=True).print(grid)
-
-
-def render(report: dict[str, Any]) -> None:
-    console = Console(width=200, soft_wrap=True, highlight=False)
-    label = f" ({report['label']})" if report.get("label") else ""
-    console.print(
-        f"job {report['job_id']} snapshot {report['seq']}{label}, Python "
-        f"{report['python']}, key {report['key_id']}",
-        markup=False,
-    )
-    console.print(report["written_by"], markup=False)
-    if report.get("pins"):
-        pins = report["pins"]
-        text = (
-            " ".join(f"{k}={v}" for k, v in sorted(pins.items()))
-            if isinstance(pins, dict)
-            else pins
-        )
-        console.print(f"pins: {text}", markup=False)
-    if report.get("meta") is not None:
-        console.print(f"meta: {json.dumps(report['meta'], sort_keys=True)}", markup=False)
-    if report.get("locals_unavailable"):
-        console.print(f"locals unavailable: {report['locals_unavailable']}", markup=False)
-    for task in report["tasks"]:
-        status = f" ({task['status']})" if task.get("status") else ""
-        console.print(f"task {task['task']}{status}", markup=False)
-        for frame in task["frames"]:
-            console.print(f"  {frame['function']}()  {frame['file']}:{frame['line']}", markup=False)
-            if frame["source"]:
-                console.print(f"    > {frame['source']}", markup=False)
-            for name, value in (frame["locals"] or {}).items():
-                console.print(f"      {name} = {value}", markup=False)
-    for module, values in (report.get("globals") or {}).items():
-        if values:
-            console.print(f"module {module}", markup=False)
-            for name, value in values.items():
-                console.print(f"      {name} = {value}", markup=False)

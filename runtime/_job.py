@@ -182,6 +182,30 @@ def check_versions(header: dict[str, Any], where: str) -> None:
         )
 
 
+def waiting_message(job_id: str, kind: str, outcome: _waits.NotYet, seq: int) -> str:
+    """What a hibernating job's runner says: why it waits and exactly what continues
+    it (an approval: the commands that decide it; a timer or a rate limit: when, and
+    the worker or a resume)."""
+    saved = f"It was saved at snapshot {seq} and no process is kept"
+    if kind == "approval" and outcome.approval_id is not None:
+        decide = f"snaprun approve {job_id} {outcome.approval_id}"
+        return (
+            f"job {job_id} waits: {outcome.reason}. {saved}: decide with `{decide}` (or "
+            f"`snaprun reject {job_id} {outcome.approval_id}`), then `snaprun worker` "
+            f"continues it (or `snaprun resume {job_id}`)"
+        )
+    if outcome.due is None:
+        return (
+            f"job {job_id} waits: {outcome.reason}. {saved}: `snaprun worker` continues it "
+            f"once it can go on (or `snaprun resume {job_id}`)"
+        )
+    due = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(outcome.due))
+    return (
+        f"job {job_id} waits: {outcome.reason}; due {due}. {saved}: then a running "
+        f"`snaprun worker` continues it (or `snaprun resume {job_id}` once it is due)"
+    )
+
+
 class Job:
     """One agent run in a store: its entry point, lease, and snapshot sequence.
 
@@ -659,15 +683,8 @@ class Job:
             ),
             epoch=self.epoch,
         )
-        due = (
-            f"; due {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(outcome.due))}"
-            if outcome.due is not None and wait.kind != "approval"  # (its reason has it)
-            else ""
-        )
         raise JobWaiting(
-            f"job {self.job_id} waits: {outcome.reason}{due}. It was saved at snapshot {seq} "
-            f"and no process is kept: `snaprun worker` resumes it when it is due (or "
-            f"`snaprun resume {self.job_id}`)",
+            waiting_message(self.job_id, wait.kind, outcome, seq),
             due=outcome.due,
             kind=wait.kind,
         )

@@ -66,7 +66,7 @@ from ..resources import _secrets
 from ..resources._ratelimit import NOT_GIVEN
 from ..serializers import _pickler, _refs
 from ..serializers._catalog import Catalog
-from ..serializers._store import EffectKind, EffectRow, EffectState
+from ..serializers._store import EffectKind, EffectRow, EffectState, effect_label
 from . import _agent
 from ._effect_args import args_digest, args_repr
 from ._effect_spec import (
@@ -88,7 +88,15 @@ if TYPE_CHECKING:
     from ._job import Job
     from ._scheduler import _TaskState
 
-__all__ = ["Ledger", "Action", "RECOVERY", "seal", "unseal", "verify_sealed", "explain_ambiguous"]
+__all__ = [
+    "Ledger",
+    "Action",
+    "RECOVERY",
+    "seal",
+    "unseal",
+    "verify_sealed",
+    "explain_ambiguous",
+]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -355,7 +363,8 @@ class Ledger:
             or (row.kind == EffectKind.VALUE and row.args_digest != expected)
         ):
             raise DivergenceError(
-                f"effect {row.ordinal} at {call_site} diverged from the ledger: it recorded "
+                f"effect {effect_label(row.ordinal, row.call_site)[0]} at {call_site} diverged "
+                f"from the ledger: it recorded "
                 f"{row.name}({row.args_repr}) at {row.call_site}, and the re-executed code "
                 f"now calls {name}({shown}). Nothing was dispatched. Code between a snapshot "
                 "and a crash must make the same calls; use snapstate.now()/random()/uuid4() "
@@ -485,7 +494,8 @@ class Ledger:
         if left <= 0:
             self.job.fenced(
                 StaleWriter(
-                    f"job {self.job.job_id}: effect {row.ordinal} ({row.name}) was not sent: the "
+                    f"job {self.job.job_id}: effect {effect_label(row.ordinal, row.call_site)[0]} "
+                    f"({row.name}) was not sent: the "
                     f"lease deadline recorded when it was dispatched passed {-left:.1f}s ago (the "
                     "runner was paused between recording and sending it), so another runner may "
                     "have taken the job over. This runner stops; nothing was sent."
@@ -595,7 +605,8 @@ class Ledger:
             self.catalog.bump_metric(self.job.job_id, "served_from_ledger")
         if row.result is None:
             raise RestoreError(
-                f"effect {row.ordinal} at {call_site} happened but its result "
+                f"effect {effect_label(row.ordinal, row.call_site)[0]} at {call_site} happened "
+                "but its result "
                 f"could not be stored ({row.note}); it cannot be replayed"
             )
         value = unseal(self.job.home.keys, row.result, f"effect {row.ordinal}")
@@ -643,7 +654,8 @@ class Ledger:
                 self.job.park(row, call_site)
             case Action.END_REPLAY:
                 self.job.end_replay(
-                    f"effect {row.ordinal} ({row.name} at {call_site}) has no "
+                    f"effect {effect_label(row.ordinal, row.call_site)[0]} ({row.name} at "
+                    f"{call_site}) has no "
                     f"recorded outcome (state {row.state})"
                 )
         raise AssertionError("not reached: the job stopped this run")
@@ -663,12 +675,13 @@ def _again(row: EffectRow, note: str = "") -> EffectRow:
 
 
 def explain_ambiguous(job_id: str, row: EffectRow) -> str:
+    name = effect_label(row.ordinal, row.call_site)[0]
     return (
-        f"job {job_id} parked: effect {row.ordinal} ({row.name}({row.args_repr}) at "
+        f"job {job_id} parked: effect {name} ({row.name}({row.args_repr}) at "
         f"{row.call_site}, idempotency key {row.key}) was dispatched but its outcome is "
         "unknown: the process stopped before the response was recorded, and the provider "
         "honours no idempotency key and offers no lookup. Check with the provider whether "
-        f"it happened, then run `snaprun reconcile {job_id} {row.ordinal} --committed "
-        f"[--result JSON]` or `snaprun reconcile {job_id} {row.ordinal} --not-committed`, "
+        f"it happened, then run `snaprun reconcile {job_id} {name} --committed "
+        f"[--result JSON]` or `snaprun reconcile {job_id} {name} --not-committed`, "
         f"and `snaprun resume {job_id}`."
     )

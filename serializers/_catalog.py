@@ -33,6 +33,7 @@ from ._store import (
     EffectState,
     EventRow,
     JobCopy,
+    JobListing,
     JobRow,
     LeaseRow,
     Owner,
@@ -55,6 +56,7 @@ __all__ = [
     "WaitCatalog",
     "WorkerCatalog",
     "AdminCatalog",
+    "status_with_lease",
 ]
 
 
@@ -92,12 +94,46 @@ class JobCatalog(abc.ABC):
     def delete_job(self, job_id: str) -> None:
         """Remove a job and all its rows."""
 
+    def job_listing(self, limit: int | None = None) -> JobListing:
+        """The store's job count and its newest `limit` jobs (every job with None), by
+        creation, with their snapshot rows, leases and wait rows (see JobListing): what
+        `snaprun ls` shows. This default reads job by job; a backend answers it with a
+        few set-based queries in one transaction (serializers/_sql/_jobs.py)."""
+        every = self.list_jobs()
+        jobs = tuple(every if limit is None else every[max(len(every) - limit, 0) :])
+        waits = {w.job_id: w for w in self.waits()} if isinstance(self, WaitCatalog) else {}
+        leases = {}
+        if isinstance(self, LeaseCatalog):
+            for job in jobs:
+                lease = self.get_lease(job.job_id)
+                if lease is not None:
+                    leases[job.job_id] = lease
+        snapshots = (
+            {job.job_id: tuple(self.snapshots(job.job_id)) for job in jobs}
+            if isinstance(self, SnapshotCatalog)
+            else {}
+        )
+        return JobListing(
+            total=len(every),
+            jobs=jobs,
+            snapshots=snapshots,
+            leases=leases,
+            waits={j.job_id: waits[j.job_id] for j in jobs if j.job_id in waits},
+        )
+
     @abc.abstractmethod
     def set_entry(self, job_id: str, entry: dict[str, Any]) -> JobRow:
         """Record a new entry point for a job (`snaprun set-entry`: the only way a
         job's entry point changes), its row signed again; returns the row as it was.
         JobNotFound; LeaseHeld while a runner holds the job; StoreDamaged if the row
         does not verify (a row someone edited is restored, never re-signed)."""
+
+
+def status_with_lease(job: JobRow, lease: LeaseRow | None, now: float) -> str:
+    """The job's effective status given its lease row (LeaseCatalog.effective_status)."""
+    if job.status != "running":
+        return job.status
+    return "running" if lease is not None and lease.is_live(now) else "interrupted"
 
 
 class LeaseCatalog(abc.ABC):
@@ -134,8 +170,7 @@ class LeaseCatalog(abc.ABC):
         """A running job whose runner is gone is shown as interrupted (resumable)."""
         if job.status != "running":
             return job.status
-        lease = self.get_lease(job.job_id)
-        return "running" if lease is not None and lease.is_live(now) else "interrupted"
+        return status_with_lease(job, self.get_lease(job.job_id), now)
 
 
 class SnapshotCatalog(abc.ABC):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -26,6 +27,8 @@ __all__ = [
     "WaitRow",
     "ApprovalRow",
     "JobCopy",
+    "JobListing",
+    "effect_label",
     "APPROVAL_STATES",
     "EffectState",
     "EffectKind",
@@ -280,3 +283,30 @@ class JobCopy:
     events: tuple[EventRow, ...]
     metrics: Mapping[str, float]
     lease: LeaseRow | None = None
+
+
+@dataclass(frozen=True)
+class JobListing:
+    """What `snaprun ls` shows of a store, read in one transaction
+    (JobCatalog.job_listing): how many jobs it holds, the newest jobs asked for (oldest
+    first, as list_jobs orders them), and, for those jobs only, their snapshot rows (by
+    sequence), leases and wait rows (read leniently: a wait row that does not verify
+    comes back marked `damaged`, as WaitCatalog.waits() gives it)."""
+
+    total: int
+    jobs: tuple[JobRow, ...]
+    snapshots: Mapping[str, tuple[SnapshotRow, ...]]
+    leases: Mapping[str, LeaseRow]
+    waits: Mapping[str, WaitRow]
+
+
+_TASK_SITE = re.compile(r"^(.*) \(task ([0-9][0-9.]*#[0-9]+)\)$", re.DOTALL)
+
+
+def effect_label(ordinal: int, call_site: str) -> tuple[str, str]:
+    """(how people name a ledger row, its call site without the task suffix): a spawned
+    task's action by its identity `TASK#N` (its row's call site ends with it: task 2's
+    first action is `2#1`), the main task's by its ordinal (`snaprun effects`,
+    `snaprun reconcile`, the messages that name an effect)."""
+    match = _TASK_SITE.match(call_site)
+    return (match.group(2), match.group(1)) if match else (str(ordinal), call_site)

@@ -14,6 +14,7 @@ from snapstate.serializers._catalog import Catalog
 from snapstate.serializers._store import (
     JobRow,
     Owner,
+    WaitRow,
 )
 
 from ._support import (
@@ -25,6 +26,7 @@ from ._support import (
     Spec,
     live_owner,
     make_job,
+    requires,
     row,
     state,
 )
@@ -83,6 +85,37 @@ class JobsSpec(Spec):
         clock.advance(1)
         make_job(catalog, "0-last")
         assert [j.job_id for j in catalog.list_jobs()] == ["b", "a", "c", "0-last"]
+
+    @requires(Capability.LEASES, Capability.SNAPSHOTS, Capability.WAITS)
+    def test_job_listing_of_the_newest_jobs(
+        self, catalog: Catalog, clock: FakeClock, live_pid: int
+    ) -> None:
+        """job_listing(limit) counts every job and gives the newest `limit` (all with
+        None) oldest first, as list_jobs orders them, with the snapshot rows (by
+        sequence), lease and wait row of exactly those jobs."""
+        for job_id in ("a", "b", "c", "d"):
+            make_job(catalog, job_id)
+            clock.advance(1)
+        for job_id, seqs in (("b", 2), ("c", 1), ("d", 3)):
+            epoch = catalog.acquire_lease(job_id, live_owner(live_pid), 30)
+            for seq in range(1, seqs + 1):
+                catalog.commit_snapshot(row(seq, epoch, job_id, label=f"{job_id}{seq}"))
+        wait = WaitRow("c", "timer", "sleep", T0 + 60, T0, 1)
+        catalog.hibernate(wait, epoch=catalog.get_lease("c").epoch)  # type: ignore[union-attr]
+        every = catalog.job_listing()
+        assert every.total == 4 and [j.job_id for j in every.jobs] == ["a", "b", "c", "d"]
+        assert list(every.jobs) == catalog.list_jobs()
+        newest = catalog.job_listing(2)
+        assert newest.total == 4 and [j.job_id for j in newest.jobs] == ["c", "d"]
+        assert {k: [r.seq for r in v] for k, v in newest.snapshots.items()} == {
+            "c": [1],
+            "d": [1, 2, 3],
+        }
+        assert newest.snapshots["d"][2] == catalog.snapshots("d")[2]
+        assert set(newest.leases) == {"c", "d"} and newest.leases["d"] == catalog.get_lease("d")
+        assert dict(newest.waits) == {"c": catalog.get_wait("c")}
+        assert "b" not in newest.snapshots and "b" in every.snapshots
+        assert catalog.job_listing(10).jobs == every.jobs
 
     def test_set_status_without_epoch(self, catalog: Catalog, clock: FakeClock) -> None:
         """Without an epoch, set_status always applies: status, error and updated change

@@ -178,7 +178,7 @@ def test_approve_resume_sends_exactly_once(tmp_path, env, provider):
     assert record["expires"] == pytest.approx(record["requested"] + HOUR)
     line = AGENT.splitlines().index(next(ln for ln in AGENT.splitlines() if "ok = request_" in ln))
     assert record["site"] == f"{tmp_path / 'buyer.py'}:{line + 1}", record["site"]
-    table = _cli("approvals", cwd=tmp_path, env=env)
+    table = _cli("approvals", "--wide", cwd=tmp_path, env=env)
     assert "a1" in table.stdout and '"max_usd": 100' in table.stdout
     assert "alice, bob" in table.stdout
 

@@ -171,7 +171,7 @@ def _resume_reconciling(provider, store: Path, job: str, cwd: Path, env: dict) -
             return run, parks
         assert "Traceback" not in run.stderr, run.stderr
         (row,) = [r for r in _effects(store, job, cwd) if r["state"] == "ambiguous"]
-        assert f"snaprun reconcile {job} {row['effect']} --committed" in run.stderr
+        assert f"snaprun reconcile {job} {row['id']} --committed" in run.stderr
         action = row["args"].split("'")[1]
         if provider.deliveries[action]:
             # what the effect returns: the provider's order and its key kind (plain)

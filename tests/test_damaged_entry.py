@@ -28,7 +28,7 @@ def test_a_damaged_entry_point_is_shown_and_refused(tmp_path, entry):
         assert run.returncode == -9, run.stderr
     with closing(sqlite3.connect(store / "catalog.db", isolation_level=None)) as db:
         db.execute("UPDATE jobs SET entry = ? WHERE job_id = 'bad'", (json.dumps(entry),))
-    listed = snaprun("ls", "--store", store, cwd=tmp_path)
+    listed = snaprun("ls", "--store", store, "--wide", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert "Traceback" not in listed.stderr
     lines = {line.split()[0]: line for line in listed.stdout.splitlines()[1:] if line.strip()}

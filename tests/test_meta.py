@@ -97,7 +97,7 @@ def test_meta_and_pins_in_headers_ls_inspect_and_after_a_restore(tmp_path, meta_
     (row,) = _json(snaprun("ls", "--store", store, "--json", cwd=tmp_path))
     assert (row["status"], row["latest"], row["label"]) == ("interrupted", 1, "drafted")
     assert (row["meta"], row["pins"], row["wait"]) == (meta, pins, None)
-    table = snaprun("ls", "--store", store, cwd=tmp_path)
+    table = snaprun("ls", "--store", store, "--wide", cwd=tmp_path)
     assert "PINS" in table.stdout.splitlines()[0]
     assert "model=model-X1" in table.stdout and "prompt_version=3" in table.stdout
     report = _json(snaprun("inspect", "--store", store, "--json", "m@1", cwd=tmp_path))
@@ -231,7 +231,7 @@ def test_ls_shows_why_a_job_waits_and_when_it_is_due(short_tmp_path):
     assert (row["status"], wait["kind"], wait["approval"]) == ("waiting", "timer", None)
     assert started + 7190 < wait["due"] < time.time() + 7210
     assert "sleep at" in wait["reason"] and f"{script}:3" in wait["reason"]
-    table = snaprun("ls", "--store", store, cwd=tmp_path).stdout
+    table = snaprun("ls", "--store", store, "--wide", cwd=tmp_path).stdout
     due = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wait["due"]))
     assert "WAIT" in table.splitlines()[0]
     assert f"timer, due {due}" in table.splitlines()[1]  # the reason is the label's

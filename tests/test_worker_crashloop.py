@@ -63,7 +63,7 @@ def test_a_job_dying_after_each_snapshot_backs_off_and_is_given_up(tmp_path):
         env={**env, "SNAPSTATE_CLOCK_OFFSET": str(offset - 20.0)},
     )  # fmt: skip
     assert "0 runnable job(s)" in same.stderr, same.stderr
-    text = snaprun("ls", cwd=tmp_path, env={"SNAPSTATE_CLOCK_OFFSET": str(offset - 20.0)})
+    text = snaprun("ls", "--wide", cwd=tmp_path, env={"SNAPSTATE_CLOCK_OFFSET": str(offset - 20.0)})
     assert re.search(r"crash 2 of 3 in a row, retry in \d+s: its runner", text.stdout), text.stdout
     last = snaprun(
         "worker", "--once", "--max-crashes", "3", cwd=tmp_path,
@@ -78,7 +78,7 @@ def test_a_job_dying_after_each_snapshot_backs_off_and_is_given_up(tmp_path):
     assert listed["gave_up"] is True and listed["count"] == 3 and listed["retry_at"] is None
     wide = snaprun("ls", cwd=tmp_path, env={"COLUMNS": "1000"}).stdout
     assert "the worker gave up: its runner died 3 times" in wide, wide
-    log = snaprun("log", "loop", cwd=tmp_path)
+    log = snaprun("log", "--wide", "loop", cwd=tmp_path)
     assert log.returncode == 0, log.stderr
     assert log.stdout.count("crash") >= 2 and "retrying in 1s" in log.stdout, log.stdout
     events = json.loads(snaprun("log", "--json", "loop", cwd=tmp_path).stdout)

@@ -9,68 +9,69 @@ from typing import Any
 import click
 
 from ..._errors import ApprovalError
-from .. import _api, _approvals, _inspect
+from .. import _api, _approvals
 from .._clock import clock
-from ._common import EXIT_HELP, check_ids, open_home, say, shown, store_option, when
+from ._common import (
+    ago,
+    check_ids,
+    exit_codes,
+    json_option,
+    open_home,
+    say,
+    store_option,
+    until,
+    when,
+)
+from ._records import approval_record
+from ._table import Column, table, wide_option
 
 __all__ = ["approvals", "approve", "reject"]
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2))
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@json_option
+@wide_option
 @click.option("--all", "show_all", is_flag=True, help="Also decided and expired approvals.")
-def approvals(store: str | None, as_json: bool, show_all: bool) -> None:
+def approvals(store: str | None, as_json: bool, wide: bool, show_all: bool) -> None:
     """List the approvals waiting for a decision (with --all, every approval): job, id,
     name, the exact scope, when requested, when it expires, who may decide."""
     home = open_home(store, readonly=True)
     now = clock().time()
-    rows = _api.approval_rows(home, every=show_all)
-    records: list[dict[str, Any]] = []  # JSON records
-    for row in rows:
-        view = _api.approval_view(home, row, now)
-        records.append(
-            {
-                "job": view.job_id,
-                "id": view.approval_id,
-                "name": view.name,
-                "state": view.state,
-                "scope": view.scope,
-                "digest": row.digest,
-                "requested": view.requested,
-                "expires": view.expires,
-                "approvers": None if view.approvers is None else list(view.approvers),
-                "decided_by": view.decided_by,
-                "decided_at": view.decided_at,
-                "note": view.note,
-                "site": view.site,
-                "altered": view.altered,  # `approve` refuses such a row
-                "damaged": row.damaged,  # why the catalog refuses the row (None: it doesn't)
-            }
-        )
+    records = [
+        approval_record(_api.approval_view(home, row, now), row.digest, row.damaged)
+        for row in _api.approval_rows(home, every=show_all)
+    ]
     if as_json:
         click.echo(json.dumps(records, indent=1))
         return
     if not records:
         say("no approval is waiting for a decision" if not show_all else "no approvals")
         return
-    headers = ["JOB", "ID", "NAME", "SCOPE", "REQUESTED", "EXPIRES", "APPROVERS"]
-    _inspect.table(
-        headers + (["STATE", "DECIDED BY"] if show_all else []),
-        [
-            [
-                shown(r["job"]),
-                shown(r["id"]),
-                shown(r["name"]) + (" (ALTERED in the catalog: refused)" if r["altered"] else ""),
-                shown(json.dumps(r["scope"], sort_keys=True)),
-                when(r["requested"]),
-                "never" if r["expires"] is None else when(r["expires"]),
-                "anyone" if r["approvers"] is None else shown(", ".join(r["approvers"])),
-            ]
-            + ([shown(r["state"]), shown(r["decided_by"] or "-")] if show_all else [])
-            for r in records
-        ],
-    )
+    columns: list[Column[dict[str, Any]]] = [
+        Column("JOB", lambda r: r["job"], keep=True),
+        Column("ID", lambda r: r["id"], keep=True),
+        Column("STATE", _state_text, keep=True),  # never cut: ALTERED is a refusal
+        Column("NAME", lambda r: r["name"], flex=True),
+        Column("SCOPE", lambda r: json.dumps(r["scope"], sort_keys=True), flex=True),
+        Column("REQUESTED", lambda r: ago(now - r["requested"])),
+        Column("EXPIRES", lambda r: "never" if r["expires"] is None else until(r["expires"] - now)),
+        Column(
+            "APPROVERS",
+            lambda r: "anyone" if r["approvers"] is None else ", ".join(r["approvers"]),
+            flex=True,
+        ),
+    ]
+    table(columns, records, wide=wide)
+
+
+def _state_text(record: dict[str, Any]) -> str:
+    """`pending`, `granted by alice`...; `ALTERED: refused` for a row the catalog
+    refuses (approve and reject refuse it too)."""
+    if record["altered"]:
+        return "ALTERED: refused"
+    by, state = record["decided_by"], str(record["state"])
+    return state + (f" by {by}" if by and record["state"] in ("granted", "rejected") else "")
 
 
 def _decide(store: str | None, job_id: str, approval_id: str, **how: Any) -> None:
@@ -90,7 +91,7 @@ def _decide(store: str | None, job_id: str, approval_id: str, **how: Any) -> Non
     )
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2))
 @store_option
 @click.option("--by", default=None, help="Who approves (default: the OS user name).")
 @click.option("--note", default=None, help="A note recorded with the decision.")
@@ -104,7 +105,7 @@ def approve(
     _decide(store, job_id, approval_id, granted=True, by=by, note=note)
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2))
 @store_option
 @click.option("--reason", default=None, help="Why (recorded; the agent sees it).")
 @click.option("--by", default=None, help="Who rejects (default: the OS user name).")

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import click
-from rich.markup import escape
 
 from ..._errors import (
     SnapshotNotFound,
@@ -34,9 +33,14 @@ from ...serializers._sqlite import store_failure
 from ...serializers._store import SnapshotRow
 from .._api import EXIT_FAILED
 from .._job import Job
+from ._table import visible
 
 __all__ = [
     "EXIT_HELP",
+    "EXIT_MEANINGS",
+    "exit_codes",
+    "json_option",
+    "check_globals",
     "say",
     "open_home",
     "damaged",
@@ -51,9 +55,9 @@ __all__ = [
     "agent_failed",
     "agent_traceback",
     "ago",
+    "until",
     "when",
     "parse_duration",
-    "shown",
 ]
 
 EXIT_HELP = """\b
@@ -71,9 +75,32 @@ Exit codes:
   143  stopped by SIGTERM (resumable; see --grace)"""
 
 
+# Each code in a few words, for the help of the commands that can return it.
+EXIT_MEANINGS = {
+    0: "done",
+    1: "failed",
+    2: "usage or invalid input",
+    3: "waiting",
+    4: "parked",
+    5: "conflict",
+    130: "Ctrl-C",
+    143: "SIGTERM",
+}
+
+
+def exit_codes(*codes: int, ok: str = "ok") -> str:
+    """A command's help epilog: only the exit codes it can return (`ok`: what 0 means
+    for it), and where the whole table is."""
+    words = [f"{code} {ok if code == 0 else EXIT_MEANINGS[code]}" for code in codes]
+    return "\b\nExit codes: " + ", ".join(words) + " (`snaprun help exit-codes`)."
+
+
 def say(message: str) -> None:
-    """One of snaprun's own messages: to stderr (stdout belongs to the agent)."""
-    click.echo(f"snaprun: {message}", err=True)
+    """One of snaprun's own messages: to stderr (stdout belongs to the agent). What it
+    quotes (ids, labels, errors) is shown through visible(): only its line breaks are
+    kept."""
+    text = "\n".join(visible(line) for line in message.split("\n"))
+    click.echo(f"snaprun: {text}", err=True)
 
 
 # ------------------------------------------------------------------------ the store
@@ -175,6 +202,44 @@ def store_option(fn: _F) -> _F:
     )(fn)
 
 
+def _json_given_first(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    """A command's --json, or the one given before the command (`snaprun --json ls`)."""
+    root = ctx.find_root()
+    return bool(value or (root is not ctx and root.params.get("as_json")))
+
+
+def json_option(fn: _F) -> _F:
+    return click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        callback=_json_given_first,
+        help="Print JSON to stdout (the objects of docs/cli.md).",
+    )(fn)
+
+
+_GLOBAL_FLAGS = {"store": "--store", "as_json": "--json", "wide": "--wide"}
+
+
+def check_globals(ctx: click.Context) -> None:
+    """In a group's callback: a global flag given before a command that has no such
+    option is refused, never ignored (`snaprun --json run ...`)."""
+    name = ctx.invoked_subcommand
+    group = ctx.command
+    if name is None or not isinstance(group, click.Group):
+        return
+    command = group.get_command(ctx, name)
+    if command is None or isinstance(command, click.Group) or name == "help":
+        return  # click names an unknown command; a group checks its own commands
+    taken = {p.name for p in command.params}
+    for param, flag in _GLOBAL_FLAGS.items():
+        if ctx.find_root().params.get(param) and param not in taken:
+            path = f"{ctx.command_path.removeprefix(ctx.find_root().info_name or '')} {name}"
+            path = "snaprun" + (" " + path.strip() if path.strip() else "")
+            topic = path.replace("snaprun", "snaprun help", 1)
+            raise click.UsageError(f"{flag} does not apply to `{path}`; see `{topic}`")
+
+
 # ------------------------------------------------------------------------ ids and refs
 def check_ids(*refs: str | None, file_ok: bool = False) -> None:
     """Refuse an invalid job id in JOB or JOB@SEQ before the store is even opened:
@@ -264,6 +329,13 @@ def ago(seconds: float) -> str:
     return f"{seconds:.0f}s ago"
 
 
+def until(seconds: float) -> str:
+    """`in 5m`, or `expired 2h ago` once past."""
+    if seconds <= 0:
+        return "expired " + ago(-seconds)
+    return "in " + ago(seconds).removesuffix(" ago")
+
+
 def when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
@@ -276,12 +348,3 @@ def parse_duration(text: str) -> float:
         float(match.group(1))
         * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[match.group(2)]
     )
-
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-
-
-def shown(text: str) -> str:
-    """Catalog text for a terminal: control characters (escape sequences an edited
-    catalog could hold) shown as \\xNN, rich markup escaped."""
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text))

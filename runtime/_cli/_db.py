@@ -6,17 +6,19 @@ import click
 
 from ...serializers._home import default_home
 from .. import _admin
-from ._common import EXIT_HELP, say, store_option
+from ._common import check_globals, exit_codes, say, store_option
 
 __all__ = ["db"]
 
 
 @click.group()
-def db() -> None:
+@click.pass_context
+def db(ctx: click.Context) -> None:
     """The store's catalog tables: create and upgrade them."""
+    check_globals(ctx)
 
 
-@db.command("upgrade", epilog=EXIT_HELP)
+@db.command("upgrade", epilog=exit_codes(0, 1, 2))
 @store_option
 def db_upgrade(store: str | None) -> None:
     """Create the catalog's tables, or upgrade them to this release's schema.

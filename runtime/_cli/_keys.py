@@ -8,21 +8,27 @@ from typing import Any
 
 import click
 
-from .. import _inspect
-from ._common import open_home, say, store_option, when
+from ._common import check_globals, exit_codes, json_option, open_home, say, store_option, when
+from ._table import Column, table, wide_option
 
 __all__ = ["keys"]
 
 
 @click.group()
-def keys() -> None:
+@click.pass_context
+def keys(ctx: click.Context) -> None:
     """Manage the store's signing and encryption keys."""
+    check_globals(ctx)
 
 
-@keys.command("list")
+_CODES = exit_codes(0, 1, 2)
+
+
+@keys.command("list", epilog=_CODES)
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
-def keys_list(store: str | None, as_json: bool) -> None:
+@json_option
+@wide_option
+def keys_list(store: str | None, as_json: bool, wide: bool) -> None:
     """List key ids (never the secrets)."""
     home = open_home(store, readonly=True)
     current = home.keys.current.key_id
@@ -38,20 +44,23 @@ def keys_list(store: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
-    _inspect.table(
-        ["KEY", "STATE", "CREATED"],
+    table(
         [
-            [
-                r["key"],
-                "current" if r["current"] else ("retired" if r["retired"] else "valid"),
-                when(r["created"]) if r["created"] else "from SNAPSTATE_KEY",
-            ]
-            for r in rows
+            Column("KEY", lambda r: r["key"], keep=True),
+            Column(
+                "STATE",
+                lambda r: "current" if r["current"] else ("retired" if r["retired"] else "valid"),
+            ),
+            Column(
+                "CREATED", lambda r: when(r["created"]) if r["created"] else "from SNAPSTATE_KEY"
+            ),
         ],
+        rows,
+        wide=wide,
     )
 
 
-@keys.command("rotate")
+@keys.command("rotate", epilog=_CODES)
 @store_option
 def keys_rotate(store: str | None) -> None:
     """Make a new key current; snapshots signed with older keys still load."""
@@ -59,7 +68,7 @@ def keys_rotate(store: str | None) -> None:
     say(f"key {key.key_id} is now current")
 
 
-@keys.command("export")
+@keys.command("export", epilog=_CODES)
 @store_option
 @click.option(
     "-o",
@@ -78,7 +87,7 @@ def keys_export(store: str | None, output: str, key_id: str) -> None:
     )
 
 
-@keys.command("import")
+@keys.command("import", epilog=_CODES)
 @store_option
 @click.argument("path", type=click.Path(dir_okay=False))
 def keys_import(store: str | None, path: str) -> None:
@@ -95,7 +104,7 @@ def keys_import(store: str | None, path: str) -> None:
     )
 
 
-@keys.command("retire")
+@keys.command("retire", epilog=_CODES)
 @store_option
 @click.argument("key_id")
 def keys_retire(store: str | None, key_id: str) -> None:

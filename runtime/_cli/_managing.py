@@ -5,6 +5,7 @@ runtime/_repair.py) and says what it did."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 
@@ -13,13 +14,13 @@ import click
 from ..._errors import StoreError
 from ...serializers._home import default_home
 from ...serializers._location import is_postgres_url, redact
-from .. import _admin, _repair
+from .. import _admin, _api, _repair
 from .._agent import EntryPoint, EntryPointError
 from .._api import EXIT_USAGE
 from ._common import (
-    EXIT_HELP,
     check_ids,
     check_new_id,
+    exit_codes,
     open_home,
     parse_duration,
     parse_ref,
@@ -27,11 +28,13 @@ from ._common import (
     say,
     store_option,
 )
+from ._records import effect_ref
+from ._table import print_text
 
 __all__ = ["init", "export", "fork", "reconcile", "set_entry", "prune", "repair"]
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2))
 @store_option
 @click.option(
     "--encrypt",
@@ -49,7 +52,7 @@ def init(store: str | None, encrypt: bool) -> None:
     )
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2))
 @store_option
 @click.option(
     "-o",
@@ -72,7 +75,7 @@ def export(store: str | None, output: str, ref: str) -> None:
     say(f"exported {job_id}@{seq} to {output}")
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2))
 @store_option
 @click.option("--as", "as_id", default=None, help="Id of the new job (default: generated).")
 @click.argument("ref")
@@ -90,7 +93,7 @@ def fork(store: str | None, as_id: str | None, ref: str) -> None:
     say(f"forked {job_id}@{seq} as {new_id}; continue it with: snaprun resume {new_id}")
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2, 5))
 @store_option
 @click.option(
     "--committed",
@@ -112,11 +115,14 @@ def fork(store: str | None, as_id: str | None, ref: str) -> None:
     help="With --committed: the provider's result, as JSON (default: None).",
 )
 @click.argument("job_id")
-@click.argument("effect", type=click.IntRange(1, 2**63 - 1))
+@click.argument("effect")
 def reconcile(
-    store: str | None, committed: bool | None, result_json: str | None, job_id: str, effect: int
+    store: str | None, committed: bool | None, result_json: str | None, job_id: str, effect: str
 ) -> None:
-    """Say what happened to an effect whose outcome is unknown, so the job can resume."""
+    """Say what happened to an effect whose outcome is unknown, so the job can resume.
+
+    EFFECT as `snaprun effects` shows it: a number, or TASK#N (2#1: task 2's first
+    effect); the catalog's raw ordinal is accepted too."""
     if committed is None:
         raise click.UsageError("say what happened: --committed or --not-committed")
     if result_json is not None and not committed:
@@ -126,7 +132,16 @@ def reconcile(
     except ValueError as exc:
         raise click.BadParameter(f"--result is not JSON: {exc}") from None
     check_ids(job_id)
-    _admin.reconcile(open_home(store), job_id, effect, committed=committed, result=result)
+    if not re.fullmatch(r"[0-9]+|[0-9][0-9.]*#[0-9]+", effect) or effect.strip("0") == "":
+        raise click.BadParameter(
+            f"EFFECT {effect!r}: name an effect as `snaprun effects {job_id}` shows it: a "
+            "number from 1, or TASK#N (task 2's first effect is 2#1)"
+        )
+    home = open_home(store)
+    ordinal = effect_ref(_api.effect_views(home, job_id), effect) if "#" in effect else int(effect)
+    if ordinal >= 2**63:
+        raise click.BadParameter(f"{effect!r}: no effect has so large a number")
+    _admin.reconcile(home, job_id, ordinal, committed=committed, result=result)
     say(
         f"effect {effect} of job {job_id} reconciled as "
         f"{'committed' if committed else 'not committed'}; continue with: snaprun resume "
@@ -134,7 +149,7 @@ def reconcile(
     )
 
 
-@click.command("set-entry", epilog=EXIT_HELP)
+@click.command("set-entry", epilog=exit_codes(0, 1, 2, 5))
 @store_option
 @click.argument("job_id")
 @click.argument("script")
@@ -158,7 +173,7 @@ def set_entry(store: str | None, job_id: str, script: str) -> None:
     )
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2, 5))
 @store_option
 @click.option("--keep-last", type=int, default=None, help="Keep each job's N latest snapshots.")
 @click.option(
@@ -179,7 +194,7 @@ def prune(store: str | None, keep_last: int | None, older_than: str | None, fini
     cutoff = time.time() - parse_duration(older_than) if older_than else None
     home = open_home(store)
     report = _admin.prune(home, keep_last=keep_last, older_than=cutoff, finished=finished)
-    click.echo(
+    print_text(
         f"pruned {report.snapshots} snapshot(s) and {len(report.jobs)} finished job(s)"
         + (f": {', '.join(report.jobs)}" if report.jobs else "")
         + (f"; removed {report.orphans} orphan file(s)" if report.orphans else "")
@@ -195,7 +210,7 @@ def prune(store: str | None, keep_last: int | None, older_than: str | None, fini
         sys.exit(EXIT_USAGE)
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2))
 @store_option
 @click.option(
     "--accept",
@@ -241,7 +256,7 @@ def repair(store: str | None, accept_id: str | None) -> None:
         for path in job.left_alone:
             say(f"left alone (not on job {job.job_id}'s latest branch): {path}")
         copied = f" (its first files are copies of job {job.parent}'s)" if job.parent else ""
-        click.echo(
+        print_text(
             f"rebuilt job {job.job_id}: snapshots {', '.join(map(str, job.seqs))}{copied}, parked"
         )
     say(

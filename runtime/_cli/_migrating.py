@@ -8,12 +8,13 @@ import sys
 import click
 
 from .. import _migrate
-from ._common import EXIT_HELP, say
+from ._common import exit_codes, json_option, say
+from ._table import print_text
 
 __all__ = ["migrate_store"]
 
 
-@click.command("migrate-store", epilog=EXIT_HELP)
+@click.command("migrate-store", epilog=exit_codes(0, 1, 2, 5))
 @click.argument("source", metavar="SRC")
 @click.argument("target", metavar="DST")
 @click.option(
@@ -21,7 +22,7 @@ __all__ = ["migrate_store"]
     is_flag=True,
     help="Let an encrypted source go into an existing plaintext destination, stored in clear.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON to stdout.")
+@json_option
 def migrate_store(source: str, target: str, decrypt: bool, as_json: bool) -> None:
     """Copy every job of the store SRC into the store DST (each a store directory or a
     postgresql:// URL; DST is created if need be), with its snapshots, effect ledger,
@@ -39,7 +40,7 @@ def migrate_store(source: str, target: str, decrypt: bool, as_json: bool) -> Non
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=1))
     else:
-        click.echo(
+        print_text(
             f"{report.source} -> {report.target}"
             + (
                 " (created" + (", encrypted)" if report.encrypted else ")")
@@ -51,7 +52,7 @@ def migrate_store(source: str, target: str, decrypt: bool, as_json: bool) -> Non
             f"{report.approvals} approval(s)"
         )
         if report.keys_imported:
-            click.echo(f"keys imported into the destination: {', '.join(report.keys_imported)}")
+            print_text(f"keys imported into the destination: {', '.join(report.keys_imported)}")
     for job_id in report.running:
         say(
             f"job {job_id} is running in the source (its lease is live): not copied; stop "

@@ -12,84 +12,108 @@ import click
 from .. import _admin, _api, _inspect, _worker
 from .._clock import clock
 from ._common import (
-    EXIT_HELP,
     ago,
     check_ids,
+    exit_codes,
     is_file_ref,
+    json_option,
     open_home,
     resolve,
+    say,
     store_option,
     when,
 )
+from ._inspecting import render_report
+from ._records import (
+    INTERNAL_KINDS,
+    effect_record,
+    effect_site,
+    event_record,
+    job_record,
+)
+from ._table import Column, print_text, table, wide_option
 
-__all__ = ["list_jobs", "inspect", "log", "effects", "stats", "verify", "show_workers"]
+__all__ = [
+    "list_jobs",
+    "inspect",
+    "log",
+    "effects",
+    "stats",
+    "verify",
+    "show_workers",
+    "DEFAULT_LIMIT",
+]
 
 
-@click.command("ls", epilog=EXIT_HELP)
+_READ_CODES = exit_codes(0, 1, 2)
+DEFAULT_LIMIT = 50
+
+
+def _latest_text(r: dict[str, Any]) -> str:
+    if r["latest"] is None:
+        return "-"
+    return f"{r['latest']}" + (f" ({r['label']})" if r["label"] else "")
+
+
+@click.command("ls", epilog=_READ_CODES)
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
-def list_jobs(store: str | None, as_json: bool) -> None:
-    """List the store's jobs with their status and latest snapshot; why each waiting job
-    waits and when it is due; the pins (and, with --json, the meta) of its latest
-    snapshot."""
+@json_option
+@wide_option
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    metavar="N",
+    help="List the newest N jobs.",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every job.")
+def list_jobs(store: str | None, as_json: bool, wide: bool, limit: int, show_all: bool) -> None:
+    """List the store's newest jobs with their status and latest snapshot; why each
+    waiting job waits and when it is due; the pins (and, with --json, the meta) of its
+    latest snapshot. Oldest first; the newest 50 unless --limit N or --all (a line on
+    stderr says how many more there are)."""
     home = open_home(store, readonly=True)
     now = time.time()
-    rows: list[dict[str, Any]] = [  # JSON records
-        {
-            "job": view.job_id,
-            "status": view.status,
-            "snapshots": len(view.snapshots),
-            "latest": view.latest.seq if view.latest else None,
-            "label": view.latest.label if view.latest else None,
-            "updated": view.updated,
-            "resumes": view.resumes,
-            "entry": view.entry,
-            "parent": view.parent,
-            "error": view.error,
-            "wait": None
-            if view.wait is None
-            else {
-                "kind": view.wait.kind,
-                "reason": view.wait.reason,
-                "due": view.wait.due,
-                "since": view.wait.since,
-                "approval": view.wait.approval_id,
-            },
-            "meta": view.meta,
-            "pins": view.pins,
-            "crashes": _worker.crash_report(home.catalog, view.job_id, view.status, view.error),
-        }
-        for view in _api.job_views(home, now)
+    total, views = _api.job_page(home, now, None if show_all else limit)
+    rows: list[dict[str, Any]] = [
+        job_record(view, _worker.crash_report(home.catalog, view.job_id, view.status, view.error))
+        for view in views
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=1))
+    else:
+        show_pins = any(r["pins"] for r in rows)
+        columns: list[Column[dict[str, Any]]] = [
+            Column("JOB", lambda r: r["job"], keep=True),
+            Column("STATUS", lambda r: r["status"], keep=True),
+            Column("SNAPS", lambda r: r["snapshots"], right=True),
+            Column("LATEST", _latest_text, flex=True, min_width=12),
+            Column("UPDATED", lambda r: ago(now - r["updated"])),
+            Column("RESUMES", lambda r: r["resumes"], right=True, optional=True),
+            Column("ENTRY", lambda r: r["entry"], flex=True, optional=True),
+            Column(
+                "WAIT",
+                lambda r: _crash_text(r["crashes"], now) or _wait_text(r["wait"], r["label"]),
+                flex=True,
+                min_width=16,
+            ),
+        ]
+        if show_pins:
+            columns.append(Column("PINS", lambda r: _pins_text(r["pins"]), flex=True))
+        table(columns, rows, wide=wide)
+    if len(rows) < total:
+        say(
+            f"showing the newest {len(rows)} of {total} jobs: `snaprun ls --limit N` or "
+            "`snaprun ls --all` lists more"
+        )
+    if as_json:
         return
-    headers = ["JOB", "STATUS", "SNAPSHOTS", "LATEST", "UPDATED", "RESUMES", "ENTRY", "WAIT"]
-    show_pins = any(r["pins"] for r in rows)
-    _inspect.table(
-        headers + (["PINS"] if show_pins else []),
-        [
-            [
-                r["job"],
-                str(r["status"]),
-                str(r["snapshots"]),
-                "-"
-                if r["latest"] is None
-                else f"{r['latest']}" + (f" ({r['label']})" if r["label"] else ""),
-                ago(now - r["updated"]),
-                str(r["resumes"]),
-                r["entry"],
-                _crash_text(r["crashes"], now) or _wait_text(r["wait"], r["label"]),
-            ]
-            + ([_pins_text(r["pins"])] if show_pins else [])
-            for r in rows
-        ],
-    )
     live = _worker_records(home, now)
     if live:
         busy = sum(len(w["running"]) for w in live)
         slots = sum(w["concurrency"] or 0 for w in live)
-        click.echo(
+        print_text(
             f"{len(live)} live worker(s), running {busy} of {slots} job slot(s): "
             + ", ".join(f"pid {w['pid']} on {w['host']}" for w in live)
             + " (`snaprun worker --status`)"
@@ -120,7 +144,7 @@ def _worker_records(home: Any, now: float) -> list[dict[str, Any]]:
     return out
 
 
-def show_workers(home: Any, as_json: bool) -> None:
+def show_workers(home: Any, as_json: bool, wide: bool = False) -> None:
     """`snaprun worker --status`: the store's live workers, from their heartbeats."""
     now = time.time()
     records = _worker_records(home, now)
@@ -130,18 +154,16 @@ def show_workers(home: Any, as_json: bool) -> None:
     if not records:
         click.echo(f"no live workers (none has beaten in the last {_worker.WORKER_TTL:g}s)")
         return
-    _inspect.table(
-        ["WORKER", "STARTED", "LAST BEAT", "JOBS", "RUNNING"],
+    table(
         [
-            [
-                f"pid {r['pid']} on {r['host']}",
-                "-" if r["started"] is None else ago(now - r["started"]),
-                ago(now - r["beat"]),
-                f"{len(r['running'])}/{r['concurrency'] or '?'}",
-                " ".join(r["running"]) or "-",
-            ]
-            for r in records
+            Column("WORKER", lambda r: f"pid {r['pid']} on {r['host']}", flex=True),
+            Column("STARTED", lambda r: "-" if r["started"] is None else ago(now - r["started"])),
+            Column("LAST BEAT", lambda r: ago(now - r["beat"])),
+            Column("JOBS", lambda r: f"{len(r['running'])}/{r['concurrency'] or '?'}"),
+            Column("RUNNING", lambda r: " ".join(r["running"]) or "-", flex=True),
         ],
+        records,
+        wide=wide,
     )
 
 
@@ -180,9 +202,9 @@ def _pins_text(pins: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(pins.items())) or "-"
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=_READ_CODES)
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@json_option
 @click.argument("ref")
 def inspect(store: str | None, as_json: bool, ref: str) -> None:
     """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE."""
@@ -194,75 +216,89 @@ def inspect(store: str | None, as_json: bool, ref: str) -> None:
     if as_json:
         click.echo(json.dumps(report, indent=1, default=str))
     else:
-        _inspect.render(report)
+        for line in render_report(report):
+            print_text(line)
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=_READ_CODES)
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@json_option
+@wide_option
 @click.argument("job_id")
-def log(store: str | None, as_json: bool, job_id: str) -> None:
+def log(store: str | None, as_json: bool, wide: bool, job_id: str) -> None:
     """Show a job's timeline: creation, leases, snapshots, resumes, outcome."""
     check_ids(job_id)
     home = open_home(store, readonly=True)
     home.catalog.get_job(job_id)
     events = home.catalog.events(job_id)
     if as_json:
-        click.echo(
-            json.dumps([{"at": e.at, "kind": e.kind, "detail": e.detail} for e in events], indent=1)
-        )
+        click.echo(json.dumps([event_record(e) for e in events], indent=1))
         return
-    _inspect.table(["WHEN", "EVENT", "DETAIL"], [[when(e.at), e.kind, e.detail] for e in events])
+    table(
+        [
+            Column("WHEN", lambda e: when(e.at)),
+            Column("EVENT", lambda e: e.kind),
+            Column("DETAIL", lambda e: e.detail, flex=True),
+        ],
+        events,
+        wide=wide,
+    )
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=_READ_CODES)
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@json_option
+@wide_option
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also the rows snapstate records for the agent's now(), random() and uuid4() "
+    "(--json always lists them, each marked internal).",
+)
 @click.argument("job_id")
-def effects(store: str | None, as_json: bool, job_id: str) -> None:
-    """List a job's effect ledger: each logical action, its state and key."""
+def effects(store: str | None, as_json: bool, wide: bool, show_all: bool, job_id: str) -> None:
+    """List a job's effect ledger: each logical action, its state and key. `#` is how
+    `snaprun reconcile` names it: a number, or TASK#N for a spawned task's N-th action
+    (2#1: task 2's first)."""
     check_ids(job_id)
     home = open_home(store, readonly=True)
-    rows: list[dict[str, Any]] = [  # JSON records
-        {
-            "effect": e.ordinal,
-            "state": e.state,
-            "kind": e.kind,
-            "name": e.name,
-            "args": e.args,
-            "call_site": e.call_site,
-            "key": e.key,
-            "attempts": e.attempts,
-            "note": e.note,
-            "updated": e.updated,
-            # a request recorded by record_http: its status; model and tokens of a model call
-            "status": e.status,
-            "model": e.model,
-            "input_tokens": e.input_tokens,
-            "output_tokens": e.output_tokens,
-        }
-        for e in _api.effect_views(home, job_id)
-    ]
-    if as_json:
-        click.echo(json.dumps(rows, indent=1))
+    views = _api.effect_views(home, job_id)
+    if as_json:  # every row, each saying whether it is internal
+        click.echo(json.dumps([effect_record(v) for v in views], indent=1))
         return
-    http = any(r["status"] is not None for r in rows)  # the HTTP column only when recorded
-    _inspect.table(
-        ["#", "STATE", "CALL", "AT", "ATTEMPTS", "KEY", "NOTE"] + (["HTTP"] if http else []),
+    shown = [v for v in views if show_all or v.kind not in INTERNAL_KINDS]
+    rows: list[dict[str, Any]] = [effect_record(v) for v in shown]
+    table(
         [
-            [
-                str(r["effect"]),
-                r["state"],
-                f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
-                r["call_site"].rsplit("/", 1)[-1],
-                str(r["attempts"]),
-                r["key"],
-                r["note"],
-            ]
-            + ([_http_cell(r)] if http else [])
-            for r in rows
-        ],
+            Column("#", lambda r: r["id"], keep=True),
+            Column("STATE", lambda r: r["state"], keep=True),
+            Column(
+                "CALL",
+                lambda r: f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
+                flex=True,
+                min_width=16,
+            ),
+            Column("AT", lambda r: r["site"].rsplit("/", 1)[-1], flex=True),
+            Column("TRIES", lambda r: r["attempts"], right=True),
+            Column("KEY", lambda r: r["key"], flex=True),
+            Column("NOTE", lambda r: r["note"], flex=True),
+        ]
+        # a request recorded by record_http: its status, and a model call's model and tokens
+        + (
+            [Column("HTTP", _http_cell, keep=True)]
+            if any(r["status"] is not None for r in rows)
+            else []
+        ),
+        [dict(r, site=effect_site(v)) for r, v in zip(rows, shown, strict=True)],
+        wide=wide,
     )
+    hidden = len(views) - len(shown)
+    if hidden:
+        say(
+            f"{hidden} row(s) recording now(), random() or uuid4() not shown: "
+            f"`snaprun effects {job_id} --all` lists them"
+        )
 
 
 def _http_cell(row: dict[str, Any]) -> str:
@@ -277,11 +313,12 @@ def _http_cell(row: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=_READ_CODES)
 @store_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON to stdout.")
+@json_option
+@wide_option
 @click.argument("job_id", required=False)
-def stats(store: str | None, as_json: bool, job_id: str | None) -> None:
+def stats(store: str | None, as_json: bool, wide: bool, job_id: str | None) -> None:
     """Durability metrics per job: resumes, snapshot age, effects served from the
     ledger after a restore, reconciled and ambiguous actions, restart-to-progress."""
     check_ids(job_id)
@@ -290,39 +327,44 @@ def stats(store: str | None, as_json: bool, job_id: str | None) -> None:
     if as_json:
         click.echo(json.dumps(rows if job_id is None else rows[0], indent=1))
         return
-    _inspect.table(
+    table(
         [
-            "JOB",
-            "STATUS",
-            "RESUMES",
-            "SNAPSHOT AGE",
-            "EFFECTS",
-            "SERVED",
-            "RECONCILED",
-            "AMBIGUOUS",
-            "RESTART->PROGRESS",
-            "HTTP SAVED",
+            Column("JOB", lambda r: r["job"], keep=True),
+            Column("STATUS", lambda r: r["status"], keep=True),
+            Column("RESUMES", lambda r: r["resumes"], right=True),
+            Column(
+                "AGE",
+                lambda r: "-" if r["snapshot_age_s"] is None else ago(r["snapshot_age_s"]),
+            ),
+            Column("EFFECTS", lambda r: r["effects"], right=True),
+            Column("SERVED", lambda r: r["served_from_ledger"], right=True),
+            Column("RECONCILED", lambda r: r["reconciled"], right=True),
+            Column("AMBIGUOUS", lambda r: r["ambiguous"], right=True),
+            Column(
+                "RESTART",
+                lambda r: (
+                    "-"
+                    if r["restart_to_progress_s"] is None
+                    else f"{r['restart_to_progress_s']:.3f}s"
+                ),
+                right=True,
+            ),
+            # model calls recorded by record_http answered from the ledger after a restore
+            Column(
+                "HTTP SAVED",
+                lambda r: (
+                    f"{r['http_saved_calls']} ({r['http_saved_input_tokens']}/"
+                    f"{r['http_saved_output_tokens']} tokens)"
+                ),
+                flex=True,
+            ),
         ],
-        [
-            [
-                r["job"],
-                r["status"],
-                str(r["resumes"]),
-                "-" if r["snapshot_age_s"] is None else ago(r["snapshot_age_s"]),
-                str(r["effects"]),
-                str(r["served_from_ledger"]),
-                str(r["reconciled"]),
-                str(r["ambiguous"]),
-                "-" if r["restart_to_progress_s"] is None else f"{r['restart_to_progress_s']:.3f}s",
-                f"{r['http_saved_calls']} ({r['http_saved_input_tokens']}/"
-                f"{r['http_saved_output_tokens']} tokens)",
-            ]
-            for r in rows
-        ],
+        rows,
+        wide=wide,
     )
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=_READ_CODES)
 @store_option
 @click.argument("ref")
 def verify(store: str | None, ref: str) -> None:
@@ -337,9 +379,9 @@ def verify(store: str | None, ref: str) -> None:
         assert row is not None  # not a FILE: the job's catalog row
         header = home.verify_row(row)[0]
     label = f" ({header['label']})" if header.get("label") else ""
-    click.echo(
+    print_text(
         f"ok: job {header['job_id']} snapshot {header['seq']}{label}, key "
         f"{header['key_id']}, {'+'.join(header['codecs'])}, taken {when(header['created_at'])}"
         f" under Python {header['versions']['python_full']}"
     )
-    click.echo(_inspect.written_by(header))
+    print_text(_inspect.written_by(header))

@@ -20,19 +20,23 @@ from .._http_record import check_reads
 from .._job import Job
 from .._signals import SigtermHandler
 from ._common import (
-    EXIT_HELP,
     agent_failed,
     agent_traceback,
     check_ids,
     check_new_id,
+    exit_codes,
     finite_grace,
     grace_option,
+    json_option,
     open_home,
     parse_ref,
     say,
     store_option,
 )
 from ._reading import show_workers
+from ._table import wide_option
+
+_RUN_CODES = exit_codes(0, 1, 2, 3, 4, 5, 130, 143, ok="done")
 
 __all__ = ["run", "resume", "replay", "worker"]
 
@@ -78,7 +82,7 @@ def _json_line(line: str) -> None:
 
 @click.command(
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
-    epilog=EXIT_HELP,
+    epilog=_RUN_CODES,
 )
 @store_option
 @click.option("--job", "job_id", default=None, help="Job id (default: generated).")
@@ -144,7 +148,7 @@ def run(
     _run_job(job, job.run, grace)
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=_RUN_CODES)
 @store_option
 @click.option(
     "--at",
@@ -187,7 +191,7 @@ def resume(
     _run_job(job, lambda: job.resume(at, force=force), grace)
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2, ok="finished"))
 @store_option
 @click.argument("ref")
 def replay(store: str | None, ref: str) -> None:
@@ -223,7 +227,7 @@ def replay(store: str | None, ref: str) -> None:
     sys.exit(EXIT_DONE)
 
 
-@click.command(epilog=EXIT_HELP)
+@click.command(epilog=exit_codes(0, 1, 2, 5, 130, 143))
 @store_option
 @click.option(
     "--concurrency",
@@ -273,7 +277,8 @@ def replay(store: str | None, ref: str) -> None:
     is_flag=True,
     help="List the live workers of the store (their heartbeats) and exit; runs nothing.",
 )
-@click.option("--json", "as_json", is_flag=True, help="With --status: print JSON to stdout.")
+@json_option
+@wide_option
 def worker(
     store: str | None,
     concurrency: int,
@@ -284,6 +289,7 @@ def worker(
     log_format: str,
     status: bool,
     as_json: bool,
+    wide: bool,
 ) -> None:
     """Run jobs that can continue: waiting ones whose timer or rate limit is due or
     whose approval was decided or expired, and interrupted ones (their runner died or
@@ -292,10 +298,10 @@ def worker(
     (within --grace) and stay resumable; exit 143. Its log goes to stderr. While it
     runs it keeps a heartbeat in the store: `snaprun worker --status` lists the live
     workers."""
-    if as_json and not status:
-        raise click.UsageError("--json goes with --status")
+    if (as_json or wide) and not status:
+        raise click.UsageError(f"{'--json' if as_json else '--wide'} goes with --status")
     if status:
-        show_workers(open_home(store, readonly=True), as_json)
+        show_workers(open_home(store, readonly=True), as_json, wide)
         return
     home = open_home(store)
     sys.exit(

@@ -8,9 +8,18 @@ from typing import Any
 from ..._errors import JobExists, JobNotFound, LeaseHeld
 from .._catalog import JobCatalog
 from .._sealing import Sealer
-from .._store import JobRow
+from .._store import JobListing, JobRow, LeaseRow, SnapshotRow, WaitRow
 from ._base import JOB_TABLES, Conn, SqlBase
-from ._rows import JOB_COLUMNS, job_mac, job_row
+from ._rows import (
+    JOB_COLUMNS,
+    LEASE_COLUMNS,
+    WAIT_COLUMNS,
+    job_mac,
+    job_row,
+    lease_row,
+    snapshot_row,
+    wait_row,
+)
 
 __all__ = ["SqlJobs", "insert_job", "read_job", "set_entry"]
 
@@ -101,6 +110,48 @@ class SqlJobs(SqlBase, JobCatalog):
     def list_jobs(self) -> list[JobRow]:
         rows = self._db().execute(f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY created, job_id")
         return [job_row(self.sealer, r, path=self.path, lenient=True) for r in rows]
+
+    def job_listing(self, limit: int | None = None) -> JobListing:
+        # Four set-based reads in one transaction, whatever the number of jobs: the
+        # newest jobs, then the snapshots, leases and waits of exactly those jobs.
+        newest = "SELECT job_id FROM jobs ORDER BY created DESC, job_id DESC"
+        args: tuple[int, ...] = ()
+        if limit is None:
+            chosen = ""
+        else:
+            chosen, args = f" WHERE job_id IN ({newest} LIMIT ?)", (limit,)
+        with self._read_tx() as db:
+            total = db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+            jobs = [
+                job_row(self.sealer, r, path=self.path, lenient=True)
+                for r in db.execute(
+                    f"SELECT {JOB_COLUMNS} FROM jobs{chosen} ORDER BY created, job_id", args
+                ).fetchall()
+            ]
+            snapshots: dict[str, list[SnapshotRow]] = {}
+            for r in db.execute(
+                f"{self._select_snapshots}{chosen} ORDER BY job_id, seq", args
+            ).fetchall():
+                snapshots.setdefault(r[0], []).append(snapshot_row(self.sealer, r))
+            leases: dict[str, LeaseRow] = {
+                r[0]: lease_row(r)
+                for r in db.execute(f"SELECT {LEASE_COLUMNS} FROM leases{chosen}", args).fetchall()
+            }
+            waits: dict[str, WaitRow] = {}
+            if not self._no_waits:
+                waits = {
+                    r[0]: wait_row(self.sealer, r, path=self.path, lenient=True)
+                    for r in db.execute(
+                        f"SELECT {WAIT_COLUMNS} FROM waits{chosen}", args
+                    ).fetchall()
+                }
+        return JobListing(
+            total=int(total),
+            jobs=tuple(jobs),
+            snapshots={job_id: tuple(rows) for job_id, rows in snapshots.items()},
+            leases=leases,
+            waits=waits,
+        )
 
     def set_status(
         self, job_id: str, status: str, *, epoch: int | None = None, error: str | None = None

@@ -9,7 +9,7 @@ import dataclasses
 
 from ..._errors import JobNotFound, LeaseHeld, StoreError
 from .._catalog import LedgerCatalog
-from .._store import EffectKind, EffectRow, EffectState
+from .._store import EffectKind, EffectRow, EffectState, effect_label
 from ._base import SqlBase
 from ._rows import EFFECT_COLUMNS, EFFECT_PLACES, effect_row, effect_values, upsert
 
@@ -112,13 +112,14 @@ class SqlLedger(SqlBase, LedgerCatalog):
                 raise StoreError(
                     f"job {job_id} has no effect {ordinal} (`snaprun effects {job_id}`)"
                 )
+            name = effect_label(ordinal, effect.call_site)[0]
             if effect.state not in (
                 EffectState.AMBIGUOUS,
                 EffectState.DISPATCHED,
                 EffectState.FAILED,
             ):
                 raise StoreError(
-                    f"effect {ordinal} of job {job_id} is {effect.state}; only an "
+                    f"effect {name} of job {job_id} is {effect.state}; only an "
                     "ambiguous or failed effect can be reconciled"
                 )
             settled = dataclasses.replace(
@@ -133,7 +134,7 @@ class SqlLedger(SqlBase, LedgerCatalog):
                 "ON CONFLICT (job_id, name) DO UPDATE SET value = metrics.value + 1",
                 (job_id,),
             )
-            self._event(db, job_id, "reconciled", f"effect {ordinal}: {note}")
+            self._event(db, job_id, "reconciled", f"effect {name}: {note}")
             self._notify(db, job_id)
             if job[0] == "parked":
                 db.execute(

@@ -7,10 +7,13 @@ Each capability module (_jobs.py, _leases.py, ...) is a mixin over `SqliteBase`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 import types
@@ -338,13 +341,12 @@ class SqliteBase(SqlBase):
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         else:  # an existing store's catalog: never create the file; a read-only
             # opening never writes it either (no checkpoint when it closes)
-            mode = "rw" if self._writable else "ro"
-            db = sqlite3.connect(
-                f"file:{urllib.parse.quote(self.path)}?mode={mode}",
-                uri=True,
-                timeout=30,
-                isolation_level=None,
+            uri = (
+                f"file:{urllib.parse.quote(self.path)}?mode=rw"
+                if self._writable
+                else self._read_only_uri()
             )
+            db = sqlite3.connect(uri, uri=True, timeout=30, isolation_level=None)
         try:
             if self._checked and self._writable:
                 self._wal(db)
@@ -355,6 +357,35 @@ class SqliteBase(SqlBase):
             db.close()
             raise
         return db
+
+    def _read_only_uri(self) -> str:
+        """How a read-only opening reads the catalog. SQLite reads a WAL-mode file
+        through its -shm index, which it must create when it is missing: impossible on
+        a read-only file system (a mounted backup, a read-only volume). There, where
+        no process can write the catalog either, it is opened `immutable` when no WAL
+        holds anything (the main file is then the whole catalog), or, when a WAL does,
+        a private copy of the file and its WAL is read instead (never the main file
+        alone: that would silently miss the WAL's commits). Nothing is created in the
+        store directory either way."""
+        plain = f"file:{urllib.parse.quote(self.path)}?mode=ro"
+        directory = os.path.dirname(self.path)
+        if os.path.exists(self.path + "-shm") or not _read_only_fs(directory):
+            return plain
+        wal = self.path + "-wal"
+        if not os.path.exists(wal) or os.path.getsize(wal) == 0:
+            return plain + "&immutable=1"
+        copy = self._local_copy()
+        return f"file:{urllib.parse.quote(copy)}?mode=rw"
+
+    def _local_copy(self) -> str:
+        """A private copy of the catalog and its WAL (see _read_only_uri), removed at
+        exit; SQLite folds the WAL into the copy when it opens it."""
+        folder = tempfile.mkdtemp(prefix="snapstate-ro-")
+        atexit.register(shutil.rmtree, folder, True)
+        target = os.path.join(folder, "catalog.db")
+        shutil.copyfile(self.path, target)
+        shutil.copyfile(self.path + "-wal", target + "-wal")
+        return target
 
     def _views(self, db: sqlite3.Connection) -> None:
         """Read-only over a schema older than 5: a temp view per signed table, with an
@@ -405,6 +436,14 @@ class SqliteBase(SqlBase):
         if db is not None:
             db.close()
             self._local.db = None
+
+
+def _read_only_fs(directory: str) -> bool:
+    """Whether the file system holding `directory` is mounted read-only."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
 
 
 def sqlite_schema_version(directory: str) -> int:

@@ -1,0 +1,47 @@
+"""`snaprun inspect`'s text: the lines of a snapshot's report (runtime/_inspect.py's
+describe()), each printed through visible() by the command."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["render_report"]
+
+
+def render_report(report: dict[str, Any]) -> Iterator[str]:
+    """The report as lines: the snapshot, its pins and meta, each task's frames with
+    their locals, the agent modules' globals."""
+    label = f" ({report['label']})" if report.get("label") else ""
+    yield (
+        f"job {report['job_id']} snapshot {report['seq']}{label}, Python "
+        f"{report['python']}, key {report['key_id']}"
+    )
+    yield str(report["written_by"])
+    if report.get("pins"):
+        pins = report["pins"]
+        text = (
+            " ".join(f"{k}={v}" for k, v in sorted(pins.items()))
+            if isinstance(pins, dict)
+            else pins
+        )
+        yield f"pins: {text}"
+    if report.get("meta") is not None:
+        yield f"meta: {json.dumps(report['meta'], sort_keys=True)}"
+    if report.get("locals_unavailable"):
+        yield f"locals unavailable: {report['locals_unavailable']}"
+    for task in report["tasks"]:
+        status = f" ({task['status']})" if task.get("status") else ""
+        yield f"task {task['task']}{status}"
+        for frame in task["frames"]:
+            yield f"  {frame['function']}()  {frame['file']}:{frame['line']}"
+            if frame["source"]:
+                yield f"    > {frame['source']}"
+            for name, value in (frame["locals"] or {}).items():
+                yield f"      {name} = {value}"
+    for module, values in (report.get("globals") or {}).items():
+        if values:
+            yield f"module {module}"
+            for name, value in values.items():
+                yield f"      {name} = {value}"
