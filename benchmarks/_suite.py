@@ -230,6 +230,18 @@ def _effect(data: Json) -> list[Metric]:
     return out
 
 
+def _cli(data: Json) -> list[Metric]:
+    out = []
+    for label, values in data["seconds"].items():
+        target = "< 1 s" if label == "ls" else ""
+        name = "ls." + (
+            label.replace("ls", "").strip().replace(" ", "").replace("--", "") or "default"
+        )
+        for v in values:
+            out.append(Metric(name, f"snaprun {label}, {data['jobs']} jobs", v, "s", target))
+    return out
+
+
 # ------------------------------------------------------------------ availability
 def _no_postgres() -> str | None:
     if os.environ.get("SNAPSTATE_BENCH_PG") or os.environ.get("SNAPSTATE_TEST_PG"):
@@ -269,5 +281,7 @@ BENCHES: tuple[Bench, ...] = (
           ("--steps", "100", "--rounds", "1"), ("--steps", "5", "--rounds", "1"), _recovery),
     Bench("effect", "bench_effect.py", "A recorded effect against a DBOS step",
           ("--calls", "300", "--rounds", "1"), ("--calls", "40", "--rounds", "1"), _effect),
+    Bench("cli", "bench_cli.py", "`snaprun ls` on a store of many jobs (5,000 in a full run)",
+          ("--jobs", "5000", "--reps", "1"), ("--jobs", "200", "--reps", "1"), _cli),
 )  # fmt: skip
 NAMES = tuple(b.name for b in BENCHES)

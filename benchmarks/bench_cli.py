@@ -1,6 +1,6 @@
 """`snaprun ls` on a store of many jobs (issue 22): seconds per listing.
 
-    python benchmarks/bench_cli.py [--jobs 5000] [--reps 3] [--dir DIR]
+    python benchmarks/bench_cli.py [--jobs 5000] [--reps 3] [--dir DIR] [--json FILE]
 
 Setup (not measured): one real job runs through the public API
 (`snapstate.Store.start`, `growth_cli_agent.label_wait_main`): it pins a value, takes a
@@ -21,6 +21,7 @@ printed, never asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -79,7 +80,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--dir", default=None, help="where the temporary store goes")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args()
+    results: dict[str, list[float]] = {}
     root = tempfile.mkdtemp(prefix="bench-cli-", dir=args.dir)
     try:
         store = os.path.join(root, "store")
@@ -93,12 +96,16 @@ def main() -> None:
             ("ls --json --all", ["--json", "--all"]),
         ):
             times = timed([exe, "ls", "--store", store, *extra], args.reps)
+            results[label] = times
             print(
                 f"{label:<18} median {statistics.median(times):.3f}s "
                 f"(min {min(times):.3f}s, max {max(times):.3f}s, {args.reps} runs)"
             )
         load = os.getloadavg()
         print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"jobs": args.jobs, "seconds": results}, f)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
