@@ -45,6 +45,7 @@ from ._crashtest_report import (
     Sequence,
     TrialSummary,
     compare,
+    short,
     unstable_aspects,
 )
 from ._crashtest_runs import CONTROLLED, Settings, copy_sources, run_sequence
@@ -114,6 +115,22 @@ def _baseline_summary(seq: Sequence) -> dict[str, object]:
         "seconds": round(seq.seconds, 3),
         "notes": seq.notes,
     }
+
+
+def _untested(base: Sequence) -> Problem:
+    if base.exit_code == 1:
+        what = (
+            f"failed (exit 1: {short(base.ending, 300)}) before it reached any snapshot, "
+            "effect or approval: nothing could be killed, so nothing was tested; make the "
+            "run work first (its --setup providers, its ARGS, its environment)"
+        )
+    else:
+        what = (
+            "reached no snapshot, effect or approval: there was no kill point to try, so "
+            "nothing was tested (killed anywhere, the job would run main() again from its "
+            "start)"
+        )
+    return Problem("untested", "baseline", f"the uninterrupted run {what}")
 
 
 def crashtest(
@@ -225,11 +242,15 @@ def _crashtest(
     if base.exit_code not in (0, 1) or base.problems:
         say("the uninterrupted run did not end: no kill is tried")
         return CrashReport(agent, list(settings.args), summary, trials, problems, not_tried)
-    if base.exit_code == 1:
-        say(f"note: the uninterrupted run fails (exit 1: {base.ending}); trials must fail alike")
     points = [p for p in base.points() if p.split(":", 1)[0] in KILL_WINDOWS]
     if not points:
+        # "No problem found" must mean kills were tried: a run that reached no kill point
+        # (most often one that failed at its start: a provider not started, a variable
+        # not set) tested nothing, and a kill anywhere in it would run main() again.
+        problems.append(_untested(base))
         say("the uninterrupted run reached no snapshot, effect or approval: nothing to kill")
+    elif base.exit_code == 1:
+        say(f"note: the uninterrupted run fails (exit 1: {base.ending}); trials must fail alike")
     if only is not None:  # any fault point the run reached may be named
         reached = base.points()
         points += [p for p in reached if p in only and p not in points]

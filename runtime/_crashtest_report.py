@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ __all__ = [
     "TrialSummary",
     "CrashReport",
     "compare",
+    "printable",
     "short",
 ]
 
@@ -48,7 +50,20 @@ ProblemKind = Literal[
     "refusal",  # a run was refused (exit 2) or met a conflict (exit 5)
     "unreached",  # a trial's run did not reach the fault point the baseline reached
     "stuck",  # a trial did not end: a timeout, a crash, too many rounds
+    "untested",  # the baseline reached no kill point: nothing could be tried
 ]
+
+# What a terminal would interpret in a line: C0/C1 controls (escape sequences), DEL, and
+# the bidi controls that reorder what follows them.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` for one line of a terminal: every control character (escape sequences, a
+    newline, bidi overrides) written visibly as \\xNN or \\uNNNN."""
+    return _UNPRINTABLE.sub(
+        lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text
+    )
 
 
 def short(text: str, width: int = 100) -> str:
@@ -67,8 +82,9 @@ class Problem:
     message: str
 
     def line(self) -> str:
-        """The line `snaprun crashtest` prints: `POINT: KIND: MESSAGE`."""
-        return f"{self.point}: {self.kind}: {self.message}"
+        """The line `snaprun crashtest` prints: `POINT: KIND: MESSAGE`, every control
+        character in it (an agent's output, arguments or errors) written visibly."""
+        return printable(f"{self.point}: {self.kind}: {self.message}")
 
 
 @dataclass(frozen=True)

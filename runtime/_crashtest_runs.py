@@ -29,7 +29,9 @@ import queue
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,7 +43,7 @@ from ..serializers._home import Home, open_store
 from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _approvals
 from ._clock import OFFSET_VARIABLE
-from ._crashtest_report import Problem, RunRecord, Sequence, TracePoint, short
+from ._crashtest_report import Problem, RunRecord, Sequence, TracePoint, printable, short
 from ._effect_spec import TASK_ORDINAL_BASE
 from ._faults import TRACE_VARIABLE
 
@@ -157,7 +159,7 @@ class Setup:
 
     def _failed(self, what: str) -> SnapstateError:
         self._log.flush()
-        tail = Path(self._log.name).read_bytes()[-600:].decode(errors="replace").strip()
+        tail = printable(Path(self._log.name).read_bytes()[-600:].decode(errors="replace").strip())
         said = f"; its stderr ends with: {tail}" if tail else ""
         return SnapstateError(
             f"the --setup command {self.command!r} {what}{said}. It must print NAME=VALUE "
@@ -421,10 +423,16 @@ def _files(work: Path, dirs: SequenceDirs) -> dict[str, bytes]:
     found = {}
     for folder, subdirs, names in os.walk(work):
         subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        databases = {n for n in names if _is_sqlite(Path(folder) / n)}
         for name in names:
             path = Path(folder) / name
+            if any(name == db + suffix for db in databases for suffix in _SQLITE_SIDECARS):
+                continue  # its database's content is compared, with it applied
             try:
-                data = _normalize(path.read_bytes(), dirs)
+                if name in databases:
+                    data = _normalize(_sqlite_content(path), dirs)
+                else:
+                    data = _normalize(path.read_bytes(), dirs)
             except OSError as exc:  # a dangling link, a FIFO...
                 data = f"<unreadable: {exc.strerror}>".encode()
             if len(data) > _KEEP_BYTES:  # compared by digest, not kept
@@ -436,7 +444,43 @@ def _files(work: Path, dirs: SequenceDirs) -> dict[str, bytes]:
 def _normalize(data: bytes, dirs: SequenceDirs) -> bytes:
     for path, token in ((dirs.work, b"$WORKDIR"), (dirs.store, b"$STORE")):
         data = data.replace(os.fsencode(path), token)
-    return data
+    # An object's default repr names its memory address, which no two processes share.
+    return _ADDRESS.sub(rb" at 0x$ADDRESS>", data)
+
+
+_ADDRESS = re.compile(rb" at 0x[0-9a-fA-F]{6,16}>")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SQLITE_SIDECARS = ("-journal", "-wal", "-shm")
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _sqlite_content(path: Path) -> bytes:
+    """A SQLite database the agent left, as its content (one SQL statement a line):
+    its bytes differ with every transaction (the header's change counter, free pages)
+    even when the rows are the same. Read from a copy with its journal or WAL, so a
+    transaction a kill left unfinished is rolled back or applied as SQLite would."""
+    with tempfile.TemporaryDirectory(prefix="snapstate-crashtest-db-") as tmp:
+        copy = Path(tmp) / "db"
+        shutil.copyfile(path, copy)
+        for suffix in _SQLITE_SIDECARS:
+            if path.with_name(path.name + suffix).exists():
+                shutil.copyfile(path.with_name(path.name + suffix), Path(tmp) / f"db{suffix}")
+        try:
+            con = sqlite3.connect(copy)
+            try:
+                lines = "\n".join(con.iterdump())
+            finally:
+                con.close()
+        except sqlite3.Error as exc:  # damaged: compared by its bytes
+            return path.read_bytes() + f"\n<sqlite: {exc}>".encode()
+    return b"<SQLite database, its content:>\n" + lines.encode() + b"\n"
 
 
 def run_sequence(

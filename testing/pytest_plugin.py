@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from snapstate.runtime._crashtest import crashtest as _crashtest
-from snapstate.runtime._crashtest_report import CrashReport
+from snapstate.runtime._crashtest_report import CrashReport, printable
 
 __all__ = ["crashtest"]
 
 
 def _progress(text: str) -> None:
-    print(f"crashtest: {text}", file=sys.stderr)
+    print(f"crashtest: {printable(text)}", file=sys.stderr)
 
 
 @pytest.fixture

@@ -4,10 +4,12 @@ report what differs from an uninterrupted run (runtime/_crashtest.py does the wo
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import click
 
 from .._crashtest import crashtest as run_crashtest
+from .._crashtest_report import printable
 from ._common import say
 
 __all__ = ["crashtest"]
@@ -114,7 +116,9 @@ def crashtest(
     directory, effects sent twice, ambiguous effects that parked, refusals.
 
     Every run uses a scratch copy of AGENT's folder and a scratch store: nothing of
-    yours is touched. ARGS become the agent's sys.argv[1:]. Progress goes to stderr."""
+    yours is touched. ARGS become the agent's sys.argv[1:] (crashtest's own options go
+    before AGENT). Progress goes to stderr."""
+    _warn_misplaced(args)
     try:
         report = run_crashtest(
             agent,
@@ -130,7 +134,7 @@ def crashtest(
             python=python,
             keep=keep,
             workdir=workdir,
-            progress=lambda text: say(f"crashtest: {text}"),
+            progress=lambda text: say(f"crashtest: {printable(text)}"),
         )
     except KeyboardInterrupt:
         say("crashtest: interrupted; the runs in progress were killed")
@@ -141,3 +145,27 @@ def crashtest(
         for line in report.lines():
             click.echo(line)
     sys.exit(0 if report.ok else 1)
+
+
+def _warn_misplaced(args: Sequence[str]) -> None:
+    """Everything after AGENT is the agent's (as with `snaprun run`): an argument spelled
+    like one of crashtest's own options was most likely meant for crashtest, so say so
+    (the agent may have an option of that name: it is passed on as written)."""
+    ctx = click.get_current_context()
+    own = {
+        name
+        for param in ctx.command.get_params(ctx)
+        if isinstance(param, click.Option)
+        for name in param.opts
+    }
+    for arg in args:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if name in own:
+            say(
+                f"crashtest: warning: {printable(repr(arg))} comes after the agent file, so it "
+                f"is passed to the agent (its sys.argv), not to crashtest; crashtest's "
+                f"options go before AGENT.py (`snaprun crashtest {printable(name)} ... "
+                "AGENT.py`)"
+            )
