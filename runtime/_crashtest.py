@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from dataclasses import replace
 from pathlib import Path
 
 from .._errors import SnapstateError
@@ -48,7 +49,7 @@ from ._crashtest_report import (
     short,
     unstable_aspects,
 )
-from ._crashtest_runs import CONTROLLED, Settings, copy_sources, run_sequence
+from ._crashtest_runs import CONTROLLED, Settings, copy_sources, run_sequence, write_values
 
 __all__ = ["crashtest", "KILL_WINDOWS", "select"]
 
@@ -205,33 +206,21 @@ def _crashtest(
     agent: str,
 ) -> CrashReport:
     say, started = settings.say, time.monotonic()
-    say("running the agent uninterrupted (twice, to tell apart what changes between runs)")
+    say("running the agent uninterrupted")
     results: dict[str, tuple[Sequence, list[EffectRow]]] = {}
     errors: list[BaseException] = []
 
-    def one(name: str) -> None:
+    def first() -> None:
         try:
-            results[name] = run_sequence(settings, name, None)
+            results["baseline"] = run_sequence(settings, "baseline", None)
         except BaseException as exc:  # a --setup that fails: raised in the caller
             errors.append(exc)
 
-    pair = [
-        threading.Thread(target=one, args=(n,), daemon=True) for n in ("baseline", "baseline-2")
-    ]
-    if jobs > 1:
-        _start_and_join(settings, pair)
-    else:
-        for t in pair:
-            t.run()
+    _start_and_join(settings, [threading.Thread(target=first, daemon=True)])
     if errors:
         raise errors[0]
-    (base, rows), (second, _) = results["baseline"], results["baseline-2"]
+    base, rows = results["baseline"]
     problems = list(base.problems)
-    problems += [
-        Problem(p.kind, "baseline", p.message) for p in second.problems if not base.problems
-    ]
-    unstable, found = unstable_aspects(base, second)
-    problems += found
     summary = _baseline_summary(base)
     say(
         f"baseline: exit {base.exit_code} in {len(base.runs)} run(s), "
@@ -249,8 +238,13 @@ def _crashtest(
         # not set) tested nothing, and a kill anywhere in it would run main() again.
         problems.append(_untested(base))
         say("the uninterrupted run reached no snapshot, effect or approval: nothing to kill")
-    elif base.exit_code == 1:
+        return CrashReport(agent, list(settings.args), summary, trials, problems, not_tried)
+    if base.exit_code == 1:
         say(f"note: the uninterrupted run fails (exit 1: {base.ending}); trials must fail alike")
+    # Every later run gets the values of now(), random() and uuid4() this run recorded.
+    settings = replace(settings, values=settings.scratch / "values")
+    assert settings.values is not None
+    write_values(rows, settings.values)
     if only is not None:  # any fault point the run reached may be named
         reached = base.points()
         points += [p for p in reached if p in only and p not in points]
@@ -263,10 +257,25 @@ def _crashtest(
     for p in points:
         if p not in chosen:
             not_tried[p] = "--max-kills" if only is None or p in only else "--point"
-    say(f"{len(points)} kill point(s); trying {len(chosen)}")
+    say(
+        f"{len(points)} kill point(s); trying {len(chosen)}, and the uninterrupted run "
+        "once more (to tell apart what changes between runs)"
+    )
     found_by: dict[str, list[Problem]] = {}
+    unstable: set[str] = set()
+    compared = threading.Event()  # set once the second uninterrupted run is compared
     lock = threading.Lock()
-    queue = list(enumerate(chosen))
+    queue: list[tuple[int, str | None]] = [(-1, None), *enumerate(chosen)]
+
+    def second(seq: Sequence) -> None:
+        found = [Problem(p.kind, "baseline", p.message) for p in seq.problems]
+        aspects, differences = unstable_aspects(base, seq)
+        unstable.update(aspects)
+        problems.extend(found + differences)
+        say(
+            "the second uninterrupted run: "
+            + (f"{len(found + differences)} problem(s)" if found or differences else "the same")
+        )
 
     def worker() -> None:
         while True:
@@ -274,18 +283,30 @@ def _crashtest(
                 if not queue or errors:
                     return
                 index, point = queue.pop(0)
-                if budget is not None and time.monotonic() - started > budget:
-                    not_tried[point] = "--budget"
-                    continue
+                if point is not None and budget is not None:
+                    if time.monotonic() - started > budget:
+                        not_tried[point] = "--budget"
+                        continue
             try:
                 seq, _ = run_sequence(
-                    settings, point, point, baseline_rows=rows, allow_parks=allow_parks
+                    settings,
+                    point or "baseline-2",
+                    point,
+                    baseline_rows=rows,
+                    allow_parks=allow_parks,
                 )
             except BaseException as exc:
                 errors.append(exc)
+                compared.set()
                 return
             if settings.stop.is_set():  # Ctrl-C killed its runs: nothing to report
+                compared.set()
                 return
+            if point is None:
+                second(seq)
+                compared.set()
+                continue
+            compared.wait()  # which aspects are compared depends on the second run
             mine = seq.problems + compare(base, seq, unstable)
             with lock:
                 found_by[point] = mine
@@ -301,9 +322,7 @@ def _crashtest(
                 state = "ok" if not mine else f"{len(mine)} problem(s)"
                 say(f"[{index + 1}/{len(chosen)}] {point}: {state}")
 
-    threads = [
-        threading.Thread(target=worker, daemon=True) for _ in range(min(jobs, max(1, len(chosen))))
-    ]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(jobs, len(queue)))]
     _start_and_join(settings, threads)
     if errors:
         raise errors[0]

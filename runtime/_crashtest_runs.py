@@ -45,9 +45,9 @@ from . import _approvals
 from ._clock import OFFSET_VARIABLE
 from ._crashtest_report import Problem, RunRecord, Sequence, TracePoint, printable, short
 from ._effect_spec import TASK_ORDINAL_BASE
-from ._faults import TRACE_VARIABLE
+from ._faults import TRACE_VARIABLE, VALUES_VARIABLE
 
-__all__ = ["JOB", "Settings", "Setup", "run_sequence", "point_of", "CONTROLLED"]
+__all__ = ["JOB", "Settings", "Setup", "run_sequence", "point_of", "write_values", "CONTROLLED"]
 
 JOB = "crashtest"
 MAX_ROUNDS = 40  # runs of one sequence before it counts as stuck
@@ -72,6 +72,7 @@ CONTROLLED = (
     "SNAPSTATE_HOME",
     "SNAPSTATE_FAULT",
     TRACE_VARIABLE,
+    VALUES_VARIABLE,
     "SNAPSTATE_KEY",
     "SNAPSTATE_KEY_FILE",
     OFFSET_VARIABLE,
@@ -97,6 +98,7 @@ class Settings:
     timeout: float
     approvals: str  # "approve" or "reject"
     say: Callable[[str], None]
+    values: Path | None = None  # the baseline's recorded values (SNAPSTATE_FAULT_VALUES)
     stop: threading.Event = field(default_factory=threading.Event)  # Ctrl-C: no new run
     live: set[subprocess.Popen[bytes]] = field(default_factory=set)  # killed on stop
 
@@ -510,6 +512,8 @@ def run_sequence(
         for variable in CONTROLLED + ("PYTHONUNBUFFERED",):
             if variable in settings.env:
                 env[variable] = settings.env[variable]
+        if settings.values is not None:
+            env[VALUES_VARIABLE] = str(settings.values)
         offset = 0.0
         command = [
             "run",
@@ -606,6 +610,20 @@ def run_sequence(
             setup.stop()
         seq.seconds = time.monotonic() - started
     return seq, rows
+
+
+def write_values(rows: list[EffectRow], path: Path) -> int:
+    """The values of snapstate.now(), random() and uuid4() the baseline recorded, as
+    SNAPSTATE_FAULT_VALUES reads them (runtime/_faults.py): every later run gets the
+    same values at the same positions, so the second uninterrupted run and every trial
+    differ from the first only where the ledger cannot explain it. Returns how many."""
+    lines = [
+        f"{point_of(r)} {r.name} {r.result.hex()}\n"
+        for r in rows
+        if r.kind == EffectKind.VALUE and r.result is not None
+    ]
+    path.write_text("".join(lines))
+    return len(lines)
 
 
 def _dirname(name: str) -> str:

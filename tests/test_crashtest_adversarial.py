@@ -12,7 +12,10 @@ from __future__ import annotations
 import json
 import sys
 
+from helpers import snaprun
 from test_crashtest import AGENTS, crashtest, problem_lines
+
+from snapstate.runtime._crashtest_runs import _ledger, write_values
 
 
 def test_a_run_that_reaches_no_kill_point_is_untested_not_passed():
@@ -25,7 +28,7 @@ def test_a_run_that_reaches_no_kill_point_is_untested_not_passed():
     assert run.returncode == 1, run.stderr
     (line,) = problem_lines(run)
     assert line.startswith(
-        "baseline: untested: the uninterrupted run failed (exit 1: \"job crashtest failed: "
+        'baseline: untested: the uninterrupted run failed (exit 1: "job crashtest failed: '
         "KeyError: 'PROVIDER_URL'\") before it reached any snapshot, effect or approval"
     ), line
     assert "make the run work first (its --setup providers" in line
@@ -75,9 +78,81 @@ def test_hostile_text_is_printed_visibly_never_interpreted():
     assert "\\x1b]0;pwned\\x07 [/] [link=http://x]y[/link] \\u202eevil" in line
     assert not any(c in run.stdout + run.stderr for c in "\x1b\x07\u202e")
 
-    setup = f"{sys.executable} -c \"import sys; sys.stderr.write('\\x1b[2J[/]\\u202e'); sys.exit(3)\""
+    setup = (
+        f"{sys.executable} -c \"import sys; sys.stderr.write('\\x1b[2J[/]\\u202e'); sys.exit(3)\""
+    )
     run = crashtest("--setup", setup, "hostile_agent.py")
     assert run.returncode == 2, run.stderr
     assert "its stderr ends with: \\x1b[2J[/]\\u202e." in run.stderr
     assert "Traceback" not in run.stderr and "\x1b" not in run.stderr
     assert (AGENTS / "hostile_agent.py").exists() and not (AGENTS / "journal.txt").exists()
+
+
+def test_values_of_now_random_and_uuid4_are_no_difference():
+    """snapstate.now(), random() and uuid4() differ between two runs by design: every run
+    after the first gets the values the first recorded (SNAPSTATE_FAULT_VALUES), so
+    the correct agent printing them is no "nondeterministic" problem, and a kill before
+    its values are durable resumes to the same output. Python's own uuid.uuid4() is
+    still reported (and only it: now() printed on the line before is the same)."""
+    run = crashtest(
+        "--json", "--point", "before-commit:2", "--point", "after-snapshot:3",
+        "values_agent.py", "snapstate",
+    )  # fmt: skip
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    report = json.loads(run.stdout)
+    assert [t["point"] for t in report["trials"]] == ["before-commit:2", "after-snapshot:3"]
+    assert "the second uninterrupted run: the same" in run.stderr
+
+    run = crashtest("--point", "before-commit:2", "values_agent.py", "python")
+    assert run.returncode == 1, run.stderr
+    (line,) = problem_lines(run)
+    assert line.startswith(
+        "baseline: nondeterministic: two uninterrupted runs printed different stdout "
+        "(line 2 is 'order "
+    ), line
+
+
+def test_recorded_values_are_taken_only_when_signed_with_the_stores_key(tmp_path):
+    """The seam under the test above: with SNAPSTATE_FAULT_VALUES naming the values one
+    job recorded, another job's uuid4() at the same position is that value, when its
+    store has the key that signed it (as all of one crashtest's stores do). Under
+    another key the value is refused (the job fails, nothing printed), and a file that
+    is not the seam's is refused with a message naming the variable."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "from snapstate import snapshot, uuid4\n"
+        "def main():\n"
+        "    snapshot('a')\n"
+        "    print('order', uuid4())\n"
+        "    return 1\n"
+    )
+    key, other = "11" * 32, "22" * 32
+    first = snaprun(
+        "run", "--store", tmp_path / "a", "--job", "crashtest", agent, cwd=tmp_path,
+        env={"SNAPSTATE_KEY": key},
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    rows = _ledger(tmp_path / "a", key)  # job "crashtest"'s rows, as crashtest reads them
+    values = tmp_path / "values"
+    assert write_values(rows, values) == 1
+
+    same = snaprun(
+        "run", "--store", tmp_path / "b", agent, cwd=tmp_path,
+        env={"SNAPSTATE_KEY": key, "SNAPSTATE_FAULT_VALUES": str(values)},
+    )  # fmt: skip
+    assert same.returncode == 0 and same.stdout == first.stdout, (same.stdout, same.stderr)
+
+    foreign = snaprun(
+        "run", "--store", tmp_path / "c", agent, cwd=tmp_path,
+        env={"SNAPSTATE_KEY": other, "SNAPSTATE_FAULT_VALUES": str(values)},
+    )  # fmt: skip
+    assert foreign.returncode == 1 and foreign.stdout == "", foreign.stderr
+    assert "UnknownKey: signed with key" in foreign.stderr
+
+    values.write_text("not the seam's file\n")
+    broken = snaprun(
+        "run", "--store", tmp_path / "d", agent, cwd=tmp_path,
+        env={"SNAPSTATE_KEY": key, "SNAPSTATE_FAULT_VALUES": str(values)},
+    )  # fmt: skip
+    assert broken.returncode == 1 and broken.stdout == "", broken.stderr
+    assert "SNAPSTATE_FAULT_VALUES=" in broken.stderr and "line 1 is not" in broken.stderr

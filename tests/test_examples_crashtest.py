@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import snaprun
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
