@@ -22,6 +22,7 @@ runtime/_crashtest.py decides what to kill."""
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -122,13 +123,21 @@ class RunRecord:
         return self.stdout[: offsets[-1]] if offsets else b""
 
     def ending(self) -> str:
-        """How `snaprun` said the run ended: main()'s value, or the error line."""
-        for line in reversed(self.stderr.splitlines()):
+        """How `snaprun` said the run ended: main()'s value, or the error, whole (a
+        repr or an error message may take more than one line: they run to snaprun's
+        next line)."""
+        lines = self.stderr.splitlines()
+        for i in range(len(lines) - 1, -1, -1):
+            line = lines[i]
+            if not line.startswith("snaprun: "):
+                continue
             _, found, value = line.partition(" done; main() returned ")
             if found:
-                return f"returned {value}"
-            if line.startswith("snaprun: error: ") or " failed: " in line:
-                return line.removeprefix("snaprun: ")
+                line = f"snaprun: returned {value}"
+            elif not (line.startswith("snaprun: error: ") or " failed: " in line):
+                continue
+            rest = itertools.takewhile(lambda ln: not ln.startswith("snaprun: "), lines[i + 1 :])
+            return "\n".join([line.removeprefix("snaprun: "), *rest])
         return ""
 
     def error_line(self) -> str:

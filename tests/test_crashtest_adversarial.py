@@ -156,3 +156,14 @@ def test_recorded_values_are_taken_only_when_signed_with_the_stores_key(tmp_path
     )  # fmt: skip
     assert broken.returncode == 1 and broken.stdout == "", broken.stderr
     assert "SNAPSTATE_FAULT_VALUES=" in broken.stderr and "line 1 is not" in broken.stderr
+
+
+def test_a_difference_only_in_a_multi_line_return_value_is_reported():
+    """main()'s value is compared whole, though its repr takes more than one line (a
+    table, an array): the difference here is only on the second line."""
+    run = crashtest("--point", "before-commit:2", "return_agent.py")
+    assert run.returncode == 1, run.stderr
+    assert problem_lines(run) == [
+        "before-commit:2: result: ended with exit 0 ('returned Report\\n  attempts: 1'); the "
+        "uninterrupted run with exit 0 ('returned Report\\n  attempts: 0')"
+    ]
