@@ -50,6 +50,7 @@ from ._crashtest_report import (
     unstable_aspects,
 )
 from ._crashtest_runs import CONTROLLED, Settings, copy_sources, run_sequence, write_values
+from ._http_record import check_reads
 
 __all__ = ["crashtest", "KILL_WINDOWS", "select"]
 
@@ -146,6 +147,8 @@ def crashtest(
     jobs: int = 2,
     approvals: str = "approve",
     allow_parks: bool = False,
+    record_http: bool = False,
+    http_reads: Seq[str] = (),
     python: str | None = None,
     keep: bool = False,
     workdir: str | os.PathLike[str] | None = None,
@@ -154,8 +157,10 @@ def crashtest(
 ) -> CrashReport:
     """Crash-test the agent file `agent` run with `args` (its sys.argv[1:]): see the
     module's docstring. `points` (e.g. ["effect-after-send:2"]) tries only those kill
-    points. Returns the report; raises SnapstateError for input it cannot use (no such
-    file, a --setup command that never gets ready)."""
+    points. record_http and http_reads run the agent as `snaprun run --record-http
+    [--http-read PATTERN]...` (Store.start's arguments of the same names). Returns the
+    report; raises SnapstateError for input it cannot use (no such file, a --setup
+    command that never gets ready)."""
     say = progress or (lambda _: None)
     path = Path(agent).resolve()
     if path.suffix != ".py" or not path.is_file():
@@ -165,6 +170,13 @@ def crashtest(
         raise SnapstateError(f"the working directory {folder} must be a folder holding {path}")
     if approvals not in ("approve", "reject"):
         raise SnapstateError(f"approvals={approvals!r}: say 'approve' or 'reject'")
+    run_options: tuple[str, ...] = ()
+    if record_http or http_reads:
+        try:
+            reads = check_reads(http_reads, "crashtest(http_reads=...)")
+        except (TypeError, ValueError) as exc:
+            raise SnapstateError(str(exc)) from None
+        run_options = ("--record-http", *(f"--http-read={r}" for r in reads))
     root = Path(tempfile.mkdtemp(prefix="snapstate-crashtest-", dir=scratch))
     try:
         copy_sources(folder, root / "pristine")
@@ -180,6 +192,7 @@ def crashtest(
             timeout=timeout,
             approvals=approvals,
             say=say,
+            run_options=run_options,
         )
         report = _crashtest(
             settings, max_kills, points, budget, max(1, jobs), allow_parks, str(agent)

@@ -99,6 +99,7 @@ class Settings:
     approvals: str  # "approve" or "reject"
     say: Callable[[str], None]
     values: Path | None = None  # the baseline's recorded values (SNAPSTATE_FAULT_VALUES)
+    run_options: tuple[str, ...] = ()  # `snaprun run`'s own (--record-http, --http-read)
     stop: threading.Event = field(default_factory=threading.Event)  # Ctrl-C: no new run
     live: set[subprocess.Popen[bytes]] = field(default_factory=set)  # killed on stop
 
@@ -521,6 +522,7 @@ def run_sequence(
             str(dirs.store),
             "--job",
             JOB,
+            *settings.run_options,
             str(settings.agent),
             *settings.args,
         ]

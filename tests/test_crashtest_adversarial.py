@@ -13,7 +13,7 @@ import json
 import sys
 
 from helpers import snaprun
-from test_crashtest import AGENTS, crashtest, problem_lines
+from test_crashtest import AGENTS, counted, crashtest, problem_lines
 
 from snapstate.runtime._crashtest_runs import _ledger, write_values
 
@@ -167,3 +167,24 @@ def test_a_difference_only_in_a_multi_line_return_value_is_reported():
         "before-commit:2: result: ended with exit 0 ('returned Report\\n  attempts: 1'); the "
         "uninterrupted run with exit 0 ('returned Report\\n  attempts: 0')"
     ]
+
+
+def test_record_http_runs_the_agent_as_snaprun_run_record_http(tmp_path):
+    """`crashtest --record-http` runs the agent as `snaprun run --record-http` does: the
+    model call re-executed after a kill while snapshot 2 is written gets its recorded
+    answer, and every run's provider answered it once. Without the option the call is
+    sent again and answered otherwise, which crashtest reports."""
+    counts = tmp_path / "counts"
+    run = crashtest("--record-http", "--point", "before-commit:2", "http_agent.py", counts=counts)
+    assert run.returncode == 0 and run.stdout == "", (run.stdout, run.stderr)
+    assert counted(counts) == [{"ask": 1}] * 3  # two uninterrupted runs and the trial
+
+    counts.unlink()
+    run = crashtest("--point", "before-commit:2", "http_agent.py", counts=counts)
+    assert run.returncode == 1, run.stderr
+    lines = problem_lines(run)
+    assert lines[0] == (
+        "before-commit:2: stdout: stdout differs from the uninterrupted run's: line 1 is "
+        "'answer ask-2', the uninterrupted run's is 'answer ask-1'"
+    ), lines
+    assert counted(counts)[-1] == {"ask": 2}

@@ -84,6 +84,20 @@ Exit codes:
     "what happened and the job resumed, as always).",
 )
 @click.option(
+    "--record-http",
+    is_flag=True,
+    help="Run the agent as `snaprun run --record-http`: every HTTP request it sends "
+    "(httpx, requests; the OpenAI and Anthropic SDKs) is recorded in its ledger.",
+)
+@click.option(
+    "--http-read",
+    "http_reads",
+    multiple=True,
+    metavar="HOST/PATH",
+    help="As `snaprun run --http-read` (implies --record-http): requests matching this "
+    "pattern change nothing. Repeatable.",
+)
+@click.option(
     "--workdir",
     type=click.Path(file_okay=False, exists=True),
     default=None,
@@ -103,6 +117,8 @@ def crashtest(
     jobs: int,
     approvals: str,
     allow_parks: bool,
+    record_http: bool,
+    http_reads: tuple[str, ...],
     workdir: str | None,
     python: str | None,
     keep: bool,
@@ -131,6 +147,8 @@ def crashtest(
             jobs=jobs,
             approvals=approvals,
             allow_parks=allow_parks,
+            record_http=record_http,
+            http_reads=http_reads,
             python=python,
             keep=keep,
             workdir=workdir,
