@@ -8,8 +8,6 @@ from collections.abc import Sequence
 
 import click
 
-from .._crashtest import crashtest as run_crashtest
-from .._crashtest_report import printable
 from ._common import say
 
 __all__ = ["crashtest"]
@@ -134,6 +132,11 @@ def crashtest(
     Every run uses a scratch copy of AGENT's folder and a scratch store: nothing of
     yours is touched. ARGS become the agent's sys.argv[1:] (crashtest's own options go
     before AGENT). Progress goes to stderr."""
+    # Imported here: every snaprun process (each of a crashtest's runs too) loads this
+    # module, and only `snaprun crashtest` needs the machinery.
+    from .._crashtest import crashtest as run_crashtest
+    from .._crashtest_report import printable
+
     _warn_misplaced(args)
     try:
         report = run_crashtest(
@@ -169,6 +172,8 @@ def _warn_misplaced(args: Sequence[str]) -> None:
     """Everything after AGENT is the agent's (as with `snaprun run`): an argument spelled
     like one of crashtest's own options was most likely meant for crashtest, so say so
     (the agent may have an option of that name: it is passed on as written)."""
+    from .._crashtest_report import printable
+
     ctx = click.get_current_context()
     own = {
         name
