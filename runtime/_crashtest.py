@@ -346,6 +346,16 @@ def _crashtest(
     budgeted = [p for p, why in not_tried.items() if why == "--budget"]
     if budgeted:
         say(f"the --budget ran out: {len(budgeted)} kill point(s) not tried: {', '.join(budgeted)}")
+    if chosen and not trials and budget is not None:  # spent before the first trial
+        problems.append(
+            Problem(
+                "untested",
+                "baseline",
+                f"the --budget of {budget:g}s ran out before the first trial: none of the "
+                f"{len(chosen)} kill point(s) was tried, so nothing was tested; give a "
+                "larger --budget, or fewer kill points (--max-kills, --point)",
+            )
+        )
     say(
         f"{len(trials)} kill point(s) tried: "
         + (f"{len(problems)} problem(s)" if problems else "no problem found")
