@@ -49,7 +49,14 @@ from ._crashtest_report import (
     short,
     unstable_aspects,
 )
-from ._crashtest_runs import CONTROLLED, Settings, copy_sources, run_sequence, write_values
+from ._crashtest_runs import (
+    CONTROLLED,
+    Settings,
+    copy_sources,
+    links_out,
+    run_sequence,
+    write_values,
+)
 from ._http_record import check_reads
 
 __all__ = ["crashtest", "KILL_WINDOWS", "select"]
@@ -180,6 +187,12 @@ def crashtest(
     root = Path(tempfile.mkdtemp(prefix="snapstate-crashtest-", dir=scratch))
     try:
         copy_sources(folder, root / "pristine")
+        for link in links_out(root / "pristine"):
+            say(
+                f"warning: {link!r} in {folder} is a symbolic link out of the folder: "
+                "every run reads and writes through it, in your own files (give "
+                "another --workdir, or copy what it points to)"
+            )
         settings = Settings(
             python=python or sys.executable,
             agent=path.relative_to(folder),

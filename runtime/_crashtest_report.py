@@ -274,7 +274,8 @@ def unstable_aspects(first: Sequence, second: Sequence) -> tuple[set[str], list[
     unstable, found = set(), []
     why = (
         "the agent reads something that changes between runs (the clock, randomness, "
-        "the network, the environment) outside snapstate.now()/random()/uuid4() or an "
+        "the network, the environment, the order of a set of strings, which changes with "
+        "each process's hash seed) outside snapstate.now()/random()/uuid4() or an "
         "@effect: code re-executed after a restore would see another value"
     )
     if first.stdout != second.stdout:

@@ -47,7 +47,16 @@ from ._crashtest_report import Problem, RunRecord, Sequence, TracePoint, printab
 from ._effect_spec import TASK_ORDINAL_BASE
 from ._faults import TRACE_VARIABLE, VALUES_VARIABLE
 
-__all__ = ["JOB", "Settings", "Setup", "run_sequence", "point_of", "write_values", "CONTROLLED"]
+__all__ = [
+    "JOB",
+    "Settings",
+    "Setup",
+    "run_sequence",
+    "point_of",
+    "write_values",
+    "links_out",
+    "CONTROLLED",
+]
 
 JOB = "crashtest"
 MAX_ROUNDS = 40  # runs of one sequence before it counts as stuck
@@ -647,3 +656,15 @@ def copy_sources(source: Path, target: Path, limit_files: int = 20000) -> None:
         return {n for n in names if n in SKIPPED_DIRS}
 
     shutil.copytree(source, target, symlinks=True, ignore=ignore)
+
+
+def links_out(copy: Path) -> list[str]:
+    """The symbolic links of the copied folder that lead out of it: the runs read and
+    write through them, in the user's own files."""
+    found = []
+    for folder, subdirs, names in os.walk(copy):
+        for name in subdirs + names:
+            path = Path(folder) / name
+            if path.is_symlink() and not path.resolve().is_relative_to(copy.resolve()):
+                found.append(str(path.relative_to(copy)))
+    return sorted(found)

@@ -188,3 +188,25 @@ def test_record_http_runs_the_agent_as_snaprun_run_record_http(tmp_path):
         "'answer ask-2', the uninterrupted run's is 'answer ask-1'"
     ), lines
     assert counted(counts)[-1] == {"ask": 2}
+
+
+def test_a_symbolic_link_out_of_the_folder_is_warned_about(tmp_path):
+    """The agent's folder is copied with its symbolic links: one that leads out of it
+    makes every run write in the user's own files (and crashtest compares nothing
+    there), so crashtest says so before it runs anything."""
+    folder, outside = tmp_path / "agent", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "data").symlink_to(outside)
+    (folder / "inside").symlink_to("agent.py")  # a link within the folder is fine
+    (folder / "agent.py").write_text(
+        "from snapstate import snapshot\ndef main():\n    snapshot('a')\n    return 1\n"
+    )
+    run = crashtest("--max-kills", "0", "agent/agent.py", cwd=tmp_path)
+    assert run.returncode == 0, (run.stdout, run.stderr)
+    warnings = [line for line in run.stderr.splitlines() if "warning:" in line]
+    assert warnings == [
+        f"snaprun: crashtest: warning: 'data' in {folder} is a symbolic link out of the "
+        "folder: every run reads and writes through it, in your own files (give another "
+        "--workdir, or copy what it points to)"
+    ]
