@@ -191,14 +191,32 @@ class Sequence:
         return list(seen)
 
 
+_DIFF_LINES = 2000  # lines past which a difference is located without difflib
+
+
 def _first_difference(expected: bytes, got: bytes) -> str:
     want = expected.decode(errors="replace").splitlines()
     have = got.decode(errors="replace").splitlines()
-    for tag, i1, _i2, j1, _j2 in difflib.SequenceMatcher(
-        None, want, have, autojunk=False
-    ).get_opcodes():
+    # The lines both share at their start and end are left out first: a kill changes
+    # a few lines, and difflib takes quadratic time over many equal lines.
+    start = 0
+    while start < min(len(want), len(have)) and want[start] == have[start]:
+        start += 1
+    end = 0
+    while end < min(len(want), len(have)) - start and want[-1 - end] == have[-1 - end]:
+        end += 1
+    want_mid, have_mid = want[start : len(want) - end], have[start : len(have) - end]
+    if len(want_mid) > _DIFF_LINES or len(have_mid) > _DIFF_LINES:
+        opcodes = [("replace", 0, len(want_mid), 0, len(have_mid))]
+    else:
+        matcher = difflib.SequenceMatcher(None, want_mid, have_mid, autojunk=False)
+        opcodes = matcher.get_opcodes()
+    for tag, i1, _i2, j1, _j2 in opcodes:
         if tag == "equal":
             continue
+        i1, j1 = i1 + start, j1 + start
+        if tag == "replace" and (i1 >= len(want) or j1 >= len(have)):
+            tag = "insert" if i1 >= len(want) else "delete"
         line = i1 + 1
         if tag == "insert":
             again = " (a line written again after the kill)" if have[j1] in want else ""

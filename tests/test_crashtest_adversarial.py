@@ -15,6 +15,7 @@ import sys
 from helpers import snaprun
 from test_crashtest import AGENTS, counted, crashtest, problem_lines
 
+from snapstate.runtime import _crashtest_report as _report
 from snapstate.runtime._crashtest_runs import _ledger, write_values
 
 
@@ -210,3 +211,32 @@ def test_a_symbolic_link_out_of_the_folder_is_warned_about(tmp_path):
         "folder: every run reads and writes through it, in your own files (give another "
         "--workdir, or copy what it points to)"
     ]
+
+
+def test_a_long_output_is_compared_without_quadratic_time(monkeypatch):
+    """A kill changes a few lines of a long output: the lines both share at their start
+    and end are left out before difflib (quadratic over many equal lines: 20,000
+    identical lines took 90 s), and a longer middle is located without it. difflib is
+    watched, not replaced: the message is the one it gives."""
+    seen: list[int] = []
+    real = _report.difflib.SequenceMatcher
+
+    def watched(junk, a, b, autojunk):
+        seen.append(max(len(a), len(b)))
+        return real(junk, a, b, autojunk=autojunk)
+
+    monkeypatch.setattr(_report.difflib, "SequenceMatcher", watched)
+    want = b"tick\n" * 20000
+    have = b"tick\n" * 10000 + b"tock\n" + b"tick\n" * 10000
+    assert _report._first_difference(want, have) == "an extra line 10001: 'tock'"
+    assert _report._first_difference(b"step 0\nstep 1\n", b"step 0\nstep 1\nstep 1\n") == (
+        "an extra line 3: 'step 1' (a line written again after the kill)"
+    )
+    many = b"".join(b"%d\n" % i for i in range(5000))
+    assert _report._first_difference(many, many.replace(b"\n17\n", b"\n71\n")) == (
+        "line 18 is '71', the uninterrupted run's is '17'"
+    )
+    assert _report._first_difference(b"x\n" * 3000, b"y\n" * 3001) == (
+        "line 1 is 'y', the uninterrupted run's is 'x'"
+    )
+    assert max(seen) <= 1, seen
