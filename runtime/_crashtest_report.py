@@ -206,11 +206,12 @@ def _first_difference(expected: bytes, got: bytes) -> str:
     while end < min(len(want), len(have)) - start and want[-1 - end] == have[-1 - end]:
         end += 1
     want_mid, have_mid = want[start : len(want) - end], have[start : len(have) - end]
-    if len(want_mid) > _DIFF_LINES or len(have_mid) > _DIFF_LINES:
-        opcodes = [("replace", 0, len(want_mid), 0, len(have_mid))]
-    else:
+    opcodes: list[tuple[str, int, int, int, int]] = [
+        ("replace", 0, len(want_mid), 0, len(have_mid))
+    ]
+    if len(want_mid) <= _DIFF_LINES and len(have_mid) <= _DIFF_LINES:
         matcher = difflib.SequenceMatcher(None, want_mid, have_mid, autojunk=False)
-        opcodes = matcher.get_opcodes()
+        opcodes = list(matcher.get_opcodes())
     for tag, i1, _i2, j1, _j2 in opcodes:
         if tag == "equal":
             continue
