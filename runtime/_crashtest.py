@@ -52,9 +52,11 @@ from ._crashtest_report import (
 from ._crashtest_runs import (
     CONTROLLED,
     Settings,
+    approval_ids,
     copy_sources,
     links_out,
     run_sequence,
+    store_of,
     write_values,
 )
 from ._http_record import check_reads
@@ -270,7 +272,9 @@ def _crashtest(
     # Every later run gets the values of now(), random() and uuid4() this run recorded.
     settings = replace(settings, values=settings.scratch / "values")
     assert settings.values is not None
-    write_values(rows, settings.values)
+    store, key = store_of(settings, "baseline"), settings.env["SNAPSTATE_KEY"]
+    asked = approval_ids(store, key) if (store / "catalog.db").exists() else frozenset()
+    write_values(rows, settings.values, asked)
     if only is not None:  # any fault point the run reached may be named
         reached = base.points()
         points += [p for p in reached if p in only and p not in points]

@@ -623,18 +623,37 @@ def run_sequence(
     return seq, rows
 
 
-def write_values(rows: list[EffectRow], path: Path) -> int:
+def write_values(rows: list[EffectRow], path: Path, approvals: frozenset[str] = frozenset()) -> int:
     """The values of snapstate.now(), random() and uuid4() the baseline recorded, as
     SNAPSTATE_FAULT_VALUES reads them (runtime/_faults.py): every later run gets the
     same values at the same positions, so the second uninterrupted run and every trial
-    differ from the first only where the ledger cannot explain it. Returns how many."""
+    differ from the first only where the ledger cannot explain it. Returns how many.
+
+    Left out: the time of each approval request (`approvals`: the baseline's approval
+    ids, named after that value's ordinal). Its expiry counts from it, and crashtest
+    decides the approval when the trial runs, minutes later: an approval that expires
+    within minutes would have expired."""
     lines = [
         f"{point_of(r)} {r.name} {r.result.hex()}\n"
         for r in rows
-        if r.kind == EffectKind.VALUE and r.result is not None
+        if r.kind == EffectKind.VALUE and r.result is not None and f"a{r.ordinal}" not in approvals
     ]
     path.write_text("".join(lines))
     return len(lines)
+
+
+def approval_ids(store: Path, key: str) -> frozenset[str]:
+    """The ids of the approvals the job of a scratch store requested."""
+    home = _open(store, key, writable=False)
+    try:
+        return frozenset(a.approval_id for a in home.catalog.approvals(JOB))
+    finally:
+        home.close()
+
+
+def store_of(settings: Settings, name: str) -> Path:
+    """The scratch store of sequence `name`."""
+    return SequenceDirs(settings.scratch / _dirname(name)).store
 
 
 def _dirname(name: str) -> str:

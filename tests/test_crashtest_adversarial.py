@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from helpers import snaprun
 from test_crashtest import AGENTS, counted, crashtest, problem_lines
 
 from snapstate.runtime import _crashtest_report as _report
-from snapstate.runtime._crashtest_runs import _ledger, write_values
+from snapstate.runtime._crashtest_runs import _ledger, approval_ids, write_values
 
 
 def test_a_run_that_reaches_no_kill_point_is_untested_not_passed():
@@ -240,3 +241,38 @@ def test_a_long_output_is_compared_without_quadratic_time(monkeypatch):
         "line 1 is 'y', the uninterrupted run's is 'x'"
     )
     assert max(seen) <= 1, seen
+
+
+def test_the_time_of_an_approval_request_is_not_replayed(tmp_path):
+    """The values every later run gets from the first leave out the time of each
+    approval request (the approval's id names that value's ordinal): its expiry counts
+    from it, and a trial's approval is decided minutes after the first run's."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "from snapstate import now, request_approval, snapshot\n"
+        "def main():\n"
+        "    print(now())\n"
+        "    request_approval('publish', {'post': 1}, expires_in=60)\n"
+        "    print(now())\n"
+    )
+    key = "33" * 32
+    run = snaprun(
+        "run", "--store", tmp_path / "s", "--job", "crashtest", agent, cwd=tmp_path,
+        env={"SNAPSTATE_KEY": key, "SNAPSTATE_HIBERNATE_AFTER": "0"},
+    )  # fmt: skip
+    assert run.returncode == 3, run.stderr  # hibernated, waiting for the approval
+    rows = _ledger(tmp_path / "s", key)
+    asked = approval_ids(tmp_path / "s", key)
+    assert asked == {"a2"} and [r.ordinal for r in rows] == [1, 2]
+    values = tmp_path / "values"
+    assert write_values(rows, values, asked) == 1
+    assert values.read_text().startswith("1 snapstate.now ")
+
+
+@pytest.mark.slow
+def test_an_approval_that_expires_soon_passes():
+    """End to end: an approval that expires 5 s after its request, decided in a trial
+    that starts more than 6 s after the first run requested its own (the first run and
+    the second each work 3 s after it): no problem."""
+    run = crashtest("--jobs", "1", "--point", "approval-after-request:1", "expiring_agent.py")
+    assert run.returncode == 0 and run.stdout == "", (run.stdout, run.stderr)
