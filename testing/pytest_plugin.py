@@ -12,7 +12,8 @@ other pytest runs (no entry point).
 The fixture's function takes crashtest()'s arguments (snapstate.testing.crashtest): the
 agent file, its arguments, then setup=, max_kills=, budget=, timeout=, jobs=,
 approvals=, allow_parks=, record_http=, http_reads=, python=, keep=, workdir=. Its
-scratch folders go under the test's temporary folder; progress goes to stderr (shown with `pytest -s`)."""
+scratch folders go under the test's temporary folder; progress goes to stderr (shown
+with `pytest -s`)."""
 
 from __future__ import annotations
 
