@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from dataclasses import replace
 from pathlib import Path
 
 from .._errors import SnapstateError
@@ -45,9 +46,20 @@ from ._crashtest_report import (
     Sequence,
     TrialSummary,
     compare,
+    short,
     unstable_aspects,
 )
-from ._crashtest_runs import CONTROLLED, Settings, copy_sources, run_sequence
+from ._crashtest_runs import (
+    CONTROLLED,
+    Settings,
+    approval_ids,
+    copy_sources,
+    links_out,
+    run_sequence,
+    store_of,
+    write_values,
+)
+from ._http_record import check_reads
 
 __all__ = ["crashtest", "KILL_WINDOWS", "select"]
 
@@ -116,6 +128,22 @@ def _baseline_summary(seq: Sequence) -> dict[str, object]:
     }
 
 
+def _untested(base: Sequence) -> Problem:
+    if base.exit_code == 1:
+        what = (
+            f"failed (exit 1: {short(base.ending, 300)}) before it reached any snapshot, "
+            "effect or approval: nothing could be killed, so nothing was tested; make the "
+            "run work first (its --setup providers, its ARGS, its environment)"
+        )
+    else:
+        what = (
+            "reached no snapshot, effect or approval: there was no kill point to try, so "
+            "nothing was tested (killed anywhere, the job would run main() again from its "
+            "start)"
+        )
+    return Problem("untested", "baseline", f"the uninterrupted run {what}")
+
+
 def crashtest(
     agent: str | os.PathLike[str],
     args: Seq[str] = (),
@@ -128,6 +156,8 @@ def crashtest(
     jobs: int = 2,
     approvals: str = "approve",
     allow_parks: bool = False,
+    record_http: bool = False,
+    http_reads: Seq[str] = (),
     python: str | None = None,
     keep: bool = False,
     workdir: str | os.PathLike[str] | None = None,
@@ -136,8 +166,10 @@ def crashtest(
 ) -> CrashReport:
     """Crash-test the agent file `agent` run with `args` (its sys.argv[1:]): see the
     module's docstring. `points` (e.g. ["effect-after-send:2"]) tries only those kill
-    points. Returns the report; raises SnapstateError for input it cannot use (no such
-    file, a --setup command that never gets ready)."""
+    points. record_http and http_reads run the agent as `snaprun run --record-http
+    [--http-read PATTERN]...` (Store.start's arguments of the same names). Returns the
+    report; raises SnapstateError for input it cannot use (no such file, a --setup
+    command that never gets ready)."""
     say = progress or (lambda _: None)
     path = Path(agent).resolve()
     if path.suffix != ".py" or not path.is_file():
@@ -147,9 +179,22 @@ def crashtest(
         raise SnapstateError(f"the working directory {folder} must be a folder holding {path}")
     if approvals not in ("approve", "reject"):
         raise SnapstateError(f"approvals={approvals!r}: say 'approve' or 'reject'")
+    run_options: tuple[str, ...] = ()
+    if record_http or http_reads:
+        try:
+            reads = check_reads(http_reads, "crashtest(http_reads=...)")
+        except (TypeError, ValueError) as exc:
+            raise SnapstateError(str(exc)) from None
+        run_options = ("--record-http", *(f"--http-read={r}" for r in reads))
     root = Path(tempfile.mkdtemp(prefix="snapstate-crashtest-", dir=scratch))
     try:
         copy_sources(folder, root / "pristine")
+        for link in links_out(root / "pristine"):
+            say(
+                f"warning: {link!r} in {folder} is a symbolic link out of the folder: "
+                "every run reads and writes through it, in your own files (give "
+                "another --workdir, or copy what it points to)"
+            )
         settings = Settings(
             python=python or sys.executable,
             agent=path.relative_to(folder),
@@ -162,6 +207,7 @@ def crashtest(
             timeout=timeout,
             approvals=approvals,
             say=say,
+            run_options=run_options,
         )
         report = _crashtest(
             settings, max_kills, points, budget, max(1, jobs), allow_parks, str(agent)
@@ -188,33 +234,21 @@ def _crashtest(
     agent: str,
 ) -> CrashReport:
     say, started = settings.say, time.monotonic()
-    say("running the agent uninterrupted (twice, to tell apart what changes between runs)")
+    say("running the agent uninterrupted")
     results: dict[str, tuple[Sequence, list[EffectRow]]] = {}
     errors: list[BaseException] = []
 
-    def one(name: str) -> None:
+    def first() -> None:
         try:
-            results[name] = run_sequence(settings, name, None)
+            results["baseline"] = run_sequence(settings, "baseline", None)
         except BaseException as exc:  # a --setup that fails: raised in the caller
             errors.append(exc)
 
-    pair = [
-        threading.Thread(target=one, args=(n,), daemon=True) for n in ("baseline", "baseline-2")
-    ]
-    if jobs > 1:
-        _start_and_join(settings, pair)
-    else:
-        for t in pair:
-            t.run()
+    _start_and_join(settings, [threading.Thread(target=first, daemon=True)])
     if errors:
         raise errors[0]
-    (base, rows), (second, _) = results["baseline"], results["baseline-2"]
+    base, rows = results["baseline"]
     problems = list(base.problems)
-    problems += [
-        Problem(p.kind, "baseline", p.message) for p in second.problems if not base.problems
-    ]
-    unstable, found = unstable_aspects(base, second)
-    problems += found
     summary = _baseline_summary(base)
     say(
         f"baseline: exit {base.exit_code} in {len(base.runs)} run(s), "
@@ -225,11 +259,22 @@ def _crashtest(
     if base.exit_code not in (0, 1) or base.problems:
         say("the uninterrupted run did not end: no kill is tried")
         return CrashReport(agent, list(settings.args), summary, trials, problems, not_tried)
-    if base.exit_code == 1:
-        say(f"note: the uninterrupted run fails (exit 1: {base.ending}); trials must fail alike")
     points = [p for p in base.points() if p.split(":", 1)[0] in KILL_WINDOWS]
     if not points:
+        # "No problem found" must mean kills were tried: a run that reached no kill point
+        # (most often one that failed at its start: a provider not started, a variable
+        # not set) tested nothing, and a kill anywhere in it would run main() again.
+        problems.append(_untested(base))
         say("the uninterrupted run reached no snapshot, effect or approval: nothing to kill")
+        return CrashReport(agent, list(settings.args), summary, trials, problems, not_tried)
+    if base.exit_code == 1:
+        say(f"note: the uninterrupted run fails (exit 1: {base.ending}); trials must fail alike")
+    # Every later run gets the values of now(), random() and uuid4() this run recorded.
+    settings = replace(settings, values=settings.scratch / "values")
+    assert settings.values is not None
+    store, key = store_of(settings, "baseline"), settings.env["SNAPSTATE_KEY"]
+    asked = approval_ids(store, key) if (store / "catalog.db").exists() else frozenset()
+    write_values(rows, settings.values, asked)
     if only is not None:  # any fault point the run reached may be named
         reached = base.points()
         points += [p for p in reached if p in only and p not in points]
@@ -242,10 +287,25 @@ def _crashtest(
     for p in points:
         if p not in chosen:
             not_tried[p] = "--max-kills" if only is None or p in only else "--point"
-    say(f"{len(points)} kill point(s); trying {len(chosen)}")
+    say(
+        f"{len(points)} kill point(s); trying {len(chosen)}, and the uninterrupted run "
+        "once more (to tell apart what changes between runs)"
+    )
     found_by: dict[str, list[Problem]] = {}
+    unstable: set[str] = set()
+    compared = threading.Event()  # set once the second uninterrupted run is compared
     lock = threading.Lock()
-    queue = list(enumerate(chosen))
+    queue: list[tuple[int, str | None]] = [(-1, None), *enumerate(chosen)]
+
+    def second(seq: Sequence) -> None:
+        found = [Problem(p.kind, "baseline", p.message) for p in seq.problems]
+        aspects, differences = unstable_aspects(base, seq)
+        unstable.update(aspects)
+        problems.extend(found + differences)
+        say(
+            "the second uninterrupted run: "
+            + (f"{len(found + differences)} problem(s)" if found or differences else "the same")
+        )
 
     def worker() -> None:
         while True:
@@ -253,18 +313,30 @@ def _crashtest(
                 if not queue or errors:
                     return
                 index, point = queue.pop(0)
-                if budget is not None and time.monotonic() - started > budget:
-                    not_tried[point] = "--budget"
-                    continue
+                if point is not None and budget is not None:
+                    if time.monotonic() - started > budget:
+                        not_tried[point] = "--budget"
+                        continue
             try:
                 seq, _ = run_sequence(
-                    settings, point, point, baseline_rows=rows, allow_parks=allow_parks
+                    settings,
+                    point or "baseline-2",
+                    point,
+                    baseline_rows=rows,
+                    allow_parks=allow_parks,
                 )
             except BaseException as exc:
                 errors.append(exc)
+                compared.set()
                 return
             if settings.stop.is_set():  # Ctrl-C killed its runs: nothing to report
+                compared.set()
                 return
+            if point is None:
+                second(seq)
+                compared.set()
+                continue
+            compared.wait()  # which aspects are compared depends on the second run
             mine = seq.problems + compare(base, seq, unstable)
             with lock:
                 found_by[point] = mine
@@ -280,9 +352,7 @@ def _crashtest(
                 state = "ok" if not mine else f"{len(mine)} problem(s)"
                 say(f"[{index + 1}/{len(chosen)}] {point}: {state}")
 
-    threads = [
-        threading.Thread(target=worker, daemon=True) for _ in range(min(jobs, max(1, len(chosen))))
-    ]
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(jobs, len(queue)))]
     _start_and_join(settings, threads)
     if errors:
         raise errors[0]
@@ -293,6 +363,16 @@ def _crashtest(
     budgeted = [p for p, why in not_tried.items() if why == "--budget"]
     if budgeted:
         say(f"the --budget ran out: {len(budgeted)} kill point(s) not tried: {', '.join(budgeted)}")
+    if chosen and not trials and budget is not None:  # spent before the first trial
+        problems.append(
+            Problem(
+                "untested",
+                "baseline",
+                f"the --budget of {budget:g}s ran out before the first trial: none of the "
+                f"{len(chosen)} kill point(s) was tried, so nothing was tested; give a "
+                "larger --budget, or fewer kill points (--max-kills, --point)",
+            )
+        )
     say(
         f"{len(trials)} kill point(s) tried: "
         + (f"{len(problems)} problem(s)" if problems else "no problem found")

@@ -22,7 +22,9 @@ runtime/_crashtest.py decides what to kill."""
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +37,7 @@ __all__ = [
     "TrialSummary",
     "CrashReport",
     "compare",
+    "printable",
     "short",
 ]
 
@@ -48,7 +51,20 @@ ProblemKind = Literal[
     "refusal",  # a run was refused (exit 2) or met a conflict (exit 5)
     "unreached",  # a trial's run did not reach the fault point the baseline reached
     "stuck",  # a trial did not end: a timeout, a crash, too many rounds
+    "untested",  # the baseline reached no kill point: nothing could be tried
 ]
+
+# What a terminal would interpret in a line: C0/C1 controls (escape sequences), DEL, and
+# the bidi controls that reorder what follows them.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    """`text` for one line of a terminal: every control character (escape sequences, a
+    newline, bidi overrides) written visibly as \\xNN or \\uNNNN."""
+    return _UNPRINTABLE.sub(
+        lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text
+    )
 
 
 def short(text: str, width: int = 100) -> str:
@@ -67,8 +83,9 @@ class Problem:
     message: str
 
     def line(self) -> str:
-        """The line `snaprun crashtest` prints: `POINT: KIND: MESSAGE`."""
-        return f"{self.point}: {self.kind}: {self.message}"
+        """The line `snaprun crashtest` prints: `POINT: KIND: MESSAGE`, every control
+        character in it (an agent's output, arguments or errors) written visibly."""
+        return printable(f"{self.point}: {self.kind}: {self.message}")
 
 
 @dataclass(frozen=True)
@@ -106,13 +123,21 @@ class RunRecord:
         return self.stdout[: offsets[-1]] if offsets else b""
 
     def ending(self) -> str:
-        """How `snaprun` said the run ended: main()'s value, or the error line."""
-        for line in reversed(self.stderr.splitlines()):
+        """How `snaprun` said the run ended: main()'s value, or the error, whole (a
+        repr or an error message may take more than one line: they run to snaprun's
+        next line)."""
+        lines = self.stderr.splitlines()
+        for i in range(len(lines) - 1, -1, -1):
+            line = lines[i]
+            if not line.startswith("snaprun: "):
+                continue
             _, found, value = line.partition(" done; main() returned ")
             if found:
-                return f"returned {value}"
-            if line.startswith("snaprun: error: ") or " failed: " in line:
-                return line.removeprefix("snaprun: ")
+                line = f"snaprun: returned {value}"
+            elif not (line.startswith("snaprun: error: ") or " failed: " in line):
+                continue
+            rest = itertools.takewhile(lambda ln: not ln.startswith("snaprun: "), lines[i + 1 :])
+            return "\n".join([line.removeprefix("snaprun: "), *rest])
         return ""
 
     def error_line(self) -> str:
@@ -166,14 +191,33 @@ class Sequence:
         return list(seen)
 
 
+_DIFF_LINES = 2000  # lines past which a difference is located without difflib
+
+
 def _first_difference(expected: bytes, got: bytes) -> str:
     want = expected.decode(errors="replace").splitlines()
     have = got.decode(errors="replace").splitlines()
-    for tag, i1, _i2, j1, _j2 in difflib.SequenceMatcher(
-        None, want, have, autojunk=False
-    ).get_opcodes():
+    # The lines both share at their start and end are left out first: a kill changes
+    # a few lines, and difflib takes quadratic time over many equal lines.
+    start = 0
+    while start < min(len(want), len(have)) and want[start] == have[start]:
+        start += 1
+    end = 0
+    while end < min(len(want), len(have)) - start and want[-1 - end] == have[-1 - end]:
+        end += 1
+    want_mid, have_mid = want[start : len(want) - end], have[start : len(have) - end]
+    opcodes: list[tuple[str, int, int, int, int]] = [
+        ("replace", 0, len(want_mid), 0, len(have_mid))
+    ]
+    if len(want_mid) <= _DIFF_LINES and len(have_mid) <= _DIFF_LINES:
+        matcher = difflib.SequenceMatcher(None, want_mid, have_mid, autojunk=False)
+        opcodes = list(matcher.get_opcodes())
+    for tag, i1, _i2, j1, _j2 in opcodes:
         if tag == "equal":
             continue
+        i1, j1 = i1 + start, j1 + start
+        if tag == "replace" and (i1 >= len(want) or j1 >= len(have)):
+            tag = "insert" if i1 >= len(want) else "delete"
         line = i1 + 1
         if tag == "insert":
             again = " (a line written again after the kill)" if have[j1] in want else ""
@@ -249,7 +293,8 @@ def unstable_aspects(first: Sequence, second: Sequence) -> tuple[set[str], list[
     unstable, found = set(), []
     why = (
         "the agent reads something that changes between runs (the clock, randomness, "
-        "the network, the environment) outside snapstate.now()/random()/uuid4() or an "
+        "the network, the environment, the order of a set of strings, which changes with "
+        "each process's hash seed) outside snapstate.now()/random()/uuid4() or an "
         "@effect: code re-executed after a restore would see another value"
     )
     if first.stdout != second.stdout:

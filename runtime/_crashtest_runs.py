@@ -29,7 +29,9 @@ import queue
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -41,11 +43,20 @@ from ..serializers._home import Home, open_store
 from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _approvals
 from ._clock import OFFSET_VARIABLE
-from ._crashtest_report import Problem, RunRecord, Sequence, TracePoint, short
+from ._crashtest_report import Problem, RunRecord, Sequence, TracePoint, printable, short
 from ._effect_spec import TASK_ORDINAL_BASE
-from ._faults import TRACE_VARIABLE
+from ._faults import TRACE_VARIABLE, VALUES_VARIABLE
 
-__all__ = ["JOB", "Settings", "Setup", "run_sequence", "point_of", "CONTROLLED"]
+__all__ = [
+    "JOB",
+    "Settings",
+    "Setup",
+    "run_sequence",
+    "point_of",
+    "write_values",
+    "links_out",
+    "CONTROLLED",
+]
 
 JOB = "crashtest"
 MAX_ROUNDS = 40  # runs of one sequence before it counts as stuck
@@ -70,6 +81,7 @@ CONTROLLED = (
     "SNAPSTATE_HOME",
     "SNAPSTATE_FAULT",
     TRACE_VARIABLE,
+    VALUES_VARIABLE,
     "SNAPSTATE_KEY",
     "SNAPSTATE_KEY_FILE",
     OFFSET_VARIABLE,
@@ -95,6 +107,8 @@ class Settings:
     timeout: float
     approvals: str  # "approve" or "reject"
     say: Callable[[str], None]
+    values: Path | None = None  # the baseline's recorded values (SNAPSTATE_FAULT_VALUES)
+    run_options: tuple[str, ...] = ()  # `snaprun run`'s own (--record-http, --http-read)
     stop: threading.Event = field(default_factory=threading.Event)  # Ctrl-C: no new run
     live: set[subprocess.Popen[bytes]] = field(default_factory=set)  # killed on stop
 
@@ -157,7 +171,7 @@ class Setup:
 
     def _failed(self, what: str) -> SnapstateError:
         self._log.flush()
-        tail = Path(self._log.name).read_bytes()[-600:].decode(errors="replace").strip()
+        tail = printable(Path(self._log.name).read_bytes()[-600:].decode(errors="replace").strip())
         said = f"; its stderr ends with: {tail}" if tail else ""
         return SnapstateError(
             f"the --setup command {self.command!r} {what}{said}. It must print NAME=VALUE "
@@ -421,10 +435,16 @@ def _files(work: Path, dirs: SequenceDirs) -> dict[str, bytes]:
     found = {}
     for folder, subdirs, names in os.walk(work):
         subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+        databases = {n for n in names if _is_sqlite(Path(folder) / n)}
         for name in names:
             path = Path(folder) / name
+            if any(name == db + suffix for db in databases for suffix in _SQLITE_SIDECARS):
+                continue  # its database's content is compared, with it applied
             try:
-                data = _normalize(path.read_bytes(), dirs)
+                if name in databases:
+                    data = _normalize(_sqlite_content(path), dirs)
+                else:
+                    data = _normalize(path.read_bytes(), dirs)
             except OSError as exc:  # a dangling link, a FIFO...
                 data = f"<unreadable: {exc.strerror}>".encode()
             if len(data) > _KEEP_BYTES:  # compared by digest, not kept
@@ -436,7 +456,43 @@ def _files(work: Path, dirs: SequenceDirs) -> dict[str, bytes]:
 def _normalize(data: bytes, dirs: SequenceDirs) -> bytes:
     for path, token in ((dirs.work, b"$WORKDIR"), (dirs.store, b"$STORE")):
         data = data.replace(os.fsencode(path), token)
-    return data
+    # An object's default repr names its memory address, which no two processes share.
+    return _ADDRESS.sub(rb" at 0x$ADDRESS>", data)
+
+
+_ADDRESS = re.compile(rb" at 0x[0-9a-fA-F]{6,16}>")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_SQLITE_SIDECARS = ("-journal", "-wal", "-shm")
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def _sqlite_content(path: Path) -> bytes:
+    """A SQLite database the agent left, as its content (one SQL statement a line):
+    its bytes differ with every transaction (the header's change counter, free pages)
+    even when the rows are the same. Read from a copy with its journal or WAL, so a
+    transaction a kill left unfinished is rolled back or applied as SQLite would."""
+    with tempfile.TemporaryDirectory(prefix="snapstate-crashtest-db-") as tmp:
+        copy = Path(tmp) / "db"
+        shutil.copyfile(path, copy)
+        for suffix in _SQLITE_SIDECARS:
+            if path.with_name(path.name + suffix).exists():
+                shutil.copyfile(path.with_name(path.name + suffix), Path(tmp) / f"db{suffix}")
+        try:
+            con = sqlite3.connect(copy)
+            try:
+                lines = "\n".join(con.iterdump())
+            finally:
+                con.close()
+        except sqlite3.Error as exc:  # damaged: compared by its bytes
+            return path.read_bytes() + f"\n<sqlite: {exc}>".encode()
+    return b"<SQLite database, its content:>\n" + lines.encode() + b"\n"
 
 
 def run_sequence(
@@ -466,6 +522,8 @@ def run_sequence(
         for variable in CONTROLLED + ("PYTHONUNBUFFERED",):
             if variable in settings.env:
                 env[variable] = settings.env[variable]
+        if settings.values is not None:
+            env[VALUES_VARIABLE] = str(settings.values)
         offset = 0.0
         command = [
             "run",
@@ -473,6 +531,7 @@ def run_sequence(
             str(dirs.store),
             "--job",
             JOB,
+            *settings.run_options,
             str(settings.agent),
             *settings.args,
         ]
@@ -564,6 +623,39 @@ def run_sequence(
     return seq, rows
 
 
+def write_values(rows: list[EffectRow], path: Path, approvals: frozenset[str] = frozenset()) -> int:
+    """The values of snapstate.now(), random() and uuid4() the baseline recorded, as
+    SNAPSTATE_FAULT_VALUES reads them (runtime/_faults.py): every later run gets the
+    same values at the same positions, so the second uninterrupted run and every trial
+    differ from the first only where the ledger cannot explain it. Returns how many.
+
+    Left out: the time of each approval request (`approvals`: the baseline's approval
+    ids, named after that value's ordinal). Its expiry counts from it, and crashtest
+    decides the approval when the trial runs, minutes later: an approval that expires
+    within minutes would have expired."""
+    lines = [
+        f"{point_of(r)} {r.name} {r.result.hex()}\n"
+        for r in rows
+        if r.kind == EffectKind.VALUE and r.result is not None and f"a{r.ordinal}" not in approvals
+    ]
+    path.write_text("".join(lines))
+    return len(lines)
+
+
+def approval_ids(store: Path, key: str) -> frozenset[str]:
+    """The ids of the approvals the job of a scratch store requested."""
+    home = _open(store, key, writable=False)
+    try:
+        return frozenset(a.approval_id for a in home.catalog.approvals(JOB))
+    finally:
+        home.close()
+
+
+def store_of(settings: Settings, name: str) -> Path:
+    """The scratch store of sequence `name`."""
+    return SequenceDirs(settings.scratch / _dirname(name)).store
+
+
 def _dirname(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
@@ -583,3 +675,15 @@ def copy_sources(source: Path, target: Path, limit_files: int = 20000) -> None:
         return {n for n in names if n in SKIPPED_DIRS}
 
     shutil.copytree(source, target, symlinks=True, ignore=ignore)
+
+
+def links_out(copy: Path) -> list[str]:
+    """The symbolic links of the copied folder that lead out of it: the runs read and
+    write through them, in the user's own files."""
+    found = []
+    for folder, subdirs, names in os.walk(copy):
+        for name in subdirs + names:
+            path = Path(folder) / name
+            if path.is_symlink() and not path.resolve().is_relative_to(copy.resolve()):
+                found.append(str(path.relative_to(copy)))
+    return sorted(found)

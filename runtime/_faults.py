@@ -13,7 +13,16 @@ appends a line `NAME SEQ OFFSET` to FILE (before a kill there), OFFSET being std
 file position once it is flushed (-1 when stdout is no regular file). `snaprun
 crashtest` (runtime/_crashtest.py) learns from it where an uninterrupted run can be
 killed, which output a killed run had written when each snapshot was committed, and
-whether an effect's request went out before the kill. Unset, it costs one more lookup."""
+whether an effect's request went out before the kill. Unset, it costs one more lookup.
+
+SNAPSTATE_FAULT_VALUES=FILE makes the values of snapstate.now(), random() and uuid4()
+reproducible from one run to another: FILE holds lines `POSITION KIND HEX`, the sealed
+values another run of the same job recorded (POSITION: the ordinal, or "<task id>#<n>"
+in a spawned task; KIND: `snapstate.now`...), and a new value at a position FILE names
+for that kind is that one instead of a fresh one (the ledger checks its signature with
+the store's key, as for any recorded value). `snaprun crashtest` gives every run the
+values its uninterrupted run recorded, so a difference between two runs is one the
+ledger cannot explain. Unset, a recorded value costs one more lookup."""
 
 from __future__ import annotations
 
@@ -21,9 +30,12 @@ import os
 import signal
 import sys
 
-__all__ = ["fault_point", "TRACE_VARIABLE"]
+from .._errors import SnapstateError
+
+__all__ = ["fault_point", "recorded_value", "TRACE_VARIABLE", "VALUES_VARIABLE"]
 
 TRACE_VARIABLE = "SNAPSTATE_FAULT_TRACE"
+VALUES_VARIABLE = "SNAPSTATE_FAULT_VALUES"
 
 
 def _parse(spec: str | None) -> dict[str, str]:
@@ -76,3 +88,31 @@ def _trace(path: str, name: str, seq: int | str | None) -> None:
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+_VALUES: tuple[str | None, dict[str, tuple[str, bytes]]] = (None, {})  # the file read last
+
+
+def recorded_value(position: str, kind: str) -> bytes | None:
+    """The sealed value SNAPSTATE_FAULT_VALUES's file holds for the recorded value at
+    `position` when it is of `kind`; None when it holds none (or the variable is
+    unset): a fresh value is drawn."""
+    global _VALUES
+    path = os.environ.get(VALUES_VARIABLE)
+    if not path:
+        return None
+    if _VALUES[0] != path:
+        table = {}
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    where, name, sealed = line.split()
+                    table[where] = (name, bytes.fromhex(sealed))
+                except ValueError:
+                    raise SnapstateError(
+                        f"{VALUES_VARIABLE}={path}: line {number} is not `POSITION KIND HEX` "
+                        "(the file `snaprun crashtest` writes); unset the variable"
+                    ) from None
+        _VALUES = (path, table)
+    found = _VALUES[1].get(position)
+    return found[1] if found is not None and found[0] == kind else None

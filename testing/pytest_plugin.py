@@ -11,8 +11,9 @@ other pytest runs (no entry point).
 
 The fixture's function takes crashtest()'s arguments (snapstate.testing.crashtest): the
 agent file, its arguments, then setup=, max_kills=, budget=, timeout=, jobs=,
-approvals=, allow_parks=, python=, keep=, workdir=. Its scratch folders go under the
-test's temporary folder; progress goes to stderr (shown with `pytest -s`)."""
+approvals=, allow_parks=, record_http=, http_reads=, python=, keep=, workdir=. Its
+scratch folders go under the test's temporary folder; progress goes to stderr (shown
+with `pytest -s`)."""
 
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ from typing import Any
 import pytest
 
 from snapstate.runtime._crashtest import crashtest as _crashtest
-from snapstate.runtime._crashtest_report import CrashReport
+from snapstate.runtime._crashtest_report import CrashReport, printable
 
 __all__ = ["crashtest"]
 
 
 def _progress(text: str) -> None:
-    print(f"crashtest: {text}", file=sys.stderr)
+    print(f"crashtest: {printable(text)}", file=sys.stderr)
 
 
 @pytest.fixture

@@ -148,12 +148,19 @@ def test_an_effect_sent_again_after_a_kill_is_a_duplicate(tmp_path):
 def test_reading_the_clock_outside_now_is_nondeterministic_and_the_budget_is_kept():
     """clock_agent.py prints time.time(): the two uninterrupted runs differ, which is
     reported once, on the baseline, with the line that differs and the fix. With a
-    --budget spent by the uninterrupted runs no trial starts, and each kill point is
-    named as not tried."""
+    --budget spent by the uninterrupted run no trial starts, each kill point is named as
+    not tried, and that nothing was killed is a problem too (never "no problem found")."""
     run = crashtest("--json", "--budget", "0.001", "clock_agent.py")
     assert run.returncode == 1, run.stderr
     report = json.loads(run.stdout)
-    (problem,) = report["problems"]
+    problem, untested = report["problems"]
+    assert untested == {
+        "kind": "untested",
+        "point": "baseline",
+        "message": "the --budget of 0.001s ran out before the first trial: none of the 2 "
+        "kill point(s) was tried, so nothing was tested; give a larger --budget, or fewer "
+        "kill points (--max-kills, --point)",
+    }
     assert problem["kind"] == "nondeterministic" and problem["point"] == "baseline"
     assert problem["message"].startswith(
         "two uninterrupted runs printed different stdout (line 1 is 'started at "

@@ -4,10 +4,10 @@ report what differs from an uninterrupted run (runtime/_crashtest.py does the wo
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 import click
 
-from .._crashtest import crashtest as run_crashtest
 from ._common import say
 
 __all__ = ["crashtest"]
@@ -82,6 +82,20 @@ Exit codes:
     "what happened and the job resumed, as always).",
 )
 @click.option(
+    "--record-http",
+    is_flag=True,
+    help="Run the agent as `snaprun run --record-http`: every HTTP request it sends "
+    "(httpx, requests; the OpenAI and Anthropic SDKs) is recorded in its ledger.",
+)
+@click.option(
+    "--http-read",
+    "http_reads",
+    multiple=True,
+    metavar="HOST/PATH",
+    help="As `snaprun run --http-read` (implies --record-http): requests matching this "
+    "pattern change nothing. Repeatable.",
+)
+@click.option(
     "--workdir",
     type=click.Path(file_okay=False, exists=True),
     default=None,
@@ -101,6 +115,8 @@ def crashtest(
     jobs: int,
     approvals: str,
     allow_parks: bool,
+    record_http: bool,
+    http_reads: tuple[str, ...],
     workdir: str | None,
     python: str | None,
     keep: bool,
@@ -114,7 +130,14 @@ def crashtest(
     directory, effects sent twice, ambiguous effects that parked, refusals.
 
     Every run uses a scratch copy of AGENT's folder and a scratch store: nothing of
-    yours is touched. ARGS become the agent's sys.argv[1:]. Progress goes to stderr."""
+    yours is touched. ARGS become the agent's sys.argv[1:] (crashtest's own options go
+    before AGENT). Progress goes to stderr."""
+    # Imported here: every snaprun process (each of a crashtest's runs too) loads this
+    # module, and only `snaprun crashtest` needs the machinery.
+    from .._crashtest import crashtest as run_crashtest
+    from .._crashtest_report import printable
+
+    _warn_misplaced(args)
     try:
         report = run_crashtest(
             agent,
@@ -127,10 +150,12 @@ def crashtest(
             jobs=jobs,
             approvals=approvals,
             allow_parks=allow_parks,
+            record_http=record_http,
+            http_reads=http_reads,
             python=python,
             keep=keep,
             workdir=workdir,
-            progress=lambda text: say(f"crashtest: {text}"),
+            progress=lambda text: say(f"crashtest: {printable(text)}"),
         )
     except KeyboardInterrupt:
         say("crashtest: interrupted; the runs in progress were killed")
@@ -141,3 +166,29 @@ def crashtest(
         for line in report.lines():
             click.echo(line)
     sys.exit(0 if report.ok else 1)
+
+
+def _warn_misplaced(args: Sequence[str]) -> None:
+    """Everything after AGENT is the agent's (as with `snaprun run`): an argument spelled
+    like one of crashtest's own options was most likely meant for crashtest, so say so
+    (the agent may have an option of that name: it is passed on as written)."""
+    from .._crashtest_report import printable
+
+    ctx = click.get_current_context()
+    own = {
+        name
+        for param in ctx.command.get_params(ctx)
+        if isinstance(param, click.Option)
+        for name in param.opts
+    }
+    for arg in args:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if name in own:
+            say(
+                f"crashtest: warning: {printable(repr(arg))} comes after the agent file, so it "
+                f"is passed to the agent (its sys.argv), not to crashtest; crashtest's "
+                f"options go before AGENT.py (`snaprun crashtest {printable(name)} ... "
+                "AGENT.py`)"
+            )
