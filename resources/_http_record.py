@@ -35,6 +35,7 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import re
 import sys
 import urllib.parse
 import zlib
@@ -55,6 +56,8 @@ __all__ = [
     "usage_of",
     "IDEMPOTENCY_HEADERS",
 ]
+
+_BOUNDARY = re.compile(r"""boundary=("[^"]*"|[^;\s]+)""", re.IGNORECASE)
 
 # Request headers whose value is an idempotency key the provider honours (Stripe's and
 # most APIs' Idempotency-Key; the OpenAI and Anthropic SDKs send it when asked to).
@@ -126,6 +129,23 @@ class Exchange:
         self.method, self.url, self.body = method.upper(), url, body
         self.headers = [(k.lower(), v) for k, v in headers]
         self._send, self._asend = send, asend
+
+    @property
+    def matched_body(self) -> bytes | None:
+        """The body as it is matched: a multipart body's boundary (drawn at random by
+        httpx and requests for every request) replaced by a fixed one, so the same
+        upload re-executed matches its row."""
+        body = self.body
+        if not body:
+            return body
+        for name, value in self.headers:
+            if name == "content-type" and value.lower().startswith("multipart/"):
+                found = _BOUNDARY.search(value)
+                if found is not None:
+                    boundary = found.group(1).strip('"').encode("latin-1")
+                    if boundary:
+                        return body.replace(b"--" + boundary, b"--snapstate-boundary")
+        return body
 
     @property
     def idempotency_key(self) -> str | None:
@@ -269,14 +289,41 @@ def _parts(obj: object) -> Iterator[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------ httpx, httpx2
-def _scrubbed(exc: Exception) -> Exception:
-    """The transport's error as it is recorded: the same type and message, without the
-    request it holds (its headers carry the credentials)."""
+def url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries (its password, the values of its credential query
+    parameters), as written and decoded, longest first: what `redacted_url` replaces."""
+    parts = urllib.parse.urlsplit(url)
+    found: list[str] = []
+    userinfo = parts.netloc.rpartition("@")[0]
+    if ":" in userinfo:
+        found.append(userinfo.partition(":")[2])
+    for name, _, value in (item.partition("=") for item in parts.query.split("&") if item):
+        if value and is_sensitive_param(urllib.parse.unquote_plus(name)):
+            found.append(value)
+    found += [urllib.parse.unquote_plus(v) for v in found]
+    return sorted({v for v in found if v}, key=len, reverse=True)
+
+
+def _scrubbed(exc: Exception, url: str) -> Exception:
+    """The transport's error as it is recorded (and raised to the agent's code): the
+    same type and message, without the request it holds (its headers carry the
+    credentials), the URL's credentials in the message replaced by `***` (requests
+    names the URL, query included, in its connection errors)."""
+    message = str(exc)
+    for secret in url_secrets(url):
+        message = message.replace(secret, "***")
     try:
-        clean = type(exc)(str(exc))
+        clean = type(exc)(message)
     except Exception:
-        return exc
-    return clean if type(clean) is type(exc) else exc
+        clean = exc
+    if type(clean) is not type(exc):
+        clean = exc
+    if clean is exc and message != str(exc):
+        exc.args = (message,)
+    # recorded with the error: nothing chained to it (the original holds the request)
+    clean.__cause__ = clean.__context__ = None
+    clean.__suppress_context__ = True
+    return clean
 
 
 def _httpx_stream(lib: Any) -> type:
@@ -358,8 +405,10 @@ class _HttpxTransport:
                 finally:
                     response.stream.close()
             except Exception as exc:
-                raise _scrubbed(exc) from None
-            return _httpx_record(response, chunks)
+                failure = _scrubbed(exc, str(request.url))
+            else:
+                return _httpx_record(response, chunks)
+            raise failure  # outside the handler: not chained to the original error
 
         recorded = recorder.record(self._exchange(request, send=send))
         return self._response(recorded, request)
@@ -379,8 +428,10 @@ class _HttpxTransport:
                 finally:
                     await response.stream.aclose()
             except Exception as exc:
-                raise _scrubbed(exc) from None
-            return _httpx_record(response, chunks)
+                failure = _scrubbed(exc, str(request.url))
+            else:
+                return _httpx_record(response, chunks)
+            raise failure
 
         recorded = await recorder.arecord(self._exchange(request, asend=asend))
         return self._response(recorded, request)
@@ -417,19 +468,36 @@ class _RecordedRaw:
     """The recorded (decoded) body as urllib3's response would give it to requests:
     read(amt) in the sizes asked for, and the headers for the cookie jar."""
 
-    def __init__(self, body: bytes, headers: list[tuple[str, str]]) -> None:
+    def __init__(self, body: bytes, recorded: Recorded, headers: list[tuple[str, str]]) -> None:
         import http.client
+
+        from urllib3._collections import HTTPHeaderDict
 
         self._body, self._at = body, 0
         message = http.client.HTTPMessage()
         for name, value in headers:
             message[name] = value
         self._original_response = _Original(message)
+        self.headers = HTTPHeaderDict(headers)  # as urllib3's: duplicates kept
+        self.status, self.reason = recorded.status, recorded.reason
+        self.version = 11 if recorded.version == "HTTP/1.1" else 10
+        self.decode_content = True
 
     def read(self, amt: int | None = None, decode_content: bool = True) -> bytes:
         end = len(self._body) if amt is None else min(len(self._body), self._at + amt)
         chunk, self._at = self._body[self._at : end], end
         return chunk
+
+    def stream(self, amt: int | None = 65536, decode_content: bool = True) -> Iterator[bytes]:
+        while self._at < len(self._body):
+            yield self.read(amt)
+
+    def tell(self) -> int:
+        return self._at
+
+    @property
+    def data(self) -> bytes:
+        return self.read()
 
     def close(self) -> None:
         self._at = len(self._body)
@@ -456,7 +524,7 @@ def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
     response.status_code = recorded.status
     response.headers = CaseInsensitiveDict(HTTPHeaderDict(headers))
     response.encoding = get_encoding_from_headers(response.headers)
-    response.raw = _RecordedRaw(b"".join(recorded.chunks), headers)
+    response.raw = _RecordedRaw(b"".join(recorded.chunks), recorded, headers)
     response.reason = recorded.reason
     response.url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
     requests.cookies.extract_cookies_to_jar(  # type: ignore[no-untyped-call]
@@ -465,6 +533,49 @@ def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
     response.request = request
     response.connection = adapter
     return response
+
+
+def _requests_body(request: Any) -> bytes | None:
+    """The body of a prepared request as it is matched: bytes (a str encoded, none as
+    b""). A file is read and put back where it was; a generator or other iterable is
+    read and replaced by its bytes (sent as they are, still chunked): re-executed code
+    that uploads other content at a recorded position is a mismatch, never handed the
+    recorded answer. None (not matched) only for what can be read neither way."""
+    body = request.body
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    if hasattr(body, "read") and hasattr(body, "seek") and hasattr(body, "tell"):
+        try:
+            at = body.tell()
+            data = body.read()
+            body.seek(at)
+        except (OSError, ValueError):
+            return None
+        return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if hasattr(body, "read"):
+        return None  # a file that cannot be put back: sent as it is, not matched
+    parts = [p.encode("utf-8") if isinstance(p, str) else bytes(p) for p in body]
+    request.body = data = b"".join(parts)
+    return data
+
+
+def _requests_record(response: Any, chunks: list[bytes]) -> Recorded:
+    raw = response.raw.headers
+    headers = [(str(k), str(v)) for k, v in getattr(raw, "iteritems", raw.items)()]
+    # the body is kept decoded: its usage is read as if it had not been encoded
+    plain = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+    return Recorded(
+        response.status_code,
+        response.reason or "",
+        "HTTP/1.1",
+        headers,
+        chunks,
+        usage_of(plain, chunks),
+    )
 
 
 def _patch_requests() -> None:
@@ -478,11 +589,8 @@ def _patch_requests() -> None:
         recorder = _active(False)
         if recorder is None:
             return original(self, request, stream, *args, **kwargs)
-        body = request.body
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        elif body is not None and not isinstance(body, bytes):
-            body = None  # a file or generator: sent as it is, not matched
+        body = _requests_body(request)
+        url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
 
         def live(key: str | None) -> Recorded:
             if key is not None:
@@ -498,19 +606,11 @@ def _patch_requests() -> None:
                 finally:
                     response.close()
             except Exception as exc:
-                raise _scrubbed(exc) from None
-            raw = response.raw.headers
-            headers = [(str(k), str(v)) for k, v in getattr(raw, "iteritems", raw.items)()]
-            return Recorded(
-                response.status_code,
-                response.reason or "",
-                "HTTP/1.1",
-                headers,
-                chunks,
-                usage_of(headers, chunks),
-            )
+                failure = _scrubbed(exc, url)
+            else:
+                return _requests_record(response, chunks)
+            raise failure
 
-        url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
         exchange = Exchange(
             request.method or "GET",
             url,

@@ -89,6 +89,12 @@ MODEL_READS: Final = re.compile(
 """The paths of the OpenAI and Anthropic calls that change nothing (any host: the SDKs'
 base_url may point at a proxy, Azure, or a local server)."""
 
+_MODEL_HOSTS = re.compile(
+    r"(?:api\.openai\.com|api\.anthropic\.com|[^/]*\.openai\.azure\.com"
+    r"|[^/]*\.cognitiveservices\.azure\.com)"
+)
+_SDK_HEADERS = ("anthropic-version", "x-stainless-lang", "openai-organization")
+_MODEL_FIELD = re.compile(rb'"model"\s*:\s*"')
 _SHORT_SHA = re.compile(r"(sha256 [0-9a-f]{12})[0-9a-f]+")  # shown: the digest's start
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -103,13 +109,26 @@ class Recording:
         if exchange.method in _READ_METHODS:
             return True
         parts = urllib.parse.urlsplit(exchange.url)
-        if MODEL_READS.search(parts.path):
-            return True
         host = (parts.hostname or "").lower()
+        if MODEL_READS.search(parts.path) and _model_call(exchange, host, parts.path):
+            return True
         targets = [f"{host}{parts.path or '/'}"]
         if parts.port is not None:
             targets.append(f"{host}:{parts.port}{parts.path or '/'}")
         return any(fnmatch.fnmatchcase(t, p) for p in self.reads for t in targets)
+
+
+def _model_call(exchange: Exchange, host: str, path: str) -> bool:
+    """A request at a model call's path is one (a read) only when something else says
+    so: the OpenAI or Anthropic host, Azure's deployment path, a header the official
+    SDKs send (anthropic-version, X-Stainless-Lang), or a JSON body naming a "model".
+    Other APIs use the same paths for writes (a messaging API's POST /v1/messages sends
+    a message): sent again after a crash, it would be sent twice."""
+    if _MODEL_HOSTS.fullmatch(host) or "/openai/deployments/" in path:
+        return True
+    if any(name in _SDK_HEADERS for name, _ in exchange.headers):
+        return True
+    return bool(exchange.body) and _MODEL_FIELD.search(exchange.body) is not None
 
 
 def check_reads(reads: Iterable[str], where: str = "record_http(reads=...)") -> tuple[str, ...]:
@@ -240,7 +259,7 @@ def _describe(
     it is matched by, how `snaprun effects` shows it, the provider's key."""
     recording = job._recording
     assert recording is not None, "only a recording job's requests are described"
-    url, body = redacted_url(exchange.url), body_digest(exchange.body)
+    url, body = redacted_url(exchange.url), body_digest(exchange.matched_body)
     read = recording.is_read(exchange)
     key = None if read else exchange.idempotency_key
     spec: Spec[Recorded] = Spec(
@@ -253,6 +272,22 @@ def _describe(
     )
     shown = url + ", " + _SHORT_SHA.sub(r"\1", body)
     return spec, (url, body), shown, key
+
+
+def _serving_errors(
+    job: Job, spec: Spec[Recorded], args: tuple[str, str], shown: str, key: str | None
+) -> tuple[Spec[Recorded], tuple[str, str], str, str | None]:
+    """A transport error (connection reset, timeout) recorded at this position is the
+    answer the agent's code got, as a response is: re-executed code gets it raised
+    again, whatever the request's kind. Sent again instead (as a failed read or keyed
+    write otherwise is), the re-executed code would take another path than the first
+    run (no SDK retry), and every later request would meet the row of another. Only
+    when the error could not be stored does the row's own recovery apply."""
+    row = job.ledger.next_row(None)
+    if row is None or row.state != EffectState.FAILED or row.result is None:
+        return spec, args, shown, key
+    served: Spec[Recorded] = Spec(spec.fn, spec.name, None, None, EffectKind.WRITE, None)
+    return served, args, shown, None
 
 
 def _refused(job: Job, exc: SnapstateError) -> None:
@@ -335,7 +370,7 @@ class _Recorder:
     def record(self, exchange: Exchange) -> Recorded:
         job = _context.active_job()
         assert job is not None, "active() said so"
-        spec, args, shown, key = _describe(job, exchange)
+        spec, args, shown, key = _serving_errors(job, *_describe(job, exchange))
         sent: list[bool] = []
 
         def send(*described: object, idempotency_key: str | None = None) -> Recorded:
@@ -361,7 +396,7 @@ class _Recorder:
     async def arecord(self, exchange: Exchange) -> Recorded:
         job = _context.active_job()
         assert job is not None, "active() said so"
-        spec, args, shown, key = _describe(job, exchange)
+        spec, args, shown, key = _serving_errors(job, *_describe(job, exchange))
         sent: list[bool] = []
 
         async def send(*described: object, idempotency_key: str | None = None) -> Recorded:
