@@ -41,7 +41,9 @@ import os
 import pickle
 import re
 import sys
+import threading
 import urllib.parse
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import FrameType
@@ -61,7 +63,7 @@ from ..resources._http_record import Exchange, Recorded, body_digest, redacted_u
 from ..serializers import _inert
 from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _agent, _context
-from ._effect_spec import Refused, Spec
+from ._effect_spec import _POOL_SENDING, Refused, Spec
 from ._effects_async import EffectPoint, async_spec
 from ._ledger import Ledger, verify_sealed
 
@@ -167,6 +169,7 @@ def _turn_on(job: Job, reads: tuple[str, ...]) -> None:
     old = job._recording
     merged = tuple(dict.fromkeys((*(old.reads if old else ()), *reads)))
     job._recording = Recording(merged)
+    _JOB_THREADS[job] = threading.get_ident()  # turned on by the job's own code
     _lib.install()
 
 
@@ -347,6 +350,28 @@ def _answer(job: Job, value: object, shown: str) -> Recorded:
     raise AssertionError("not reached: the job stopped this run")
 
 
+_WARNED: weakref.WeakSet[Job] = weakref.WeakSet()  # jobs told about a thread's request
+_JOB_THREADS: weakref.WeakKeyDictionary[Job, int] = weakref.WeakKeyDictionary()
+
+
+def _unrecorded_thread(job: Job) -> None:
+    """A request sent by a thread the job did not start, while the job records: not
+    recorded (the ledger records the job's own tasks), so code re-executed after a
+    restore sends it again. Said once per job and run, on the job's stderr."""
+    if getattr(_POOL_SENDING, "ends", None) is not None:
+        return  # an @effect's call on the effect pool: the effect is recorded
+    if threading.get_ident() == _JOB_THREADS.get(job) or job in _WARNED:
+        return  # the job's own thread (its hub), or said already
+    _WARNED.add(job)
+    job.say(
+        f"warning: job {job.job_id}: record_http: a request was sent from thread "
+        f"{threading.current_thread().name!r}, which is none of the job's tasks: it is not "
+        "recorded, and code re-executed after a restore sends it again (a write twice). "
+        "Send requests from the job's own code or tasks started with snapstate.spawn(), "
+        "not from a thread pool (a framework's batch() may use one)"
+    )
+
+
 class _Recorder:
     """The runtime's side of the patches (resources/_http_record.py)."""
 
@@ -356,6 +381,7 @@ class _Recorder:
             return False
         glet = greenlet.getcurrent()
         if not job._is_task(glet):  # a thread, an effect's pool thread, the hub
+            _unrecorded_thread(job)
             return False
         runner = job._async
         if runner is not None and runner.effect_depth:  # an async effect's coroutine

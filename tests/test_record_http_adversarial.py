@@ -15,12 +15,14 @@ from pathlib import Path
 import pytest
 from helpers import AGENTS, snaprun
 from http_adversarial_stub import AdversarialStub
+from http_record_stub import RecordStub
 from store_bytes import chunk_contents, zstd_frames
 
 from snapstate.resources._http_record import Exchange, body_digest, redacted_url, url_secrets
 from snapstate.runtime._http_record import Recording
 
 AGENT = AGENTS / "record_http_adversarial_agent.py"
+RECORDING_AGENT = AGENTS / "record_http_agent.py"
 
 
 @pytest.fixture
@@ -242,3 +244,33 @@ def test_concurrent_async_tasks_each_get_their_own_answers(tmp_path, stub):
     assert [[a["id"] for a in task] for task in answers] == [["a", "a"], ["b", "b"]]
     assert [a["n"] for a in answers[0]][0] == 1 and [a["n"] for a in answers[1]] == [2, 3]
     assert stub.count("GET /slow") == 4
+
+
+def test_requests_from_a_thread_pool_are_named_as_not_recorded(tmp_path, stub):
+    """A thread pool's requests (the agent's own ThreadPoolExecutor, as a framework's
+    batch() uses) are none of the job's tasks: not recorded, which the run says once on
+    stderr, naming the thread and the consequence; the job's own request is recorded."""
+    run = _run(tmp_path, "threads", stub.url)
+    assert run.returncode == 0, run.stderr
+    warnings = [line for line in run.stderr.splitlines() if "record_http: a request" in line]
+    assert len(warnings) == 1 and "ThreadPoolExecutor" in warnings[0]
+    assert "sends it again" in warnings[0] and "snapstate.spawn()" in warnings[0]
+    assert stub.count("POST /v1/messages") == 3
+    assert [r["args"].split("/")[-1] for r in _effects(tmp_path)] == ["final, no body"]
+
+
+def test_a_job_s_own_requests_raise_no_thread_warning(tmp_path, stub):
+    """Requests sent by async tasks, by spawned tasks (sent on the effect pool) and by
+    an @effect's code there are the job's own: no warning."""
+    run = _run(tmp_path, "gather", stub.url)
+    assert run.returncode == 0, run.stderr
+    assert "warning" not in run.stderr and len(_effects(tmp_path)) == 4
+    other = RecordStub().start()
+    try:
+        steps = ("tasks", "effect")
+        args = ("run", "--store", tmp_path / "s2", "--record-http", "--job", "t", RECORDING_AGENT)
+        run = snaprun(*args, "httpx", other.url, *steps, cwd=tmp_path)
+    finally:
+        other.stop()
+    assert run.returncode == 0, run.stderr
+    assert "warning" not in run.stderr and other.count("GET /search") == 2

@@ -16,6 +16,7 @@ with what its resumed run prints for the same requests.
     gzip-requests    the same with requests
     redirect  httpx POST /redirect, follow_redirects: 303, then GET /final
     refused   requests GET to a closed port with ?api_key=<the key in ./secret.txt>
+    threads   three POST /v1/messages from a thread pool (not recorded), then GET /final
     gather    async: two tasks (asyncio.gather), each GET /slow twice; the answers
               arrive in another order than the requests were sent
 """
@@ -180,6 +181,21 @@ def _refused() -> None:
         say("refused:", type(exc).__name__)
 
 
+def _threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def send(to: str) -> str:
+        with httpx.Client(timeout=10) as client:
+            return client.post(URL + "/v1/messages", json={"to": to, "text": "hi"}).text
+
+    with ThreadPoolExecutor(2) as pool:
+        say("threads:", sorted(pool.map(send, ["+1", "+2", "+3"])))
+    with httpx.Client(timeout=10) as client:
+        say("final:", client.get(URL + "/final").text)
+
+
 async def _gather() -> None:
     import httpx
 
@@ -208,6 +224,7 @@ SYNC = {
     "gzip-requests": _gzip_requests,
     "redirect": _redirect,
     "refused": _refused,
+    "threads": _threads,
 }
 
 ASYNC = {"gather": _gather, "flaky-async": _flaky_async}
