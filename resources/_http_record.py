@@ -52,6 +52,8 @@ __all__ = [
     "set_recorder",
     "install",
     "redacted_url",
+    "path_secret_digest",
+    "url_secrets",
     "body_digest",
     "usage_of",
     "IDEMPOTENCY_HEADERS",
@@ -187,10 +189,51 @@ def _active(is_async: bool) -> Recorder | None:
 
 
 # ------------------------------------------------------------------------ matching
+# URLs whose path is the credential (webhooks, bot tokens): host, and the path whose
+# group "secret" is replaced by *** (and matched by its digest: path_secret_digest).
+_PATH_SECRETS = (
+    (r"hooks\.slack\.com", r"/(?:services|workflows|triggers)/(?P<secret>.+)"),
+    (
+        r"(?:ptb\.|canary\.)?discord(?:app)?\.com",
+        r"/api/(?:v\d+/)?webhooks/\d+/(?P<secret>[^/]+).*",
+    ),
+    (r"api\.telegram\.org", r"(?:/file)?/bot(?P<secret>[^/]+)(?:/.*)?"),
+    (r"hooks\.zapier\.com", r"/hooks/catch/(?P<secret>.+)"),
+    (r"[^/]*\.webhook\.office\.com", r"/webhookb2/(?P<secret>.+)"),
+)
+_PATH_SECRET_RULES = [(re.compile(h), re.compile(p)) for h, p in _PATH_SECRETS]
+
+
+def _path_secret(parts: urllib.parse.SplitResult) -> tuple[str, str] | None:
+    """(the path with its credential replaced by ***, the credential) of a webhook or
+    bot URL (Slack, Discord, Telegram, Zapier, Teams), None for any other URL."""
+    host = (parts.hostname or "").lower()
+    for host_rule, path_rule in _PATH_SECRET_RULES:
+        if host_rule.fullmatch(host):
+            found = path_rule.fullmatch(parts.path)
+            if found is not None and found.group("secret"):
+                start, end = found.span("secret")
+                return parts.path[:start] + "***" + parts.path[end:], found.group("secret")
+    return None
+
+
+def path_secret_digest(url: str) -> str | None:
+    """How a webhook's credential in its path is matched (it is not shown): its SHA-256,
+    so re-executed code posting to another webhook at a recorded position is a
+    mismatch. None for a URL without one."""
+    found = _path_secret(urllib.parse.urlsplit(url))
+    if found is None:
+        return None
+    return "path credential sha256 " + hashlib.sha256(found[1].encode()).hexdigest()
+
+
 def redacted_url(url: str) -> str:
-    """The URL as the ledger shows and matches it: a password in it and the values of
-    credential query parameters (key=, api_key=, sig=...) replaced by `***`."""
+    """The URL as the ledger shows and matches it: a password in it, the values of
+    credential query parameters (key=, api_key=, sig=...) and a webhook's or bot's
+    credential path (hooks.slack.com/services/***) replaced by `***`."""
     parts = urllib.parse.urlsplit(url)
+    found = _path_secret(parts)
+    path = parts.path if found is None else found[0]
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, _, host = netloc.rpartition("@")
@@ -202,7 +245,7 @@ def redacted_url(url: str) -> str:
         else name
         for name, eq, value in (item.partition("=") for item in parts.query.split("&") if item)
     )
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, path, query, ""))
 
 
 def body_digest(body: bytes | None) -> str:
@@ -291,7 +334,8 @@ def _parts(obj: object) -> Iterator[dict[str, Any]]:
 # ------------------------------------------------------------------------ httpx, httpx2
 def url_secrets(url: str) -> list[str]:
     """The credentials a URL carries (its password, the values of its credential query
-    parameters), as written and decoded, longest first: what `redacted_url` replaces."""
+    parameters, a webhook's path credential), as written and decoded, longest first:
+    what `redacted_url` replaces."""
     parts = urllib.parse.urlsplit(url)
     found: list[str] = []
     userinfo = parts.netloc.rpartition("@")[0]
@@ -300,6 +344,9 @@ def url_secrets(url: str) -> list[str]:
     for name, _, value in (item.partition("=") for item in parts.query.split("&") if item):
         if value and is_sensitive_param(urllib.parse.unquote_plus(name)):
             found.append(value)
+    in_path = _path_secret(parts)
+    if in_path is not None:
+        found.append(in_path[1])
     found += [urllib.parse.unquote_plus(v) for v in found]
     return sorted({v for v in found if v}, key=len, reverse=True)
 

@@ -59,7 +59,13 @@ from .._errors import (
     StoreFailure,
 )
 from ..resources import _http_record as _lib
-from ..resources._http_record import Exchange, Recorded, body_digest, redacted_url
+from ..resources._http_record import (
+    Exchange,
+    Recorded,
+    body_digest,
+    path_secret_digest,
+    redacted_url,
+)
 from ..serializers import _inert
 from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _agent, _context
@@ -257,12 +263,14 @@ def _call_site() -> str:
 
 def _describe(
     job: Job, exchange: Exchange
-) -> tuple[Spec[Recorded], tuple[str, str], str, str | None]:
+) -> tuple[Spec[Recorded], tuple[str, ...], str, str | None]:
     """The ledger's view of a request: its spec (name, kind, idempotency), the arguments
     it is matched by, how `snaprun effects` shows it, the provider's key."""
     recording = job._recording
     assert recording is not None, "only a recording job's requests are described"
     url, body = redacted_url(exchange.url), body_digest(exchange.matched_body)
+    in_path = path_secret_digest(exchange.url)  # matched, not shown
+    args = (url, body) if in_path is None else (url, body, in_path)
     read = recording.is_read(exchange)
     key = None if read else exchange.idempotency_key
     spec: Spec[Recorded] = Spec(
@@ -274,12 +282,12 @@ def _describe(
         None,
     )
     shown = url + ", " + _SHORT_SHA.sub(r"\1", body)
-    return spec, (url, body), shown, key
+    return spec, args, shown, key
 
 
 def _serving_errors(
-    job: Job, spec: Spec[Recorded], args: tuple[str, str], shown: str, key: str | None
-) -> tuple[Spec[Recorded], tuple[str, str], str, str | None]:
+    job: Job, spec: Spec[Recorded], args: tuple[str, ...], shown: str, key: str | None
+) -> tuple[Spec[Recorded], tuple[str, ...], str, str | None]:
     """A transport error (connection reset, timeout) recorded at this position is the
     answer the agent's code got, as a response is: re-executed code gets it raised
     again, whatever the request's kind. Sent again instead (as a failed read or keyed
@@ -446,7 +454,7 @@ class _HttpPoint(EffectPoint):
     any snapshot completes)."""
 
     def __init__(
-        self, spec: Spec[Recorded], args: tuple[str, str], site: str, shown: str, key: str | None
+        self, spec: Spec[Recorded], args: tuple[str, ...], site: str, shown: str, key: str | None
     ) -> None:
         super().__init__(spec, args, {}, None, site, None, None)
         self.shown, self.provider_key = shown, key

@@ -11,6 +11,7 @@ a thread of the test process. Every request is counted by "METHOD /path" and kep
     POST /redirect        303 to GET /final
     GET  /final           the count
     GET  /slow?id=X&ms=N  answers {"id", "n"} after N milliseconds
+    POST /services/...    "ok": a Slack webhook, reached with the stub as the proxy
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class AdversarialStub:
                     self._send(200, as_json, json.dumps({"flaky": n}).encode())
                 elif parts.path == "/v1/messages":
                     self._send(200, as_json, json.dumps({"message_id": f"m-{n}"}).encode())
+                elif parts.path.startswith("/services/"):  # a Slack webhook, by proxy
+                    self._send(200, [("Content-Type", "text/plain")], b"ok")
                 elif parts.path == "/upload":
                     self._send(200, as_json, json.dumps({"n": n, "size": len(raw)}).encode())
                 elif parts.path == "/gzip":

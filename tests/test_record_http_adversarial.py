@@ -274,3 +274,41 @@ def test_a_job_s_own_requests_raise_no_thread_warning(tmp_path, stub):
         other.stop()
     assert run.returncode == 0, run.stderr
     assert "warning" not in run.stderr and other.count("GET /search") == 2
+
+
+def test_a_webhook_url_is_a_credential(tmp_path, stub):
+    """A Slack webhook's URL is its credential: shown as /services/***, in no byte of the
+    store, and still matched. Crash window: after the webhook's post was answered,
+    before the next snapshot; resumed with another webhook configured, the re-executed
+    post is a mismatch (exit 1), not handed the other webhook's answer; with the same
+    one, it is served and sent once."""
+    token = "XyZ0webhook0token0Qw3rTy"
+    (tmp_path / "secret.txt").write_text(token)
+    killed = _run(tmp_path, "webhook", stub.url, fault="effect-after-confirm:2")
+    assert killed.returncode == -9, killed.stderr
+    assert stub.count("POST /services/T0001/B0001/" + token) == 1
+    [hook, final] = _effects(tmp_path)
+    assert hook["args"].startswith("http://hooks.slack.com/services/***, ")
+    assert not any(token.encode() in data for data in _store_bytes(tmp_path / "store"))
+    (tmp_path / "secret.txt").write_text("AnotherWebhookToken12345")
+    other = _resume(tmp_path)
+    assert other.returncode == 1, other.stderr
+    assert "DivergenceError" in other.stderr and "Traceback" not in other.stderr
+    (tmp_path / "secret.txt").write_text(token)
+    same = _resume(tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout.splitlines()[0] == "webhook: ok"
+    assert stub.count("POST /services/T0001/B0001/" + token) == 1
+    assert len(stub.requests) == 2  # the webhook's post and GET /final, once each
+
+
+def test_webhook_and_bot_urls_are_redacted():
+    assert redacted_url("https://discord.com/api/webhooks/123/abcDEF-tok?wait=true") == (
+        "https://discord.com/api/webhooks/123/***?wait=true"
+    )
+    assert redacted_url("https://api.telegram.org/bot123:AAH-tok/sendMessage") == (
+        "https://api.telegram.org/bot***/sendMessage"
+    )
+    assert (
+        redacted_url("https://example.com/services/T/B/x") == "https://example.com/services/T/B/x"
+    )

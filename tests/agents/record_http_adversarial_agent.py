@@ -16,6 +16,8 @@ with what its resumed run prints for the same requests.
     gzip-requests    the same with requests
     redirect  httpx POST /redirect, follow_redirects: 303, then GET /final
     refused   requests GET to a closed port with ?api_key=<the key in ./secret.txt>
+    webhook   httpx POST to a Slack webhook URL (its token read from ./secret.txt), the
+              stub as the proxy, then GET /final
     threads   three POST /v1/messages from a thread pool (not recorded), then GET /final
     gather    async: two tasks (asyncio.gather), each GET /slow twice; the answers
               arrive in another order than the requests were sent
@@ -181,6 +183,17 @@ def _refused() -> None:
         say("refused:", type(exc).__name__)
 
 
+def _webhook() -> None:
+    import httpx
+
+    with open("secret.txt") as f:  # the webhook's URL is its credential
+        token = f.read().strip()
+    with httpx.Client(timeout=10, proxy=URL) as client:  # the stub stands for Slack
+        hook = f"http://hooks.slack.com/services/T0001/B0001/{token}"
+        say("webhook:", client.post(hook, json={"text": "order placed"}).text)
+        say("final:", client.get(URL + "/final").text)
+
+
 def _threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -225,6 +238,7 @@ SYNC = {
     "redirect": _redirect,
     "refused": _refused,
     "threads": _threads,
+    "webhook": _webhook,
 }
 
 ASYNC = {"gather": _gather, "flaky-async": _flaky_async}
