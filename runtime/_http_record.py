@@ -136,7 +136,8 @@ def _model_call(exchange: Exchange, host: str, path: str) -> bool:
         return True
     if any(name in _SDK_HEADERS for name, _ in exchange.headers):
         return True
-    return bool(exchange.body) and _MODEL_FIELD.search(exchange.body) is not None
+    body = exchange.body
+    return body is not None and _MODEL_FIELD.search(body) is not None
 
 
 def check_reads(reads: Iterable[str], where: str = "record_http(reads=...)") -> tuple[str, ...]:

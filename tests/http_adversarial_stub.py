@@ -1,6 +1,8 @@
 """A counting HTTP server on 127.0.0.1 for tests/test_record_http_adversarial.py, run in
 a thread of the test process. Every request is counted by "METHOD /path" and kept.
 
+    POST /v1/chat/completions   500 the first time, 429 the second (retry-after-ms: 5), then
+                          an OpenAI chat completion "answer #N"
     GET  /flaky           the first request's connection is closed without an answer
                           (the client raises a transport error), later ones answer
     POST /v1/messages     a messaging API's "send a message" (a write: no model in it)
@@ -88,6 +90,28 @@ class AdversarialStub:
                     self._send(200, as_json, json.dumps({"flaky": n}).encode())
                 elif parts.path == "/v1/messages":
                     self._send(200, as_json, json.dumps({"message_id": f"m-{n}"}).encode())
+                elif parts.path == "/v1/chat/completions":  # 500, then 429, then answers
+                    if n <= 2:
+                        status = 500 if n == 1 else 429
+                        error = {"error": {"message": f"try again ({n})", "type": "server"}}
+                        retry = [("retry-after-ms", "5")]  # the SDK waits 5 ms
+                        self._send(status, as_json + retry, json.dumps(error).encode())
+                        return
+                    reply = {
+                        "id": f"chatcmpl-{n}",
+                        "object": "chat.completion",
+                        "created": 1700000000 + n,
+                        "model": "stub-model",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": f"answer #{n}"},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+                    }
+                    self._send(200, as_json, json.dumps(reply).encode())
                 elif parts.path.startswith("/services/"):  # a Slack webhook, by proxy
                     self._send(200, [("Content-Type", "text/plain")], b"ok")
                 elif parts.path == "/upload":

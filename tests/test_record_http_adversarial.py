@@ -312,3 +312,22 @@ def test_webhook_and_bot_urls_are_redacted():
     assert (
         redacted_url("https://example.com/services/T/B/x") == "https://example.com/services/T/B/x"
     )
+
+
+def test_the_sdk_s_own_retries_are_rows_served_in_order(tmp_path, stub):
+    """The openai SDK retries a 500 and a 429 itself: each attempt is a row (the error
+    answers recorded as they are). Crash window: after the second chat completion was
+    answered, before the next snapshot. Re-executed, the SDK meets the same 500 and
+    429, retries the same way, and gets the same answers; nothing is sent again."""
+    said, again = _killed_then_resumed(
+        tmp_path, "openai-retries", stub.url, "effect-after-confirm:4"
+    )
+    assert said == ["chat: answer #3"] and again == ["chat: answer #3", "chat: answer #4"]
+    assert stub.count("POST /v1/chat/completions") == 4
+    rows = _effects(tmp_path)
+    assert [(r["kind"], r["status"]) for r in rows] == [
+        ("read", 500),
+        ("read", 429),
+        ("read", 200),
+        ("read", 200),
+    ]

@@ -18,6 +18,7 @@ with what its resumed run prints for the same requests.
     refused   requests GET to a closed port with ?api_key=<the key in ./secret.txt>
     webhook   httpx POST to a Slack webhook URL (its token read from ./secret.txt), the
               stub as the proxy, then GET /final
+    openai-retries   the openai SDK (max_retries=3) asks twice: 500, 429, then answers
     threads   three POST /v1/messages from a thread pool (not recorded), then GET /final
     gather    async: two tasks (asyncio.gather), each GET /slow twice; the answers
               arrive in another order than the requests were sent
@@ -194,6 +195,17 @@ def _webhook() -> None:
         say("final:", client.get(URL + "/final").text)
 
 
+def _openai_retries() -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=URL + "/v1", api_key="sk-stub", max_retries=3)
+    for _ in range(2):
+        answer = client.chat.completions.create(
+            model="stub-model", messages=[{"role": "user", "content": "hello"}]
+        )
+        say("chat:", answer.choices[0].message.content)
+
+
 def _threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -238,6 +250,7 @@ SYNC = {
     "redirect": _redirect,
     "refused": _refused,
     "threads": _threads,
+    "openai-retries": _openai_retries,
     "webhook": _webhook,
 }
 
