@@ -40,7 +40,7 @@ import sys
 import urllib.parse
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .._abi import pinned
 from ._http import is_sensitive_param, seal_items
@@ -511,53 +511,49 @@ def _patch_httpx(lib: Any) -> None:
 
 
 # ------------------------------------------------------------------------ requests
-class _RecordedRaw:
-    """The recorded (decoded) body as urllib3's response would give it to requests:
-    read(amt) in the sizes asked for, and the headers for the cookie jar."""
-
-    def __init__(self, body: bytes, recorded: Recorded, headers: list[tuple[str, str]]) -> None:
-        import http.client
-
-        from urllib3._collections import HTTPHeaderDict
-
-        self._body, self._at = body, 0
-        message = http.client.HTTPMessage()
-        for name, value in headers:
-            message[name] = value
-        self._original_response = _Original(message)
-        self.headers = HTTPHeaderDict(headers)  # as urllib3's: duplicates kept
-        self.status, self.reason = recorded.status, recorded.reason
-        self.version = 11 if recorded.version == "HTTP/1.1" else 10
-        self.decode_content = True
-
-    def read(self, amt: int | None = None, decode_content: bool = True) -> bytes:
-        end = len(self._body) if amt is None else min(len(self._body), self._at + amt)
-        chunk, self._at = self._body[self._at : end], end
-        return chunk
-
-    def stream(self, amt: int | None = 65536, decode_content: bool = True) -> Iterator[bytes]:
-        while self._at < len(self._body):
-            yield self.read(amt)
-
-    def tell(self) -> int:
-        return self._at
-
-    @property
-    def data(self) -> bytes:
-        return self.read()
-
-    def close(self) -> None:
-        self._at = len(self._body)
-
-    def release_conn(self) -> None:
-        return None
-
-
 class _Original:
+    """Stands for http.client's response behind urllib3's: its headers message (what
+    requests' cookie jar reads); nothing to close."""
+
     __slots__ = ("msg",)
 
     def __init__(self, msg: object) -> None:
         self.msg = msg
+
+    def isclosed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        return None
+
+
+def _recorded_raw(recorded: Recorded, headers: list[tuple[str, str]], method: str) -> Any:
+    """The recorded body as urllib3's response gives it to requests: the body as it came
+    over the wire (still gzip-encoded if it was), decoded by urllib3 where requests
+    asks (iter_content, .content) and raw where the caller reads `raw` itself
+    (shutil.copyfileobj(r.raw, f)), as without record_http; the headers, duplicates
+    kept, and the message the cookie jar reads."""
+    import http.client
+    import io
+
+    from urllib3 import HTTPResponse
+    from urllib3._collections import HTTPHeaderDict
+
+    message = http.client.HTTPMessage()
+    for name, value in headers:
+        message[name] = value
+    return HTTPResponse(
+        body=io.BytesIO(b"".join(recorded.chunks)),
+        headers=HTTPHeaderDict(headers),
+        status=recorded.status,
+        version=10 if recorded.version == "HTTP/1.0" else 11,
+        reason=recorded.reason,
+        preload_content=False,
+        decode_content=False,  # as requests' adapter asks urllib3
+        original_response=cast(Any, _Original(message)),
+        enforce_content_length=False,  # the body recorded is the one received
+        request_method=method,
+    )
 
 
 def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
@@ -571,7 +567,7 @@ def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
     response.status_code = recorded.status
     response.headers = CaseInsensitiveDict(HTTPHeaderDict(headers))
     response.encoding = get_encoding_from_headers(response.headers)
-    response.raw = _RecordedRaw(b"".join(recorded.chunks), recorded, headers)
+    response.raw = _recorded_raw(recorded, headers, request.method or "GET")
     response.reason = recorded.reason
     response.url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
     requests.cookies.extract_cookies_to_jar(  # type: ignore[no-untyped-call]
@@ -613,15 +609,14 @@ def _requests_body(request: Any) -> bytes | None:
 def _requests_record(response: Any, chunks: list[bytes]) -> Recorded:
     raw = response.raw.headers
     headers = [(str(k), str(v)) for k, v in getattr(raw, "iteritems", raw.items)()]
-    # the body is kept decoded: its usage is read as if it had not been encoded
-    plain = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
+    version = getattr(response.raw, "version", 11)
     return Recorded(
         response.status_code,
         response.reason or "",
-        "HTTP/1.1",
+        "HTTP/1.0" if version == 10 else "HTTP/1.1",
         headers,
         chunks,
-        usage_of(plain, chunks),
+        usage_of(headers, chunks),
     )
 
 
@@ -647,8 +642,9 @@ def _patch_requests() -> None:
             try:
                 response = original(self, request, True, *args, **kwargs)
                 try:
+                    # as received (a gzip body still encoded): urllib3 decodes it again
                     chunks = [
-                        bytes(c) for c in response.raw.stream(65536, decode_content=True) if c
+                        bytes(c) for c in response.raw.stream(65536, decode_content=False) if c
                     ]
                 finally:
                     response.close()

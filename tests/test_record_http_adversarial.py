@@ -9,6 +9,7 @@ which prints one line per request as it gets the answer."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 from pathlib import Path
 
@@ -174,19 +175,23 @@ def test_gzip_bodies_duplicate_headers_head_and_204_are_served_byte_for_byte(
     tmp_path, stub, scenario
 ):
     """Crash window: after GET /gzip (a gzip body; two Set-Cookie headers among others
-    in an unusual order), HEAD /gzip and GET /empty (204) were answered, before the
-    next snapshot. The re-executed code gets the same decoded content, the same header
-    list in order with both cookies (Date included: served, not sent), the same cookie
-    jar, and HEAD's and 204's empty bodies; nothing is sent again."""
-    said, again = _killed_then_resumed(tmp_path, scenario, stub.url, "effect-after-confirm:3")
+    in an unusual order), HEAD /gzip, GET /empty (204) and GET /gzip read raw were
+    answered, before the next snapshot. The re-executed code gets the same decoded
+    content, the same header list in order with both cookies (Date included: served,
+    not sent), the same cookie jar, HEAD's and 204's empty bodies, and the raw read's
+    gzip bytes; nothing is sent again."""
+    said, again = _killed_then_resumed(tmp_path, scenario, stub.url, "effect-after-confirm:4")
     assert said[0].startswith("gzip: 200 ") and said[0].endswith(" 1")
     headers = json.loads(said[1].split(": ", 1)[1])
     cookies = [v for k, v in headers if k.lower() == "set-cookie"]
     assert cookies == ["a=apple-1; Path=/", "b=banana-1; Path=/"]
     assert said[2] == "cookies: [('a', 'apple-1'), ('b', 'banana-1')]"
-    assert said[3] == "head: 200 42 b''" and again[4] == "empty: 204 1 b''"
-    for name in ("GET /gzip", "HEAD /gzip", "GET /empty"):
-        assert stub.count(name) == 1, stub.counts
+    assert said[3] == "head: 200 42 b''" and said[4] == "empty: 204 1 b''"
+    # read raw, the body is the gzip stream sent (as without record_http), served too
+    second = json.dumps({"gz": 2, "pad": "x" * 200}).encode()  # the stub's second answer
+    assert again[5] == f"raw: True {hashlib.sha256(second).hexdigest()[:16]}"
+    assert stub.count("GET /gzip") == 2 and stub.count("HEAD /gzip") == 1
+    assert stub.count("GET /empty") == 1
 
 
 def test_a_redirect_is_one_row_per_exchange(tmp_path, stub):

@@ -12,7 +12,8 @@ with what its resumed run prints for the same requests.
     upload-requests  the same with requests
     file-requests    requests POST /upload of a file object, then of a generator (the
                      file's content from RHA_CONTENT), then GET /final
-    gzip      httpx GET /gzip (gzip body, two Set-Cookie), HEAD /gzip, GET /empty (204)
+    gzip      httpx GET /gzip (gzip body, two Set-Cookie), HEAD /gzip, GET /empty (204),
+              GET /gzip read raw (the encoded bytes)
     gzip-requests    the same with requests
     redirect  httpx POST /redirect, follow_redirects: 303, then GET /final
     refused   requests GET to a closed port with ?api_key=<the key in ./secret.txt>
@@ -25,6 +26,7 @@ with what its resumed run prints for the same requests.
 """
 
 import asyncio
+import gzip
 import hashlib
 import json
 import os
@@ -148,6 +150,9 @@ def _gzip_httpx() -> None:
         say("head:", head.status_code, head.headers.get("content-length"), head.content)
         empty = client.get(URL + "/empty")
         say("empty:", empty.status_code, empty.headers["x-n"], empty.content)
+        with client.stream("GET", URL + "/gzip") as response:  # the bytes as sent
+            raw = b"".join(response.iter_raw())
+        say("raw:", raw[:2] == b"\x1f\x8b", digest(gzip.decompress(raw)))
 
 
 def _gzip_requests() -> None:
@@ -162,6 +167,9 @@ def _gzip_requests() -> None:
         say("head:", head.status_code, head.headers.get("content-length"), head.content)
         empty = session.get(URL + "/empty", timeout=10)
         say("empty:", empty.status_code, empty.headers["x-n"], empty.content)
+        with session.get(URL + "/gzip", stream=True, timeout=10) as response:
+            raw = response.raw.read()  # the bytes as sent (shutil.copyfileobj(r.raw, f))
+        say("raw:", raw[:2] == b"\x1f\x8b", digest(gzip.decompress(raw)))
 
 
 def _redirect() -> None:
