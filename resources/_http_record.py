@@ -8,8 +8,8 @@ in the job's ledger and answers with a `Recorded` response, either the one it ju
 received or the one recorded before a restore. The agent's code gets a response built
 from that record in both cases, so a re-executed request sees the same bytes the first
 run saw: status, headers, and the body as the chunks the transport delivered (httpx:
-the raw chunks, decoded again by the client as the first time; requests: the decoded
-body, read in the sizes the caller asks for).
+the raw chunks, decoded again by the client as the first time; requests: the body as
+received, behind a urllib3 response that decodes it where requests asks).
 
 What is patched: httpx's and httpx2's `Client._transport_for_url` and
 `AsyncClient._transport_for_url` (the transport a client picks for a request is
@@ -20,7 +20,8 @@ start, or inside an explicit @effect (the effect already is the unit), the reque
 goes out exactly as before.
 
 What is stored: never the request (its digest and its method and URL, credentials
-redacted, are the ledger row's arguments); the response's status, reason, HTTP version,
+redacted, are the ledger row's arguments; a multipart body is matched without its
+random boundary; a transport error without the request and the URL's credentials); the response's status, reason, HTTP version,
 headers (credential values such as Set-Cookie sealed with the store's key, as in every
 adapter: resources/_http.py) and body chunks, plus a usage summary (model, input and
 output tokens) when the body is an OpenAI or Anthropic answer (`usage_of`).

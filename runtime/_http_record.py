@@ -22,10 +22,12 @@ header (Idempotency-Key), in which case it is sent again with the key of the fir
 attempt (kept in the row's external_id).
 
 Not recorded: requests inside an explicit @effect (its function or lookup: the effect
-is the unit), requests from threads the job did not start, and everything outside a
-job or in a job that does not record (the patches ask `_Recorder.active` and step
-aside). A 429 is recorded as the answer it is (the SDK's own retry then sends a new
-request, which is the next row).
+is the unit), requests from threads the job did not start (said once on stderr), and
+everything outside a job or in a job that does not record (the patches ask
+`_Recorder.active` and step aside). A 429 is recorded as the answer it is (the SDK's own
+retry then sends a new request, which is the next row), and so is a transport error:
+a failed row is raised again to re-executed code, never sent again (_serving_errors).
+The model-call paths are reads only with a sign of a model call (_model_call).
 
 The setting is kept with the job: `snaprun run --record-http` (and the Python API's
 `record_http=`) store it in the job's entry point (EntryPoint.record_http), which
