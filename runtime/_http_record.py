@@ -37,6 +37,7 @@ on from there and is kept in the frozen state of every later snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import json
 import os
@@ -371,16 +372,44 @@ def _unrecorded_thread(job: Job) -> None:
     restore sends it again. Said once per job and run, on the job's stderr."""
     if getattr(_POOL_SENDING, "ends", None) is not None:
         return  # an @effect's call on the effect pool: the effect is recorded
-    if threading.get_ident() == _JOB_THREADS.get(job) or job in _WARNED:
-        return  # the job's own thread (its hub), or said already
+    if threading.get_ident() == _JOB_THREADS.get(job):
+        return  # the job's own thread (its hub)
+    _unrecorded(
+        job,
+        f"thread {threading.current_thread().name!r}, which is none of the job's tasks",
+        "not from a thread pool (a framework's batch() may use one)",
+    )
+
+
+def _unrecorded(job: Job, where: str, fix: str) -> None:
+    if job in _WARNED:
+        return  # said already
     _WARNED.add(job)
     job.say(
-        f"warning: job {job.job_id}: record_http: a request was sent from thread "
-        f"{threading.current_thread().name!r}, which is none of the job's tasks: it is not "
-        "recorded, and code re-executed after a restore sends it again (a write twice). "
-        "Send requests from the job's own code or tasks started with snapstate.spawn(), "
-        "not from a thread pool (a framework's batch() may use one)"
+        f"warning: job {job.job_id}: record_http: a request was sent from {where}: it is "
+        "not recorded, and code re-executed after a restore sends it again (a write "
+        "twice). Send requests from the job's own code or tasks started with "
+        f"snapstate.spawn(), {fix}"
     )
+
+
+def _foreign_loop(job: Job) -> bool:
+    """An async client's request awaited in an event loop the job does not own
+    (asyncio.run() inside a sync job, a library's own loop): its await could be neither
+    frozen nor recorded. Sent as without record_http, and said once."""
+    runner = job._async
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if runner is not None and loop is runner.loop:
+        return False
+    _unrecorded(
+        job,
+        "an event loop the job does not own (asyncio.run() called inside the job?)",
+        "or make main() an async def and await the requests in the job's own coroutines",
+    )
+    return True
 
 
 class _Recorder:
@@ -393,6 +422,8 @@ class _Recorder:
         glet = greenlet.getcurrent()
         if not job._is_task(glet):  # a thread, an effect's pool thread, the hub
             _unrecorded_thread(job)
+            return False
+        if is_async and _foreign_loop(job):
             return False
         runner = job._async
         if runner is not None and runner.effect_depth:  # an async effect's coroutine

@@ -264,6 +264,22 @@ def test_requests_from_a_thread_pool_are_named_as_not_recorded(tmp_path, stub):
     assert [r["args"].split("/")[-1] for r in _effects(tmp_path)] == ["final, no body"]
 
 
+def test_an_event_loop_the_job_does_not_own_sends_as_before_and_says_so(tmp_path, stub):
+    """A sync main() awaiting httpx.AsyncClient requests in asyncio.run() (the job owns
+    no such loop: its awaits can be neither frozen nor recorded): the requests go out as
+    without record_http, and the run says once that they are not recorded (they used
+    to stop the job with an EffectOutsideJob traceback)."""
+    run = _run(tmp_path, "asyncio-run", stub.url)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        'asyncio.run: {"final": 1}',
+        'asyncio.run: {"final": 2}',
+    ]
+    warnings = [line for line in run.stderr.splitlines() if "record_http: a request" in line]
+    assert len(warnings) == 1 and "an event loop the job does not own" in warnings[0]
+    assert "Traceback" not in run.stderr and _effects(tmp_path) == []
+
+
 def test_a_job_s_own_requests_raise_no_thread_warning(tmp_path, stub):
     """Requests sent by async tasks, by spawned tasks (sent on the effect pool) and by
     an @effect's code there are the job's own: no warning."""

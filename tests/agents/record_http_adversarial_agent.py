@@ -20,6 +20,7 @@ with what its resumed run prints for the same requests.
     webhook   httpx POST to a Slack webhook URL (its token read from ./secret.txt), the
               stub as the proxy, then GET /final
     openai-retries   the openai SDK (max_retries=3) asks twice: 500, 429, then answers
+    asyncio-run      a sync main() running httpx.AsyncClient requests in asyncio.run()
     threads   three POST /v1/messages from a thread pool (not recorded), then GET /final
     gather    async: two tasks (asyncio.gather), each GET /slow twice; the answers
               arrive in another order than the requests were sent
@@ -214,6 +215,17 @@ def _openai_retries() -> None:
         say("chat:", answer.choices[0].message.content)
 
 
+def _asyncio_run() -> None:
+    import httpx
+
+    async def fetch() -> str:
+        async with httpx.AsyncClient(timeout=10) as client:
+            return (await client.get(URL + "/final")).text
+
+    say("asyncio.run:", asyncio.run(fetch()))
+    say("asyncio.run:", asyncio.run(fetch()))
+
+
 def _threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -258,6 +270,7 @@ SYNC = {
     "redirect": _redirect,
     "refused": _refused,
     "threads": _threads,
+    "asyncio-run": _asyncio_run,
     "openai-retries": _openai_retries,
     "webhook": _webhook,
 }
