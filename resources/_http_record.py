@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import Any, Protocol, cast
 
 from .._abi import pinned
-from ._http import is_sensitive_param, seal_items
+from ._http import is_sensitive_param, seal_items, sealed
 
 __all__ = [
     "Exchange",
@@ -57,6 +57,7 @@ __all__ = [
     "url_secrets",
     "body_digest",
     "usage_of",
+    "holds_credential",
     "IDEMPOTENCY_HEADERS",
 ]
 
@@ -88,7 +89,11 @@ class Recorded:
         self.headers, self.chunks, self.usage = headers, chunks, usage
 
     def __reduce__(self) -> tuple[Callable[..., Recorded], tuple[Any, ...]]:
-        # Credential headers (Set-Cookie...) sealed, or saved as environment references
+        # Credential headers (Set-Cookie...) sealed, or saved as environment references;
+        # the chunks of a body holding a credential (an OAuth token) sealed
+        chunks: list[Any] = self.chunks
+        if holds_credential(self.headers, self.chunks):
+            chunks = [sealed(chunk, from_env=False) for chunk in self.chunks]
         return (
             _recorded,
             (
@@ -96,7 +101,7 @@ class Recorded:
                 self.reason,
                 self.version,
                 seal_items(self.headers),
-                self.chunks,
+                chunks,
                 self.usage,
             ),
         )
@@ -262,10 +267,9 @@ def body_digest(body: bytes | None) -> str:
 _NUMBER = (int, float)
 
 
-def usage_of(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> dict[str, Any] | None:
-    """model, input_tokens and output_tokens of an OpenAI- or Anthropic-shaped answer
-    (a JSON body, or a server-sent event stream: the last usage seen, Anthropic's
-    message_start and message_delta merged), or None for any other body."""
+def _decoded(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> tuple[str, bytes | None]:
+    """(the content type, the body decoded): None for a body whose content encoding is
+    not one zlib reads (br, zstd) or that fails to decode."""
     kind, encoding = "", ""
     for name, value in headers:
         name = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
@@ -279,8 +283,37 @@ def usage_of(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> dict[st
         if encoding in ("gzip", "x-gzip", "deflate"):
             body = zlib.decompress(body, 47 if encoding != "deflate" else 15)
         elif encoding not in ("", "identity"):
-            return None
+            return kind, None
     except zlib.error:
+        return kind, None
+    return kind, body
+
+
+_STRING_FIELD = re.compile(rb'"([A-Za-z0-9_.\-]{1,64})"\s*:\s*"')
+
+
+def holds_credential(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> bool:
+    """A JSON body with a string field named as a credential (access_token,
+    refresh_token, client_secret, api_key, password...: an OAuth token endpoint's
+    answer), or a JSON body encoded in a way not read here: its chunks are sealed with
+    the store's key, never stored in clear."""
+    kind, body = _decoded(headers, chunks)
+    if "json" not in kind or not chunks:
+        return False
+    if body is None:
+        return True
+    return any(
+        is_sensitive_param(found.group(1).decode("latin-1"))
+        for found in _STRING_FIELD.finditer(body)
+    )
+
+
+def usage_of(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> dict[str, Any] | None:
+    """model, input_tokens and output_tokens of an OpenAI- or Anthropic-shaped answer
+    (a JSON body, or a server-sent event stream: the last usage seen, Anthropic's
+    message_start and message_delta merged), or None for any other body."""
+    kind, body = _decoded(headers, chunks)
+    if body is None:
         return None
     objects: list[object] = []
     try:

@@ -14,6 +14,7 @@ a thread of the test process. Every request is counted by "METHOD /path" and kep
     GET  /final           the count
     GET  /slow?id=X&ms=N  answers {"id", "n"} after N milliseconds
     POST /services/...    "ok": a Slack webhook, reached with the stub as the proxy
+    POST /oauth/token[?encoding=gzip]   {"access_token": "ya29.t0ken-N-zQx", ...}
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class AdversarialStub:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.requests: list[dict] = []
+        self.sent: list[bytes] = []  # the bodies of /oauth/token, as sent
         self.lock = threading.Lock()
         stub = self
 
@@ -112,6 +114,16 @@ class AdversarialStub:
                         "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
                     }
                     self._send(200, as_json, json.dumps(reply).encode())
+                elif parts.path == "/oauth/token":  # an OAuth token endpoint
+                    token = {"access_token": f"ya29.t0ken-{n}-zQx", "token_type": "Bearer"}
+                    body = json.dumps({**token, "expires_in": 3599}).encode()
+                    headers = list(as_json)
+                    if "gzip" in parse_qs(parts.query).get("encoding", []):
+                        body = gzip.compress(body)
+                        headers.append(("Content-Encoding", "gzip"))
+                    with stub.lock:
+                        stub.sent.append(body)
+                    self._send(200, headers, body)
                 elif parts.path.startswith("/services/"):  # a Slack webhook, by proxy
                     self._send(200, [("Content-Type", "text/plain")], b"ok")
                 elif parts.path == "/upload":

@@ -228,6 +228,22 @@ def test_a_failing_request_stores_no_credential_of_its_url(tmp_path, encrypted):
     assert not any(b"5ecret42" in data for data in _store_bytes(tmp_path / "store"))
 
 
+def test_a_token_endpoint_s_answer_is_sealed(tmp_path, stub):
+    """An OAuth token endpoint's answer (access_token in a JSON body; plain from httpx,
+    gzip-encoded to requests) is a credential: its body is sealed in the ledger, in no
+    byte of the store (neither the token nor the gzip stream sent), and still served.
+    Crash window: after both were answered, before the next snapshot."""
+    said, again = _killed_then_resumed(tmp_path, "token", stub.url, "effect-after-confirm:3")
+    token = hashlib.sha256(b"ya29.t0ken-1-zQx").hexdigest()[:16]
+    assert said[0] == f"httpx: {token}" and said[1].startswith("requests: ")
+    assert stub.count("POST /oauth/token") == 2 and stub.count("GET /final") == 1
+    store = _store_bytes(tmp_path / "store")
+    for needle in (b"t0ken-1-zQx", b"t0ken-2-zQx", stub.sent[1]):
+        assert not any(needle in data for data in store), needle
+    assert b'{"final": 1}' in b"".join(store)  # positive control: other bodies in clear
+    assert [r["status"] for r in _effects(tmp_path)] == [200, 200, 200]  # read inertly
+
+
 def test_url_secrets_are_what_redaction_hides():
     url = "https://user:pa%24s@h/p?api_key=sk%2Fabc&q=pumps&sig=xyz"
     assert set(url_secrets(url)) == {"sk%2Fabc", "pa%24s", "sk/abc", "pa$s", "xyz"}

@@ -21,6 +21,7 @@ with what its resumed run prints for the same requests.
               stub as the proxy, then GET /final
     openai-retries   the openai SDK (max_retries=3) asks twice: 500, 429, then answers
     asyncio-run      a sync main() running httpx.AsyncClient requests in asyncio.run()
+    token     an OAuth token fetched with httpx (JSON) and requests (gzip JSON)
     threads   three POST /v1/messages from a thread pool (not recorded), then GET /final
     gather    async: two tasks (asyncio.gather), each GET /slow twice; the answers
               arrive in another order than the requests were sent
@@ -226,6 +227,20 @@ def _asyncio_run() -> None:
     say("asyncio.run:", asyncio.run(fetch()))
 
 
+def _token() -> None:
+    import httpx
+    import requests
+
+    grant = {"grant_type": "client_credentials", "client_id": "agent"}
+    with httpx.Client(timeout=10) as client:
+        token = client.post(URL + "/oauth/token", data=grant).json()["access_token"]
+        say("httpx:", digest(token.encode()))
+    with requests.Session() as session:
+        answer = session.post(URL + "/oauth/token?encoding=gzip", data=grant, timeout=10)
+        say("requests:", digest(answer.json()["access_token"].encode()))
+        say("final:", session.get(URL + "/final", timeout=10).text)
+
+
 def _threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
@@ -270,6 +285,7 @@ SYNC = {
     "redirect": _redirect,
     "refused": _refused,
     "threads": _threads,
+    "token": _token,
     "asyncio-run": _asyncio_run,
     "openai-retries": _openai_retries,
     "webhook": _webhook,
