@@ -100,11 +100,29 @@ class Recorded:
                 self.status,
                 self.reason,
                 self.version,
-                seal_items(self.headers),
+                _sealed_headers(self.headers),
                 chunks,
                 self.usage,
             ),
         )
+
+
+_URL_HEADERS = frozenset({"location", "content-location", "refresh", "link"})
+
+
+def _sealed_headers(headers: list[tuple[Any, Any]]) -> list[tuple[Any, object]]:
+    """The headers as stored: credential headers sealed (seal_items), and a URL header
+    (Location...) sealed when the URL carries a credential (a presigned URL's
+    X-Amz-Signature=, a token in the query, a webhook's path)."""
+    items = seal_items(headers)
+    for i, (name, value) in enumerate(items):
+        if not isinstance(value, (str, bytes)):
+            continue  # sealed already
+        lowered = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if lowered in _URL_HEADERS and url_secrets(text.strip().strip("<>")):
+            items[i] = (name, sealed(value, from_env=False))
+    return items
 
 
 @pinned("http_recorded")

@@ -12,6 +12,7 @@ a thread of the test process. Every request is counted by "METHOD /path" and kep
     GET  /empty           204 No Content
     POST /redirect        303 to GET /final
     GET  /final           the count
+    GET  /presign         302 to /final?X-Amz-Signature=... (a presigned URL)
     GET  /slow?id=X&ms=N  answers {"id", "n"} after N milliseconds
     POST /services/...    "ok": a Slack webhook, reached with the stub as the proxy
     POST /oauth/token[?encoding=gzip]   {"access_token": "ya29.t0ken-N-zQx", ...}
@@ -143,6 +144,9 @@ class AdversarialStub:
                     self._send(204, [("X-N", str(n))], b"")
                 elif parts.path == "/redirect":
                     self._send(303, [("Location", "/final")], b"")
+                elif parts.path == "/presign":  # a redirect to a presigned URL
+                    where = "/final?X-Amz-Signature=5ig0presigned0f00&X-Amz-Expires=60"
+                    self._send(302, [("Location", where)], b"")
                 elif parts.path == "/final":
                     self._send(200, as_json, json.dumps({"final": n}).encode())
                 elif parts.path == "/slow":

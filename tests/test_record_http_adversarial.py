@@ -244,6 +244,20 @@ def test_a_token_endpoint_s_answer_is_sealed(tmp_path, stub):
     assert [r["status"] for r in _effects(tmp_path)] == [200, 200, 200]  # read inertly
 
 
+def test_a_redirect_to_a_presigned_url_stores_no_signature(tmp_path, stub):
+    """A 302 whose Location is a presigned URL (X-Amz-Signature=): the signature is in
+    no byte of the store (the Location header sealed, the followed request's URL
+    redacted), and the redirect is served again. Crash window: after the followed
+    request was answered, before the next snapshot."""
+    killed = _run(tmp_path, "presigned", stub.url, fault="effect-after-confirm:2")
+    assert killed.returncode == -9, killed.stderr
+    resumed = _resume(tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == 'presigned: [302] {"final": 1}\n'
+    assert stub.count("GET /presign") == 1 and stub.count("GET /final") == 1
+    assert not any(b"5ig0presigned0f00" in data for data in _store_bytes(tmp_path / "store"))
+
+
 def test_url_secrets_are_what_redaction_hides():
     url = "https://user:pa%24s@h/p?api_key=sk%2Fabc&q=pumps&sig=xyz"
     assert set(url_secrets(url)) == {"sk%2Fabc", "pa%24s", "sk/abc", "pa$s", "xyz"}

@@ -16,6 +16,7 @@ with what its resumed run prints for the same requests.
               GET /gzip read raw (the encoded bytes)
     gzip-requests    the same with requests
     redirect  httpx POST /redirect, follow_redirects: 303, then GET /final
+    presigned httpx GET /presign, redirected to a presigned URL (X-Amz-Signature=)
     refused   requests GET to a closed port with ?api_key=<the key in ./secret.txt>
     webhook   httpx POST to a Slack webhook URL (its token read from ./secret.txt), the
               stub as the proxy, then GET /final
@@ -183,6 +184,14 @@ def _redirect() -> None:
         say("final:", client.get(URL + "/final").text)
 
 
+def _presigned() -> None:
+    import httpx
+
+    with httpx.Client(timeout=10, follow_redirects=True) as client:
+        response = client.get(URL + "/presign")
+        say("presigned:", [r.status_code for r in response.history], response.text)
+
+
 def _refused() -> None:
     import requests
 
@@ -284,6 +293,7 @@ SYNC = {
     "gzip-requests": _gzip_requests,
     "redirect": _redirect,
     "refused": _refused,
+    "presigned": _presigned,
     "threads": _threads,
     "token": _token,
     "asyncio-run": _asyncio_run,
