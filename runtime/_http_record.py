@@ -43,6 +43,7 @@ import json
 import os
 import pickle
 import re
+import sqlite3
 import sys
 import threading
 import urllib.parse
@@ -385,12 +386,16 @@ def _unrecorded(job: Job, where: str, fix: str) -> None:
     if job in _WARNED:
         return  # said already
     _WARNED.add(job)
-    job.say(
-        f"warning: job {job.job_id}: record_http: a request was sent from {where}: it is "
-        "not recorded, and code re-executed after a restore sends it again (a write "
-        "twice). Send requests from the job's own code or tasks started with "
-        f"snapstate.spawn(), {fix}"
+    message = (
+        f"record_http: a request was sent from {where}: it is not recorded, and code "
+        "re-executed after a restore sends it again (a write twice). Send requests from "
+        f"the job's own code or tasks started with snapstate.spawn(), {fix}"
     )
+    job.say(f"warning: job {job.job_id}: {message}")
+    try:  # in the timeline too (`snaprun log`; the Python API prints nothing)
+        job.home.catalog.log_event(job.job_id, "http-not-recorded", message)
+    except (SnapstateError, OSError, sqlite3.Error):
+        pass  # a note only; a failing store is found by the job's next write
 
 
 def _foreign_loop(job: Job) -> bool:

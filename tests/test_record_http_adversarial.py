@@ -292,6 +292,10 @@ def test_requests_from_a_thread_pool_are_named_as_not_recorded(tmp_path, stub):
     assert "sends it again" in warnings[0] and "snapstate.spawn()" in warnings[0]
     assert stub.count("POST /v1/messages") == 3
     assert [r["args"].split("/")[-1] for r in _effects(tmp_path)] == ["final, no body"]
+    log = snaprun("log", "--store", tmp_path / "store", "--json", "j", cwd=tmp_path)
+    assert log.returncode == 0, log.stderr
+    noted = [e for e in json.loads(log.stdout) if e["kind"] == "http-not-recorded"]
+    assert len(noted) == 1 and "ThreadPoolExecutor" in noted[0]["detail"]
 
 
 def test_an_event_loop_the_job_does_not_own_sends_as_before_and_says_so(tmp_path, stub):
