@@ -8,8 +8,8 @@ in the job's ledger and answers with a `Recorded` response, either the one it ju
 received or the one recorded before a restore. The agent's code gets a response built
 from that record in both cases, so a re-executed request sees the same bytes the first
 run saw: status, headers, and the body as the chunks the transport delivered (httpx:
-the raw chunks, decoded again by the client as the first time; requests: the decoded
-body, read in the sizes the caller asks for).
+the raw chunks, decoded again by the client as the first time; requests: the body as
+received, behind a urllib3 response that decodes it where requests asks).
 
 What is patched: httpx's and httpx2's `Client._transport_for_url` and
 `AsyncClient._transport_for_url` (the transport a client picks for a request is
@@ -20,7 +20,8 @@ start, or inside an explicit @effect (the effect already is the unit), the reque
 goes out exactly as before.
 
 What is stored: never the request (its digest and its method and URL, credentials
-redacted, are the ledger row's arguments); the response's status, reason, HTTP version,
+redacted, are the ledger row's arguments; a multipart body is matched without its
+random boundary; a transport error without the request and the URL's credentials); the response's status, reason, HTTP version,
 headers (credential values such as Set-Cookie sealed with the store's key, as in every
 adapter: resources/_http.py) and body chunks, plus a usage summary (model, input and
 output tokens) when the body is an OpenAI or Anthropic answer (`usage_of`).
@@ -35,14 +36,15 @@ import hashlib
 import importlib
 import importlib.util
 import json
+import re
 import sys
 import urllib.parse
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .._abi import pinned
-from ._http import is_sensitive_param, seal_items
+from ._http import is_sensitive_param, seal_items, sealed
 
 __all__ = [
     "Exchange",
@@ -51,10 +53,15 @@ __all__ = [
     "set_recorder",
     "install",
     "redacted_url",
+    "path_secret_digest",
+    "url_secrets",
     "body_digest",
     "usage_of",
+    "holds_credential",
     "IDEMPOTENCY_HEADERS",
 ]
+
+_BOUNDARY = re.compile(r"""boundary=("[^"]*"|[^;\s]+)""", re.IGNORECASE)
 
 # Request headers whose value is an idempotency key the provider honours (Stripe's and
 # most APIs' Idempotency-Key; the OpenAI and Anthropic SDKs send it when asked to).
@@ -82,18 +89,40 @@ class Recorded:
         self.headers, self.chunks, self.usage = headers, chunks, usage
 
     def __reduce__(self) -> tuple[Callable[..., Recorded], tuple[Any, ...]]:
-        # Credential headers (Set-Cookie...) sealed, or saved as environment references
+        # Credential headers (Set-Cookie...) sealed, or saved as environment references;
+        # the chunks of a body holding a credential (an OAuth token) sealed
+        chunks: list[Any] = self.chunks
+        if holds_credential(self.headers, self.chunks):
+            chunks = [sealed(chunk, from_env=False) for chunk in self.chunks]
         return (
             _recorded,
             (
                 self.status,
                 self.reason,
                 self.version,
-                seal_items(self.headers),
-                self.chunks,
+                _sealed_headers(self.headers),
+                chunks,
                 self.usage,
             ),
         )
+
+
+_URL_HEADERS = frozenset({"location", "content-location", "refresh", "link"})
+
+
+def _sealed_headers(headers: list[tuple[Any, Any]]) -> list[tuple[Any, object]]:
+    """The headers as stored: credential headers sealed (seal_items), and a URL header
+    (Location...) sealed when the URL carries a credential (a presigned URL's
+    X-Amz-Signature=, a token in the query, a webhook's path)."""
+    items = seal_items(headers)
+    for i, (name, value) in enumerate(items):
+        if not isinstance(value, (str, bytes)):
+            continue  # sealed already
+        lowered = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if lowered in _URL_HEADERS and url_secrets(text.strip().strip("<>")):
+            items[i] = (name, sealed(value, from_env=False))
+    return items
 
 
 @pinned("http_recorded")
@@ -126,6 +155,23 @@ class Exchange:
         self.method, self.url, self.body = method.upper(), url, body
         self.headers = [(k.lower(), v) for k, v in headers]
         self._send, self._asend = send, asend
+
+    @property
+    def matched_body(self) -> bytes | None:
+        """The body as it is matched: a multipart body's boundary (drawn at random by
+        httpx and requests for every request) replaced by a fixed one, so the same
+        upload re-executed matches its row."""
+        body = self.body
+        if not body:
+            return body
+        for name, value in self.headers:
+            if name == "content-type" and value.lower().startswith("multipart/"):
+                found = _BOUNDARY.search(value)
+                if found is not None:
+                    boundary = found.group(1).strip('"').encode("latin-1")
+                    if boundary:
+                        return body.replace(b"--" + boundary, b"--snapstate-boundary")
+        return body
 
     @property
     def idempotency_key(self) -> str | None:
@@ -167,10 +213,51 @@ def _active(is_async: bool) -> Recorder | None:
 
 
 # ------------------------------------------------------------------------ matching
+# URLs whose path is the credential (webhooks, bot tokens): host, and the path whose
+# group "secret" is replaced by *** (and matched by its digest: path_secret_digest).
+_PATH_SECRETS = (
+    (r"hooks\.slack\.com", r"/(?:services|workflows|triggers)/(?P<secret>.+)"),
+    (
+        r"(?:ptb\.|canary\.)?discord(?:app)?\.com",
+        r"/api/(?:v\d+/)?webhooks/\d+/(?P<secret>[^/]+).*",
+    ),
+    (r"api\.telegram\.org", r"(?:/file)?/bot(?P<secret>[^/]+)(?:/.*)?"),
+    (r"hooks\.zapier\.com", r"/hooks/catch/(?P<secret>.+)"),
+    (r"[^/]*\.webhook\.office\.com", r"/webhookb2/(?P<secret>.+)"),
+)
+_PATH_SECRET_RULES = [(re.compile(h), re.compile(p)) for h, p in _PATH_SECRETS]
+
+
+def _path_secret(parts: urllib.parse.SplitResult) -> tuple[str, str] | None:
+    """(the path with its credential replaced by ***, the credential) of a webhook or
+    bot URL (Slack, Discord, Telegram, Zapier, Teams), None for any other URL."""
+    host = (parts.hostname or "").lower()
+    for host_rule, path_rule in _PATH_SECRET_RULES:
+        if host_rule.fullmatch(host):
+            found = path_rule.fullmatch(parts.path)
+            if found is not None and found.group("secret"):
+                start, end = found.span("secret")
+                return parts.path[:start] + "***" + parts.path[end:], found.group("secret")
+    return None
+
+
+def path_secret_digest(url: str) -> str | None:
+    """How a webhook's credential in its path is matched (it is not shown): its SHA-256,
+    so re-executed code posting to another webhook at a recorded position is a
+    mismatch. None for a URL without one."""
+    found = _path_secret(urllib.parse.urlsplit(url))
+    if found is None:
+        return None
+    return "path credential sha256 " + hashlib.sha256(found[1].encode()).hexdigest()
+
+
 def redacted_url(url: str) -> str:
-    """The URL as the ledger shows and matches it: a password in it and the values of
-    credential query parameters (key=, api_key=, sig=...) replaced by `***`."""
+    """The URL as the ledger shows and matches it: a password in it, the values of
+    credential query parameters (key=, api_key=, sig=...) and a webhook's or bot's
+    credential path (hooks.slack.com/services/***) replaced by `***`."""
     parts = urllib.parse.urlsplit(url)
+    found = _path_secret(parts)
+    path = parts.path if found is None else found[0]
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, _, host = netloc.rpartition("@")
@@ -182,7 +269,7 @@ def redacted_url(url: str) -> str:
         else name
         for name, eq, value in (item.partition("=") for item in parts.query.split("&") if item)
     )
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    return urllib.parse.urlunsplit((parts.scheme, netloc, path, query, ""))
 
 
 def body_digest(body: bytes | None) -> str:
@@ -198,10 +285,9 @@ def body_digest(body: bytes | None) -> str:
 _NUMBER = (int, float)
 
 
-def usage_of(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> dict[str, Any] | None:
-    """model, input_tokens and output_tokens of an OpenAI- or Anthropic-shaped answer
-    (a JSON body, or a server-sent event stream: the last usage seen, Anthropic's
-    message_start and message_delta merged), or None for any other body."""
+def _decoded(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> tuple[str, bytes | None]:
+    """(the content type, the body decoded): None for a body whose content encoding is
+    not one zlib reads (br, zstd) or that fails to decode."""
     kind, encoding = "", ""
     for name, value in headers:
         name = (name.decode("latin-1") if isinstance(name, bytes) else str(name)).lower()
@@ -215,8 +301,37 @@ def usage_of(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> dict[st
         if encoding in ("gzip", "x-gzip", "deflate"):
             body = zlib.decompress(body, 47 if encoding != "deflate" else 15)
         elif encoding not in ("", "identity"):
-            return None
+            return kind, None
     except zlib.error:
+        return kind, None
+    return kind, body
+
+
+_STRING_FIELD = re.compile(rb'"([A-Za-z0-9_.\-]{1,64})"\s*:\s*"')
+
+
+def holds_credential(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> bool:
+    """A JSON body with a string field named as a credential (access_token,
+    refresh_token, client_secret, api_key, password...: an OAuth token endpoint's
+    answer), or a JSON body encoded in a way not read here: its chunks are sealed with
+    the store's key, never stored in clear."""
+    kind, body = _decoded(headers, chunks)
+    if "json" not in kind or not chunks:
+        return False
+    if body is None:
+        return True
+    return any(
+        is_sensitive_param(found.group(1).decode("latin-1"))
+        for found in _STRING_FIELD.finditer(body)
+    )
+
+
+def usage_of(headers: Iterable[tuple[Any, Any]], chunks: list[bytes]) -> dict[str, Any] | None:
+    """model, input_tokens and output_tokens of an OpenAI- or Anthropic-shaped answer
+    (a JSON body, or a server-sent event stream: the last usage seen, Anthropic's
+    message_start and message_delta merged), or None for any other body."""
+    kind, body = _decoded(headers, chunks)
+    if body is None:
         return None
     objects: list[object] = []
     try:
@@ -269,14 +384,45 @@ def _parts(obj: object) -> Iterator[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------ httpx, httpx2
-def _scrubbed(exc: Exception) -> Exception:
-    """The transport's error as it is recorded: the same type and message, without the
-    request it holds (its headers carry the credentials)."""
+def url_secrets(url: str) -> list[str]:
+    """The credentials a URL carries (its password, the values of its credential query
+    parameters, a webhook's path credential), as written and decoded, longest first:
+    what `redacted_url` replaces."""
+    parts = urllib.parse.urlsplit(url)
+    found: list[str] = []
+    userinfo = parts.netloc.rpartition("@")[0]
+    if ":" in userinfo:
+        found.append(userinfo.partition(":")[2])
+    for name, _, value in (item.partition("=") for item in parts.query.split("&") if item):
+        if value and is_sensitive_param(urllib.parse.unquote_plus(name)):
+            found.append(value)
+    in_path = _path_secret(parts)
+    if in_path is not None:
+        found.append(in_path[1])
+    found += [urllib.parse.unquote_plus(v) for v in found]
+    return sorted({v for v in found if v}, key=len, reverse=True)
+
+
+def _scrubbed(exc: Exception, url: str) -> Exception:
+    """The transport's error as it is recorded (and raised to the agent's code): the
+    same type and message, without the request it holds (its headers carry the
+    credentials), the URL's credentials in the message replaced by `***` (requests
+    names the URL, query included, in its connection errors)."""
+    message = str(exc)
+    for secret in url_secrets(url):
+        message = message.replace(secret, "***")
     try:
-        clean = type(exc)(str(exc))
+        clean = type(exc)(message)
     except Exception:
-        return exc
-    return clean if type(clean) is type(exc) else exc
+        clean = exc
+    if type(clean) is not type(exc):
+        clean = exc
+    if clean is exc and message != str(exc):
+        exc.args = (message,)
+    # recorded with the error: nothing chained to it (the original holds the request)
+    clean.__cause__ = clean.__context__ = None
+    clean.__suppress_context__ = True
+    return clean
 
 
 def _httpx_stream(lib: Any) -> type:
@@ -358,8 +504,10 @@ class _HttpxTransport:
                 finally:
                     response.stream.close()
             except Exception as exc:
-                raise _scrubbed(exc) from None
-            return _httpx_record(response, chunks)
+                failure = _scrubbed(exc, str(request.url))
+            else:
+                return _httpx_record(response, chunks)
+            raise failure  # outside the handler: not chained to the original error
 
         recorded = recorder.record(self._exchange(request, send=send))
         return self._response(recorded, request)
@@ -379,8 +527,10 @@ class _HttpxTransport:
                 finally:
                     await response.stream.aclose()
             except Exception as exc:
-                raise _scrubbed(exc) from None
-            return _httpx_record(response, chunks)
+                failure = _scrubbed(exc, str(request.url))
+            else:
+                return _httpx_record(response, chunks)
+            raise failure
 
         recorded = await recorder.arecord(self._exchange(request, asend=asend))
         return self._response(recorded, request)
@@ -413,36 +563,49 @@ def _patch_httpx(lib: Any) -> None:
 
 
 # ------------------------------------------------------------------------ requests
-class _RecordedRaw:
-    """The recorded (decoded) body as urllib3's response would give it to requests:
-    read(amt) in the sizes asked for, and the headers for the cookie jar."""
-
-    def __init__(self, body: bytes, headers: list[tuple[str, str]]) -> None:
-        import http.client
-
-        self._body, self._at = body, 0
-        message = http.client.HTTPMessage()
-        for name, value in headers:
-            message[name] = value
-        self._original_response = _Original(message)
-
-    def read(self, amt: int | None = None, decode_content: bool = True) -> bytes:
-        end = len(self._body) if amt is None else min(len(self._body), self._at + amt)
-        chunk, self._at = self._body[self._at : end], end
-        return chunk
-
-    def close(self) -> None:
-        self._at = len(self._body)
-
-    def release_conn(self) -> None:
-        return None
-
-
 class _Original:
+    """Stands for http.client's response behind urllib3's: its headers message (what
+    requests' cookie jar reads); nothing to close."""
+
     __slots__ = ("msg",)
 
     def __init__(self, msg: object) -> None:
         self.msg = msg
+
+    def isclosed(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        return None
+
+
+def _recorded_raw(recorded: Recorded, headers: list[tuple[str, str]], method: str) -> Any:
+    """The recorded body as urllib3's response gives it to requests: the body as it came
+    over the wire (still gzip-encoded if it was), decoded by urllib3 where requests
+    asks (iter_content, .content) and raw where the caller reads `raw` itself
+    (shutil.copyfileobj(r.raw, f)), as without record_http; the headers, duplicates
+    kept, and the message the cookie jar reads."""
+    import http.client
+    import io
+
+    from urllib3 import HTTPResponse
+    from urllib3._collections import HTTPHeaderDict
+
+    message = http.client.HTTPMessage()
+    for name, value in headers:
+        message[name] = value
+    return HTTPResponse(
+        body=io.BytesIO(b"".join(recorded.chunks)),
+        headers=HTTPHeaderDict(headers),
+        status=recorded.status,
+        version=10 if recorded.version == "HTTP/1.0" else 11,
+        reason=recorded.reason,
+        preload_content=False,
+        decode_content=False,  # as requests' adapter asks urllib3
+        original_response=cast(Any, _Original(message)),
+        enforce_content_length=False,  # the body recorded is the one received
+        request_method=method,
+    )
 
 
 def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
@@ -456,7 +619,7 @@ def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
     response.status_code = recorded.status
     response.headers = CaseInsensitiveDict(HTTPHeaderDict(headers))
     response.encoding = get_encoding_from_headers(response.headers)
-    response.raw = _RecordedRaw(b"".join(recorded.chunks), headers)
+    response.raw = _recorded_raw(recorded, headers, request.method or "GET")
     response.reason = recorded.reason
     response.url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
     requests.cookies.extract_cookies_to_jar(  # type: ignore[no-untyped-call]
@@ -465,6 +628,48 @@ def _requests_response(adapter: Any, request: Any, recorded: Recorded) -> Any:
     response.request = request
     response.connection = adapter
     return response
+
+
+def _requests_body(request: Any) -> bytes | None:
+    """The body of a prepared request as it is matched: bytes (a str encoded, none as
+    b""). A file is read and put back where it was; a generator or other iterable is
+    read and replaced by its bytes (sent as they are, still chunked): re-executed code
+    that uploads other content at a recorded position is a mismatch, never handed the
+    recorded answer. None (not matched) only for what can be read neither way."""
+    body = request.body
+    if body is None:
+        return b""
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return bytes(body)
+    if hasattr(body, "read") and hasattr(body, "seek") and hasattr(body, "tell"):
+        try:
+            at = body.tell()
+            data = body.read()
+            body.seek(at)
+        except (OSError, ValueError):
+            return None
+        return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if hasattr(body, "read"):
+        return None  # a file that cannot be put back: sent as it is, not matched
+    parts = [p.encode("utf-8") if isinstance(p, str) else bytes(p) for p in body]
+    request.body = data = b"".join(parts)
+    return data
+
+
+def _requests_record(response: Any, chunks: list[bytes]) -> Recorded:
+    raw = response.raw.headers
+    headers = [(str(k), str(v)) for k, v in getattr(raw, "iteritems", raw.items)()]
+    version = getattr(response.raw, "version", 11)
+    return Recorded(
+        response.status_code,
+        response.reason or "",
+        "HTTP/1.0" if version == 10 else "HTTP/1.1",
+        headers,
+        chunks,
+        usage_of(headers, chunks),
+    )
 
 
 def _patch_requests() -> None:
@@ -478,11 +683,8 @@ def _patch_requests() -> None:
         recorder = _active(False)
         if recorder is None:
             return original(self, request, stream, *args, **kwargs)
-        body = request.body
-        if isinstance(body, str):
-            body = body.encode("utf-8")
-        elif body is not None and not isinstance(body, bytes):
-            body = None  # a file or generator: sent as it is, not matched
+        body = _requests_body(request)
+        url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
 
         def live(key: str | None) -> Recorded:
             if key is not None:
@@ -492,25 +694,18 @@ def _patch_requests() -> None:
             try:
                 response = original(self, request, True, *args, **kwargs)
                 try:
+                    # as received (a gzip body still encoded): urllib3 decodes it again
                     chunks = [
-                        bytes(c) for c in response.raw.stream(65536, decode_content=True) if c
+                        bytes(c) for c in response.raw.stream(65536, decode_content=False) if c
                     ]
                 finally:
                     response.close()
             except Exception as exc:
-                raise _scrubbed(exc) from None
-            raw = response.raw.headers
-            headers = [(str(k), str(v)) for k, v in getattr(raw, "iteritems", raw.items)()]
-            return Recorded(
-                response.status_code,
-                response.reason or "",
-                "HTTP/1.1",
-                headers,
-                chunks,
-                usage_of(headers, chunks),
-            )
+                failure = _scrubbed(exc, url)
+            else:
+                return _requests_record(response, chunks)
+            raise failure
 
-        url = request.url.decode("utf-8") if isinstance(request.url, bytes) else request.url
         exchange = Exchange(
             request.method or "GET",
             url,

@@ -22,10 +22,12 @@ header (Idempotency-Key), in which case it is sent again with the key of the fir
 attempt (kept in the row's external_id).
 
 Not recorded: requests inside an explicit @effect (its function or lookup: the effect
-is the unit), requests from threads the job did not start, and everything outside a
-job or in a job that does not record (the patches ask `_Recorder.active` and step
-aside). A 429 is recorded as the answer it is (the SDK's own retry then sends a new
-request, which is the next row).
+is the unit), requests from threads the job did not start (said once on stderr), and
+everything outside a job or in a job that does not record (the patches ask
+`_Recorder.active` and step aside). A 429 is recorded as the answer it is (the SDK's own
+retry then sends a new request, which is the next row), and so is a transport error:
+a failed row is raised again to re-executed code, never sent again (_serving_errors).
+The model-call paths are reads only with a sign of a model call (_model_call).
 
 The setting is kept with the job: `snaprun run --record-http` (and the Python API's
 `record_http=`) store it in the job's entry point (EntryPoint.record_http), which
@@ -35,13 +37,17 @@ on from there and is kept in the frozen state of every later snapshot.
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import json
 import os
 import pickle
 import re
+import sqlite3
 import sys
+import threading
 import urllib.parse
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import FrameType
@@ -57,11 +63,17 @@ from .._errors import (
     StoreFailure,
 )
 from ..resources import _http_record as _lib
-from ..resources._http_record import Exchange, Recorded, body_digest, redacted_url
+from ..resources._http_record import (
+    Exchange,
+    Recorded,
+    body_digest,
+    path_secret_digest,
+    redacted_url,
+)
 from ..serializers import _inert
 from ..serializers._store import EffectKind, EffectRow, EffectState
 from . import _agent, _context
-from ._effect_spec import Refused, Spec
+from ._effect_spec import _POOL_SENDING, Refused, Spec
 from ._effects_async import EffectPoint, async_spec
 from ._ledger import Ledger, verify_sealed
 
@@ -89,6 +101,12 @@ MODEL_READS: Final = re.compile(
 """The paths of the OpenAI and Anthropic calls that change nothing (any host: the SDKs'
 base_url may point at a proxy, Azure, or a local server)."""
 
+_MODEL_HOSTS = re.compile(
+    r"(?:api\.openai\.com|api\.anthropic\.com|[^/]*\.openai\.azure\.com"
+    r"|[^/]*\.cognitiveservices\.azure\.com)"
+)
+_SDK_HEADERS = ("anthropic-version", "x-stainless-lang", "openai-organization")
+_MODEL_FIELD = re.compile(rb'"model"\s*:\s*"')
 _SHORT_SHA = re.compile(r"(sha256 [0-9a-f]{12})[0-9a-f]+")  # shown: the digest's start
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -103,13 +121,27 @@ class Recording:
         if exchange.method in _READ_METHODS:
             return True
         parts = urllib.parse.urlsplit(exchange.url)
-        if MODEL_READS.search(parts.path):
-            return True
         host = (parts.hostname or "").lower()
+        if MODEL_READS.search(parts.path) and _model_call(exchange, host, parts.path):
+            return True
         targets = [f"{host}{parts.path or '/'}"]
         if parts.port is not None:
             targets.append(f"{host}:{parts.port}{parts.path or '/'}")
         return any(fnmatch.fnmatchcase(t, p) for p in self.reads for t in targets)
+
+
+def _model_call(exchange: Exchange, host: str, path: str) -> bool:
+    """A request at a model call's path is one (a read) only when something else says
+    so: the OpenAI or Anthropic host, Azure's deployment path, a header the official
+    SDKs send (anthropic-version, X-Stainless-Lang), or a JSON body naming a "model".
+    Other APIs use the same paths for writes (a messaging API's POST /v1/messages sends
+    a message): sent again after a crash, it would be sent twice."""
+    if _MODEL_HOSTS.fullmatch(host) or "/openai/deployments/" in path:
+        return True
+    if any(name in _SDK_HEADERS for name, _ in exchange.headers):
+        return True
+    body = exchange.body
+    return body is not None and _MODEL_FIELD.search(body) is not None
 
 
 def check_reads(reads: Iterable[str], where: str = "record_http(reads=...)") -> tuple[str, ...]:
@@ -148,6 +180,7 @@ def _turn_on(job: Job, reads: tuple[str, ...]) -> None:
     old = job._recording
     merged = tuple(dict.fromkeys((*(old.reads if old else ()), *reads)))
     job._recording = Recording(merged)
+    _JOB_THREADS[job] = threading.get_ident()  # turned on by the job's own code
     _lib.install()
 
 
@@ -235,12 +268,14 @@ def _call_site() -> str:
 
 def _describe(
     job: Job, exchange: Exchange
-) -> tuple[Spec[Recorded], tuple[str, str], str, str | None]:
+) -> tuple[Spec[Recorded], tuple[str, ...], str, str | None]:
     """The ledger's view of a request: its spec (name, kind, idempotency), the arguments
     it is matched by, how `snaprun effects` shows it, the provider's key."""
     recording = job._recording
     assert recording is not None, "only a recording job's requests are described"
-    url, body = redacted_url(exchange.url), body_digest(exchange.body)
+    url, body = redacted_url(exchange.url), body_digest(exchange.matched_body)
+    in_path = path_secret_digest(exchange.url)  # matched, not shown
+    args = (url, body) if in_path is None else (url, body, in_path)
     read = recording.is_read(exchange)
     key = None if read else exchange.idempotency_key
     spec: Spec[Recorded] = Spec(
@@ -252,7 +287,23 @@ def _describe(
         None,
     )
     shown = url + ", " + _SHORT_SHA.sub(r"\1", body)
-    return spec, (url, body), shown, key
+    return spec, args, shown, key
+
+
+def _serving_errors(
+    job: Job, spec: Spec[Recorded], args: tuple[str, ...], shown: str, key: str | None
+) -> tuple[Spec[Recorded], tuple[str, ...], str, str | None]:
+    """A transport error (connection reset, timeout) recorded at this position is the
+    answer the agent's code got, as a response is: re-executed code gets it raised
+    again, whatever the request's kind. Sent again instead (as a failed read or keyed
+    write otherwise is), the re-executed code would take another path than the first
+    run (no SDK retry), and every later request would meet the row of another. Only
+    when the error could not be stored does the row's own recovery apply."""
+    row = job.ledger.next_row(None)
+    if row is None or row.state != EffectState.FAILED or row.result is None:
+        return spec, args, shown, key
+    served: Spec[Recorded] = Spec(spec.fn, spec.name, None, None, EffectKind.WRITE, None)
+    return served, args, shown, None
 
 
 def _refused(job: Job, exc: SnapstateError) -> None:
@@ -312,6 +363,60 @@ def _answer(job: Job, value: object, shown: str) -> Recorded:
     raise AssertionError("not reached: the job stopped this run")
 
 
+_WARNED: weakref.WeakSet[Job] = weakref.WeakSet()  # jobs told about a thread's request
+_JOB_THREADS: weakref.WeakKeyDictionary[Job, int] = weakref.WeakKeyDictionary()
+
+
+def _unrecorded_thread(job: Job) -> None:
+    """A request sent by a thread the job did not start, while the job records: not
+    recorded (the ledger records the job's own tasks), so code re-executed after a
+    restore sends it again. Said once per job and run, on the job's stderr."""
+    if getattr(_POOL_SENDING, "ends", None) is not None:
+        return  # an @effect's call on the effect pool: the effect is recorded
+    if threading.get_ident() == _JOB_THREADS.get(job):
+        return  # the job's own thread (its hub)
+    _unrecorded(
+        job,
+        f"thread {threading.current_thread().name!r}, which is none of the job's tasks",
+        "not from a thread pool (a framework's batch() may use one)",
+    )
+
+
+def _unrecorded(job: Job, where: str, fix: str) -> None:
+    if job in _WARNED:
+        return  # said already
+    _WARNED.add(job)
+    message = (
+        f"record_http: a request was sent from {where}: it is not recorded, and code "
+        "re-executed after a restore sends it again (a write twice). Send requests from "
+        f"the job's own code or tasks started with snapstate.spawn(), {fix}"
+    )
+    job.say(f"warning: job {job.job_id}: {message}")
+    try:  # in the timeline too (`snaprun log`; the Python API prints nothing)
+        job.home.catalog.log_event(job.job_id, "http-not-recorded", message)
+    except (SnapstateError, OSError, sqlite3.Error):
+        pass  # a note only; a failing store is found by the job's next write
+
+
+def _foreign_loop(job: Job) -> bool:
+    """An async client's request awaited in an event loop the job does not own
+    (asyncio.run() inside a sync job, a library's own loop): its await could be neither
+    frozen nor recorded. Sent as without record_http, and said once."""
+    runner = job._async
+    try:
+        loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if runner is not None and loop is runner.loop:
+        return False
+    _unrecorded(
+        job,
+        "an event loop the job does not own (asyncio.run() called inside the job?)",
+        "or make main() an async def and await the requests in the job's own coroutines",
+    )
+    return True
+
+
 class _Recorder:
     """The runtime's side of the patches (resources/_http_record.py)."""
 
@@ -321,6 +426,9 @@ class _Recorder:
             return False
         glet = greenlet.getcurrent()
         if not job._is_task(glet):  # a thread, an effect's pool thread, the hub
+            _unrecorded_thread(job)
+            return False
+        if is_async and _foreign_loop(job):
             return False
         runner = job._async
         if runner is not None and runner.effect_depth:  # an async effect's coroutine
@@ -335,7 +443,7 @@ class _Recorder:
     def record(self, exchange: Exchange) -> Recorded:
         job = _context.active_job()
         assert job is not None, "active() said so"
-        spec, args, shown, key = _describe(job, exchange)
+        spec, args, shown, key = _serving_errors(job, *_describe(job, exchange))
         sent: list[bool] = []
 
         def send(*described: object, idempotency_key: str | None = None) -> Recorded:
@@ -361,7 +469,7 @@ class _Recorder:
     async def arecord(self, exchange: Exchange) -> Recorded:
         job = _context.active_job()
         assert job is not None, "active() said so"
-        spec, args, shown, key = _describe(job, exchange)
+        spec, args, shown, key = _serving_errors(job, *_describe(job, exchange))
         sent: list[bool] = []
 
         async def send(*described: object, idempotency_key: str | None = None) -> Recorded:
@@ -385,7 +493,7 @@ class _HttpPoint(EffectPoint):
     any snapshot completes)."""
 
     def __init__(
-        self, spec: Spec[Recorded], args: tuple[str, str], site: str, shown: str, key: str | None
+        self, spec: Spec[Recorded], args: tuple[str, ...], site: str, shown: str, key: str | None
     ) -> None:
         super().__init__(spec, args, {}, None, site, None, None)
         self.shown, self.provider_key = shown, key

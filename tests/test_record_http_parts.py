@@ -36,7 +36,9 @@ def _exchange(method: str, url: str, headers=()) -> Exchange:
         ("POST", "https://api.anthropic.com/v1/messages", True),
         ("POST", "https://api.anthropic.com/v1/messages/count_tokens", True),
         ("POST", "https://x.openai.azure.com/openai/deployments/gpt/chat/completions", True),
-        ("POST", "http://127.0.0.1:8000/v1/chat/completions", True),
+        # at a model path, with no sign of a model call (no model host, SDK header or
+        # "model" in the body): a write (test_record_http_adversarial.py)
+        ("POST", "http://127.0.0.1:8000/v1/chat/completions", False),
         ("POST", "https://api.anthropic.com/v1/messages/batches", False),  # creates a batch
         ("POST", "https://api.openai.com/v1/files", False),
         ("POST", "https://shop.example.com/orders/messages", False),  # not under /v1/
@@ -48,8 +50,8 @@ def _exchange(method: str, url: str, headers=()) -> Exchange:
     ],
 )
 def test_reads_and_writes(method, url, read):
-    """GET/HEAD/OPTIONS, the model calls that change nothing (by path, any host) and the
-    declared patterns are reads; everything else is a write."""
+    """GET/HEAD/OPTIONS, the model calls that change nothing (by path, on the provider's
+    host) and the declared patterns are reads; everything else is a write."""
     recording = Recording(check_reads(["api.example.com/search*", "docs.example.com"]))
     assert recording.is_read(_exchange(method, url)) is read
 
