@@ -286,7 +286,21 @@ def _shown(row: EffectRow, work: Path) -> str:
     return f"{row.name}({row.args_repr}) at {site}"
 
 
-def _count_sends(seq: Sequence, rows: list[EffectRow], work: Path) -> None:
+def _identity(row: EffectRow, setup: Mapping[str, str]) -> tuple[str, str]:
+    """What tells one effect from another across runs: its name and arguments. A value
+    the --setup command gave (a provider's URL, whose port changes with every run) is
+    read as its variable's name: the same request to each run's own provider is the
+    same effect (record_http's requests always name their URL)."""
+    shown = row.args_repr
+    for name, value in sorted(setup.items(), key=lambda item: -len(item[1])):
+        if len(value) >= 4:
+            shown = shown.replace(value, f"${name}")
+    return (row.name, row.args_digest if shown == row.args_repr else "repr:" + shown)
+
+
+def _count_sends(
+    seq: Sequence, rows: list[EffectRow], work: Path, setup: Mapping[str, str]
+) -> None:
     """Requests sent per effect (name, arguments): `effect-before-send` reached, less a
     kill right there (nothing went out)."""
     by_point = {point_of(r): r for r in rows if r.kind != EffectKind.VALUE}
@@ -300,7 +314,7 @@ def _count_sends(seq: Sequence, rows: list[EffectRow], work: Path) -> None:
                 and run.exit_code == -signal.SIGKILL
                 and (run.fault == t.point)
             )
-            ident = (row.name, row.args_digest)
+            ident = _identity(row, setup)
             seq.shown[ident] = _shown(row, work)
             if row.kind == EffectKind.READ:
                 seq.reads.add(ident)
@@ -615,7 +629,7 @@ def run_sequence(
             )
         seq.files = _files(dirs.work, dirs)
         rows = _ledger(dirs.store, key) if (dirs.store / "catalog.db").exists() else []
-        _count_sends(seq, rows, dirs.work)
+        _count_sends(seq, rows, dirs.work, given)
     finally:
         if setup is not None:
             setup.stop()

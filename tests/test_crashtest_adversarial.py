@@ -173,9 +173,11 @@ def test_a_difference_only_in_a_multi_line_return_value_is_reported():
 
 def test_record_http_runs_the_agent_as_snaprun_run_record_http(tmp_path):
     """`crashtest --record-http` runs the agent as `snaprun run --record-http` does: the
-    model call re-executed after a kill while snapshot 2 is written gets its recorded
-    answer, and every run's provider answered it once. Without the option the call is
-    sent again and answered otherwise, which crashtest reports."""
+    POST (a write: its body names no model) re-executed after a kill while snapshot 2 is
+    written gets its recorded answer, and every run's provider answered it once; it is
+    the same effect in every run although each run's provider has another port (the
+    URL is read as $PROVIDER_URL), so nothing is reported. Without the option the call
+    is sent again and answered otherwise, which crashtest reports."""
     counts = tmp_path / "counts"
     run = crashtest("--record-http", "--point", "before-commit:2", "http_agent.py", counts=counts)
     assert run.returncode == 0 and run.stdout == "", (run.stdout, run.stderr)
