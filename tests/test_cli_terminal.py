@@ -361,3 +361,39 @@ def test_ls_of_5000_jobs_lists_the_newest_and_says_how_many_more(tmp_path):
     assert other["snapshots"] == 0 and other["wait"] is None and other["pins"] == {}
     assert other["status"] == "running" or other["status"] == "interrupted"
     assert not os.path.exists(store / "catalog.db-journal")
+
+
+def test_an_empty_optional_column_gives_its_room_away(monkeypatch):
+    """`effects`' NOTE column (optional) is left out when no row has a note, so the
+    CALL column keeps that room at 80 columns; a NOTE anywhere brings it back, and
+    --wide always shows it."""
+    from snapstate.runtime._cli._table import Column, render
+
+    monkeypatch.setenv("COLUMNS", "80")
+    columns = [
+        Column("#", lambda r: r[0], keep=True),
+        Column("CALL", lambda r: r[1], flex=True, min_width=16),
+        Column("NOTE", lambda r: r[2], flex=True, optional=True),
+    ]
+    rows = [("1", "place_order(vendor='acme', amount=4200)", ""), ("2", "send_email()", "")]
+    lines = render(columns, rows, wide=False)
+    assert lines[0].split() == ["#", "CALL"]
+    assert "place_order(vendor='acme', amount=4200)" in lines[1]
+    noted = render(columns, [*rows, ("3", "x()", "retried")], wide=False)
+    assert noted[0].split() == ["#", "CALL", "NOTE"] and noted[3].endswith("retried")
+    assert render(columns, rows, wide=True)[0].split() == ["#", "CALL", "NOTE"]
+
+
+def test_a_recorded_request_is_named_by_method_path_and_host():
+    """record_http's rows read `POST /v1/chat/completions HOST` in `effects` (what a cut
+    cell keeps first), an @effect as its call; the full arguments stay in --json."""
+    from snapstate.runtime._cli._reading import _call_cell
+
+    http = {
+        "name": "http.POST",
+        "args": "https://api.openai.com/v1/chat/completions?x=1, 439 bytes, sha256 b7daf600d45a",
+        "status": 200,
+    }
+    assert _call_cell(http) == "POST /v1/chat/completions?… api.openai.com"
+    plain = {"name": "agent.place_order", "args": "vendor='acme'", "status": None}
+    assert _call_cell(plain) == "place_order(vendor='acme')"

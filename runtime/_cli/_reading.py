@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.parse
 from typing import Any
 
 import click
@@ -275,14 +276,14 @@ def effects(store: str | None, as_json: bool, wide: bool, show_all: bool, job_id
             Column("STATE", lambda r: r["state"], keep=True),
             Column(
                 "CALL",
-                lambda r: f"{r['name'].rsplit('.', 1)[-1]}({r['args']})",
+                _call_cell,
                 flex=True,
                 min_width=16,
             ),
             Column("AT", lambda r: r["site"].rsplit("/", 1)[-1], flex=True),
             Column("TRIES", lambda r: r["attempts"], right=True),
             Column("KEY", lambda r: r["key"], flex=True),
-            Column("NOTE", lambda r: r["note"], flex=True),
+            Column("NOTE", lambda r: r["note"], flex=True, optional=True),
         ]
         # a request recorded by record_http: its status, and a model call's model and tokens
         + (
@@ -299,6 +300,20 @@ def effects(store: str | None, as_json: bool, wide: bool, show_all: bool, job_id
             f"{hidden} row(s) recording now(), random() or uuid4() not shown: "
             f"`snaprun effects {job_id} --all` lists them"
         )
+
+
+def _call_cell(row: dict[str, Any]) -> str:
+    """An effect as `effects` names it: `place_order(vendor='acme', ...)`; a request
+    recorded by record_http as its method, path and host (`POST /v1/chat/completions
+    api.openai.com`), the part a cut cell keeps first (its body's size and digest are in
+    --json's args)."""
+    name, args = row["name"], row["args"]
+    if row["status"] is not None and name.startswith("http."):
+        url = urllib.parse.urlsplit(args.split(", ", 1)[0])
+        if url.scheme and url.netloc:
+            query = "?…" if url.query else ""
+            return f"{name[5:]} {url.path or '/'}{query} {url.netloc}"
+    return f"{name.rsplit('.', 1)[-1]}({args})"
 
 
 def _http_cell(row: dict[str, Any]) -> str:

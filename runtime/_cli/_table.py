@@ -81,7 +81,8 @@ class Column(Generic[R]):
     wide (down to `min_width`); `keep`: what a user types next (ids, statuses), cut only
     when nothing else is left to cut; `optional`: left out (the last first) when the
     table cannot fit otherwise without cutting free text below its `min_width`;
-    `right`: aligned right (counts)."""
+    `right`: aligned right (counts). An optional column whose every cell is empty is left
+    out (but for --wide)."""
 
     header: str
     cell: Callable[[R], object]
@@ -175,7 +176,12 @@ def render(columns: Sequence[Column[R]], records: Iterable[R], *, wide: bool) ->
         widths = _natural(columns, cells)
     else:
         width = terminal_width()
-        shown = list(range(len(columns)))
+        # an optional column with nothing in it (every NOTE empty) gives its room away
+        shown = [
+            i
+            for i, c in enumerate(columns)
+            if not (c.optional and cells and not any(row[i] for row in cells))
+        ]
         while True:
             natural = _natural([columns[i] for i in shown], [[r[i] for i in shown] for r in cells])
             least = sum(_least(columns[i], n) for i, n in zip(shown, natural, strict=True))
