@@ -330,12 +330,21 @@ def _exists_quietly(home: Home, name: str) -> bool:
 
 # ---------------------------------------------------------------------------- reconcile
 def reconcile(
-    home: Home, job_id: str, ordinal: int, *, committed: bool, result: object = None
+    home: Home,
+    job_id: str,
+    ordinal: int,
+    *,
+    committed: bool,
+    result: object = None,
+    by: str | None = None,
 ) -> EffectRow:
     """Say what happened to an effect whose outcome is unknown, so the job can resume:
-    refused while a live runner holds the job, with the ledger unchanged."""
+    refused while a live runner holds the job, with the ledger unchanged. `by` names who
+    decided (the dashboard's configured user), recorded in the row's note."""
     validate_job_id(job_id)
-    note = ("reconciled: committed" if committed else "reconciled: not committed") + " by hand"
+    note = ("reconciled: committed" if committed else "reconciled: not committed") + (
+        f" by {by}" if by is not None else " by hand"
+    )
     return home.catalog.reconcile_effect(
         job_id,
         ordinal,

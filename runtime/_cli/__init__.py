@@ -7,7 +7,8 @@ stdout; with --json, as JSON.
 The commands live by what they do: _running.py (run, resume, replay, worker),
 _reading.py (ls, inspect, log, effects, stats, verify), _managing.py (init, export,
 fork, reconcile, prune, repair), _migrating.py (migrate-store), _approving.py
-(approvals, approve, reject), _crashtest.py (crashtest), _keys.py and _db.py; what they share is in _common.py,
+(approvals, approve, reject), _crashtest.py (crashtest), _ui.py (ui, the dashboard:
+runtime/_ui), _keys.py and _db.py; what they share is in _common.py,
 how they print in _table.py (text as text, tables that fit the terminal) and
 _records.py (the --json form of each object), `help` and the command groups here. A
 command parses, calls the runtime and prints; whatever it raises ends in main(), the
@@ -38,6 +39,7 @@ from ._managing import export, fork, init, prune, reconcile, repair, set_entry
 from ._migrating import migrate_store
 from ._reading import effects, inspect, list_jobs, log, stats, verify
 from ._running import replay, resume, run, worker
+from ._ui import ui
 
 __all__ = ["cli", "main", "EXIT_CODES", "exit_code", "COMMAND_GROUPS"]
 
@@ -47,7 +49,7 @@ _EXIT_HELP = EXIT_HELP  # `snaprun help exit-codes`
 # under "Other commands", never hidden).
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "Running jobs": ("run", "resume", "replay", "worker", "crashtest"),
-    "Reading a store": ("ls", "log", "inspect", "effects", "stats", "verify"),
+    "Reading a store": ("ls", "log", "inspect", "effects", "stats", "verify", "ui"),
     "Deciding": ("approvals", "approve", "reject", "reconcile"),
     "Managing jobs": ("fork", "export", "set-entry", "prune", "repair"),
     "Store and keys": ("init", "keys", "db", "migrate-store"),
@@ -217,6 +219,7 @@ for _command in (
     db,
     migrate_store,
     crashtest,
+    ui,
     help_command,
 ):
     cli.add_command(_command)

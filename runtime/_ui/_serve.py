@@ -1,0 +1,42 @@
+"""Serving the dashboard: the socket bound first (so `--port 0` prints the port the
+system chose, and the URL is printed only once it is listening), then uvicorn on it."""
+
+from __future__ import annotations
+
+import socket
+
+import uvicorn
+
+from ._app import UiConfig, build_app
+
+__all__ = ["bind", "serve"]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on host:port (IPv4 or IPv6 by the host's form)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(64)
+    return sock
+
+
+def serve(config: UiConfig, sock: socket.socket) -> None:
+    """Serve the dashboard on `sock` (already listening: a client that connects before
+    uvicorn runs waits in its backlog) until Ctrl-C or SIGTERM."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            build_app(config),
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            proxy_headers=False,
+            lifespan="off",
+        )
+    )
+    server.run(sockets=[sock])
