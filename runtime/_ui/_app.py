@@ -232,4 +232,3 @@ def build_app(config: UiConfig) -> Gate:
     ]
     app = Starlette(routes=routes)
     return Gate(app, config.gate)
-

@@ -3,7 +3,9 @@ system chose, and the URL is printed only once it is listening), then uvicorn on
 
 from __future__ import annotations
 
+import signal
 import socket
+from types import FrameType
 
 import uvicorn
 
@@ -39,4 +41,22 @@ def serve(config: UiConfig, sock: socket.socket) -> None:
             lifespan="off",
         )
     )
-    server.run(sockets=[sock])
+    # uvicorn stops on SIGINT and SIGTERM, then raises the signal again once it has
+    # stopped (its handlers put back): Ctrl-C's KeyboardInterrupt, and SIGTERM through
+    # the handler below, end the command with exit 0.
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Stopped):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()
+
+
+class _Stopped(Exception):
+    """SIGTERM, once uvicorn has stopped."""
+
+
+def _stopped(signum: int, frame: FrameType | None) -> None:
+    raise _Stopped

@@ -282,4 +282,3 @@ def reconcile(
         f"{'committed' if committed else 'not committed'} by {who}; continue with: "
         f"snaprun resume {job_id}"
     )
-
