@@ -159,8 +159,8 @@ def test_the_urls_token_becomes_a_strict_httponly_cookie(deciding):
 
 # ------------------------------------------------------------------------ CSRF
 def test_a_cross_site_post_is_refused(deciding, store):
-    """With a valid session cookie, a POST approving `publisher`: from another Origin,
-    with no Origin nor Sec-Fetch-Site, without the CSRF token, with a wrong one, or with
+    """With a valid session cookie, a POST approving `publisher`: from another Origin
+    (or `null`) or another site (Sec-Fetch-Site), with no Origin nor Sec-Fetch-Site, without the CSRF token, with a wrong one, or with
     another session's token: 403 each time, and the approval is still pending."""
     client = _client(deciding)
     csrf = _csrf(client)
@@ -173,7 +173,10 @@ def test_a_cross_site_post_is_refused(deciding, store):
     attempts = [
         (form, {"Origin": "http://attacker.example"}),
         (form, {"Origin": "null"}),
+        (form, {"Origin": "null", "Sec-Fetch-Site": "cross-site"}),
+        (form, {"Origin": "http://attacker.example", "Sec-Fetch-Site": "same-origin"}),
         (form, {"Sec-Fetch-Site": "cross-site"}),
+        (form, {"Sec-Fetch-Site": "same-site"}),
         (form, {}),  # neither Origin nor Sec-Fetch-Site
         ({k: v for k, v in form.items() if k != "csrf"}, same),
         ({**form, "csrf": "0" * len(csrf)}, same),

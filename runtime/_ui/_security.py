@@ -8,8 +8,8 @@
   `Authorization: Bearer TOKEN`. Without it: 401. Tokens and cookies are compared in
   constant time.
 - Only GET and HEAD read; POST is the only method that changes anything, and a POST
-  must come from the dashboard's own origin (Origin, else Sec-Fetch-Site:
-  same-origin) and carry the CSRF token bound to its session (checked by the route,
+  must come from the dashboard's own origin (Sec-Fetch-Site: same-origin, and Origin
+  this page's or `null`; without Sec-Fetch-Site, Origin this page's) and carry the CSRF token bound to its session (checked by the route,
   csrf_ok(), which reads the form): else 403.
 - Every response gets the security headers (a CSP with no inline script, no framing,
   no sniffing, no referrer, no caching).
@@ -185,10 +185,19 @@ class Gate:
         return session
 
     def _same_origin(self, request: Request, host: str) -> bool:
+        """Sec-Fetch-Site (set by the browser; no page can forge it) says same-origin,
+        and Origin, when it names one, is this page's; without Sec-Fetch-Site (an older
+        browser, a script), Origin must be this page's. A form posted under our
+        Referrer-Policy no-referrer carries `Origin: null`: only Sec-Fetch-Site can vouch
+        for it."""
         origin = request.headers.get("origin")
-        if origin is not None:
-            return hmac.compare_digest(origin.encode(), f"http://{host}".encode())
-        return request.headers.get("sec-fetch-site") == "same-origin"
+        fetch_site = request.headers.get("sec-fetch-site")
+        ours = f"http://{host}".encode()
+        if fetch_site is not None:
+            if fetch_site != "same-origin":
+                return False
+            return origin in (None, "null") or hmac.compare_digest(origin.encode(), ours)
+        return origin is not None and hmac.compare_digest(origin.encode(), ours)
 
     def _trade_token(self, request: Request) -> Response:
         """The URL's token traded for a session cookie; the same page without the token
