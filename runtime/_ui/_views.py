@@ -85,11 +85,13 @@ def _job_row(view: _api.JobView, now: float, pending: dict[str, int]) -> dict[st
     }
 
 
-def jobs_data(home: Home, status: str | None, query: str) -> dict[str, Any]:
-    """Every job (`snaprun ls --all`), newest first, those of `status` only when given,
-    those whose id or latest label holds `query` (any case) when it is not empty."""
+def jobs_data(home: Home, status: str | None, query: str, limit: int = 100) -> dict[str, Any]:
+    """The newest `limit` jobs (`snaprun ls --limit`), newest first; with a status or a
+    search (`query` in the job id or latest label, any case), every job is searched."""
     now = clock().time()
-    views = _api.job_views(home, now)
+    needle = query.strip().casefold()
+    filtered = bool(status or needle)
+    total, views = _api.job_page(home, now, None if filtered else limit)
     pending: dict[str, int] = {}
     for row in _approvals.pending(home):
         pending[row.job_id] = pending.get(row.job_id, 0) + 1
@@ -97,14 +99,13 @@ def jobs_data(home: Home, status: str | None, query: str) -> dict[str, Any]:
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in STATUSES}
     if status:
         rows = [r for r in rows if r["status"] == status]
-    needle = query.strip().casefold()
     if needle:
         rows = [
             r
             for r in rows
             if needle in r["job"].casefold() or needle in (r["label"] or "").casefold()
         ]
-    return {"jobs": rows, "total": len(views), "counts": counts}
+    return {"jobs": rows, "total": total, "counts": counts, "listed": len(views)}
 
 
 def _effect_row(view: _api.EffectView) -> dict[str, Any]:
