@@ -341,3 +341,20 @@ def test_users_come_from_the_options_and_the_file(store, tmp_path):
     users.write_text("eve\x07\n")
     run = snaprun("ui", "--store", store, "--allow-decisions", "--users", users, cwd=store.parent)
     clean_refusal(run, "line 1")
+
+
+def test_no_template_marks_text_safe():
+    """Every page is autoescaped and none turns escaping off: no `safe` filter, no
+    `{% autoescape false %}`, no Markup in the templates (the page's data is the store's,
+    whatever an agent wrote); the environment escapes every template."""
+    from snapstate.runtime._ui import _app
+
+    folder = Path(_app.__file__).parent / "templates"
+    templates = sorted(folder.glob("*.html"))
+    assert len(templates) >= 8
+    for template in templates:
+        text = template.read_text()
+        assert not re.search(r"\|\s*safe\b|autoescape\s+false|Markup", text), template.name
+    env = _app._environment()
+    assert env.autoescape is True
+    assert env.from_string("{{ x }}").render(x="<b>") == "&lt;b&gt;"

@@ -8,8 +8,7 @@ the browser records alice, a real `snaprun worker --once` then finishes the job,
 open timeline shows it done without a reload (the live updates); a label holding
 `<script>` is shown as text and runs nothing (no dialog, no global set).
 
-Screenshots go to $SNAPSTATE_TEST_ARTIFACTS/ui (else pytest's temporary folder);
-SNAPSTATE_UI_DOCS_SCREENSHOT=docs/img/dashboard.png also writes the README's picture.
+Screenshots go to $SNAPSTATE_TEST_ARTIFACTS/ui (else pytest's temporary folder).
 Without Playwright or Chromium the tests are skipped, saying so, unless
 SNAPSTATE_TEST_REQUIRE_BROWSER=1 (.ci/run sets it): then they fail."""
 
@@ -180,7 +179,4 @@ def test_approving_in_the_browser_lets_the_worker_finish_the_job(page, server, s
     page.goto(server.base + "/")
     assert page.locator('tr[data-job="publisher"] .status').inner_text() == "done"
     page.screenshot(path=shots / "jobs-after.png", full_page=True)
-    docs = os.environ.get("SNAPSTATE_UI_DOCS_SCREENSHOT")
-    if docs:
-        page.screenshot(path=docs)
     assert page.dialogs == []
