@@ -164,8 +164,7 @@ def ui(
     if not _loopback(host):
         say(
             f"warning: listening on {host}, not only this machine: whoever can reach it "
-            "and has the URL below can read the store"
-            + (" and decide" if allow_decisions else "")
+            "and has the URL below can read the store" + (" and decide" if allow_decisions else "")
         )
     mode = f"decisions on (users: {', '.join(users)})" if allow_decisions else "read-only"
     say(f"dashboard of {label} ({mode}); stop it with Ctrl-C")
