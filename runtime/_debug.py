@@ -167,6 +167,21 @@ class _SessionPdb(pdb.Pdb):
         if self.quitting:
             self._session.quit()
 
+    def stop_here(self, frame: FrameType) -> bool:
+        """Only in the agent's own code: a frame whose callers reach the agent's
+        outermost frame without passing through snapstate (never the hub's frames, nor
+        the libraries snapstate calls while it freezes or serves an effect)."""
+        if not super().stop_here(frame):
+            return False
+        walk: FrameType | None = frame
+        while walk is not None:
+            if walk is self.botframe:
+                return True
+            if self.is_skipped_module(walk.f_globals.get("__name__", "")):
+                return False
+            walk = walk.f_back
+        return False
+
     def dispatch_line(self, frame: FrameType) -> object:
         """A restored frame's prologue (and its landing back on the paused line) is no
         line of the agent's: `next` goes on to the agent's next line."""

@@ -3,7 +3,10 @@
 ("before-orders"), places order action-0 (effect 1), takes snapshot 2 ("after-first"),
 then places order action-1 (effect 2) and catches EffectRefused (only a debug session
 raises it: a sandbox sends nothing the job did not record). shop.py's keyed effect,
-PROVIDER_URL from the environment."""
+PROVIDER_URL from the environment; AMOUNT_BIAS (read at the call) makes effect 1 diverge
+from the ledger."""
+
+import os
 
 from shop import order_keyed
 
@@ -24,7 +27,7 @@ def work(notes):
     journal = open("journal.txt", "a")  # a tracked file: a scratch copy in a debug session
     journal.write("working\n")
     snapshot("before-orders")
-    first = order_keyed("action-0", 100)["id"]
+    first = order_keyed("action-0", 100 + int(os.environ.get("AMOUNT_BIAS", "0")))["id"]
     journal.write(f"first {first}\n")
     print("first", first, flush=True)
     snapshot("after-first")
