@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 from ._morph import restoring
 
 if TYPE_CHECKING:
+    from _typeshed import TraceFunction
+
     from ._job import Job
     from ._switch import SnapshotInfo
 
@@ -158,7 +160,8 @@ class _SessionPdb(pdb.Pdb):
             walk.f_trace = self.trace_dispatch
             bottom, walk = walk, walk.f_back
         self.botframe = bottom
-        self._set_stopinfo(bottom, None, -1)  # no stop in pdb's own code until a command
+        # No stop (pdb's own code is traced from here) until a command says where.
+        self._set_stopinfo(bottom, None, -1)  # type: ignore[attr-defined]
         sys.settrace(self.trace_dispatch)
         self.interaction(frame, None)
         self._quit_if_asked()
@@ -182,7 +185,7 @@ class _SessionPdb(pdb.Pdb):
             walk = walk.f_back
         return False
 
-    def dispatch_line(self, frame: FrameType) -> object:
+    def dispatch_line(self, frame: FrameType) -> TraceFunction:
         """A restored frame's prologue (and its landing back on the paused line) is no
         line of the agent's: `next` goes on to the agent's next line."""
         if restoring(frame.f_code, frame.f_lasti):

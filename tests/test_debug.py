@@ -212,7 +212,8 @@ def test_until_runs_forward_to_a_later_snapshot(tmp_path):
 def test_done_job_at_an_earlier_snapshot_and_breakpoint_off(tmp_path):
     """A done job debugged at snapshot 1: with PYTHONBREAKPOINT=0 it runs to its end
     without a prompt, both effects served from the ledger (their recorded ids, no
-    request); with pdb, `p` at snapshot 2 shows the recorded first id."""
+    request); PYTHONBREAKPOINT naming a callable that takes `frame=` is called with the
+    agent's innermost frame; with pdb, `p` at snapshot 2 shows the recorded first id."""
     with CountingProvider() as provider:
         env = start_job(tmp_path, provider, crash=False)
         seen = provider.seen()
@@ -221,6 +222,13 @@ def test_done_job_at_an_earlier_snapshot_and_breakpoint_off(tmp_path):
         assert quiet.returncode == 0, quiet.stderr
         assert quiet.stdout == "first po-1\ndone po-1 po-2 42\n"
         assert "main() returned ['po-1', 'po-2']; nothing was sent or written" in quiet.stderr
+        hooked = debug(
+            tmp_path,
+            "j@1",
+            env={**env, "PYTHONBREAKPOINT": "dbg_hook.stop", "PYTHONPATH": str(AGENTS)},
+        )
+        assert hooked.returncode == 0, hooked.stderr
+        assert hooked.stdout == f"hook: work {SNAPSHOT_1} 1\nfirst po-1\ndone po-1 po-2 42\n"
         latest = debug(tmp_path, "j", commands="p first\nc\n", env=env)  # the latest: 2
         assert latest.returncode == 0, latest.stderr
         assert latest.stdout.startswith(AT_2), latest.stdout
