@@ -180,7 +180,8 @@ def test_debug_walks_the_restored_stack_and_sends_nothing(tmp_path):
 
 def test_until_runs_forward_to_a_later_snapshot(tmp_path):
     """--until LABEL and --until SEQ: no stop at snapshot 1, pdb opens right after
-    snapshot 2's snapshot() call with the values the run computed on the way; an
+    snapshot 2's snapshot() call with the values the run computed on the way, and
+    `next` over the unrecorded effect shows EffectRefused and stays in pdb; an
     --until the run never reaches says so (exit 1); one not after the snapshot is a
     usage error (exit 2). Nothing is sent."""
     with CountingProvider() as provider:
@@ -188,7 +189,12 @@ def test_until_runs_forward_to_a_later_snapshot(tmp_path):
         seen = provider.seen()
         for until in ("after-first", "2"):
             session = debug(
-                tmp_path, "j@1", "--until", until, commands="p first\nwhere\nq\n", env=env
+                tmp_path,
+                "j@1",
+                "--until",
+                until,
+                commands="p first\nwhere\nnext\nnext\nnext\np 'still here'\nq\n",
+                env=env,
             )
             assert session.returncode == 0, session.stderr
             out = session.stdout
@@ -196,7 +202,10 @@ def test_until_runs_forward_to_a_later_snapshot(tmp_path):
             prompts = out.split("(Pdb) ")
             assert prompts[1] == "'po-1'\n"
             assert IN_MAIN in prompts[2] and "runtime" not in prompts[2]
-            assert prompts[3] == ""
+            # next over the unrecorded effect: pdb shows the refusal, the session goes on
+            assert prompts[4].startswith(f"> {AGENT}({line('second = order_keyed')})work()")
+            assert prompts[5].startswith("snapstate.EffectRefused: " + REFUSED[len("refused: ") :])
+            assert prompts[6] == "'still here'\n" and prompts[7] == ""
             assert "the debugger was quit" in session.stderr
         missing = debug(tmp_path, "j@1", "--until", "no-such-label", env=env)
         assert missing.returncode == 1, missing.stderr
