@@ -76,9 +76,7 @@ def debug(store: str | None, until: str | None, ref: str) -> None:
     if until is not None and not session.reached:
         why = f"the run stopped first: {stop}" if stop else f"main() returned {result!r} first"
         _end(f"debug session of {where}: --until {until} was not reached ({why}); {_NOTHING}")
-    if stop == _debug.QUIT:
-        say(f"debug session of {where} ended: {stop}; {_NOTHING}")
-    elif stop:
+    if stop:  # the debugger was quit (_debug.QUIT), or the job waits
         say(f"debug session of {where} ended: {stop}; {_NOTHING}")
     else:
         say(f"debug session of {where} ended: main() returned {result!r}; {_NOTHING}")
