@@ -77,7 +77,7 @@ class Demo:
         sys.stdout.flush()
 
     def shell(self, line: str) -> None:
-        print(f"  $ {line}", flush=True)
+        print("  $ " + line.replace("\n", "\n    "), flush=True)
 
     def output(self, text: str) -> None:
         for line in text.rstrip("\n").splitlines():
@@ -123,15 +123,25 @@ class Demo:
         return argv, " ".join(shlex.quote(str(w)) for w in words)
 
     def snaprun(
-        self, *args: str | Path, env: dict[str, str] | None = None, expect: int = 0
+        self,
+        *args: str | Path,
+        env: dict[str, str] | None = None,
+        expect: int = 0,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess[str]:
         """Run `snaprun ARGS`, narrated, and show what it printed and its exit code; stop
-        the demo if the exit code is not `expect` (-9: killed by SIGKILL)."""
+        the demo if the exit code is not `expect` (-9: killed by SIGKILL). `stdin` is
+        the command's input (shown as a here-document)."""
         argv, line = self._argv(args)
         prefix = "".join(f"{k}={v} " for k, v in (env or {}).items())
-        self.shell(f"{prefix}snaprun {line}")
+        if stdin is None:
+            self.shell(f"{prefix}snaprun {line}")
+        else:
+            self.shell(f"{prefix}snaprun {line} <<'EOF'\n{stdin}EOF")
         done = subprocess.run(  # one pipe for both: the agent's lines and snaprun's in order
             self.snaprun_cmd + argv,
+            input=stdin,
+            stdin=subprocess.DEVNULL if stdin is None else None,
             env={**self.env, **(env or {})},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

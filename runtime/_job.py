@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import cloudpickle
 import greenlet
@@ -94,10 +94,23 @@ from ._waits import API_CODES, WaitRequest, wait_api
 
 if TYPE_CHECKING:
     import logging
+    from types import FrameType
 
     from ..serializers._store import EffectRow
 
-__all__ = ["snapshot", "Job", "runtime_versions"]
+__all__ = ["snapshot", "Job", "Debugger", "runtime_versions"]
+
+
+class Debugger(Protocol):
+    """A debug session (runtime/_debug.py) as the job it runs sees it: both calls are
+    made in the agent's greenlet, with the agent's frame that goes on next."""
+
+    def restored(self, frame: FrameType) -> None:
+        """The restored agent's innermost frame is about to continue after snapshot()."""
+
+    def snapshot_taken(self, info: SnapshotInfo, frame: FrameType) -> None:
+        """snapshot() (which writes nothing in a debug session) returns `info` to
+        `frame`."""
 
 
 def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> SnapshotInfo:
@@ -136,6 +149,8 @@ def snapshot(label: str | None = None, meta: dict[str, Any] | None = None) -> Sn
     # The hub switches back the SnapshotInfo of this snapshot (or throws into it).
     assert job._hub is not None  # set with _agent while the job runs
     info: SnapshotInfo = job._hub.switch(FreezeRequest(label, sys.exception(), meta=checked))
+    if job.debugger is not None:  # `snaprun debug --until`: maybe the point to stop at
+        job.debugger.snapshot_taken(info, sys._getframe(1))
     return info
 
 
@@ -239,6 +254,7 @@ class Job:
         self.say: Callable[[str], None] = lambda message: None  # the CLI's stderr notes
         self.ledger = Ledger(self)
         self.replay_stop: str | None = None
+        self.debugger: Debugger | None = None  # a replay that is a debug session
         self._restart_at: float | None = None
         # Called on the hub right after each snapshot is committed (SIGTERM --grace).
         self.after_commit: Callable[[int], None] | None = None
@@ -325,17 +341,29 @@ class Job:
         self.ledger.restored = True
         return self._run_leased(lambda: self._restore_for_resume(at))
 
-    def replay(self, at: int) -> object:
+    def replay(self, at: int, debugger: Debugger | None = None) -> object:
         """Run from snapshot `at` with every effect served from the ledger and none
         dispatched, writing nothing to the store; the files, databases and temp
         directories the snapshot holds are reopened as scratch copies in a temporary
         directory (removed afterwards), never the originals. Stops where the recorded
         history ends (self.replay_stop says why) or raises DivergenceError at the
-        first divergence."""
+        first divergence.
+
+        With a `debugger` it is a debug session (`snaprun debug`, runtime/_debug.py):
+        the same sandbox, the debugger called where the restored agent continues and
+        after each snapshot(); an effect the ledger cannot answer raises EffectRefused
+        into the agent instead of ending the run, and a divergence ends it."""
         self.ledger.replay = True
+        self.debugger = debugger
         row = self.home.catalog.snapshot(self.job_id, at)
         path = self.home.where(row)
         header, payload = self.home.read_row(row)  # the very snapshot the row recorded
+        if debugger is not None and header.get("async"):
+            raise RestoreError(
+                f"snapshot {at} of job {self.job_id} is an async job's (async def main()): "
+                "snaprun debug opens a debugger in greenlet jobs only; `snaprun replay "
+                f"{self.job_id}@{at}` runs it in the same sandbox, without one"
+            )
         with (
             tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch,
             scratch_copies(scratch),
@@ -928,13 +956,36 @@ class Job:
                 tasks, build_resume_chain, header["created_at"], header["seq"], frames
             )
             if not frames:  # main had returned: it is not run again
+                if self.debugger is not None:
+                    raise RestoreError(
+                        f"{where}: main() of job {self.job_id} had returned (only its "
+                        "spawned tasks were left): snaprun debug opens the debugger in "
+                        "main's frame; debug an earlier snapshot"
+                    )
                 return _main_done
-            return build_resume_chain(frames, scheduler.main_deliverer())
+            return build_resume_chain(frames, self._debugging(scheduler.main_deliverer()))
         wait = state.get("wait")
         if wait is not None:  # taken to hibernate: the hub polls the wait first
             self._restored_wait = _waits.Wait.from_dict(wait)
-            return build_resume_chain(frames, self._deliver)
-        return build_resume_chain(frames, self._resume_info)
+            return build_resume_chain(frames, self._debugging(self._deliver))
+        return build_resume_chain(frames, self._debugging(self._resume_info))
+
+    def _debugging(self, deliver: Callable[[], object]) -> Callable[[], object]:
+        """`deliver` (what the restored agent's call receives), in a debug session
+        followed by the debugger at the agent's frame that receives it."""
+        debugger = self.debugger
+        if debugger is None:
+            return deliver
+
+        @wait_api  # like `deliver`: a continuation may wait here, it is not captured
+        def deliver_then_debug() -> object:
+            frame = sys._getframe(1)  # the agent's innermost frame
+            try:
+                return deliver()
+            finally:
+                debugger.restored(frame)
+
+        return deliver_then_debug
 
     def _check_code(self, header: dict[str, Any], where: str) -> None:
         problems: list[str] = []

@@ -58,6 +58,7 @@ import greenlet
 
 from .._errors import (
     DivergenceError,
+    EffectRefused,
     RestoreError,
     StaleWriter,
     TamperedSnapshot,
@@ -327,7 +328,7 @@ class Ledger:
             assert row.result is not None, "a value row always holds its sealed value"
             recorded: T = unseal(self.job.home.keys, row.result, call_site)
             return recorded
-        if self.replay:
+        if self.replay and self.job.debugger is None:  # a debug session computes it afresh
             self.job.end_replay(
                 f"the recorded history ends before snapstate.{kind}() at {call_site}"
             )
@@ -368,7 +369,7 @@ class Ledger:
             or (digest and row.args_digest != expected)
             or (row.kind == EffectKind.VALUE and row.args_digest != expected)
         ):
-            raise DivergenceError(
+            error = DivergenceError(
                 f"effect {effect_label(row.ordinal, row.call_site)[0]} at {call_site} diverged "
                 f"from the ledger: it recorded "
                 f"{row.name}({row.args_repr}) at {row.call_site}, and the re-executed code "
@@ -376,6 +377,9 @@ class Ledger:
                 "and a crash must make the same calls; use snapstate.now()/random()/uuid4() "
                 "for values that change between runs."
             )
+            if self.replay and self.job.debugger is not None:
+                self.job.refuse(error)  # a debug session ends at a divergence
+            raise error
 
     def call(
         self,
@@ -422,7 +426,7 @@ class Ledger:
             self._check(row, spec.name, digest, shown, call_site)
             return self._recover(spec, row, args, kwargs, call_site)
         if self.replay:
-            self.job.end_replay(
+            self._unrecorded(
                 f"the recorded history ends before effect {point} ({spec.name} at {call_site})"
             )
         if task is not None:
@@ -659,12 +663,31 @@ class Ledger:
             case Action.PARK:
                 self.job.park(row, call_site)
             case Action.END_REPLAY:
-                self.job.end_replay(
+                self._unrecorded(
                     f"effect {effect_label(row.ordinal, row.call_site)[0]} ({row.name} at "
                     f"{call_site}) has no "
                     f"recorded outcome (state {row.state})"
                 )
         raise AssertionError("not reached: the job stopped this run")
+
+    def _unrecorded(self, reason: str) -> NoReturn:
+        """A replay reached an effect the ledger cannot answer: the replay ends here; a
+        debug session (`snaprun debug`) refuses the call instead, raising EffectRefused
+        into the agent at it. The call did not happen, so its ordinal is given back: the
+        same call made again is refused again, never taken for the next recorded one."""
+        if self.job.debugger is None:
+            self.job.end_replay(reason)
+            raise AssertionError("not reached: the replay stopped here")
+        task = self._spawned()
+        if task is None:
+            self.ordinal -= 1
+        else:
+            task.effects -= 1
+        raise EffectRefused(
+            f"{reason}: not sent. `snaprun debug` sends nothing; it answers only the "
+            f"effects job {self.job.job_id} recorded. Run the job itself (`snaprun resume`, "
+            "`snaprun fork`) to send it"
+        )
 
 
 def _again(row: EffectRow, note: str = "") -> EffectRow:

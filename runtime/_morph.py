@@ -34,6 +34,7 @@ __all__ = [
     "unmorph",
     "morph_record",
     "is_morph",
+    "restoring",
 ]
 
 
@@ -75,6 +76,17 @@ def morph_record(code: types.CodeType) -> FrameRecord | None:
 
 def is_morph(code: types.CodeType) -> bool:
     return _info(code) is not None
+
+
+def restoring(code: types.CodeType, offset: int) -> bool:
+    """The instruction at byte `offset` of `code` is a restored frame's own machinery,
+    not the agent's next line: its prologue, or the jump's landing, the rest of the
+    very instruction the frame was paused in (a debugger steps over both)."""
+    info = _info(code)
+    if info is None:
+        return False
+    unit = offset // 2  # f_lasti counts bytes; a code unit is two
+    return unit < info.prologue or unit == info.prologue + info.pending.resume
 
 
 def unmorph(code: types.CodeType, unit: int) -> tuple[types.CodeType, int, FrameRecord | None]:

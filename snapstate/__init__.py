@@ -18,6 +18,7 @@ from snapstate._errors import ChunksMissing as ChunksMissing
 from snapstate._errors import CorruptSnapshot as CorruptSnapshot
 from snapstate._errors import DivergenceError as DivergenceError
 from snapstate._errors import EffectOutsideJob as EffectOutsideJob
+from snapstate._errors import EffectRefused as EffectRefused
 from snapstate._errors import HeaderMismatch as HeaderMismatch
 from snapstate._errors import IncompatibleSnapshot as IncompatibleSnapshot
 from snapstate._errors import InvalidJobId as InvalidJobId
@@ -134,6 +135,7 @@ __all__ = [
     "StaleWriter",
     "ChunksMissing",
     "DivergenceError",
+    "EffectRefused",
     "SecretUnavailable",
     "JobParked",
     "JobWaiting",

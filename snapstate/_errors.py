@@ -14,6 +14,9 @@ Every error names the place (job, frame, file:line, file path) and the next step
     │                               not sent
     ├── DivergenceError             re-executed code made a different effect call than the
     │                               ledger recorded at that point: nothing was dispatched
+    ├── EffectRefused               in `snaprun debug`, an effect the job never recorded
+    │                               (or whose outcome is unknown): not sent; raised into
+    │                               the agent at the call, the session goes on
     ├── SecretUnavailable           a Secret's value was not saved in the snapshot
     ├── ResourceReopenError         a resource (file, connection, client) could not be
     │                               reopened after a snapshot or restore; the snapshot
@@ -95,6 +98,7 @@ __all__ = [
     "StaleWriter",
     "ChunksMissing",
     "DivergenceError",
+    "EffectRefused",
     "SecretUnavailable",
     "JobParked",
     "RateLimited",
@@ -249,6 +253,12 @@ class DivergenceError(SnapstateError):
     where the ledger recorded another one: a different function or different arguments.
     Nothing was dispatched. Code between a snapshot and a crash must re-execute the same
     way; use snapstate.now()/random()/uuid4() for values that change between runs."""
+
+
+class EffectRefused(SnapstateError):
+    """In `snaprun debug` (a sandbox that sends nothing), the agent called an effect the
+    job never recorded, or one whose outcome the ledger does not know: it was not sent.
+    Raised into the agent at the call; the debug session goes on."""
 
 
 class SecretUnavailable(SnapstateError):

@@ -68,6 +68,7 @@ PUBLIC = [
     "StaleWriter",
     "ChunksMissing",
     "DivergenceError",
+    "EffectRefused",
     "SecretUnavailable",
     "JobParked",
     "JobWaiting",

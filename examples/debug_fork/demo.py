@@ -47,6 +47,17 @@ def main():
         demo.report["inspect_4"] = inspected.stdout
 
         demo.say(
+            "Step through chapter 4 from the snapshot before it, in pdb, with nothing "
+            "sent: `snaprun debug` restores snapshot 3 in a sandbox, right after its "
+            "snapshot() call. The model's answers come from the job's ledger, the "
+            "store is only read. Three `next`s read chapter 4 (from the ledger too); "
+            "`p text` shows what the model was given."
+        )
+        debugged = demo.snaprun(
+            "debug", "digest@3", stdin="p number, name\nnext\nnext\nnext\np text\nq\n"
+        )
+        demo.report["debug_3"] = debugged.stdout
+        demo.say(
             "Fix the input: remove the injected sentence from chapter 4. Then fork the "
             "snapshot of chapter 3, taken before the problem, as a new job, and resume "
             "the fork. It reads chapter 4 again (a fork's effects are its own, so the "

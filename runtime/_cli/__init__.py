@@ -5,6 +5,7 @@ to stderr, never to stdout. Listing commands (ls, log, inspect, keys list) print
 stdout; with --json, as JSON.
 
 The commands live by what they do: _running.py (run, resume, replay, worker),
+_debugging.py (debug),
 _reading.py (ls, inspect, log, effects, stats, verify), _managing.py (init, export,
 fork, reconcile, prune, repair), _migrating.py (migrate-store), _approving.py
 (approvals, approve, reject), _crashtest.py (crashtest), _ui.py (ui, the dashboard:
@@ -34,6 +35,7 @@ from ._approving import approvals, approve, reject
 from ._common import EXIT_HELP, STORE_HELP, check_globals, damaged, say
 from ._crashtest import crashtest
 from ._db import db
+from ._debugging import debug
 from ._keys import keys
 from ._managing import export, fork, init, prune, reconcile, repair, set_entry
 from ._migrating import migrate_store
@@ -48,7 +50,7 @@ _EXIT_HELP = EXIT_HELP  # `snaprun help exit-codes`
 # How `snaprun --help` groups the commands (a command added without a group is listed
 # under "Other commands", never hidden).
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
-    "Running jobs": ("run", "resume", "replay", "worker", "crashtest"),
+    "Running jobs": ("run", "resume", "replay", "debug", "worker", "crashtest"),
     "Reading a store": ("ls", "log", "inspect", "effects", "stats", "verify", "ui"),
     "Deciding": ("approvals", "approve", "reject", "reconcile"),
     "Managing jobs": ("fork", "export", "set-entry", "prune", "repair"),
@@ -198,6 +200,7 @@ for _command in (
     run,
     resume,
     replay,
+    debug,
     worker,
     list_jobs,
     inspect,
