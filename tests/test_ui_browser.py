@@ -78,16 +78,21 @@ def shots(tmp_path_factory) -> Path:
 @pytest.fixture
 def page(browser, server):
     """A new browser context, logged in through the printed URL; every dialog the
-    page opens is recorded (and dismissed) in page.dialogs."""
+    page opens is recorded (and dismissed) in page.dialogs; no console error (a
+    blocked script or style, a failed request) may have happened by its end."""
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     tab = context.new_page()
     dialogs: list[str] = []
     tab.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     tab.dialogs = dialogs
+    errors: list[str] = []  # a script or style the CSP blocked would be one
+    tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    tab.on("pageerror", lambda exc: errors.append(str(exc)))
     tab.goto(server.url)
     assert tab.url == server.base + "/"  # the token traded for the cookie
     yield tab
     context.close()
+    assert errors == []
 
 
 def test_the_job_list_filters_searches_and_shows_a_script_label_as_text(page, server, shots):

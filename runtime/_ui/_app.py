@@ -158,7 +158,7 @@ class _Pages:
     ) -> Response:
         """A decision's common part: refused unless decisions are on and the form carries
         its session's CSRF token; then `act` on the store opened writable."""
-        form = await request.form()
+        form = await request.form(max_files=0, max_fields=20)  # the forms have at most 5
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         if not csrf_ok(self.config.gate, request, fields.get("csrf")):
             return self.render(
