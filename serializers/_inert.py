@@ -15,16 +15,18 @@ kind and path (`open file '/tmp/log.txt' (mode 'a', at byte 120)`).
 from __future__ import annotations
 
 import gc
+import itertools
 import pickle
 import reprlib
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from .._abi import NAMES
-from ._buffer import BufferReader
+from ._buffer import BufferReader, StreamReader
 
 __all__ = [
     "loads",
+    "load",
     "Inert",
     "InertType",
     "render",
@@ -230,7 +232,7 @@ class InertUnpickler(pickle.Unpickler):
     """find_class never imports: it returns a placeholder (a few builtin value types
     excepted, and snapstate's own NULL marker)."""
 
-    def __init__(self, file: BufferReader):
+    def __init__(self, file: BufferReader | StreamReader):
         super().__init__(file)
         self._classes: dict[tuple[str, str], object] = {}
 
@@ -259,10 +261,16 @@ class InertUnpickler(pickle.Unpickler):
 
 def loads(data: bytes | bytearray | memoryview) -> object:
     """Decode a pickle into builtin values and Inert placeholders, running nothing."""
+    return load(BufferReader(data))
+
+
+def load(file: BufferReader | StreamReader) -> object:
+    """loads() from a reader: a verified body streamed piece by piece (serializers/
+    _snapfile.py's open_verified) is decoded as it is read, never held whole."""
     enabled = gc.isenabled()
     gc.disable()  # millions of new containers would trigger useless collections
     try:
-        return InertUnpickler(BufferReader(data)).load()
+        return InertUnpickler(file).load()
     finally:
         if enabled:
             gc.enable()
@@ -331,16 +339,18 @@ def _scalar(value: Any) -> str:
         return f"<int of {value.bit_length()} bits>"
 
 
-def render(value: object, depth: int = _DEPTH) -> str:
-    """A readable, bounded one-line rendering of a decoded value."""
+def render(value: object, depth: int = _DEPTH, *, limit: int = _MAX_LENGTH) -> str:
+    """A readable, bounded one-line rendering of a decoded value (at most `limit`
+    characters, however large the value)."""
     text = _render(value, depth, set())
-    return text if len(text) <= _MAX_LENGTH else text[: _MAX_LENGTH - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _items(values: Iterable[object], depth: int, seen: set[int]) -> str:
-    values = list(values)
-    shown = [_render(v, depth - 1, seen) for v in values[:_MAX_ITEMS]]
-    if len(values) > _MAX_ITEMS:
+    # the first few only: never a copy of a large container
+    first = list(itertools.islice(values, _MAX_ITEMS + 1))
+    shown = [_render(v, depth - 1, seen) for v in first[:_MAX_ITEMS]]
+    if len(first) > _MAX_ITEMS:
         shown.append("...")
     return ", ".join(shown)
 
@@ -360,7 +370,7 @@ def _render(value: object, depth: int, seen: set[int]) -> str:
         seen.add(id(value))
         try:
             if isinstance(value, dict):
-                pairs = list(value.items())
+                pairs = list(itertools.islice(value.items(), _MAX_ITEMS + 1))
                 shown = [
                     f"{_render(k, depth - 1, seen)}: {_render(v, depth - 1, seen)}"
                     for k, v in pairs[:_MAX_ITEMS]

@@ -7,12 +7,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["render_report"]
+__all__ = ["render_report", "render_value"]
 
 
 def render_report(report: dict[str, Any]) -> Iterator[str]:
     """The report as lines: the snapshot, its pins and meta, each task's frames with
-    their locals, the agent modules' globals."""
+    their locals (outermost first, each numbered as a --path names it: #0 is the
+    innermost), the agent modules' globals."""
     label = f" ({report['label']})" if report.get("label") else ""
     yield (
         f"job {report['job_id']} snapshot {report['seq']}{label}, Python "
@@ -35,7 +36,7 @@ def render_report(report: dict[str, Any]) -> Iterator[str]:
         status = f" ({task['status']})" if task.get("status") else ""
         yield f"task {task['task']}{status}"
         for frame in task["frames"]:
-            yield f"  {frame['function']}()  {frame['file']}:{frame['line']}"
+            yield f"  #{frame['index']} {frame['function']}()  {frame['file']}:{frame['line']}"
             if frame["source"]:
                 yield f"    > {frame['source']}"
             for name, value in (frame["locals"] or {}).items():
@@ -45,3 +46,17 @@ def render_report(report: dict[str, Any]) -> Iterator[str]:
             yield f"module {module}"
             for name, value in values.items():
                 yield f"      {name} = {value}"
+
+
+def render_value(shown: dict[str, Any]) -> Iterator[str]:
+    """`inspect --path`'s lines: the value's path, type and length, a page of it, then
+    its children, each with the path that shows it."""
+    length = f", {shown['length']} long" if shown["length"] is not None else ""
+    yield f"{shown['path']}  ({shown['type']}{length})"
+    yield f"  {shown['value']}"
+    if shown["children"]:
+        yield "children:"
+        for child in shown["children"]:
+            yield f"  {child['path']}  ({child['type']})  {child['value']}"
+        if shown["more_children"]:
+            yield f"  ... and {shown['more_children']} more"
