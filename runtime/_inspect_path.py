@@ -7,8 +7,10 @@ children, so a large state can be read one value at a time (docs/diff.md).
 
 A path starts at a task (main when left out; `task[1]` by its place in inspect's list,
 `task[ID]` by its id), then a frame: `frame[0]` is the innermost (the frame that
-called snapshot() or waits), `frame[1]` its caller, as `snaprun inspect` numbers them
-(#0 ...); `frame[NAME]` is the innermost frame of function NAME. Or it starts at
+called snapshot() or waits: the last one `snaprun inspect` lists under its task, which
+lists the outermost first; its --json gives each frame's "index"), `frame[1]` its
+caller, `frame[-1]` the outermost; `frame[NAME]` is the innermost frame of function
+NAME. Or it starts at
 `globals`: `globals.agent.notes` (a dotted module name is matched against the saved
 modules, the longest first). Then steps: `.attr` an object's attribute (a dict's
 string key too), `[3]` an item of a list or tuple (or a dict's int key),

@@ -12,8 +12,9 @@ __all__ = ["render_report", "render_value"]
 
 def render_report(report: dict[str, Any]) -> Iterator[str]:
     """The report as lines: the snapshot, its pins and meta, each task's frames with
-    their locals (outermost first, each numbered as a --path names it: #0 is the
-    innermost), the agent modules' globals."""
+    their locals (outermost first: --path's frame[0] is each task's last, the
+    innermost; the listing's format is kept as releases' golden files recorded it),
+    the agent modules' globals."""
     label = f" ({report['label']})" if report.get("label") else ""
     yield (
         f"job {report['job_id']} snapshot {report['seq']}{label}, Python "
@@ -36,7 +37,7 @@ def render_report(report: dict[str, Any]) -> Iterator[str]:
         status = f" ({task['status']})" if task.get("status") else ""
         yield f"task {task['task']}{status}"
         for frame in task["frames"]:
-            yield f"  #{frame['index']} {frame['function']}()  {frame['file']}:{frame['line']}"
+            yield f"  {frame['function']}()  {frame['file']}:{frame['line']}"
             if frame["source"]:
                 yield f"    > {frame['source']}"
             for name, value in (frame["locals"] or {}).items():
