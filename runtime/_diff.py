@@ -201,14 +201,25 @@ def _cell(value: object) -> object:
     return _inert.cell_contents(value)
 
 
+_EXIT = object()  # same()'s marker: a container's children are all compared
+_PROVEN = 1 << 16  # pairs of containers same() remembers as equal (shared substructure)
+
+
 def same(a: object, b: object) -> bool:
     """Whether two decoded values (of two different decodes) are structurally equal:
     the same builtin values, stand-ins built by the same call with equal arguments and
-    state. Iterative (deep structures do not recurse) and cycle-safe."""
-    stack = [(a, b)]
-    seen: set[tuple[int, int]] = set()
+    state. Iterative (deep structures do not recurse), cycle-safe (a pair met again on
+    its own path counts as equal), and in memory bounded by the structures' depth."""
+    stack: list[tuple[Any, Any]] = [(a, b)]
+    on_path: set[tuple[int, int]] = set()
+    proven: set[tuple[int, int]] = set()
     while stack:
         x, y = stack.pop()
+        if x is _EXIT:
+            on_path.discard(y)
+            if len(proven) < _PROVEN:
+                proven.add(y)
+            continue
         x, y = _cell(x), _cell(y)
         if x is y:
             continue
@@ -220,37 +231,58 @@ def same(a: object, b: object) -> bool:
             ):
                 return False
             continue
-        if isinstance(x, Inert) or isinstance(y, Inert):
+        inert = isinstance(x, Inert)
+        if inert or isinstance(y, Inert):
             if not (isinstance(x, Inert) and isinstance(y, Inert)) or x.kind != y.kind:
                 return False
-            if (id(x), id(y)) in seen:
-                continue
-            seen.add((id(x), id(y)))
-            dx, dy = x.__dict__, y.__dict__
-            if dx.keys() != dy.keys() or len(x._items) != len(y._items):
-                return False
-            if len(x._pairs) != len(y._pairs) or x._called != y._called:
-                return False
-            stack.extend((dx[k], dy[k]) for k in dx if k not in ("_called",))
-            continue
-        if type(x) is not type(y):
+        elif type(x) is not type(y):
             return False
-        if isinstance(x, _SCALARS):
+        elif isinstance(x, _SCALARS):
             if not (x == y or (x != x and y != y)):  # NaN equals NaN here
                 return False
             continue
-        if (id(x), id(y)) in seen:
+        elif isinstance(x, (list, tuple, dict)):
+            try:
+                if x == y:  # builtins only (stand-ins compare by identity): no code runs
+                    continue
+            except RecursionError:  # a structure holding itself: walked below
+                pass
+        key = (id(x), id(y))
+        if key in on_path or key in proven:
             continue
-        seen.add((id(x), id(y)))
-        if isinstance(x, (list, tuple)):
+        if inert:
+            assert isinstance(x, Inert) and isinstance(y, Inert)
+            if (x._called, x._setter, len(x._args), len(x._items), len(x._pairs)) != (
+                y._called,
+                y._setter,
+                len(y._args),
+                len(y._items),
+                len(y._pairs),
+            ):
+                return False
+            on_path.add(key)
+            stack.append((_EXIT, key))
+            stack += (
+                (x._args, y._args),
+                (x._kwargs, y._kwargs),
+                (x._state, y._state),
+                (x._callee, y._callee),
+            )
+            stack.extend(zip(x._items, y._items))
+            stack.extend(zip(x._pairs, y._pairs))
+        elif isinstance(x, (list, tuple)):
             assert isinstance(y, (list, tuple))
             if len(x) != len(y):
                 return False
+            on_path.add(key)
+            stack.append((_EXIT, key))
             stack.extend(zip(x, y))
         elif isinstance(x, dict):
             assert isinstance(y, dict)
             if len(x) != len(y):
                 return False
+            on_path.add(key)
+            stack.append((_EXIT, key))
             stack.extend(zip(x.items(), y.items()))  # in order: keys may be stand-ins
         elif isinstance(x, (set, frozenset)):
             assert isinstance(y, (set, frozenset))
@@ -259,9 +291,8 @@ def same(a: object, b: object) -> bool:
             if all(type(v) in _SCALARS for v in x) and all(type(v) in _SCALARS for v in y):
                 if x != y:
                     return False
-            else:  # members that are stand-ins: by their renderings
-                if sorted(map(_inert.render, x)) != sorted(map(_inert.render, y)):
-                    return False
+            elif sorted(map(_inert.render, x)) != sorted(map(_inert.render, y)):
+                return False  # members that are stand-ins: by their renderings
         else:
             try:
                 if not bool(x == y):
@@ -421,8 +452,8 @@ def _same_making(a: Inert, b: Inert) -> bool:
     return (
         same(a._args, b._args)
         and same(a._kwargs, b._kwargs)
-        and same(a.__dict__.get("_callee"), b.__dict__.get("_callee"))
-        and a.__dict__.get("_setter") == b.__dict__.get("_setter")
+        and same(a._callee, b._callee)
+        and a._setter == b._setter
         and (bool(_inert.attributes(a)) or same(a._state, b._state))
     )
 
