@@ -443,7 +443,7 @@ def _aligned(a: list[Any] | tuple[Any, ...], b: list[Any] | tuple[Any, ...]) -> 
         return False
     in_place = sum(same(x, y) for x, y in zip(a, b))
     shifted = sum(same(x, y) for x, y in zip(a[max(-shift, 0) :], b[max(shift, 0) :]))
-    return in_place >= shifted
+    return shifted == 0 or in_place > shifted
 
 
 def _same_making(a: Inert, b: Inert) -> bool:
@@ -473,17 +473,20 @@ def _steps(value: Inert) -> dict[str, object]:
 
 
 def _text_diff(a: str, b: str) -> list[str]:
-    """A bounded unified diff of two strings: the lines around the first and last
-    difference only (at most _WINDOW characters of each side)."""
+    """A bounded unified diff of two strings: the whole lines from the first to the
+    last difference only (at most _WINDOW characters of each side)."""
     start = _common_prefix(a, b)
-    end = min(_common_suffix(a, b), len(a) - start, len(b) - start)
-    lo = a.rfind("\n", 0, start) + 1 if start else 0
-    lo = max(lo, start - _WINDOW // 4)
-    wa = a[lo : min(len(a) - end, lo + _WINDOW)]
-    wb = b[lo : min(len(b) - end, lo + _WINDOW)]
-    lines_a, lines_b = wa.splitlines(), wb.splitlines()
-    note = f"(from character {lo}; {len(a)} characters -> {len(b)})"
-    return _bounded(difflib.unified_diff(lines_a, lines_b, lineterm="", n=1), note)
+    suffix = min(_common_suffix(a, b), len(a) - start, len(b) - start)
+    lo = max(a.rfind("\n", 0, start) + 1, start - _WINDOW // 4)
+
+    def window(text: str) -> str:
+        last = text.find("\n", len(text) - suffix)
+        hi = len(text) if last < 0 else last + 1
+        return text[lo : min(hi, lo + _WINDOW)]
+
+    note = f"(from line {a.count(chr(10), 0, lo) + 1}; {len(a)} characters -> {len(b)})"
+    diff = difflib.unified_diff(window(a).splitlines(), window(b).splitlines(), lineterm="", n=1)
+    return _bounded(diff, note)
 
 
 def _common_prefix(a: str, b: str) -> int:
