@@ -180,7 +180,7 @@ def _task(view: SnapshotView, step: _Step, where: str) -> TaskView:
             if task.task == str(key):
                 return task
     names = [f"task[{i}] ({t.task})" for i, t in enumerate(view.tasks)]
-    raise PathError(f"{where}: no {step.text}; the snapshot's tasks: {_listing(names)}")
+    raise PathError(f"{where}: no task{step.text}; the snapshot's tasks: {_listing(names)}")
 
 
 def _frame(task: TaskView, step: _Step, where: str) -> tuple[int, FrameView]:
@@ -195,7 +195,7 @@ def _frame(task: TaskView, step: _Step, where: str) -> tuple[int, FrameView]:
                 return index, frame
     names = [f"frame[{i}] ({f.function})" for i, f in enumerate(task.frames)]
     raise PathError(
-        f"{where}: task {task.task} has no {step.text}; its frames, innermost first: "
+        f"{where}: task {task.task} has no frame{step.text}; its frames, innermost first: "
         f"{_listing(names)}"
     )
 
@@ -292,28 +292,32 @@ def resolve_path(view: SnapshotView, path: str) -> tuple[str, object]:
                 raise PathError(f"{done} has no {steps[i].text}; there: .locals")
             done += ".locals"
             i += 1
-            value = frame.locals or {}
+            value = _Names("locals", frame.locals or {})
             if i < len(steps):
                 step = steps[i]
-                if step.kind != "name" or step.value not in value:
-                    names = sorted(value) if isinstance(value, dict) else []
-                    raise PathError(f"{done} has no {step.text}; its names: {_listing(names)}")
-                value = value[step.value]
+                names = value.names
+                if step.kind != "name" or step.value not in names:
+                    raise PathError(
+                        f"{done} has no {step.text}; its names: {_listing(sorted(names))}"
+                    )
+                value = names[step.value]
                 done += f".{step.value}"
                 i += 1
     elif head_name == "globals" and not done:
         i += 1
         if i == len(steps):
-            return "globals", view.globals
+            return "globals", _Names("modules", view.globals)
         module, used = _module(view, steps[i:], "globals")
         done = f"globals.{module}"
         i += used
-        value = view.globals[module]
+        module_globals = view.globals[module]
+        value = _Names("module", module_globals)
         if i < len(steps):
             step = steps[i]
-            if step.kind != "name" or step.value not in value:
-                raise PathError(f"{done} has no {step.text}; its names: {_listing(sorted(value))}")
-            value = value[step.value]
+            if step.kind != "name" or step.value not in module_globals:
+                listed = _listing(sorted(module_globals))
+                raise PathError(f"{done} has no {step.text}; its names: {listed}")
+            value = module_globals[step.value]
             done += f".{step.value}"
             i += 1
     else:
@@ -324,8 +328,17 @@ def resolve_path(view: SnapshotView, path: str) -> tuple[str, object]:
         if isinstance(value, _FrameValue):
             raise PathError(f"{done} has no {step.text}; there: .locals")
         value = _child(value, step, done)
-        done += step.text if step.kind == "item" else f".{step.value}"
+        done += _canonical(step)
     return done, value
+
+
+def _canonical(step: _Step) -> str:
+    """A step as diff and the children listing spell it: `['key']` for any quoting."""
+    if step.kind == "name":
+        return f".{step.value}"
+    if isinstance(step.value, (str, bytes, int, float, bool, type(None))):
+        return step_for_key(step.value)
+    return step.text
 
 
 @dataclass
@@ -333,6 +346,14 @@ class _FrameValue:
     """A frame named by a path without .locals: shown as its place and its locals."""
 
     frame: FrameView
+
+
+@dataclass
+class _Names:
+    """A frame's locals, a module's globals or the modules: names, each a `.name`."""
+
+    kind: str
+    names: dict[str, Any]
 
 
 # ------------------------------------------------------------------------ showing
@@ -348,20 +369,26 @@ def show_value(path: str, value: object) -> dict[str, Any]:
     """What `inspect --path` prints (and --json is): the value's path, type, length, a
     page of its rendering, and its first MAX_CHILDREN children (each with the path
     that drills into it)."""
+    names: dict[str, Any] | None = None
     if isinstance(value, _FrameValue):
         frame = value.frame
-        value = frame.locals or {}
+        names = frame.locals or {}
         kind, rendering = "frame", f"{frame.function}()  {frame.file}:{frame.line}"
         prefix = path + ".locals"
+    elif isinstance(value, _Names):
+        names = value.names
+        kind, rendering, prefix = value.kind, f"{len(names)} names", path
     else:
         kind, rendering, prefix = type_name(value), _page(value), path
+    if names is not None:
+        value = names
     inner = _inert.cell_contents(value)
     length = len(inner) if isinstance(inner, (str, bytes, bytearray, list, tuple, dict)) else None
     if isinstance(inner, (set, frozenset)):
         length = len(inner)
     children = []
     more = 0
-    for step, child in child_steps(value) if kind != "frame" else _locals_steps(value):
+    for step, child in child_steps(value) if names is None else _locals_steps(names):
         if len(children) == MAX_CHILDREN:
             more += 1
             continue
