@@ -83,7 +83,9 @@ def test_a_long_value_shows_a_page_and_the_text_form_is_escaped(store):
     store_dir, cwd = store
     shown = _show(store, "frame[1].locals.text")
     assert shown["length"] == 250 and shown["value"].count("line") == 49
-    run = snaprun("inspect", "--store", store_dir, "j@2", "--path", "frame[1].locals.extra", cwd=cwd)
+    run = snaprun(
+        "inspect", "--store", store_dir, "j@2", "--path", "frame[1].locals.extra", cwd=cwd
+    )
     assert run.returncode == 0 and "\x1b" not in run.stdout and "\\x1b[31mred" in run.stdout
     assert run.stdout.splitlines()[0] == "frame[1].locals.extra  (str, 8 long)"
 
