@@ -386,7 +386,7 @@ def show_value(path: str, value: object) -> dict[str, Any]:
     length = len(inner) if isinstance(inner, (str, bytes, bytearray, list, tuple, dict)) else None
     if isinstance(inner, (set, frozenset)):
         length = len(inner)
-    children = []
+    children: list[dict[str, Any]] = []
     more = 0
     for step, child in child_steps(value) if names is None else _locals_steps(names):
         if len(children) == MAX_CHILDREN:

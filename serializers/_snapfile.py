@@ -42,7 +42,7 @@ import os
 import stat
 import struct
 from collections.abc import Iterable, Iterator
-from typing import Any, BinaryIO, Protocol
+from typing import IO, Any, BinaryIO, Protocol, cast
 
 import xxhash
 import zstandard
@@ -509,7 +509,9 @@ def _decoded(
     compressed = StreamReader(opened())
     try:
         with zstandard.ZstdDecompressor().stream_reader(
-            compressed, read_size=CHUNK_SIZE, closefd=False
+            cast("IO[bytes]", compressed),  # (it reads through read() only)
+            read_size=CHUNK_SIZE,
+            closefd=False,
         ) as stream:
             while piece := stream.read(_PIECE):
                 yield piece
