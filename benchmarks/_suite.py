@@ -289,7 +289,7 @@ BENCHES: tuple[Bench, ...] = (
     Bench("bigstate", "bench_bigstate.py", "A ~10 MB state, one small change per step",
           ("--steps", "50", "--rounds", "1"), ("--steps", "5", "--rounds", "1"), _bigstate),
     Bench("inspect", "bench_inspect.py", "`snaprun inspect` and `diff` of a large state: peak memory",
-          ("--mb", "500"), ("--mb", "20"), _inspect),
+          ("--mb", "500", "--objects-mb", "50"), ("--mb", "20", "--objects-mb", "5"), _inspect),
     Bench("worker", "bench_worker.py", "A long-running worker draining short jobs",
           ("--jobs", "200"), ("--jobs", "10"), _worker),
     Bench("postgres", "bench_postgres.py", "Workers sharing a PostgreSQL store against SQLite",

@@ -1,12 +1,14 @@
 """`snaprun inspect` and `snaprun diff` of a large state (issue 23): peak memory and time.
 
-    python benchmarks/bench_inspect.py [--mb 500] [--shapes strings,objects,mixed]
-                                       [--dir DIR] [--json FILE]
+    python benchmarks/bench_inspect.py [--mb 500] [--objects-mb 50]
+                                       [--shapes strings,objects,mixed] [--dir DIR]
+                                       [--json FILE]
 
 Setup (not measured, in a child process): for each shape, one job
-(inspect_agent.big_main, through `snapstate.Store`) takes two snapshots of a state of about `--mb` MB of pickle
-(inspect_agent.py: `strings` a list of 1 MB strings, `objects` a dict of small
-objects, `mixed` half of each), and a tiny job one snapshot.
+(inspect_agent.big_main, through `snapstate.Store`) takes two snapshots of a state (inspect_agent.py: `strings` a list of 1 MB strings, of about
+`--mb` MB of pickle; `objects` a dict of small objects and `mixed` half of each, of
+about `--objects-mb` MB: decoded, small objects take about 13 times their pickle, so
+the same size would need gigabytes), and a tiny job one snapshot.
 
 Measured, each command a child process of its own (its peak RSS is its ru_maxrss,
 from wait4): `snaprun inspect --json JOB@1` (streamed: the body decoded as it is
@@ -110,7 +112,10 @@ def main() -> None:
         print(build(sys.argv[2], sys.argv[3], int(sys.argv[4])))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=500, help="the state's size in MB of pickle")
+    parser.add_argument("--mb", type=int, default=500, help="MB of pickle of `strings`")
+    parser.add_argument(
+        "--objects-mb", type=int, default=50, help="MB of pickle of `objects` and `mixed`"
+    )
     parser.add_argument("--shapes", default="strings,objects,mixed")
     parser.add_argument("--dir", default=None, help="where the temporary stores go")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -122,7 +127,7 @@ def main() -> None:
         try:
             store = os.path.join(root, "store")
             start = time.perf_counter()
-            size = built(store, shape, args.mb)
+            size = built(store, shape, args.mb if shape == "strings" else args.objects_mb)
             mb = size / 2**20
             print(
                 f"{shape}: two snapshots of {mb:.0f} MB built in {time.perf_counter() - start:.1f}s"
@@ -147,7 +152,7 @@ def main() -> None:
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} CPUs")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"mb": args.mb, "shapes": results}, f)
+            json.dump({"mb": args.mb, "objects_mb": args.objects_mb, "shapes": results}, f)
 
 
 if __name__ == "__main__":
