@@ -347,6 +347,10 @@ _REPR.maxlong = 60
 
 
 def _scalar(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)) and len(value) > _MAX_STRING:
+        # reprlib has no bytes method: it would repr the whole value (4x its size) first
+        cut = repr(value[: _MAX_STRING // 2])
+        return f"{cut[:-1]}...{cut[-1]}" if isinstance(value, bytes) else f"{cut[:-2]}...')"
     try:
         return _REPR.repr(value)
     except ValueError:  # an int too large to print

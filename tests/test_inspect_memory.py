@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pickle
 import subprocess
+import tracemalloc
 
 import pytest
 from chunked import manifest_header, tamper_chunk
@@ -115,6 +116,20 @@ def test_a_damaged_chunk_is_refused_by_inspect_and_diff(tmp_path):
 
 
 # ------------------------------------------------------------------------ memory
+@pytest.mark.parametrize("kind", [bytes, bytearray, str])
+def test_rendering_a_large_value_allocates_little(kind):
+    """inspect's abbreviated rendering of a 64 MB value allocates a few KB, not a
+    repr of the whole value (reprlib has no bytes method: it used to repr all of it)."""
+    value = kind(b"x" * (64 << 20)) if kind is not str else "x" * (64 << 20)
+    tracemalloc.start()
+    try:
+        text = _inert.render([value])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(text) < 200 and peak < 1 << 20, (len(text), peak)
+
+
 def _peak_mb(argv, cwd):
     """The peak RSS (MB) of a `snaprun` run as a child of its own, its stdout dropped."""
     with open(os.devnull, "wb") as out:
