@@ -242,3 +242,32 @@ def test_same_sees_equal_values_of_two_decodes():
     assert _diff.same(one, two)
     other = _inert.loads(pickle.dumps(dict(value, obj=Exception("b"))))
     assert not _diff.same(one, other)
+
+
+def test_spawned_tasks_frames_and_locals(tmp_path):
+    """A job of two spawned tasks: each task's frames are compared on their own (line
+    moved) and its locals are named under `task[ID].`; main's frame is unchanged."""
+    run = snaprun(
+        "run", "--store", tmp_path / "s", "--job", "t", AGENTS / "diff_tasks.py", cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    report = _diff_json(tmp_path / "s", "t@1", "t@2")
+    assert [(c["path"], c["old"], c["new"]) for c in report["changes"]] == [
+        ("task[1].frame[0].locals.total", "10", "11"),
+        ("task[2].frame[0].locals.total", "20", "21"),
+    ]
+    tasks = {
+        t["task"]: [(f["change"], f["line"][0] < f["line"][1]) for f in t["frames"]]
+        for t in report["tasks"]
+    }
+    assert tasks == {"main": [("kept", False)], "1": [("kept", True)], "2": [("kept", True)]}
+    shown = snaprun(
+        "inspect",
+        "--store",
+        tmp_path / "s",
+        "t@2",
+        "--path",
+        "task[2].frame[worker].locals.total",
+        cwd=tmp_path,
+    )
+    assert shown.returncode == 0 and shown.stdout.splitlines()[1].strip() == "21", shown.stderr
