@@ -82,8 +82,7 @@ def diff_report(home: Home, ref_a: str, ref_b: str) -> dict[str, Any]:
     view_a = snapshot_view(*load_state(home, row_a))
     view_b = snapshot_view(*load_state(home, row_b))
     report = diff_views(view_a, view_b)
-    report["a"] = _side(row_a, view_a)
-    report["b"] = _side(row_b, view_b)
+    report["a"], report["b"] = _side(row_a), _side(row_b)
     relation, ledger_job = _relation(home, row_a, row_b)
     report["relation"] = relation
     report.update(_between(home, ledger_job, row_a, row_b))
@@ -103,7 +102,7 @@ def diff_report(home: Home, ref_a: str, ref_b: str) -> dict[str, Any]:
     }
 
 
-def _side(row: SnapshotRow, view: SnapshotView) -> dict[str, Any]:
+def _side(row: SnapshotRow) -> dict[str, Any]:
     return {
         "job": row.job_id,
         "seq": row.seq,
@@ -342,6 +341,7 @@ class _Walk:
         if len(self.changes) >= MAX_CHANGES:
             self.more += 1
             return
+        found = len(self.changes) + self.more
         if depth >= MAX_DEPTH:
             self.changed(path, a, b)
         elif isinstance(a, (list, tuple)) and type(a) is type(b):
@@ -358,6 +358,10 @@ class _Walk:
         ):
             self.mapping(_steps(a), _steps(b), path, str, depth)
         else:
+            self.changed(path, a, b)
+        if len(self.changes) + self.more == found:
+            # different, but in nothing a path names (an exception's cause, a state
+            # that is no attribute): the value itself changed
             self.changed(path, a, b)
 
     def mapping(

@@ -144,9 +144,7 @@ def child_steps(value: object) -> Iterator[tuple[str, object]]:
             yield step_for_key(key), item
     elif isinstance(value, Inert) and not _inert.is_code_object(value):
         for name, item in _inert.attributes(value).items():
-            step = _attr_step(name)
-            if step is not None:
-                yield step, item
+            yield _attr_step(name) or step_for_key(name), item
         for i, item in enumerate(value._items):
             yield f"[{i}]", item
         for key, item in value._pairs:

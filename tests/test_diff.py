@@ -271,3 +271,21 @@ def test_spawned_tasks_frames_and_locals(tmp_path):
         cwd=tmp_path,
     )
     assert shown.returncode == 0 and shown.stdout.splitlines()[1].strip() == "21", shown.stderr
+
+
+class Odd:
+    """An object with an attribute no `.name` can spell."""
+
+
+def test_an_attribute_that_is_no_identifier_is_named_by_its_key():
+    """A change in an attribute named `my-attr` is reported (as `['my-attr']`, the
+    step `inspect --path` reads), never lost for want of a name."""
+    one, two = Odd(), Odd()
+    setattr(one, "my-attr", 1)
+    setattr(two, "my-attr", 2)
+    (change,) = _changes({"o": one}, {"o": two})["changes"]
+    assert (change["path"], change["old"], change["new"]) == (
+        "frame[0].locals.o['my-attr']",
+        "1",
+        "2",
+    )
