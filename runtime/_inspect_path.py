@@ -375,7 +375,7 @@ def show_value(path: str, value: object) -> dict[str, Any]:
         prefix = path + ".locals"
     elif isinstance(value, _Names):
         names = value.names
-        kind, rendering, prefix = value.kind, f"{len(names)} names", path
+        kind, rendering, prefix = value.kind, _listing(list(names)), path
     else:
         kind, rendering, prefix = type_name(value), _page(value), path
     if names is not None:

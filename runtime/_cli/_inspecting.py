@@ -52,7 +52,9 @@ def render_report(report: dict[str, Any]) -> Iterator[str]:
 def render_value(shown: dict[str, Any]) -> Iterator[str]:
     """`inspect --path`'s lines: the value's path, type and length, a page of it, then
     its children, each with the path that shows it."""
-    length = f", {shown['length']} long" if shown["length"] is not None else ""
+    named = shown["type"] in ("frame", "locals", "module", "modules")
+    unit = (" name" if shown["length"] == 1 else " names") if named else " long"
+    length = f", {shown['length']}{unit}" if shown["length"] is not None else ""
     yield f"{shown['path']}  ({shown['type']}{length})"
     yield f"  {shown['value']}"
     if shown["children"]:
