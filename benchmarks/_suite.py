@@ -174,6 +174,26 @@ def _bigstate(data: Json) -> list[Metric]:
     return out
 
 
+def _inspect(data: Json) -> list[Metric]:
+    out = []
+    for shape, r in sorted(data["shapes"].items()):
+        size = f"{r['payload_mb']:.0f} MB {shape}"
+        for label in ("inspect", "whole", "diff"):
+            # the target, for a state of bytes and strings (docs/diff.md, "Memory")
+            target = "<= 2x" if (label, shape) == ("inspect", "strings") else ""
+            words = {
+                "inspect": "snaprun inspect (streamed)",
+                "whole": "inspect as before (whole body)",
+                "diff": "snaprun diff of two",
+            }[label]
+            out += [
+                Metric(f"{shape}.{label}_x", f"{words}, {size}: peak RSS growth / pickle",
+                       r[f"{label}_mb"] / r["payload_mb"], "x", target),
+                Metric(f"{shape}.{label}_s", f"{words}, {size}", r[f"{label}_s"], "s"),
+            ]  # fmt: skip
+    return out
+
+
 def _worker(data: Json) -> list[Metric]:
     out = []
     for r in data["rounds"]:
@@ -270,6 +290,8 @@ BENCHES: tuple[Bench, ...] = (
           ("--steps", "1000"), ("--steps", "30"), _conversation),
     Bench("bigstate", "bench_bigstate.py", "A ~10 MB state, one small change per step",
           ("--steps", "50", "--rounds", "1"), ("--steps", "5", "--rounds", "1"), _bigstate),
+    Bench("inspect", "bench_inspect.py", "`snaprun inspect` and `diff` of a large state: peak memory",
+          ("--mb", "500", "--objects-mb", "50"), ("--mb", "20", "--objects-mb", "5"), _inspect),
     Bench("worker", "bench_worker.py", "A long-running worker draining short jobs",
           ("--jobs", "200"), ("--jobs", "10"), _worker),
     Bench("postgres", "bench_postgres.py", "Workers sharing a PostgreSQL store against SQLite",

@@ -41,6 +41,7 @@ from .._errors import (
     StoreError,
 )
 from . import _binding, _fs, _identity, _sealing, _snapfile
+from ._buffer import StreamReader
 from ._catalog import Catalog
 from ._chunkstore import PACKS, ChunkStore, Prepared
 from ._ids import validate_job_id
@@ -453,6 +454,41 @@ class Home:
         header = _job_header(path, _sealing.open_header(header, self.keys, path))
         self._check_row(row, header, digest)
         return header, payload
+
+    @contextlib.contextmanager
+    def open_row(self, row: SnapshotRow) -> Iterator[tuple[dict[str, Any], StreamReader]]:
+        """read_row() for the inert decoder (serializers/_inert.py) only: (header, body
+        stream), the body decoded piece by piece as it is read, never assembled. A
+        chunked row's chunks are each checked against their id before a byte is read;
+        a file is verified whole first and its MAC recomputed as it is read (reading
+        to the end, body.rest(), raises TamperedSnapshot if the file changed)."""
+        if row.file == CHUNKED:
+            header, manifest = self._manifest(row)
+            body = StreamReader(self.chunks.chunks(manifest, self.where(row)))
+            try:
+                yield header, body
+            finally:
+                body.close()
+            return
+        path = self.row_path(row)
+        with _snapfile.open_verified(path, self.keys, require_encryption=self.encrypt) as (
+            header,
+            body,
+            digest,
+        ):
+            header = _job_header(path, _sealing.open_header(header, self.keys, path))
+            self._check_row(row, header, digest)
+            yield header, body
+
+    @contextlib.contextmanager
+    def open_file(self, path: str) -> Iterator[tuple[dict[str, Any], StreamReader]]:
+        """read() for the inert decoder only, streamed as open_row()."""
+        with _snapfile.open_verified(path, self.keys, require_encryption=self.encrypt) as (
+            header,
+            body,
+            _,
+        ):
+            yield _job_header(path, _sealing.open_header(header, self.keys, path)), body
 
     def verify_row(self, row: SnapshotRow) -> tuple[dict[str, Any], str]:
         """read_row() without assembling the body: (header, digest). A chunked row's

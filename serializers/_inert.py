@@ -15,16 +15,18 @@ kind and path (`open file '/tmp/log.txt' (mode 'a', at byte 120)`).
 from __future__ import annotations
 
 import gc
+import itertools
 import pickle
 import reprlib
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 from .._abi import NAMES
-from ._buffer import BufferReader
+from ._buffer import BufferReader, StreamReader
 
 __all__ = [
     "loads",
+    "load",
     "Inert",
     "InertType",
     "render",
@@ -66,7 +68,7 @@ class InertType(type):
             target, state = args
             if isinstance(target, Inert):
                 target.__setstate__(state)
-                target.__dict__["_setter"] = cls._qualname
+                target._setter = cls._qualname
                 return None
             if isinstance(target, InertType):  # cloudpickle's _class_setstate
                 names = state[0] if isinstance(state, tuple) and state else state
@@ -83,7 +85,7 @@ class InertType(type):
             name = args[2] if cls._qualname == "_make_skeleton_enum" else args[1]
             return _placeholder("", name if isinstance(name, str) else "?")
         obj = Inert.__new__(cast("type[Inert]", cls), *args, **kwargs)  # (a class of Inert's)
-        obj.__dict__["_called"] = True  # REDUCE: shown with its full dotted name
+        obj._called = True  # REDUCE: shown with its full dotted name
         return obj
 
     def __repr__(cls) -> str:  # a class or function the pickle names by reference
@@ -99,24 +101,31 @@ def _is_state_setter(qualname: str) -> bool:
     )
 
 
+_NO_KWARGS: dict[str, Any] = {}  # shared by every stand-in called without keywords
+
+
 class Inert(metaclass=InertType):
     """A stand-in for an object the pickle would have built: what built it, with
-    which arguments, and the state, items and attributes given to it afterwards."""
+    which arguments, and the state, items and attributes given to it afterwards.
+    Slotted, its item lists made on first use: a state of millions of small objects
+    decodes into about 100 bytes per stand-in plus its state (`inspect` within bounds)."""
 
+    __slots__ = ("_args", "_kwargs", "_state", "_items", "_pairs", "_called", "_setter", "_callee")
     _module, _qualname = "", "?"
     # set per object by __new__ (decoded values: anything)
     _args: tuple[Any, ...]
     _kwargs: dict[str, Any]
     _state: Any
-    _items: list[Any]
-    _pairs: list[tuple[Any, Any]]
+    _items: list[Any] | tuple[()]
+    _pairs: list[tuple[Any, Any]] | tuple[()]
     _called: bool
+    _setter: str | None  # the state setter that gave it its state
+    _callee: Inert | None  # the decoded object this is a call of
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Inert:
         obj = object.__new__(cls)
-        obj.__dict__.update(
-            _args=args, _kwargs=kwargs, _state=None, _items=[], _pairs=[], _called=False
-        )
+        obj._args, obj._kwargs, obj._state = args, kwargs or _NO_KWARGS, None
+        obj._items, obj._pairs, obj._called, obj._setter, obj._callee = (), (), False, None, None
         return obj
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -124,24 +133,31 @@ class Inert(metaclass=InertType):
 
     # what the unpickler may call on the objects it builds: record only
     def __setstate__(self, state: Any) -> None:
-        self.__dict__["_state"] = state
+        self._state = state
+
+    def _item_list(self) -> list[Any]:
+        if isinstance(self._items, tuple):
+            self._items = []
+        return self._items
 
     def append(self, item: Any) -> None:
-        self._items.append(item)
+        self._item_list().append(item)
 
     def extend(self, items: Iterable[Any]) -> None:
-        self._items.extend(items)
+        self._item_list().extend(items)
 
     def add(self, item: Any) -> None:
-        self._items.append(item)
+        self._item_list().append(item)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(self._pairs, tuple):
+            self._pairs = []
         self._pairs.append((key, value))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Inert:
         """A call of a decoded object (e.g. cloudpickle's `_builtin_type(name)(...)`)."""
         call: Inert = _CALL(*args, **kwargs)
-        call.__dict__["_callee"] = self
+        call._callee = self
         return call
 
     def __repr__(self) -> str:
@@ -230,7 +246,7 @@ class InertUnpickler(pickle.Unpickler):
     """find_class never imports: it returns a placeholder (a few builtin value types
     excepted, and snapstate's own NULL marker)."""
 
-    def __init__(self, file: BufferReader):
+    def __init__(self, file: BufferReader | StreamReader):
         super().__init__(file)
         self._classes: dict[tuple[str, str], object] = {}
 
@@ -259,10 +275,16 @@ class InertUnpickler(pickle.Unpickler):
 
 def loads(data: bytes | bytearray | memoryview) -> object:
     """Decode a pickle into builtin values and Inert placeholders, running nothing."""
+    return load(BufferReader(data))
+
+
+def load(file: BufferReader | StreamReader) -> object:
+    """loads() from a reader: a verified body streamed piece by piece (serializers/
+    _snapfile.py's open_verified) is decoded as it is read, never held whole."""
     enabled = gc.isenabled()
     gc.disable()  # millions of new containers would trigger useless collections
     try:
-        return InertUnpickler(BufferReader(data)).load()
+        return InertUnpickler(file).load()
     finally:
         if enabled:
             gc.enable()
@@ -276,7 +298,7 @@ def attributes(obj: object) -> dict[Any, Any]:
     state = obj._state
     attrs: dict[Any, Any] = {}
     if (
-        obj.__dict__.get("_setter") == "_set_exception_state"
+        obj._setter == "_set_exception_state"
         and isinstance(state, tuple)
         and state
         and isinstance(state[0], dict)
@@ -325,22 +347,28 @@ _REPR.maxlong = 60
 
 
 def _scalar(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)) and len(value) > _MAX_STRING:
+        # reprlib has no bytes method: it would repr the whole value (4x its size) first
+        cut = repr(value[: _MAX_STRING // 2])
+        return f"{cut[:-1]}...{cut[-1]}" if isinstance(value, bytes) else f"{cut[:-2]}...')"
     try:
         return _REPR.repr(value)
     except ValueError:  # an int too large to print
         return f"<int of {value.bit_length()} bits>"
 
 
-def render(value: object, depth: int = _DEPTH) -> str:
-    """A readable, bounded one-line rendering of a decoded value."""
+def render(value: object, depth: int = _DEPTH, *, limit: int = _MAX_LENGTH) -> str:
+    """A readable, bounded one-line rendering of a decoded value (at most `limit`
+    characters, however large the value)."""
     text = _render(value, depth, set())
-    return text if len(text) <= _MAX_LENGTH else text[: _MAX_LENGTH - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _items(values: Iterable[object], depth: int, seen: set[int]) -> str:
-    values = list(values)
-    shown = [_render(v, depth - 1, seen) for v in values[:_MAX_ITEMS]]
-    if len(values) > _MAX_ITEMS:
+    # the first few only: never a copy of a large container
+    first = list(itertools.islice(values, _MAX_ITEMS + 1))
+    shown = [_render(v, depth - 1, seen) for v in first[:_MAX_ITEMS]]
+    if len(first) > _MAX_ITEMS:
         shown.append("...")
     return ", ".join(shown)
 
@@ -360,7 +388,7 @@ def _render(value: object, depth: int, seen: set[int]) -> str:
         seen.add(id(value))
         try:
             if isinstance(value, dict):
-                pairs = list(value.items())
+                pairs = list(itertools.islice(value.items(), _MAX_ITEMS + 1))
                 shown = [
                     f"{_render(k, depth - 1, seen)}: {_render(v, depth - 1, seen)}"
                     for k, v in pairs[:_MAX_ITEMS]
@@ -403,7 +431,7 @@ def _render_inert(obj: Inert, depth: int, seen: set[int]) -> str:
     parts = [_render(a, depth - 1, seen) for a in args]
     parts += [f"{k}={_render(v, depth - 1, seen)}" for k, v in obj._kwargs.items()]
     attrs = attributes(obj)
-    if obj._state is not None and not attrs and "_setter" not in obj.__dict__:
+    if obj._state is not None and not attrs and obj._setter is None:
         parts.append(f"state={_render(obj._state, depth - 1, seen)}")
     for i, (key, value) in enumerate(attrs.items()):
         if i == 2 * _MAX_ITEMS:
@@ -486,7 +514,7 @@ def _render_special(obj: Inert, depth: int, seen: set[int]) -> str | None:
         return f"<module {_text(_arg(obj, 0, '?'), False)}>"
     if kind.startswith("cloudpickle") and name == "_builtin_type":
         return f"<type {_text(_arg(obj, 0, '?'), False)}>"
-    callee = obj.__dict__.get("_callee")
+    callee = obj._callee
     if callee is not None:
         if callee.kind.endswith("._builtin_type") and _arg(callee, 0) == "CodeType":
             return "<code>"

@@ -21,10 +21,20 @@ damaged body, a header that belongs to another body, and a signature that does n
 match, so each gets its own error.
 
 The body is produced and consumed in chunks, so bodies over 2 GiB work.
+
+open_verified() is the streaming form for the inert decoder only (`snaprun inspect`,
+`snaprun diff`; serializers/_inert.py): after the same constant-memory verification
+pass, the body is decrypted and decompressed piece by piece as the decoder reads it,
+the MAC recomputed as it goes; at the end (StreamReader.rest()) the MAC must equal the
+verified one, or TamperedSnapshot. The decoder thus sees bytes before that last
+comparison, which is safe because it imports nothing and calls nothing the pickle names
+(no code runs, whatever the bytes); its result is discarded if the comparison fails.
+Unpickling that runs code (resume) still goes through read_verified().
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -32,7 +42,7 @@ import os
 import stat
 import struct
 from collections.abc import Iterable, Iterator
-from typing import Any, BinaryIO, Protocol
+from typing import IO, Any, BinaryIO, Protocol, cast
 
 import xxhash
 import zstandard
@@ -49,6 +59,7 @@ from .._errors import (
 )
 from .._version import __version__
 from . import _fs
+from ._buffer import StreamReader
 from ._keys import Key, KeyRing
 
 __all__ = [
@@ -60,6 +71,7 @@ __all__ = [
     "verify_digest",
     "read_payload",
     "read_verified",
+    "open_verified",
     "peek_header",
     "signing_key",
     "CHUNK_SIZE",
@@ -444,3 +456,69 @@ def read_verified(
     if not hmac.compare_digest(mac.digest(), verified):
         raise TamperedSnapshot(f"{path} changed while it was being read; refusing it")
     return header, out, verified.hex()
+
+
+_PIECE = 1 << 20  # how much decompressed body one piece holds at most
+
+
+@contextlib.contextmanager
+def open_verified(
+    path: str, keys: KeyRing, *, require_encryption: bool = False
+) -> Iterator[tuple[dict[str, Any], StreamReader, str]]:
+    """(header, body, digest) of a verified file, its body a stream decoded piece by
+    piece (at most one chunk and one piece in memory). The whole file is verified
+    first, as by verify(); reading the body to its end (body.rest()) recomputes the
+    MAC over the same open file descriptor and raises TamperedSnapshot if it differs.
+    For the inert decoder only (see the module's docstring)."""
+    with _open(path) as f:
+        header, header_bytes, key, body_start, verified = _verify_open(
+            f, path, keys, require_encryption
+        )
+        f.seek(body_start)
+        body = StreamReader(_decoded(f, path, header, header_bytes, key, verified))
+        try:
+            yield header, body, verified.hex()
+        finally:
+            body.close()
+
+
+def _decoded(
+    f: BinaryIO,
+    path: str,
+    header: dict[str, Any],
+    header_bytes: bytes,
+    key: Key,
+    verified: bytes,
+) -> Iterator[bytes]:
+    """The body's pickle bytes, piece by piece; TamperedSnapshot at the end if the
+    recomputed MAC is not the verified one."""
+    mac = hmac.new(key.mac_key, header_bytes, hashlib.sha256)
+    chunks = _body_chunks(_Reader(f, path), _chunk_limit(header, path), (mac,))
+    aead = AESGCM(key.aead_key) if _AEAD in header["codecs"] else None
+    prefix = bytes.fromhex(header["nonce_prefix"]) if aead is not None else b""
+    header_sha = hashlib.sha256(header_bytes).digest()
+
+    def opened() -> Iterator[bytes]:
+        for i, (chunk, last) in enumerate(chunks):
+            if aead is not None:
+                chunk = aead.decrypt(
+                    prefix + struct.pack("<I", i), chunk, _aad(header_sha, i, last)
+                )
+            yield chunk
+
+    compressed = StreamReader(opened())
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(
+            cast("IO[bytes]", compressed),  # (it reads through read() only)
+            read_size=CHUNK_SIZE,
+            closefd=False,
+        ) as stream:
+            while piece := stream.read(_PIECE):
+                yield piece
+        compressed.rest()  # the end marker: the MAC has seen the whole body
+    except InvalidTag:
+        raise TamperedSnapshot(f"{path}: a body chunk fails authentication") from None
+    except zstandard.ZstdError as exc:
+        raise CorruptSnapshot(f"the body of {path} does not decompress ({exc})") from None
+    if not hmac.compare_digest(mac.digest(), verified):
+        raise TamperedSnapshot(f"{path} changed while it was being read; refusing it")

@@ -132,6 +132,18 @@ def test_inspect_changes_nothing_and_imports_nothing(jobs, job):
     assert frame["locals"]["notebook"] == "Notebook(title='draft', pages=['intro'])"
 
 
+def test_diff_and_inspect_path_change_nothing_and_import_nothing(jobs):
+    """`diff` of two jobs' snapshots and `inspect --path`: no byte or mtime of the store
+    or of the agents' folders changes, the agents' module is not imported."""
+    sentinel = jobs / "sentinel-diff"
+    run = _untouched(jobs, sentinel, "diff", "--store", jobs / "store", "killed@1", "done@1")
+    assert run.returncode == 0, run.stderr
+    assert "share no history" in run.stdout
+    path = "frame[-1].locals.notebook.title"
+    run = _untouched(jobs, sentinel, "inspect", "--store", jobs / "store", "done@1", "--path", path)
+    assert run.returncode == 0 and "'draft'" in run.stdout, run.stderr
+
+
 def test_other_readonly_commands_change_nothing(jobs, tmp_path):
     """verify, export, ls, log, effects and stats change no byte or mtime of the agent's files or the store and run no agent code.
     (A guard: these did not write before either; inspect and replay, tested above and

@@ -6,7 +6,7 @@ stdout; with --json, as JSON.
 
 The commands live by what they do: _running.py (run, resume, replay, worker),
 _debugging.py (debug),
-_reading.py (ls, inspect, log, effects, stats, verify), _managing.py (init, export,
+_reading.py (ls, inspect, log, effects, stats, verify), _diffing.py (diff), _managing.py (init, export,
 fork, reconcile, prune, repair), _migrating.py (migrate-store), _approving.py
 (approvals, approve, reject), _crashtest.py (crashtest), _ui.py (ui, the dashboard:
 runtime/_ui), _keys.py and _db.py; what they share is in _common.py,
@@ -36,6 +36,7 @@ from ._common import EXIT_HELP, STORE_HELP, check_globals, damaged, say
 from ._crashtest import crashtest
 from ._db import db
 from ._debugging import debug
+from ._diffing import diff
 from ._keys import keys
 from ._managing import export, fork, init, prune, reconcile, repair, set_entry
 from ._migrating import migrate_store
@@ -51,7 +52,7 @@ _EXIT_HELP = EXIT_HELP  # `snaprun help exit-codes`
 # under "Other commands", never hidden).
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "Running jobs": ("run", "resume", "replay", "debug", "worker", "crashtest"),
-    "Reading a store": ("ls", "log", "inspect", "effects", "stats", "verify", "ui"),
+    "Reading a store": ("ls", "log", "inspect", "diff", "effects", "stats", "verify", "ui"),
     "Deciding": ("approvals", "approve", "reject", "reconcile"),
     "Managing jobs": ("fork", "export", "set-entry", "prune", "repair"),
     "Store and keys": ("init", "keys", "db", "migrate-store"),
@@ -204,6 +205,7 @@ for _command in (
     worker,
     list_jobs,
     inspect,
+    diff,
     log,
     effects,
     stats,

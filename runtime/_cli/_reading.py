@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .. import _admin, _api, _inspect, _worker
+from .. import _admin, _api, _inspect, _inspect_path, _worker
 from .._clock import clock
 from ._common import (
     ago,
@@ -24,7 +24,7 @@ from ._common import (
     store_option,
     when,
 )
-from ._inspecting import render_report
+from ._inspecting import render_report, render_value
 from ._records import (
     INTERNAL_KINDS,
     effect_record,
@@ -206,14 +206,37 @@ def _pins_text(pins: dict[str, Any]) -> str:
 @click.command(epilog=_READ_CODES)
 @store_option
 @json_option
+@click.option(
+    "--path",
+    "value_path",
+    metavar="PATH",
+    default=None,
+    help="Show one value and its children, e.g. 'frame[0].locals.notes[3]', "
+    "'task[2].frame[1].locals.x', 'globals.agent.CACHE[\"k\"].items' (frame[0] is "
+    "the innermost, as the listing numbers them; docs/diff.md).",
+)
 @click.argument("ref")
-def inspect(store: str | None, as_json: bool, ref: str) -> None:
-    """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE."""
+def inspect(store: str | None, as_json: bool, value_path: str | None, ref: str) -> None:
+    """Show a snapshot's tasks, frames and locals: JOB (latest), JOB@SEQ or FILE.
+    Runs none of the snapshot's code (an inert decoder) and reads its body as a
+    stream."""
     check_ids(ref, file_ok=True)
     home = open_home(store, readonly=True)
     path, _, _, row = resolve(home, ref)
-    header, payload = home.read(path) if row is None else home.read_row(row)
-    report = _inspect.describe(header, payload)
+    view = _inspect.snapshot_view(*_inspect.load_state(home, path if row is None else row))
+    if value_path is not None:
+        try:
+            named, value = _inspect_path.resolve_path(view, value_path)
+        except _inspect_path.PathError as exc:
+            raise click.BadParameter(str(exc), param_hint="--path") from None
+        shown = _inspect_path.show_value(named, value)
+        if as_json:
+            click.echo(json.dumps(shown, indent=1, default=str))
+        else:
+            for line in render_value(shown):
+                print_text(line)
+        return
+    report = _inspect.describe_view(view)
     if as_json:
         click.echo(json.dumps(report, indent=1, default=str))
     else:
