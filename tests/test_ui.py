@@ -216,8 +216,11 @@ def test_a_readonly_dashboard_decides_nothing(readonly, store):
 
 def test_reading_every_page_changes_no_byte_of_the_store(readonly, store):
     """The read pages open the store read-only: after the job list (filtered and
-    searched), each job's timeline, each snapshot, the approvals and the live parts,
-    every file of the store is byte-identical. A label holding `<script>` is in the
+    searched), each job's timeline, each snapshot, a value drilled into, diffs (within a
+    job and across two), the approvals and the live parts, every file of the store is
+    byte-identical. The drill-down lists a value's children by path, and an unknown
+    path is a 404 naming what is there; the diff of publisher@1 and @2 names the list
+    item added and the effect recorded in between. A label holding `<script>` is in the
     HTML only escaped; an unknown job or snapshot is a 404 page naming it."""
     client = _client(readonly)
     before = _store_bytes(store)
@@ -225,6 +228,8 @@ def test_reading_every_page_changes_no_byte_of_the_store(readonly, store):
     for job, seqs in (("publisher", (1, 2, 3)), ("xss", (1, 2, 3)), ("parked", (1,))):
         pages += [f"/jobs/{job}", f"/jobs/{job}?part=1"]
         pages += [f"/jobs/{job}/snapshots/{seq}" for seq in seqs]
+        pages += [f"/jobs/{job}/snapshots/1/value?path=frame[0].locals.notes"]
+    pages += ["/diff", "/diff?a=publisher@1&b=publisher@2", "/diff?a=publisher@2&b=xss@3"]
     for path in pages:
         answer = client.get(path)
         assert answer.status_code == 200, (path, answer.text)
@@ -236,6 +241,15 @@ def test_reading_every_page_changes_no_byte_of_the_store(readonly, store):
     assert "Notebook(title=" in snapshot and "&lt;script&gt;" in snapshot
     assert "publisher" in client.get("/?q=PUBL").text
     assert "publisher" not in client.get("/?status=parked").text.split("<main>", 1)[1]
+    value = client.get(
+        "/jobs/publisher/snapshots/2/value", params={"path": "frame[0].locals.notes"}
+    )
+    assert "frame[0].locals.notes.pages" in value.text and "draft two" in value.text
+    wrong = client.get("/jobs/publisher/snapshots/2/value", params={"path": "frame[0].locals.nope"})
+    assert wrong.status_code == 404 and "nope" in wrong.text and "notes" in wrong.text
+    diff = client.get("/diff", params={"a": "publisher@1", "b": "publisher@2"}).text
+    assert "frame[0].locals.notes.pages[1]" in diff and "&#39;draft two&#39;" in diff
+    assert "publish(" in diff  # the effect recorded between the two
     missing = client.get("/jobs/nojob")
     assert missing.status_code == 404 and "nojob" in missing.text
     assert client.get("/jobs/publisher/snapshots/99").status_code == 404

@@ -126,7 +126,8 @@ def test_the_job_list_filters_searches_and_shows_a_script_label_as_text(page, se
 def test_a_timeline_and_a_snapshots_frames_and_variables(page, server, shots):
     """A job's page: the timeline (created, lease, snapshots, the approval), the ledger
     row of its publish() effect, confirmed; its snapshot 2 shows main() at its line and
-    the local `notes` as the inert view renders it."""
+    the local `notes` as the inert view renders it; a click drills into `notes`, then
+    into its `pages`; the diff of snapshots 1 and 2 names the page added."""
     page.goto(server.base + "/jobs/parked")
     assert page.locator(".summary .status").first.inner_text() == "parked"
     assert page.locator('tr[data-effect="1"] .status').inner_text() == "ambiguous"
@@ -146,6 +147,16 @@ def test_a_timeline_and_a_snapshots_frames_and_variables(page, server, shots):
         f"Notebook(title={XSS_LABEL!r}, pages=['draft one', 'draft two'])"
     )
     page.screenshot(path=shots / "snapshot.png", full_page=True)
+    frame.locator("table.vars th a", has_text="notes").click()  # drill into the value
+    assert page.locator("h1 code").inner_text() == "frame[0].locals.notes"
+    page.locator("table.vars a", has_text="frame[0].locals.notes.pages").click()
+    assert page.locator("pre.value").inner_text() == "['draft one', 'draft two']"
+    page.goto(server.base + "/jobs/xss")
+    page.click('table.snapshots a.diff-link:has-text("since 1")')
+    change = page.locator("table.changes tbody tr").first
+    assert change.locator("td").first.inner_text() == "frame[0].locals.notes.pages[1]"
+    assert "added" in change.inner_text() and "'draft two'" in change.inner_text()
+    page.screenshot(path=shots / "diff.png", full_page=True)
     assert page.dialogs == []
 
 

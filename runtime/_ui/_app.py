@@ -60,7 +60,7 @@ def _environment() -> jinja2.Environment:
 
 
 def _status_of(exc: SnapstateError) -> int:
-    if isinstance(exc, (JobNotFound, SnapshotNotFound)):
+    if isinstance(exc, (JobNotFound, SnapshotNotFound, _views.ValueNotFound)):
         return 404
     if isinstance(exc, (LeaseHeld, StaleWriter)):
         return 409
@@ -142,6 +142,25 @@ class _Pages:
         except SnapstateError as exc:
             return self.error(request, exc)
         return self.render(request, "snapshot.html", report=report, job_id=job_id)
+
+    async def value(self, request: Request) -> Response:
+        job_id, seq = request.path_params["job"], request.path_params["seq"]
+        path = request.query_params.get("path", "")[:2000] or "frame[0].locals"
+        try:
+            value = await self.read(lambda home: _views.value_data(home, job_id, seq, path))
+        except SnapstateError as exc:
+            return self.error(request, exc)
+        return self.render(request, "value.html", value=value, job_id=job_id, seq=seq)
+
+    async def diff(self, request: Request) -> Response:
+        a, b = request.query_params.get("a", "")[:300], request.query_params.get("b", "")[:300]
+        if not a or not b:
+            return self.render(request, "diff_form.html", a=a, b=b)
+        try:
+            report = await self.read(lambda home: _views.diff_data(home, a, b))
+        except SnapstateError as exc:
+            return self.error(request, exc)
+        return self.render(request, "diff.html", report=report, a=a, b=b)
 
     async def approvals(self, request: Request) -> Response:
         every = bool(request.query_params.get("all"))
@@ -225,6 +244,8 @@ def build_app(config: UiConfig) -> Gate:
         Route("/approvals", pages.approvals),
         Route(f"/jobs/{_JOB}", pages.job),
         Route(f"/jobs/{_JOB}/snapshots/{{seq:int}}", pages.snapshot),
+        Route(f"/jobs/{_JOB}/snapshots/{{seq:int}}/value", pages.value),
+        Route("/diff", pages.diff),
         Route(f"/jobs/{_JOB}/approvals/{{approval:str}}", pages.decide, methods=["POST"]),
         Route(f"/jobs/{_JOB}/effects/{{ordinal:int}}", pages.reconcile, methods=["POST"]),
         Route("/favicon.ico", lambda request: Response(status_code=204)),

@@ -14,7 +14,7 @@ from ..._errors import ApprovalError, SnapstateError, StoreError
 from ...serializers._home import Home
 from ...serializers._ids import validate_job_id
 from ...serializers._store import effect_label
-from .. import _admin, _api, _approvals, _inspect
+from .. import _admin, _api, _approvals, _diff, _inspect, _inspect_path
 from .._clock import clock
 
 __all__ = [
@@ -22,6 +22,9 @@ __all__ = [
     "jobs_data",
     "job_data",
     "snapshot_data",
+    "value_data",
+    "diff_data",
+    "ValueNotFound",
     "approvals_data",
     "decide",
     "reconcile",
@@ -187,18 +190,55 @@ def job_data(home: Home, job_id: str) -> dict[str, Any]:
     }
 
 
-def snapshot_data(home: Home, job_id: str, seq: int) -> dict[str, Any]:
-    """A snapshot's frames, locals and globals as `snaprun inspect` shows them: verified,
-    then decoded by the inert unpickler (no agent code imported or run)."""
+def _decoded(home: Home, job_id: str, seq: int) -> _inspect.SnapshotView:
+    """A snapshot verified and decoded by the inert unpickler, streamed (no agent code
+    imported or run; the body never held whole)."""
     validate_job_id(job_id)
     home.catalog.get_job(job_id)
     row = home.catalog.snapshot(job_id, seq)
-    header, payload = home.read_row(row)
-    report = _inspect.describe(header, payload)
+    return _inspect.snapshot_view(*_inspect.load_state(home, row))
+
+
+def snapshot_data(home: Home, job_id: str, seq: int) -> dict[str, Any]:
+    """A snapshot's frames, locals and globals as `snaprun inspect` shows them, each
+    frame with the path (`snaprun inspect --path`) its locals are read by."""
+    report = _inspect.describe_view(_decoded(home, job_id, seq))
+    for place, task in enumerate(report["tasks"]):
+        prefix = "" if place == 0 else f"task[{place}]."
+        for frame in task["frames"]:
+            base = f"{prefix}frame[{frame['index']}].locals"
+            frame["paths"] = {
+                n: f"{base}.{n}" if n.isidentifier() else None for n in frame["locals"] or {}
+            }
+    report["global_paths"] = {
+        module: {n: f"globals.{module}.{n}" if n.isidentifier() else None for n in values}
+        for module, values in (report.get("globals") or {}).items()
+    }
     seqs = [s.seq for s in home.catalog.snapshots(job_id)]
     report["previous"] = max((s for s in seqs if s < seq), default=None)
     report["next"] = min((s for s in seqs if s > seq), default=None)
     return report
+
+
+class ValueNotFound(SnapstateError):
+    """A drill-down path that does not resolve (the message names the part that did
+    not and what exists there)."""
+
+
+def value_data(home: Home, job_id: str, seq: int, path: str) -> dict[str, Any]:
+    """One value of a snapshot and its children, by path (`snaprun inspect --path`)."""
+    view = _decoded(home, job_id, seq)
+    try:
+        named, value = _inspect_path.resolve_path(view, path)
+    except _inspect_path.PathError as exc:
+        raise ValueNotFound(str(exc)) from None
+    return _inspect_path.show_value(named, value)
+
+
+def diff_data(home: Home, ref_a: str, ref_b: str) -> dict[str, Any]:
+    """What changed from snapshot ref_a to ref_b (JOB or JOB@SEQ each), as `snaprun
+    diff --json` reports it."""
+    return _diff.diff_report(home, ref_a, ref_b)
 
 
 def approvals_data(home: Home, every: bool) -> list[dict[str, Any]]:
