@@ -2,8 +2,9 @@
 127.0.0.1 by default.
 
 _views.py reads the store (jobs, a job's timeline, a snapshot's frames, one
-value by path, a diff, the approvals) and makes the decisions (approve, reject, reconcile) through the same
-runtime functions the CLI calls; it imports no web library. _security.py is the
+value by path, a diff, the approvals) and makes the decisions (approve, reject,
+reconcile) through the same runtime functions the CLI calls; it imports no web
+library. _security.py is the
 gate every request passes (the token, the session cookie, the CSRF token, the
 same-origin check, the response headers); _app.py the Starlette routes and the
 Jinja2 templates (autoescaped) in templates/, with the script and style sheet in
