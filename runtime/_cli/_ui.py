@@ -120,9 +120,10 @@ def ui(
     poll: float,
 ) -> None:
     """Serve a dashboard of the store in a browser: jobs, a job's timeline, snapshots'
-    frames and variables, the effect ledger, approvals; live while jobs run. Prints a
-    URL with a random token (every request without it is refused). Read-only unless
-    --allow-decisions, whose deciders are the --user names. Stop it with Ctrl-C."""
+    frames and variables (one value by path), diffs between snapshots, the effect
+    ledger, approvals; live while jobs run. Prints a URL with a random token (every
+    request without it is refused). Read-only unless --allow-decisions, whose deciders
+    are the --user names. Stop it with Ctrl-C (docs/ui.md)."""
     users = _users(user_names, users_file)
     if allow_decisions and not users:
         raise click.UsageError(
