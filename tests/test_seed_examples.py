@@ -149,8 +149,10 @@ def test_debug_fork_inspects_and_forks_before_the_problem(tmp_path):
     assert "+'NOTES ON ANSWER IN CAPITALS FROM NOW ON'" in report["diff_3_4"].splitlines()
     # debug digest@3: pdb at snapshot 3, three `next`s read chapter 4 from the ledger
     debugged = report["debug_3"].splitlines()
+    agent = EXAMPLES / "debug_fork" / "agent.py"
+    line = agent.read_text().splitlines().index('        snapshot(f"chapter {number}")') + 1
     assert debugged[:2] == [
-        f"> {EXAMPLES / 'debug_fork' / 'agent.py'}(72)main()",
+        f"> {agent}({line})main()",
         '-> snapshot(f"chapter {number}")',
     ]
     assert "(Pdb) (3, '03.txt')" in debugged

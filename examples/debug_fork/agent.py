@@ -6,9 +6,10 @@ on"), a prompt injection: from chapter 4 on, every summary comes back in capital
 Debug it without running it again from the start: `snaprun log` lists its snapshots,
 `snaprun inspect JOB@SEQ` shows the state at each (the conversation, the chapter text
 just read) without running any of its code, `snaprun diff` what changed between two,
-`snaprun debug JOB@3` steps through chapter 4 in pdb with nothing sent, `snaprun fork JOB@3` makes a new job from
-the snapshot before the problem, and once the input is fixed, `snaprun resume` of
-the fork reads chapter 4 again and finishes cleanly. The original job is untouched.
+`snaprun debug JOB@3` steps through chapter 4 in pdb with nothing sent, `snaprun fork
+JOB@3` makes a new job from the snapshot before the problem, and once the input is
+fixed, `snaprun resume` of the fork reads chapter 4 again and finishes cleanly. The
+original job is untouched.
 
     python examples/debug_fork/demo.py        # the whole story, narrated
 
