@@ -5,9 +5,11 @@ on"), a prompt injection: from chapter 4 on, every summary comes back in capital
 
 Debug it without running it again from the start: `snaprun log` lists its snapshots,
 `snaprun inspect JOB@SEQ` shows the state at each (the conversation, the chapter text
-just read) without running any of its code, `snaprun fork JOB@3` makes a new job from
-the snapshot before the problem, and once the input is fixed, `snaprun resume` of
-the fork reads chapter 4 again and finishes cleanly. The original job is untouched.
+just read) without running any of its code, `snaprun diff` what changed between two,
+`snaprun debug JOB@3` steps through chapter 4 in pdb with nothing sent, `snaprun fork
+JOB@3` makes a new job from the snapshot before the problem, and once the input is
+fixed, `snaprun resume` of the fork reads chapter 4 again and finishes cleanly. The
+original job is untouched.
 
     python examples/debug_fork/demo.py        # the whole story, narrated
 
@@ -17,6 +19,8 @@ prints LLM_URL: export it), on a copy of the input:
     cp -r examples/debug_fork/chapters /tmp/chapters
     DIGEST_INPUT=/tmp/chapters snaprun run --job digest examples/debug_fork/agent.py
     snaprun inspect digest@4          # the chapter text it had just read
+    snaprun diff digest@3 digest@4    # what chapter 4 changed, the effects in between
+    snaprun debug digest@3            # pdb at snapshot 3: `next` into chapter 4, nothing sent
     (fix /tmp/chapters/04.txt)
     snaprun fork digest@3 --as digest-fixed
     snaprun resume digest-fixed

@@ -1,5 +1,6 @@
 """Demo: a long job misbehaves halfway (a prompt injection in chapter 4 of its input);
-it is debugged with `snaprun log` and `snaprun inspect JOB@SEQ`, and fixed by forking
+it is debugged with `snaprun log`, `snaprun inspect JOB@SEQ`, `snaprun diff` and
+`snaprun debug` (pdb in a sandbox, nothing sent), and fixed by forking
 the snapshot taken before the problem and resuming the fork on the corrected input.
 
     python examples/debug_fork/demo.py [--dir DIR] [--report FILE]
@@ -46,6 +47,15 @@ def main():
         inspected = demo.snaprun("inspect", "digest@4")
         demo.report["inspect_4"] = inspected.stdout
 
+        demo.say(
+            "What changed between the snapshot before the problem and the one after "
+            "it? `snaprun diff` compares the two decoded states, also without running "
+            "the agent's code: the chapter text, the answer in capitals, and the two "
+            "effects recorded in between."
+        )
+        diffed = demo.snaprun("diff", "digest@3", "digest@4", env={"COLUMNS": "100"})
+        demo.report["diff_3_4"] = diffed.stdout
+        demo.report["diff_3_4_json"] = demo.snaprun_json("diff", "digest@3", "digest@4")
         demo.say(
             "Step through chapter 4 from the snapshot before it, in pdb, with nothing "
             "sent: `snaprun debug` restores snapshot 3 in a sandbox, right after its "
