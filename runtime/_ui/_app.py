@@ -9,12 +9,15 @@ alone too (`?part=1`), which static/ui.js polls."""
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -27,7 +30,7 @@ from ...serializers._home import Home, open_store
 from . import _views
 from ._security import Gate, GateConfig, csrf_ok, csrf_token, session_of
 
-__all__ = ["UiConfig", "build_app"]
+__all__ = ["UiConfig", "build_app", "shown"]
 
 _HERE = Path(__file__).parent
 
@@ -47,10 +50,41 @@ class UiConfig:
     poll: float = 2.0
 
 
+# Shown as their escapes (as the CLI's visible() shows them), line breaks and tabs kept:
+# C0 and C1 controls, format characters (bidi embeddings, overrides and isolates,
+# zero-width characters), line and paragraph separators, lone surrogates.
+_ASCII_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def shown(value: object) -> object:
+    """Every `{{ value }}` of every template (Jinja2's finalize, before autoescape): a
+    text as a page shows it as written, each character that could reorder, hide or
+    disguise it (a right-to-left override in an approval's name or a label, a
+    zero-width space, an escape sequence) shown as its escape; markup the templates
+    made (a macro's output) and non-text values as they are."""
+    if not isinstance(value, str) or isinstance(value, markupsafe.Markup):
+        return value
+    if value.isascii():
+        return _ASCII_UNSAFE.sub(lambda m: _escape(m.group()), value)
+    return "".join(
+        _escape(c) if c not in "\n\t" and unicodedata.category(c) in _UNSAFE_CATEGORIES else c
+        for c in value
+    )
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(_HERE / "templates"),
         autoescape=True,  # every template, whatever its name
+        finalize=shown,  # and every value's controls and bidi characters escaped
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

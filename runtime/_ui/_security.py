@@ -166,7 +166,7 @@ class Gate:
             return _refuse(405, f"{method} is not allowed")
         query_token = request.query_params.get("token")
         if query_token is not None:
-            if method != "GET" or not _token_ok(self.config, query_token):
+            if method not in ("GET", "HEAD") or not _token_ok(self.config, query_token):
                 return _refuse(401, "wrong token: open the URL snaprun ui printed")
             return self._trade_token(request)
         session = _session_from_cookie(self.config, request.cookies.get(self.config.cookie))
@@ -201,9 +201,12 @@ class Gate:
 
     def _trade_token(self, request: Request) -> Response:
         """The URL's token traded for a session cookie; the same page without the token
-        (so it stays out of the history and of every later URL)."""
+        (so it stays out of the history and of every later URL). The path keeps one
+        leading slash: `//evil.example/?token=...` would otherwise redirect to
+        `//evil.example/`, which a browser reads as another site (an open redirect)."""
         query = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-        url = URL(path=request.url.path, query=urllib.parse.urlencode(query))
+        path = "/" + request.url.path.lstrip("/\\")
+        url = URL(path=path, query=urllib.parse.urlencode(query))
         response = RedirectResponse(str(url), status_code=303)
         response.set_cookie(
             self.config.cookie,

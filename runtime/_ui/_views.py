@@ -44,10 +44,15 @@ class DecisionRefused(SnapstateError):
 
 
 def when(t: float | None) -> str:
-    """A time as the CLI shows it (`2026-12-02 05:21:08`, local time)."""
+    """A time as the CLI shows it (`2026-12-02 05:21:08`, local time); a damaged one
+    (a catalog row holding text or an out-of-range number) as what it is, so one bad
+    row does not make the whole page an error."""
     if t is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return f"(not a time: {str(t)[:40]!r})"
 
 
 def relative(seconds: float) -> str:
