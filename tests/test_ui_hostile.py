@@ -18,7 +18,7 @@ from contextlib import closing
 
 import httpx
 import pytest
-from helpers import snaprun
+from helpers import clean_refusal, snaprun
 from ui_server import UI_AGENT, UiServer, start_ui
 
 # A label that reads "pay bob 1000" once the right-to-left override has reordered it,
@@ -130,3 +130,15 @@ def test_trading_the_token_never_redirects_to_another_site(server):
     assert head.getheader("location") == "/jobs/bidi"
     assert "snaprun_ui_" in (head.getheader("set-cookie") or "")
 
+
+
+def test_a_user_name_with_a_bidi_or_zero_width_character_is_refused(server, tmp_path):
+    """The page shows such a character as its escape, so the name could never be picked
+    (and two names could look alike): refused with the control characters, exit 2."""
+    store = server.log.parent / "store"
+    for name in ("ali\u202ece", "bob\u200b", "car\u2028ol"):
+        run = snaprun(
+            "ui", "--store", store, "--port", "0", "--allow-decisions", "--user", name,
+            cwd=tmp_path, timeout=20,
+        )
+        clean_refusal(run, "--user", "bidi")

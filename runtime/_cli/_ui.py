@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import secrets
+import unicodedata
 from pathlib import Path
 
 import click
@@ -28,12 +29,21 @@ class _Refused(click.ClickException):
     exit_code = 2
 
 
+# Control, format (bidi overrides and isolates, zero-width), separator and surrogate
+# characters: the page shows them as escapes, so a name holding one could not be picked.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
 def _check_name(name: str, where: str) -> str:
     name = name.strip()
-    if not name or len(name) > _MAX_NAME or any(ord(c) < 32 or ord(c) == 127 for c in name):
+    if (
+        not name
+        or len(name) > _MAX_NAME
+        or any(unicodedata.category(c) in _UNSAFE_CATEGORIES for c in name)
+    ):
         raise click.BadParameter(
             f"{name!r} ({where}): a user is a name of 1 to {_MAX_NAME} characters without "
-            "control characters"
+            "control, format or bidi characters"
         )
     return name
 
