@@ -131,14 +131,21 @@ def test_trading_the_token_never_redirects_to_another_site(server):
     assert "snaprun_ui_" in (head.getheader("set-cookie") or "")
 
 
-
 def test_a_user_name_with_a_bidi_or_zero_width_character_is_refused(server, tmp_path):
     """The page shows such a character as its escape, so the name could never be picked
     (and two names could look alike): refused with the control characters, exit 2."""
     store = server.log.parent / "store"
     for name in ("ali\u202ece", "bob\u200b", "car\u2028ol"):
         run = snaprun(
-            "ui", "--store", store, "--port", "0", "--allow-decisions", "--user", name,
-            cwd=tmp_path, timeout=20,
+            "ui",
+            "--store",
+            store,
+            "--port",
+            "0",
+            "--allow-decisions",
+            "--user",
+            name,
+            cwd=tmp_path,
+            timeout=20,
         )
         clean_refusal(run, "--user", "bidi")
