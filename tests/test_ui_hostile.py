@@ -26,6 +26,41 @@ from ui_server import UI_AGENT, UiServer, start_ui
 BIDI = "pay \u202e0001 bob\u202c \x1b[2J"
 HUGE_TAIL = "x" * 50_000
 NOTE = "fine \u2066hidden\u2069 \u200bzero-width"
+# Objects whose restore would run code: __setstate__ and a __reduce__ calling a function
+# of the agent; each leaves a mark beside the agent if it ever runs.
+TRAP_AGENT = """\
+import os
+from snapstate import snapshot
+
+MARK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "restored-for-real")
+
+
+def fire():
+    open(MARK, "a").write("reduce\\n")
+    return Trap()
+
+
+class Trap:
+    def __init__(self):
+        self.x = 1
+
+    def __setstate__(self, state):
+        open(MARK, "a").write("setstate\\n")
+        self.__dict__.update(state)
+
+
+class Reducer:
+    def __reduce__(self):
+        return (fire, ())
+
+
+def main():
+    t, r = Trap(), Reducer()
+    snapshot("one")
+    t.x = 2
+    snapshot("two")
+    return t.x
+"""
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +82,9 @@ def server(tmp_path_factory):
         fault="effect-after-send:1",
     )
     assert killed.returncode == -9, killed.stderr
+    (root / "trap_agent.py").write_text(TRAP_AGENT)
+    trap = snaprun("run", "--store", store, "--job", "trap", root / "trap_agent.py", cwd=root)
+    assert trap.returncode == 0, trap.stderr
     with closing(sqlite3.connect(store / "catalog.db", isolation_level=None)) as db:
         # A damaged event row: its time is text.
         db.execute(
@@ -149,3 +187,25 @@ def test_a_user_name_with_a_bidi_or_zero_width_character_is_refused(server, tmp_
             timeout=20,
         )
         clean_refusal(run, "--user", "bidi")
+
+
+def test_the_read_pages_never_run_agent_code(server):
+    """A snapshot holding objects whose restore runs the agent's code (__setstate__, a
+    __reduce__ calling its function): its page, its values, and the diff of two such
+    snapshots show them (decoded inertly) and nothing of the agent runs."""
+    mark = server.log.parent / "restored-for-real"
+    with closing(_client(server)) as client:
+        for path in (
+            "/jobs/trap/snapshots/1",
+            "/jobs/trap/snapshots/2",
+            "/jobs/trap/snapshots/2/value?path=frame[0].locals.t",
+            "/jobs/trap/snapshots/2/value?path=frame[0].locals.r",
+            "/diff?a=trap@1&b=trap@2",
+        ):
+            answer = client.get(path)
+            assert answer.status_code == 200, (path, answer.text[:2000])
+        value = client.get("/jobs/trap/snapshots/2/value", params={"path": "frame[0].locals.r"})
+        assert "fire()" in value.text, value.text
+        diff = client.get("/diff", params={"a": "trap@1", "b": "trap@2"}).text
+        assert "frame[0].locals.t.x" in diff
+    assert not mark.exists(), mark.read_text()
