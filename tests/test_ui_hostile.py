@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import http.client
 import re
+import socket
 import sqlite3
+import time
 from contextlib import closing
 
 import httpx
@@ -209,3 +211,28 @@ def test_the_read_pages_never_run_agent_code(server):
         diff = client.get("/diff", params={"a": "trap@1", "b": "trap@2"}).text
         assert "frame[0].locals.t.x" in diff
     assert not mark.exists(), mark.read_text()
+
+
+def _send_raw(server: UiServer, data: bytes) -> bytes:
+    host, port = server.base.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(data)
+        return sock.recv(200)
+
+
+def test_a_strangers_odd_requests_leave_no_noise_on_stderr(server):
+    """A WebSocket upgrade and malformed requests, without the token: refused (401,
+    400), and snaprun's stderr holds only its own lines (uvicorn's warnings, which any
+    client could trigger, are not printed)."""
+    host = server.base.removeprefix("http://")
+    upgrade = (
+        f"GET / HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    assert _send_raw(server, upgrade.encode()).startswith(b"HTTP/1.1 401")
+    assert _send_raw(server, b"GARBAGE\x00 / HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 400")
+    bad_length = f"GET / HTTP/1.1\r\nHost: {host}\r\nContent-Length: x\r\n\r\n"
+    assert _send_raw(server, bad_length.encode()).startswith(b"HTTP/1.1 400")
+    time.sleep(0.2)  # a warning would be written after the answer
+    lines = server.stderr().splitlines()
+    assert all(line.startswith("snaprun: ") for line in lines), lines

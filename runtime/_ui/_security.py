@@ -123,6 +123,9 @@ class Gate:
         self.config = config
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # none is served (uvicorn runs with ws="none")
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":  # lifespan: nothing to guard
             await self.app(scope, receive, send)
             return

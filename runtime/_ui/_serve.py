@@ -34,7 +34,11 @@ def serve(config: UiConfig, sock: socket.socket) -> None:
     server = uvicorn.Server(
         uvicorn.Config(
             build_app(config),
-            log_level="warning",
+            # uvicorn's own warnings (an upgrade it does not support, a malformed
+            # request) are any client's to trigger, before the gate: not snaprun's
+            # stderr's business. The gate reports a request's errors, one line each.
+            log_level="error",
+            ws="none",  # no WebSocket: every request is HTTP, through the gate
             access_log=False,
             server_header=False,
             proxy_headers=False,
