@@ -1,0 +1,64 @@
+"""What leaves a `snaprun debug` session (docs/debugging.md, "Nothing leaves the
+sandbox"), attacked: a job run with --record-http against tests/http_record_stub.py
+on 127.0.0.1, and the store around the session.
+
+* a request the job recorded is answered from the ledger; one it never recorded
+  raises EffectRefused into the agent at the call and the session goes on (it ended
+  the session before, blaming the agent); a request from a thread the job did not
+  start, which a run sends unrecorded, is refused too (it reached the provider
+  before). The provider sees no request, the store is byte-identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from helpers import AGENTS, snaprun
+from http_record_stub import RecordStub
+
+
+def digests(root: Path) -> dict[str, str]:
+    """Every file under `root` -> its sha256, but SQLite's shared-memory index (-shm),
+    which every reader of a WAL database updates: it holds no data."""
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.endswith("-shm")
+    }
+
+
+def test_recorded_http_served_unrecorded_refused_at_the_call(tmp_path):
+    """A --record-http job killed before its third request was recorded, debugged at
+    snapshot 1 without stopping (PYTHONBREAKPOINT=0): request 2 gets the recorded
+    answer, request 3 raises EffectRefused at the call (caught by the agent, which goes
+    on to its end: exit 0), the thread's request raises EffectRefused in the thread;
+    the stub sees no request and the store is unchanged."""
+    stub = RecordStub().start()
+    try:
+        store = tmp_path / "store"
+        run = snaprun(
+            "run", "--record-http", "--store", store, "--job", "h", AGENTS / "dbg_http.py",
+            stub.url, cwd=tmp_path, fault="effect-before-prepare:3",
+        )  # fmt: skip
+        assert run.returncode == -9, run.stderr
+        sent = [r["path"] for r in stub.requests]
+        assert sent == ["/search?q=one", "/search?q=two"]
+        before = digests(store)
+        session = snaprun(
+            "debug", "--store", store, "h@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": "0"}
+        )
+        assert session.returncode == 0, session.stderr
+        assert "Traceback" not in session.stderr, session.stderr
+        got = dict(line.split(" ", 1) for line in session.stdout.splitlines())
+        assert got["one"].startswith("{") and got["two"].startswith("{"), got
+        assert got["three"].startswith(
+            "refused: the recorded history ends before effect 3 (http.GET at"
+        ), got
+        assert got["thread"].startswith("refused: record_http: a request from thread"), got
+        assert "was not sent" in got["thread"]
+        assert "main() returned 'end'; nothing was sent or written" in session.stderr
+        assert [r["path"] for r in stub.requests] == sent  # nothing reached the provider
+        assert digests(store) == before
+    finally:
+        stub.stop()
