@@ -64,7 +64,7 @@ _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None))
 def snapshot_ref(home: Home, ref: str) -> SnapshotRow:
     """The catalog row of JOB (its latest snapshot) or JOB@SEQ: InvalidJobId,
     JobNotFound or SnapshotNotFound naming what is missing."""
-    match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref, re.DOTALL)
+    match = re.fullmatch(r"(.+?)(?:@([0-9]+))?", ref, re.DOTALL)  # ASCII digits only
     job_id = validate_job_id(match.group(1) if match else ref)
     seq = int(match.group(2)) if match and match.group(2) else None
     home.catalog.get_job(job_id)

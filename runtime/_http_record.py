@@ -386,8 +386,8 @@ def _unrecorded_thread(job: Job) -> None:
 def _unrecorded(job: Job, where: str, fix: str) -> None:
     if job.ledger.replay:  # `snaprun debug` or `replay`: a sandbox sends nothing
         raise EffectRefused(
-            f"record_http: a request from {where} was not sent: the ledger records "
-            f"only the job's own requests, and `snaprun debug` and `snaprun replay` of job "
+            f"record_http: a request was not sent: it came from {where}; the ledger "
+            f"records only the job's own requests, and `snaprun debug` and `snaprun replay` of job "
             f"{job.job_id} send nothing else. Send requests from the job's own code or "
             f"tasks started with snapstate.spawn(), {fix}"
         )

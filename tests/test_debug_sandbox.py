@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from helpers import AGENTS, snaprun
+from helpers import AGENTS, clean_refusal, snaprun
 from http_record_stub import RecordStub
 
 
@@ -55,10 +55,49 @@ def test_recorded_http_served_unrecorded_refused_at_the_call(tmp_path):
         assert got["three"].startswith(
             "refused: the recorded history ends before effect 3 (http.GET at"
         ), got
-        assert got["thread"].startswith("refused: record_http: a request from thread"), got
-        assert "was not sent" in got["thread"]
+        assert got["thread"].startswith(
+            "refused: record_http: a request was not sent: it came from thread"
+        ), got
         assert "main() returned 'end'; nothing was sent or written" in session.stderr
         assert [r["path"] for r in stub.requests] == sent  # nothing reached the provider
         assert digests(store) == before
     finally:
         stub.stop()
+
+
+def test_a_failing_debugger_an_exiting_agent_and_odd_refs(tmp_path):
+    """dbg_edges.py run to its end, then debugged: a PYTHONBREAKPOINT that is a relative
+    name is refused (it was a raw traceback, exit 1); one that raises when called ends
+    the session naming the debugger, not the agent (exit 1); the agent's sys.exit(5)
+    ends it as the agent's failure (exit 1, said; it exited 5 silently); a snapshot
+    number in other than ASCII digits is no snapshot number (`e@٣` was snapshot 3),
+    for debug, diff and --until alike."""
+    store = tmp_path / "store"
+    agent = AGENTS / "dbg_edges.py"
+    run = snaprun("run", "--store", store, "--job", "e", agent, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    relative = snaprun("debug", "--store", store, "e@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": ".."})
+    clean_refusal(relative, "PYTHONBREAKPOINT='..' names nothing that can be imported")
+    failing = snaprun(
+        "debug", "--store", store, "e@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": "os.system"}
+    )
+    assert failing.returncode == 1, failing.stderr
+    assert "Traceback" not in failing.stderr and failing.stdout == "", failing.stderr
+    assert (
+        "debug session of e@1 ended: the debugger PYTHONBREAKPOINT='os.system' names raised "
+        "TypeError"
+    ) in failing.stderr
+    exiting = snaprun(
+        "debug", "--store", store, "e@1", cwd=tmp_path,
+        env={"PYTHONBREAKPOINT": "0", "DBG_EXIT": "1"},
+    )  # fmt: skip
+    assert exiting.returncode == 1, exiting.stderr
+    assert "ended: the agent raised SystemExit: 5; nothing was sent or written" in exiting.stderr
+    for args in (["debug", "e@\u0663"], ["diff", "e@1", "e@\u0663"]):
+        clean_refusal(snaprun(*args[:1], "--store", store, *args[1:], cwd=tmp_path), "e@\u0663")
+    until = snaprun(
+        "debug", "--store", store, "--until", "\u0663", "e@1", cwd=tmp_path,
+        env={"PYTHONBREAKPOINT": "0"},
+    )  # fmt: skip
+    assert until.returncode == 1, until.stderr  # a label no snapshot has, not snapshot 3
+    assert "--until \u0663 was not reached (main() returned 3 first)" in until.stderr

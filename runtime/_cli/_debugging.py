@@ -67,11 +67,13 @@ def debug(store: str | None, until: str | None, ref: str) -> None:
         if not job.agent_started:
             raise  # the snapshot or the store: main() reports it (exit 2)
         _agent_raised(where, exc)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in the agent: its failure, as in a run
         _agent_raised(where, exc)
     finally:
         session.close()
     sys.stdout.flush()
+    if session.failed is not None:
+        _end(f"debug session of {where} ended: {session.failed}; {_NOTHING}")
     stop = job.replay_stop
     if until is not None and not session.reached:
         why = f"the run stopped first: {stop}" if stop else f"main() returned {result!r} first"
