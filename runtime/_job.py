@@ -49,7 +49,7 @@ from .._errors import (
 )
 from .._version import __version__
 from ..resources import _secrets
-from ..resources._adapters import scratch_copies
+from ..resources._adapters import scratch_copies, scratch_opens
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler, _refs
 from ..serializers._codeid import CodeRef, find_code, module_digest
@@ -367,6 +367,7 @@ class Job:
         with (
             tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch,
             scratch_copies(scratch),
+            scratch_opens(),
         ):
             return self._loop(self.restore(header, payload, path), (), {})
 

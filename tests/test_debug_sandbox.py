@@ -101,3 +101,31 @@ def test_a_failing_debugger_an_exiting_agent_and_odd_refs(tmp_path):
     )  # fmt: skip
     assert until.returncode == 1, until.stderr  # a label no snapshot has, not snapshot 3
     assert "--until \u0663 was not reached (main() returned 3 first)" in until.stderr
+
+
+def test_files_opened_by_the_agents_code_are_scratch_copies(tmp_path):
+    """A job holding a log and a database through resource() (reopened by calling their
+    factories) and writing files it opens itself after the snapshot (open(), pathlib),
+    debugged at that snapshot without stopping: the session reads back its own writes
+    (from scratch copies), and every original keeps its bytes and mtime (the factories
+    and the agent's open() wrote the originals: the log got its line twice, the
+    database its row twice). snaprun replay likewise."""
+    store, agent = tmp_path / "store", AGENTS / "dbg_files.py"
+    run = snaprun("run", "--store", store, "--job", "f", agent, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[0] == "log ['before', 'after']"
+    names = ("res-log.txt", "res.db", "fresh.txt", "path.txt")
+    before = {n: ((tmp_path / n).read_bytes(), (tmp_path / n).stat().st_mtime_ns) for n in names}
+    session = snaprun(
+        "debug", "--store", store, "f@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": "0"}
+    )
+    assert session.returncode == 0, session.stderr
+    assert session.stdout.splitlines() == [
+        "log ['before', 'after', 'after']",  # the copy of the log as the run left it
+        "rows [1, 2, 2] fresh ['fresh', 'fresh']",
+    ]
+    replay = snaprun("replay", "--store", store, "f@1", cwd=tmp_path)
+    assert replay.returncode == 0, replay.stderr
+    after = {n: ((tmp_path / n).read_bytes(), (tmp_path / n).stat().st_mtime_ns) for n in names}
+    assert after == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, "store"])
