@@ -56,8 +56,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 import greenlet
 
 from .._errors import (
-    EffectRefused,
     DivergenceError,
+    EffectRefused,
     RestoreError,
     SnapstateError,
     StoreDamaged,

@@ -76,7 +76,9 @@ def test_a_failing_debugger_an_exiting_agent_and_odd_refs(tmp_path):
     agent = AGENTS / "dbg_edges.py"
     run = snaprun("run", "--store", store, "--job", "e", agent, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    relative = snaprun("debug", "--store", store, "e@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": ".."})
+    relative = snaprun(
+        "debug", "--store", store, "e@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": ".."}
+    )
     clean_refusal(relative, "PYTHONBREAKPOINT='..' names nothing that can be imported")
     failing = snaprun(
         "debug", "--store", store, "e@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": "os.system"}
@@ -116,9 +118,7 @@ def test_files_opened_by_the_agents_code_are_scratch_copies(tmp_path):
     assert run.stdout.splitlines()[0] == "log ['before', 'after']"
     names = ("res-log.txt", "res.db", "fresh.txt", "path.txt")
     before = {n: ((tmp_path / n).read_bytes(), (tmp_path / n).stat().st_mtime_ns) for n in names}
-    session = snaprun(
-        "debug", "--store", store, "f@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": "0"}
-    )
+    session = snaprun("debug", "--store", store, "f@1", cwd=tmp_path, env={"PYTHONBREAKPOINT": "0"})
     assert session.returncode == 0, session.stderr
     assert session.stdout.splitlines() == [
         "log ['before', 'after', 'after']",  # the copy of the log as the run left it
