@@ -218,8 +218,8 @@ def _scratch_target(file: object, writes: bool, suffixes: tuple[str, ...] = ("",
     return scratch_path(path, suffixes)
 
 
-_REAL_OPEN = io.open
-_REAL_CONNECT = sqlite3.connect
+_REAL_OPEN: Callable[..., Any] = io.open
+_REAL_CONNECT: Callable[..., Any] = sqlite3.connect
 
 
 def _open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
@@ -250,7 +250,7 @@ def scratch_opens() -> Iterator[None]:
     import builtins
 
     builtins.open = io.open = _open
-    sqlite3.connect = _connect  # type: ignore[assignment]
+    sqlite3.connect = _connect
     try:
         yield
     finally:

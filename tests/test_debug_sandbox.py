@@ -12,19 +12,24 @@ on 127.0.0.1, and the store around the session.
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
 from pathlib import Path
 
-from helpers import AGENTS, clean_refusal, snaprun
+from helpers import AGENTS, SNAPRUN, clean_refusal, snaprun
 from http_record_stub import RecordStub
 
 
 def digests(root: Path) -> dict[str, str]:
     """Every file under `root` -> its sha256, but SQLite's shared-memory index (-shm),
-    which every reader of a WAL database updates: it holds no data."""
+    which every reader of a WAL database updates, and an empty WAL, which a reader
+    creates where there was none (`snaprun ls` too): they hold no data."""
     return {
         str(p): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.endswith("-shm")
+        if p.is_file()
+        and not p.name.endswith("-shm")
+        and not (p.name.endswith("-wal") and p.stat().st_size == 0)
     }
 
 
@@ -129,3 +134,34 @@ def test_files_opened_by_the_agents_code_are_scratch_copies(tmp_path):
     after = {n: ((tmp_path / n).read_bytes(), (tmp_path / n).stat().st_mtime_ns) for n in names}
     assert after == before
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*names, "store"])
+
+
+def test_a_snapshot_taken_at_a_wait_opens_the_debugger_there(tmp_path):
+    """A job waiting for an approval, debugged at its latest snapshot (taken at the
+    wait, the default): pdb opens at the agent's wait call with its locals (the session
+    ended at once before, saying the job waits, without a prompt); `next` ends it
+    there, as the wait is not over; nothing is written."""
+    store, agent = tmp_path / "store", AGENTS / "dbg_wait.py"
+    run = snaprun("run", "--store", store, "--job", "w", agent, cwd=tmp_path)
+    assert run.returncode == 3, run.stderr
+    before = digests(store)
+    session = subprocess.run(
+        [SNAPRUN, "debug", "--store", str(store), "w"],
+        input="p plan\nwhere\nnext\np 'never'\n",
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert session.returncode == 0, session.stderr
+    wait_line = next(
+        i for i, src in enumerate(agent.read_text().splitlines(), 1) if "# WAITS HERE" in src
+    )
+    prompts = session.stdout.split("(Pdb) ")
+    assert prompts[0].startswith(f"> {agent}({wait_line})main()"), session.stdout
+    assert prompts[1] == "['buy', 3]\n", session.stdout
+    assert f"{agent}({wait_line})main()" in prompts[2] and "runtime" not in prompts[2]
+    assert "'never'" not in session.stdout
+    assert "ended: the job waits at" in session.stderr and "'purchase' pending" in session.stderr
+    assert digests(store) == before
