@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -165,3 +166,35 @@ def test_a_snapshot_taken_at_a_wait_opens_the_debugger_there(tmp_path):
     assert "'never'" not in session.stdout
     assert "ended: the job waits at" in session.stderr and "'purchase' pending" in session.stderr
     assert digests(store) == before
+
+
+def test_ctrl_c_while_the_agent_runs_ends_the_session_with_130(tmp_path):
+    """SIGINT while the debugged agent runs (no debugger: PYTHONBREAKPOINT=0): the
+    session says it ended by Ctrl-C and exits 130, as run does (it printed
+    "Aborted!" and exited 1)."""
+    store, agent = tmp_path / "store", AGENTS / "dbg_sleep.py"
+    run = snaprun(
+        "run", "--store", store, "--job", "s", agent, cwd=tmp_path, fault="after-snapshot:1"
+    )
+    assert run.returncode == -9, run.stderr
+    env = dict(os.environ, PYTHONBREAKPOINT="0", PYTHONUNBUFFERED="1")
+    env.pop("SNAPSTATE_FAULT", None)
+    session = subprocess.Popen(
+        [SNAPRUN, "debug", "--store", str(store), "s@1"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert session.stdout is not None
+        assert session.stdout.readline() == "running\n"  # the agent sleeps now
+        session.send_signal(signal.SIGINT)
+        _, err = session.communicate(timeout=60)
+    finally:
+        session.kill()
+    assert session.returncode == 130, err
+    assert "debug session of s@1 ended: Ctrl-C; nothing was sent or written" in err
+    assert "Traceback" not in err and "Aborted!" not in err

@@ -21,7 +21,7 @@ __all__ = ["debug"]
 _NOTHING = "nothing was sent or written"
 
 
-@click.command(epilog=exit_codes(0, 1, 2, ok="the session ended"))
+@click.command(epilog=exit_codes(0, 1, 2, 130, ok="the session ended"))
 @store_option
 @click.option(
     "--until",
@@ -61,6 +61,10 @@ def debug(store: str | None, until: str | None, ref: str) -> None:
     where = f"{job_id}@{seq}"
     try:
         result = job.replay(seq, debugger=session)
+    except KeyboardInterrupt:  # Ctrl-C while the agent runs (pdb takes it at its prompt)
+        sys.stdout.flush()
+        say(f"debug session of {where} ended: Ctrl-C; {_NOTHING}")
+        sys.exit(130)
     except DivergenceError as exc:
         _end(f"debug session of {where} ended: the run diverged from the ledger: {exc}")
     except SnapstateError as exc:
