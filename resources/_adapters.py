@@ -59,6 +59,7 @@ __all__ = [
     "reducer_for",
     "UNTRACKED",
     "scratch_copies",
+    "scratch_opens",
     "scratch_path",
 ]
 
@@ -198,6 +199,63 @@ def scratch_path(path: str, suffixes: tuple[str, ...] = ("",)) -> str:
                 shutil.copy2(path + suffix, copy + suffix)
         _SCRATCH[path] = copy
     return copy
+
+
+def _under_scratch(path: str) -> bool:
+    root = _SCRATCH.get("dir")
+    return root is not None and (path == root or path.startswith(root + os.sep))
+
+
+def _scratch_target(file: object, writes: bool, suffixes: tuple[str, ...] = ("",)) -> object:
+    """`file` as scratch_opens() opens it: a path written (or already copied) outside
+    the scratch directory -> its scratch copy; anything else (a descriptor, a read,
+    a path in the scratch directory) as it is."""
+    if _SCRATCH.get("dir") is None or not isinstance(file, (str, bytes, os.PathLike)):
+        return file
+    path = os.path.abspath(os.fsdecode(file))
+    if _under_scratch(path) or not (writes or path in _SCRATCH):
+        return file
+    return scratch_path(path, suffixes)
+
+
+_REAL_OPEN: Callable[..., Any] = io.open
+_REAL_CONNECT: Callable[..., Any] = sqlite3.connect
+
+
+def _open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+    writes = isinstance(mode, str) and any(c in mode for c in "wax+")
+    return _REAL_OPEN(_scratch_target(file, writes), mode, *args, **kwargs)
+
+
+def _connect(database: Any, *args: Any, **kwargs: Any) -> Any:
+    if database in (":memory:", "", b":memory:", b"") or kwargs.get("uri"):
+        return _REAL_CONNECT(database, *args, **kwargs)
+    target = _scratch_target(database, True, ("", "-wal", "-journal"))
+    return _REAL_CONNECT(target, *args, **kwargs)
+
+
+# Saved by reference as what they replace (a snapshot() in the sandbox pickles them as
+# builtins.open and sqlite3.connect, which they are while they are in place).
+_open.__module__, _open.__qualname__, _open.__name__ = "builtins", "open", "open"
+_connect.__module__, _connect.__qualname__, _connect.__name__ = "sqlite3", "connect", "connect"
+
+
+@contextlib.contextmanager
+def scratch_opens() -> Iterator[None]:
+    """While active (in a replay, within scratch_copies), the files the job's code opens
+    itself for writing with open() (io.open, pathlib, codecs) and the databases it opens
+    with sqlite3.connect (a resource() factory reopening a handle, or any later call)
+    are scratch copies too: the originals are never written. What it writes through
+    the os module (os.open, os.remove, os.rename...) or a subprocess is not redirected."""
+    import builtins
+
+    builtins.open = io.open = _open
+    sqlite3.connect = _connect
+    try:
+        yield
+    finally:
+        builtins.open = io.open = _REAL_OPEN
+        sqlite3.connect = _REAL_CONNECT
 
 
 # ------------------------------------------------------------------------ locks

@@ -50,7 +50,7 @@ def parse_until(value: str | None) -> int | str | None:
     """`--until`: a snapshot's sequence number (digits) or its label."""
     if value is None:
         return None
-    return int(value) if value.isdigit() else value
+    return int(value) if value.isascii() and value.isdigit() else value
 
 
 def _load_hook(value: str) -> _Hook | None:
@@ -65,7 +65,7 @@ def _load_hook(value: str) -> _Hook | None:
     module_name, dot, name = value.rpartition(".")
     try:
         hook = getattr(importlib.import_module(module_name if dot else "builtins"), name)
-    except (ImportError, AttributeError) as exc:
+    except Exception as exc:  # ImportError, AttributeError; a relative name ("..")
         raise ValueError(
             f"PYTHONBREAKPOINT={value!r} names nothing that can be imported ({exc}); unset "
             "it for pdb, or set it to 0 to run the sandboxed job without stopping"
@@ -101,7 +101,9 @@ class Session:
         self.reached = False  # the stop asked for (the restored snapshot, or --until)
         self.stops = 0  # how many times a debugger was opened
         self._hook = _load_hook(hook)  # ValueError: PYTHONBREAKPOINT names nothing
+        self._named = hook
         self._pdb: _SessionPdb | None = None
+        self.failed: str | None = None  # the debugger PYTHONBREAKPOINT names raised
 
     @property
     def stopping(self) -> bool:
@@ -127,7 +129,15 @@ class Session:
             return  # PYTHONBREAKPOINT=0: the sandboxed run goes on
         self.stops += 1
         if self._hook is not _stop_in_pdb:
-            self._hook(frame)
+            try:
+                self._hook(frame)
+            except (Exception, SystemExit) as exc:  # the debugger's failure, not the agent's
+                self.failed = (
+                    f"the debugger PYTHONBREAKPOINT={self._named!r} names raised "
+                    f"{type(exc).__name__}: {exc}"
+                )
+                self.close()
+                self.job.end_replay(self.failed)  # the agent stays paused
             return
         if self._pdb is None:
             self._pdb = _SessionPdb(self)

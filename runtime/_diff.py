@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import operator
 import re
+from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -62,7 +64,7 @@ _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None))
 def snapshot_ref(home: Home, ref: str) -> SnapshotRow:
     """The catalog row of JOB (its latest snapshot) or JOB@SEQ: InvalidJobId,
     JobNotFound or SnapshotNotFound naming what is missing."""
-    match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref, re.DOTALL)
+    match = re.fullmatch(r"(.+?)(?:@([0-9]+))?", ref, re.DOTALL)  # ASCII digits only
     job_id = validate_job_id(match.group(1) if match else ref)
     seq = int(match.group(2)) if match and match.group(2) else None
     home.catalog.get_job(job_id)
@@ -237,15 +239,9 @@ def same(a: object, b: object) -> bool:
         elif type(x) is not type(y):
             return False
         elif isinstance(x, _SCALARS):
-            if not (x == y or (x != x and y != y)):  # NaN equals NaN here
+            if _scalar_key(x) != _scalar_key(y):  # NaN equals NaN here; 0.0 is not -0.0
                 return False
             continue
-        elif isinstance(x, (list, tuple, dict)):
-            try:
-                if x == y:  # builtins only (stand-ins compare by identity): no code runs
-                    continue
-            except RecursionError:  # a structure holding itself: walked below
-                pass
         key = (id(x), id(y))
         if key in on_path or key in proven:
             continue
@@ -275,20 +271,28 @@ def same(a: object, b: object) -> bool:
                 return False
             on_path.add(key)
             stack.append((_EXIT, key))
-            stack.extend(zip(x, y))
+            for lo in range(0, len(x), _CHUNK):
+                cx, cy = x[lo : lo + _CHUNK], y[lo : lo + _CHUNK]
+                if not _flat_same(cx, cy):
+                    stack.extend(zip(cx, cy))
         elif isinstance(x, dict):
             assert isinstance(y, dict)
             if len(x) != len(y):
                 return False
             on_path.add(key)
             stack.append((_EXIT, key))
-            stack.extend(zip(x.items(), y.items()))  # in order: keys may be stand-ins
+            keys_x, keys_y = list(x), list(y)  # in order: keys may be stand-ins
+            if not _flat_same(keys_x, keys_y):
+                stack.extend(zip(keys_x, keys_y))
+            values_x, values_y = list(x.values()), list(y.values())
+            if not _flat_same(values_x, values_y):
+                stack.extend(zip(values_x, values_y))
         elif isinstance(x, (set, frozenset)):
             assert isinstance(y, (set, frozenset))
             if len(x) != len(y):
                 return False
             if all(type(v) in _SCALARS for v in x) and all(type(v) in _SCALARS for v in y):
-                if x != y:
+                if set(map(_scalar_key, x)) != set(map(_scalar_key, y)):
                     return False
             elif sorted(map(_inert.render, x)) != sorted(map(_inert.render, y)):
                 return False  # members that are stand-ins: by their renderings
@@ -299,6 +303,68 @@ def same(a: object, b: object) -> bool:
             except Exception:
                 return False
     return True
+
+
+_CHUNK = 4096  # items of a list compared at once by _flat_same
+_LEVELS = 8  # levels under them _flat_same flattens
+_WIDEST = 1 << 18  # items of one level it holds at most (a wider one: one by one)
+_FLAT = frozenset({str, bytes, bytearray, int, bool, type(None)})  # == within one type is exact
+
+
+def _flat_same(x: list[Any] | tuple[Any, ...], y: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether two sequences hold the same values of the same types, proven at C speed
+    level by level (the items, then the items of the lists, tuples and dicts among them,
+    ... up to _LEVELS): `==` alone is not proof, as 1 == 1.0 == True and 0.0 == -0.0.
+    False proves nothing (a stand-in, a set, a cycle, a level too wide): the caller
+    compares the items one by one. Sharing is not compared (values are)."""
+    for _ in range(_LEVELS):
+        types = list(map(type, x))
+        if types != list(map(type, y)):
+            return False
+        kinds = set(types)
+        if kinds <= _FLAT:
+            return x == y
+        next_x: list[Any] = []
+        next_y: list[Any] = []
+        for kind in kinds:
+            if len(kinds) == 1:
+                part_x, part_y = x, y
+            else:
+                chosen = list(map(operator.is_, types, itertools.repeat(kind)))
+                part_x = list(itertools.compress(x, chosen))
+                part_y = list(itertools.compress(y, chosen))
+            if kind in _FLAT:
+                if part_x != part_y:
+                    return False
+            elif kind is float:  # bit for bit (NaNs of other payloads: one by one)
+                if array("d", part_x).tobytes() != array("d", part_y).tobytes():
+                    return False
+            elif kind in (list, tuple, dict):
+                if list(map(len, part_x)) != list(map(len, part_y)):
+                    return False
+                next_x.extend(itertools.chain.from_iterable(part_x))  # a dict's keys, in order
+                next_y.extend(itertools.chain.from_iterable(part_y))
+                if kind is dict:
+                    next_x.extend(itertools.chain.from_iterable(map(dict.values, part_x)))
+                    next_y.extend(itertools.chain.from_iterable(map(dict.values, part_y)))
+            else:
+                return False  # stand-ins, sets, complex numbers: one by one
+            if len(next_x) > _WIDEST:
+                return False
+        if not next_x:
+            return True
+        x, y = next_x, next_y
+    return False
+
+
+def _scalar_key(value: object) -> object:
+    """A scalar as same() compares it: with its type (1, 1.0 and True differ), a float
+    by its bits' meaning (0.0 and -0.0 differ, every NaN is the same)."""
+    if isinstance(value, float):
+        return float, value.hex()
+    if isinstance(value, complex):
+        return complex, value.real.hex(), value.imag.hex()
+    return type(value), value
 
 
 class _Walk:

@@ -57,6 +57,7 @@ import greenlet
 
 from .._errors import (
     DivergenceError,
+    EffectRefused,
     RestoreError,
     SnapstateError,
     StoreDamaged,
@@ -383,6 +384,13 @@ def _unrecorded_thread(job: Job) -> None:
 
 
 def _unrecorded(job: Job, where: str, fix: str) -> None:
+    if job.ledger.replay:  # `snaprun debug` or `replay`: a sandbox sends nothing
+        raise EffectRefused(
+            f"record_http: a request was not sent: it came from {where}; the ledger "
+            f"records only the job's own requests, and `snaprun debug` and `snaprun replay` of job "
+            f"{job.job_id} send nothing else. Send requests from the job's own code or "
+            f"tasks started with snapstate.spawn(), {fix}"
+        )
     if job in _WARNED:
         return  # said already
     _WARNED.add(job)
@@ -457,6 +465,8 @@ class _Recorder:
             )
         except (StoreFailure, StoreDamaged) as exc:
             job.store_failed(exc)
+            raise
+        except EffectRefused:  # `snaprun debug`: not recorded, not sent; the session goes on
             raise
         except SnapstateError as exc:
             _refused(job, exc)

@@ -231,7 +231,8 @@ def _child(value: object, step: _Step, where: str) -> object:
             return value[step.value]
     else:
         key = step.value
-        if isinstance(value, (list, tuple)) and isinstance(key, int):
+        index = isinstance(key, int) and not isinstance(key, bool)  # [True] is no [1]
+        if isinstance(value, (list, tuple)) and index:
             if -len(value) <= key < len(value):
                 return value[key]
         if isinstance(value, dict):
@@ -241,7 +242,7 @@ def _child(value: object, step: _Step, where: str) -> object:
             except TypeError:  # an unhashable key
                 pass
         if isinstance(value, Inert):
-            if isinstance(key, int) and -len(value._items) <= key < len(value._items):
+            if index and -len(value._items) <= key < len(value._items):
                 return value._items[key]
             for k, v in value._pairs:
                 if type(k) is type(key) and k == key:

@@ -49,7 +49,7 @@ from .._errors import (
 )
 from .._version import __version__
 from ..resources import _secrets
-from ..resources._adapters import scratch_copies
+from ..resources._adapters import scratch_copies, scratch_opens
 from ..resources._registry import close_all_for_snapshot
 from ..serializers import _pickler, _refs
 from ..serializers._codeid import CodeRef, find_code, module_digest
@@ -266,6 +266,9 @@ class Job:
         # The agent greenlet's context variables at the snapshot restored from (a sync job)
         self._restored_context: contextvars.Context | None = None
         self._ready: _waits.Ready | None = None
+        # A debug session restored at a wait that is not over: why it ends there, once
+        # the debugger has been opened at the wait (Job._debugging).
+        self._unready: str | None = None
         # The hub's scheduler (runtime/_tasks.py): set by _loop, or by restore() for a
         # snapshot of several tasks.
         self._scheduler: Scheduler | None = None
@@ -367,6 +370,7 @@ class Job:
         with (
             tempfile.TemporaryDirectory(prefix="snaprun-replay-") as scratch,
             scratch_copies(scratch),
+            scratch_opens(),
         ):
             return self._loop(self.restore(header, payload, path), (), {})
 
@@ -580,12 +584,17 @@ class Job:
                     self._hub_error = exc  # code ran, the job stays resumable (exit 2)
                     raise
                 if isinstance(outcome, _waits.NotYet):
-                    if self.ledger.replay:
-                        self.replay_stop = f"the job waits at {wait.site} ({outcome.reason})"
+                    stop = f"the job waits at {wait.site} ({outcome.reason})"
+                    if self.ledger.replay and self.debugger is not None:
+                        self._unready = stop  # the debugger opens at the wait first
+                    elif self.ledger.replay:
+                        self.replay_stop = stop
                         return None
-                    self._hibernate(wait, outcome, self.seq)  # at its latest snapshot
-                    raise AssertionError("not reached: _hibernate raises")
-                self._ready = outcome
+                    else:
+                        self._hibernate(wait, outcome, self.seq)  # at its latest snapshot
+                        raise AssertionError("not reached: _hibernate raises")
+                else:
+                    self._ready = outcome
             # The hub runs the main task (and the tasks it spawns) until the job ends:
             # snapshots and waits of a job without tasks are handled exactly as before.
             return scheduler.run(fn, args, kwargs)
@@ -980,6 +989,11 @@ class Job:
         @wait_api  # like `deliver`: a continuation may wait here, it is not captured
         def deliver_then_debug() -> object:
             frame = sys._getframe(1)  # the agent's innermost frame
+            unready, self._unready = self._unready, None
+            if unready is not None:  # restored at a wait that is not over: look, then stop
+                debugger.restored(frame)
+                self.end_replay(unready)
+                raise AssertionError("not reached: the session ended at the wait")
             try:
                 return deliver()
             finally:

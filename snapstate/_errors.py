@@ -258,7 +258,9 @@ class DivergenceError(SnapstateError):
 class EffectRefused(SnapstateError):
     """In `snaprun debug` (a sandbox that sends nothing), the agent called an effect the
     job never recorded, or one whose outcome the ledger does not know: it was not sent.
-    Raised into the agent at the call; the debug session goes on."""
+    Raised into the agent at the call; the debug session goes on. Also raised (in
+    `snaprun debug` and `snaprun replay`) at a request record_http would send
+    unrecorded (from a thread the job did not start, or a foreign event loop)."""
 
 
 class SecretUnavailable(SnapstateError):

@@ -289,3 +289,55 @@ def test_an_attribute_that_is_no_identifier_is_named_by_its_key():
         "1",
         "2",
     )
+
+
+def test_equal_but_other_type_or_sign_is_a_change():
+    """Values Python calls equal that are other values: 1 -> True, 0 -> False, 1 ->
+    1.0 inside lists, tuples, dicts (as values and as keys) and sets, 0.0 -> -0.0,
+    and a set -> a frozenset: each reported at its own path (they were reported as no
+    change: `==` compared the containers). Unchanged values of every kind stay
+    unreported (a NaN equals a NaN), and so does sharing: a list held twice and two
+    equal lists are the same value (docs/diff.md)."""
+    inner = [1, "x"]
+    a = {
+        "flags": [1, 2, [3, 0]],
+        "pair": (1, 2),
+        "d": {"k": 0, "n": [{"v": 1}]},
+        "keys": {1: "one"},
+        "s": {1, 2},
+        "fs": {1, 2},
+        "z": [0.0, 2.5],
+        "zz": 0.0,
+        "big": [{"role": "user", "n": i, "parts": [i, str(i)]} for i in range(10_000)],
+        "same": [1, 1.0, True, float("nan"), b"b", None, (1,), {"k": [1.5]}],
+        "shared": [inner, inner],
+    }
+    b = dict(
+        a,
+        flags=[True, 2, [3, False]],
+        pair=(1.0, 2),
+        d={"k": False, "n": [{"v": 1.0}]},
+        keys={True: "one"},
+        s={True, 2},
+        fs=frozenset({1, 2}),
+        z=[-0.0, 2.5],
+        zz=-0.0,
+        big=[dict(m) for m in a["big"]],
+        same=[1, 1.0, True, float("nan"), b"b", None, (1,), {"k": [1.5]}],
+        shared=[[1, "x"], [1, "x"]],
+    )
+    b["big"][7777] = {"role": "user", "n": 7777, "parts": [7777.0, "7777"]}
+    changes = {(c["path"], c["old"], c["new"]) for c in _changes(a, b)["changes"]}
+    assert changes == {
+        ("frame[0].locals.flags[0]", "1", "True"),
+        ("frame[0].locals.flags[2][1]", "0", "False"),
+        ("frame[0].locals.pair[0]", "1", "1.0"),
+        ("frame[0].locals.d['k']", "0", "False"),
+        ("frame[0].locals.d['n'][0]['v']", "1", "1.0"),
+        ("frame[0].locals.keys", "{1: 'one'}", "{True: 'one'}"),
+        ("frame[0].locals.s", "{1, 2}", "{True, 2}"),
+        ("frame[0].locals.fs", "{1, 2}", "frozenset({1, 2})"),
+        ("frame[0].locals.z[0]", "0.0", "-0.0"),
+        ("frame[0].locals.zz", "0.0", "-0.0"),
+        ("frame[0].locals.big[7777]['parts'][0]", "7777", "7777.0"),
+    }

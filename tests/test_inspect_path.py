@@ -103,6 +103,7 @@ def test_many_children_are_counted(store):
         ("frame[5].locals.x", ["no frame[5]", "frame[0] (step)", "frame[1] (main)"]),
         ("frame[1].locals.nope", ["frame[1].locals has no .nope", "count, extra, fixed, notes, text"]),
         ("frame[1].locals.notes[7]", ["frame[1].locals.notes has no [7]", "2 items"]),
+        ("frame[1].locals.notes[True]", ["frame[1].locals.notes has no [True]", "2 items"]),
         ("frame[1].locals.notes[0].colour", ["notes[0] has no .colour", ".title, .tags"]),
         ("frame[1].locals.count.real", ["count has no .real", "nothing to step into (a int)"]),
         ("globals.nomodule.X", ["no module nomodule", "diff_agent"]),

@@ -272,7 +272,7 @@ def check_new_id(job_id: str | None, option: str) -> None:
 
 def parse_ref(ref: str) -> tuple[str, int | None]:
     """(job id, seq or None) of JOB or JOB@SEQ; InvalidJobId for a bad job id."""
-    match = re.fullmatch(r"(.+?)(?:@(\d+))?", ref, re.DOTALL)
+    match = re.fullmatch(r"(.+?)(?:@([0-9]+))?", ref, re.DOTALL)  # ASCII digits only
     if match is None:
         return validate_job_id(ref), None
     return (validate_job_id(match.group(1)), int(match.group(2)) if match.group(2) else None)

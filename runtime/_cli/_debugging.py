@@ -21,7 +21,7 @@ __all__ = ["debug"]
 _NOTHING = "nothing was sent or written"
 
 
-@click.command(epilog=exit_codes(0, 1, 2, ok="the session ended"))
+@click.command(epilog=exit_codes(0, 1, 2, 130, ok="the session ended"))
 @store_option
 @click.option(
     "--until",
@@ -61,17 +61,23 @@ def debug(store: str | None, until: str | None, ref: str) -> None:
     where = f"{job_id}@{seq}"
     try:
         result = job.replay(seq, debugger=session)
+    except KeyboardInterrupt:  # Ctrl-C while the agent runs (pdb takes it at its prompt)
+        sys.stdout.flush()
+        say(f"debug session of {where} ended: Ctrl-C; {_NOTHING}")
+        sys.exit(130)
     except DivergenceError as exc:
         _end(f"debug session of {where} ended: the run diverged from the ledger: {exc}")
     except SnapstateError as exc:
         if not job.agent_started:
             raise  # the snapshot or the store: main() reports it (exit 2)
         _agent_raised(where, exc)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # sys.exit() in the agent: its failure, as in a run
         _agent_raised(where, exc)
     finally:
         session.close()
     sys.stdout.flush()
+    if session.failed is not None:
+        _end(f"debug session of {where} ended: {session.failed}; {_NOTHING}")
     stop = job.replay_stop
     if until is not None and not session.reached:
         why = f"the run stopped first: {stop}" if stop else f"main() returned {result!r} first"
