@@ -45,7 +45,6 @@ import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -244,18 +243,7 @@ def child(system: str, steps: int, folder: str, out: str) -> None:
 
 # ------------------------------------------------------------------ the driver
 def measure(system: str, steps: int, base: str, round_no: int) -> dict[str, object]:
-    folder = os.path.join(base, f"{system}-{round_no}")
-    out = folder + ".json"
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", system, "--steps", str(steps),
-         "--child-folder", folder, "--child-out", out],
-        cwd=HERE, capture_output=True, text=True,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        raise SystemExit(f"bench_conversation: the {system} run failed (exit {proc.returncode})")
-    with open(out) as f:
-        info = json.load(f)
+    folder, info = comparators.run_child(__file__, system, ("--steps", steps), base, round_no)
     durable: dict[int, float] = {}
     step_time: dict[int, float] = {}
     probes: dict[int, tuple[int, int, int]] = {}

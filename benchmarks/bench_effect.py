@@ -32,7 +32,6 @@ import os
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -127,18 +126,7 @@ def child(system: str, calls: int, folder: str, out: str) -> None:
 
 
 def measure(system: str, calls: int, base: str, round_no: int) -> dict[str, object]:
-    folder = os.path.join(base, f"{system}-{round_no}")
-    out = folder + ".json"
-    proc = subprocess.run(
-        [sys.executable, os.path.abspath(__file__), "--child", system, "--calls", str(calls),
-         "--child-folder", folder, "--child-out", out],
-        cwd=HERE, capture_output=True, text=True,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-        raise SystemExit(f"bench_effect: the {system} run failed (exit {proc.returncode})")
-    with open(out) as f:
-        info = json.load(f)
+    _, info = comparators.run_child(__file__, system, ("--calls", calls), base, round_no)
     samples = {}
     with open(info["timings"]) as f:
         for line in f:

@@ -13,7 +13,11 @@ commits with synchronous=NORMAL" is checked, never assumed).
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -23,6 +27,30 @@ PACKAGES = {
     "dbos": ("dbos",),
 }
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+def run_child(
+    script: str, system: str, count: tuple[str, int], base: str, round_no: int
+) -> tuple[str, dict[str, Any]]:
+    """Run one system's measurement in a fresh process: `script --child SYSTEM
+    --<count> N --child-folder F --child-out O` (bench_effect.py, bench_conversation.py),
+    and return (F, what the child wrote to O: its timings file's path among it). A failed
+    child stops the benchmark, showing the end of what it printed."""
+    folder = os.path.join(base, f"{system}-{round_no}")
+    out = folder + ".json"
+    flag, n = count
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(script), "--child", system, flag, str(n),
+         "--child-folder", folder, "--child-out", out],
+        cwd=os.path.dirname(os.path.abspath(script)), capture_output=True, text=True,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        name = os.path.splitext(os.path.basename(script))[0]
+        raise SystemExit(f"{name}: the {system} run failed (exit {proc.returncode})")
+    with open(out) as f:
+        info: dict[str, Any] = json.load(f)
+    return folder, info
 
 
 def versions(system: str) -> str | None:

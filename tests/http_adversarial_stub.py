@@ -24,11 +24,13 @@ import gzip
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
+from stub_server import ThreadedStub
 
-class AdversarialStub:
+
+class AdversarialStub(ThreadedStub):
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.requests: list[dict] = []
@@ -159,18 +161,7 @@ class AdversarialStub:
 
             do_GET = do_POST = do_HEAD = _answer
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> AdversarialStub:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.serve(Handler)
 
     def count(self, name: str) -> int:
         with self.lock:

@@ -20,11 +20,13 @@ import json
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
+from stub_server import ThreadedStub
 
-class RecordStub:
+
+class RecordStub(ThreadedStub):
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.requests: list[dict] = []
@@ -143,18 +145,7 @@ class RecordStub:
             def do_POST(self):
                 self._answer("POST")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> RecordStub:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.serve(Handler)
 
     def count(self, name: str) -> int:
         with self.lock:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from stub_server import ThreadedStub
 
 
-class LLMStub:
+class LLMStub(ThreadedStub):
     def __init__(self):
         self.requests: list[dict] = []
         self.failures: dict[str, int] = {}  # "flaky-N" message -> 503s sent so far
@@ -61,18 +63,7 @@ class LLMStub:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def start(self) -> LLMStub:
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.serve(Handler)
 
     def _fail(self, text: str) -> bool:
         """Whether this attempt of a "flaky-N" message fails (the first N do)."""
