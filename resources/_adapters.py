@@ -29,6 +29,7 @@ part inside obj that cannot be saved; otherwise obj itself is named.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import io
 import os
@@ -247,8 +248,6 @@ def scratch_opens() -> Iterator[None]:
     with sqlite3.connect (a resource() factory reopening a handle, or any later call)
     are scratch copies too: the originals are never written. What it writes through
     the os module (os.open, os.remove, os.rename...) or a subprocess is not redirected."""
-    import builtins
-
     builtins.open = io.open = _open
     sqlite3.connect = _connect
     try:

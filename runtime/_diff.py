@@ -28,15 +28,13 @@ from __future__ import annotations
 import difflib
 import itertools
 import operator
-import re
 from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .._errors import SnapshotNotFound
 from ..serializers import _inert
 from ..serializers._home import Home
-from ..serializers._ids import validate_job_id
+from ..serializers._ids import parse_ref
 from ..serializers._inert import Inert, InertType
 from ..serializers._store import SnapshotRow
 from . import _effect_views
@@ -64,16 +62,7 @@ _SCALARS = (str, bytes, bytearray, int, float, complex, bool, type(None))
 def snapshot_ref(home: Home, ref: str) -> SnapshotRow:
     """The catalog row of JOB (its latest snapshot) or JOB@SEQ: InvalidJobId,
     JobNotFound or SnapshotNotFound naming what is missing."""
-    match = re.fullmatch(r"(.+?)(?:@([0-9]+))?", ref, re.DOTALL)  # ASCII digits only
-    job_id = validate_job_id(match.group(1) if match else ref)
-    seq = int(match.group(2)) if match and match.group(2) else None
-    home.catalog.get_job(job_id)
-    if seq is not None:
-        return home.catalog.snapshot(job_id, seq)
-    rows = home.catalog.snapshots(job_id)
-    if not rows:
-        raise SnapshotNotFound(f"job {job_id} has no snapshot yet")
-    return rows[-1]
+    return home.snapshot_row(*parse_ref(ref))
 
 
 def diff_report(home: Home, ref_a: str, ref_b: str) -> dict[str, Any]:

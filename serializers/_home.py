@@ -37,6 +37,7 @@ from typing import Any
 from .._errors import (
     HeaderMismatch,
     InvalidJobId,
+    SnapshotNotFound,
     StoreDamaged,
     StoreError,
 )
@@ -379,6 +380,17 @@ class Home:
         and new chunks in the same transaction). A refused writer's pack stays until a
         prune sweeps it (no chunk row names it)."""
         self.chunks.commit(prepared, self.catalog.commit_snapshot)
+
+    def snapshot_row(self, job_id: str, seq: int | None = None) -> SnapshotRow:
+        """The catalog row of snapshot `seq` of a job, or of its latest with None:
+        JobNotFound or SnapshotNotFound naming what is missing."""
+        self.catalog.get_job(job_id)
+        if seq is not None:
+            return self.catalog.snapshot(job_id, seq)
+        rows = self.catalog.snapshots(job_id)
+        if not rows:
+            raise SnapshotNotFound(f"job {job_id} has no snapshot yet")
+        return rows[-1]
 
     def where(self, row: SnapshotRow) -> str:
         """How messages name a snapshot: its file, or the job and seq of a chunked one."""

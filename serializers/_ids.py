@@ -12,7 +12,7 @@ import re
 
 from .._errors import InvalidJobId
 
-__all__ = ["MAX_LENGTH", "validate_job_id", "is_valid_job_id", "derive_job_id"]
+__all__ = ["MAX_LENGTH", "validate_job_id", "is_valid_job_id", "derive_job_id", "parse_ref"]
 
 MAX_LENGTH = 128
 _PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -46,3 +46,12 @@ def derive_job_id(base: str, suffix: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", base).lstrip("._-") or "job"
     safe = safe[: MAX_LENGTH - len(suffix) - 1].rstrip("-")
     return validate_job_id(f"{safe or 'job'}-{suffix}")
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """(job id, seq or None) of JOB or JOB@SEQ (ASCII digits only); InvalidJobId for a
+    bad job id."""
+    match = re.fullmatch(r"(.+?)(?:@([0-9]+))?", ref, re.DOTALL)
+    if match is None:
+        return validate_job_id(ref), None
+    return validate_job_id(match.group(1)), int(match.group(2)) if match.group(2) else None

@@ -27,7 +27,7 @@ from ..._errors import (
     StoreFailure,
 )
 from ...serializers._home import Home, default_home, open_store
-from ...serializers._ids import validate_job_id
+from ...serializers._ids import parse_ref, validate_job_id
 from ...serializers._location import is_postgres_url, redact
 from ...serializers._sqlite import store_failure
 from ...serializers._store import SnapshotRow
@@ -270,14 +270,6 @@ def check_new_id(job_id: str | None, option: str) -> None:
         validate_job_id(job_id, what=f"the job id {option}")
 
 
-def parse_ref(ref: str) -> tuple[str, int | None]:
-    """(job id, seq or None) of JOB or JOB@SEQ; InvalidJobId for a bad job id."""
-    match = re.fullmatch(r"(.+?)(?:@([0-9]+))?", ref, re.DOTALL)  # ASCII digits only
-    if match is None:
-        return validate_job_id(ref), None
-    return (validate_job_id(match.group(1)), int(match.group(2)) if match.group(2) else None)
-
-
 def resolve(
     home: Home, ref: str, *, need_seq: bool = False
 ) -> tuple[str, str, int, SnapshotRow | None]:
@@ -289,14 +281,7 @@ def resolve(
     job_id, seq = parse_ref(ref)
     if need_seq and seq is None:
         raise click.UsageError(f"name a snapshot: {job_id}@SEQ (see `snaprun log {job_id}`)")
-    home.catalog.get_job(job_id)
-    rows = home.catalog.snapshots(job_id)
-    if seq is None:
-        if not rows:
-            raise SnapshotNotFound(f"job {job_id} has no snapshot yet")
-        row = rows[-1]
-    else:
-        row = home.catalog.snapshot(job_id, seq)
+    row = home.snapshot_row(job_id, seq)
     return home.where(row), job_id, row.seq, row
 
 
